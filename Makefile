@@ -1,0 +1,30 @@
+# Chronotope: the two commands are `make demo` and `make test`.
+.PHONY: demo test down status build venv lint fmt
+
+demo: venv  ## bring up the local GPU cluster with the demo workloads and show it
+	bash hack/demo.sh
+
+test:  ## run the whole test suite (quality gates + unit + real-cluster tests)
+	bash hack/test.sh
+
+down: venv  ## stop the demo cluster
+	.venv/bin/chronotope dev cluster down
+
+status: venv  ## show the demo cluster
+	.venv/bin/chronotope dev cluster status
+
+build: venv  ## build (or find cached) control-plane binaries
+	.venv/bin/chronotope dev build
+
+venv:
+	bash hack/venv.sh
+
+lint: venv
+	.venv/bin/ruff check operator tests bench hack
+	.venv/bin/ruff format --check operator tests bench hack
+	.venv/bin/mypy
+	.venv/bin/lint-imports
+
+fmt: venv
+	.venv/bin/ruff format operator tests bench hack
+	.venv/bin/ruff check --fix operator tests bench hack

@@ -1,0 +1,5 @@
+"""Allow `python -m chronotope`."""
+
+from chronotope.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,238 @@
+"""A real local Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok, started as plain processes.
+
+Why not kind: these machines (and many CI runners) have no Docker engine. The
+binaries are the real ones, built from pinned Kubernetes Go modules, so tests
+exercise a real API server, real admission and a real scheduler; only the
+kubelets are simulated, by kwok.
+
+Each cluster owns a state directory (`<state_root>/<name>/`): certificates, the
+admin kubeconfig, etcd data, one log per component and `state.json` with ports
+and PIDs. `state.json` is written after every component starts, so `down` can
+always clean up what a crashed `up` left behind. Ports are chosen free, so two
+clusters can run side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import ssl
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from chronotope.devcluster import components, process
+from chronotope.devcluster.binaries import Binaries, ensure_binaries
+from chronotope.devcluster.kubeconfig import write_kubeconfig
+from chronotope.devcluster.pki import Pki, generate_pki
+from chronotope.devcluster.settings import ClusterSettings
+from chronotope.devcluster.spec import ClusterSpec, node_manifests
+
+__all__ = ["ClusterError", "ClusterState", "LocalCluster"]
+
+log = logging.getLogger(__name__)
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be brought up or torn down; the message says why."""
+
+
+@dataclass
+class ClusterState:
+    name: str
+    directory: str
+    ports: dict[str, int]
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    spec_name: str | None = None
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.directory) / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+
+def _get(url: str, context: ssl.SSLContext | None = None) -> bool:
+    with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+        return bool(resp.status == 200)
+
+
+def _insecure() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+class LocalCluster:
+    """Bring a named local cluster up or down; see the module docstring."""
+
+    def __init__(self, settings: ClusterSettings, name: str = "chronotope") -> None:
+        self.settings = settings
+        self.name = name
+        self.directory = settings.state_root / name
+        self.state_file = self.directory / "state.json"
+
+    # ------------------------------------------------------------------ state
+    def load_state(self) -> ClusterState | None:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return ClusterState(**data)
+
+    def _save(self, state: ClusterState) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.replace(self.state_file)
+
+    def running(self) -> dict[str, bool]:
+        state = self.load_state()
+        if state is None:
+            return {}
+        return {p["name"]: process.is_alive(p["pid"], p["binary"]) for p in state.processes}
+
+    # ------------------------------------------------------------------ up
+    def up(
+        self, spec: ClusterSpec | None = None, apiserver_port: int | None = None
+    ) -> ClusterState:
+        """Start every component and wait for it to be ready; on failure leave nothing running."""
+        alive = self.running()
+        if alive and all(alive.values()):
+            raise ClusterError(
+                f"cluster {self.name!r} is already running (state in {self.directory}); "
+                f"run `chronotope dev cluster down --name {self.name}` first"
+            )
+        if alive:
+            log.warning("cluster %s has leftovers of an earlier run; cleaning up", self.name)
+        self.down(quiet=True)
+        if apiserver_port is not None and not process.port_is_free(apiserver_port):
+            raise ClusterError(f"port {apiserver_port} is already in use; choose another --port")
+        binaries = ensure_binaries(self.settings)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ports = components.Ports(
+            etcd_client=process.free_port(),
+            etcd_peer=process.free_port(),
+            apiserver=apiserver_port or process.free_port(),
+            controller_manager=process.free_port(),
+            scheduler=process.free_port(),
+            kwok=process.free_port(),
+        )
+        state = ClusterState(
+            name=self.name,
+            directory=str(self.directory),
+            ports=asdict(ports),
+            spec_name=spec.name if spec else None,
+        )
+        self._save(state)
+        try:
+            self._start_all(state, ports, binaries)
+            if spec is not None:
+                self.add_nodes(spec)
+        except BaseException:
+            self.down(quiet=True)
+            raise
+        return state
+
+    def _start(self, state: ClusterState, name: str, argv: list[str]) -> process.Started:
+        started = process.start(name, argv, self.directory / "logs" / f"{name}.log")
+        state.processes.append(asdict(started) | {"log": str(started.log)})
+        self._save(state)
+        return started
+
+    def _start_all(self, state: ClusterState, ports: components.Ports, b: Binaries) -> None:
+        timeout = self.settings.ready_timeout
+        pki = generate_pki(self.directory / "pki")
+        kubeconfig = write_kubeconfig(state.kubeconfig, self.name, state.server, pki)
+        data_dir = self.directory / "etcd-data"
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+        etcd = self._start(state, "etcd", components.etcd_argv(b.etcd, data_dir, ports))
+        process.wait_until(
+            etcd, lambda: _get(f"http://127.0.0.1:{ports.etcd_client}/health"), timeout
+        )
+
+        apiserver = self._start(
+            state,
+            "kube-apiserver",
+            components.apiserver_argv(b.kube_apiserver, pki, ports, self.directory),
+        )
+        process.wait_until(apiserver, lambda: self._apiserver_ready(state, pki), timeout)
+
+        kcm = self._start(
+            state,
+            "kube-controller-manager",
+            components.controller_manager_argv(b.kube_controller_manager, kubeconfig, pki, ports),
+        )
+        sched_config = self._scheduler_config(kubeconfig)
+        sched = self._start(
+            state,
+            "kube-scheduler",
+            components.scheduler_argv(b.kube_scheduler, sched_config, kubeconfig, ports),
+        )
+        kwok = self._start(state, "kwok", components.kwok_argv(b.kwok, kubeconfig, ports))
+        for started, port, scheme in (
+            (kcm, ports.controller_manager, "https"),
+            (sched, ports.scheduler, "https"),
+            (kwok, ports.kwok, "http"),
+        ):
+            url = f"{scheme}://127.0.0.1:{port}/healthz"
+            ctx = _insecure() if scheme == "https" else None
+            process.wait_until(started, lambda u=url, c=ctx: _get(u, c), timeout)  # type: ignore[misc]
+        log.info("cluster %s is up at %s", self.name, state.server)
+
+    def _apiserver_ready(self, state: ClusterState, pki: Pki) -> bool:
+        ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+        ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        return _get(f"{state.server}/readyz", ctx)
+
+    def _scheduler_config(self, kubeconfig: Path) -> Path:
+        config = yaml.safe_load(self.settings.scheduler_config.read_text())
+        config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
+        config.setdefault("leaderElection", {})["leaderElect"] = False
+        path = self.directory / "kube-scheduler-config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    # ------------------------------------------------------------------ nodes
+    def add_nodes(self, spec: ClusterSpec) -> int:
+        """Create the spec's simulated GPU nodes and wait for kwok to mark them Ready."""
+        from chronotope.kube.client import api_client
+        from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
+
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        manifests = node_manifests(spec)
+        with api_client(state.kubeconfig) as api:
+            count = apply_nodes(api, manifests)
+            wait_nodes_ready(
+                api, {m["metadata"]["name"] for m in manifests}, self.settings.ready_timeout
+            )
+        log.info("cluster %s: %d nodes from spec %s are Ready", self.name, count, spec.name)
+        return count
+
+    # ------------------------------------------------------------------ down
+    def down(self, *, quiet: bool = False, purge: bool = False) -> bool:
+        """Stop every recorded process (newest first). Returns False if nothing was recorded."""
+        state = self.load_state()
+        if state is None:
+            if not quiet:
+                log.info("cluster %s: nothing to stop", self.name)
+            return False
+        for proc in reversed(state.processes):
+            process.stop(int(proc["pid"]), str(proc["binary"]))
+        state.processes = []
+        self._save(state)
+        if purge:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        if not quiet:
+            log.info("cluster %s stopped", self.name)
+        return True

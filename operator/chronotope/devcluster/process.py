@@ -1,0 +1,138 @@
+"""Start, watch and stop the control-plane processes.
+
+Each component runs in its own session (process group) with stdout and stderr
+in a log file, so it survives the command that started it (the demo cluster
+keeps running after `chronotope dev cluster up` returns) and `down` can end it
+together with anything it forked. A PID is only signalled while its
+/proc/PID/cmdline still names the binary we started, so a stale state file
+after a crash never kills an unrelated process that reused the PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "ComponentError",
+    "Started",
+    "free_port",
+    "is_alive",
+    "port_is_free",
+    "start",
+    "stop",
+    "tail",
+    "wait_until",
+]
+
+
+class ComponentError(RuntimeError):
+    """A component failed to start or become ready; the message carries its last log lines."""
+
+
+@dataclass(frozen=True)
+class Started:
+    name: str
+    pid: int
+    binary: str
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def start(name: str, argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> Started:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+    return Started(name=name, pid=proc.pid, binary=argv[0], log=log)
+
+
+def is_alive(pid: int, binary: str) -> bool:
+    """True while PID runs the binary we started (guards against PID reuse)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().split(") ", 1)[1].startswith("Z"):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                return False
+    except (OSError, IndexError):
+        return False
+    return cmdline.split(b"\0", 1)[0].decode(errors="replace") == binary
+
+
+def stop(pid: int, binary: str, grace: float = 10.0) -> None:
+    """SIGTERM the process group, then SIGKILL it after `grace` seconds."""
+    if not is_alive(pid, binary):
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            if not is_alive(pid, binary):
+                return
+            time.sleep(0.1)
+
+
+def wait_until(
+    started: Started, ready: Callable[[], bool], timeout: float, what: str = "ready"
+) -> None:
+    """Poll `ready` until it holds; fail with the last log lines if it dies or stalls."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(started.pid, started.binary):
+            raise ComponentError(
+                f"{started.name} exited before it was {what}; last lines of {started.log}:\n"
+                + tail(started.log)
+            )
+        try:
+            if ready():
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise ComponentError(
+        f"{started.name} was not {what} within {timeout:.0f}s; last lines of {started.log}:\n"
+        + tail(started.log)
+    )

@@ -1,0 +1,59 @@
+"""Helpers for tests that drive the real local cluster (imported by conftest and tests)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KubeCluster", "kubectl_binary", "wait_for"]
+
+
+def kubectl_binary() -> str:
+    for name in ("kubectl.1.33", "kubectl"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise RuntimeError("kubectl is not on PATH; the cluster tests drive the cluster through it")
+
+
+@dataclass
+class KubeCluster:
+    """Handle to a running cluster: its kubeconfig, a kubectl argv prefix, API clients."""
+
+    kubeconfig: Path
+    server: str
+    kubectl: list[str] = field(default_factory=list)
+
+    def api_client(self) -> Any:
+        from chronotope.kube.client import api_client
+
+        return api_client(self.kubeconfig)
+
+    def run_kubectl(self, *args: str, check: bool = True, input: str | None = None) -> str:
+        result = subprocess.run(
+            [*self.kubectl, *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+        return result.stdout + result.stderr if not check else result.stdout
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+    """Poll until `predicate` returns something truthy and return it; fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
