@@ -120,6 +120,13 @@ go_install() {  # name module version binary
 
 main() {
   mkdir -p "$CACHE/bin"
+  # Serialise concurrent builds (a test run and the demo may both ask): the
+  # second waits, then finds everything cached.
+  exec 9>"$CACHE/.build.lock"
+  if ! flock -n 9; then
+    log "another build is running; waiting for it"
+    flock 9
+  fi
   local only="${1:-all}"
   local start=$SECONDS
   case "$only" in

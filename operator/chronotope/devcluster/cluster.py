@@ -143,7 +143,7 @@ class LocalCluster:
 
     def _start(self, state: ClusterState, name: str, argv: list[str]) -> process.Started:
         started = process.start(name, argv, self.directory / "logs" / f"{name}.log")
-        state.processes.append(asdict(started) | {"log": str(started.log)})
+        state.processes.append(started.record())
         self._save(state)
         return started
 

@@ -127,7 +127,6 @@ def kwok_argv(binary: Path, kubeconfig: Path, ports: Ports) -> list[str]:
         f"--kubeconfig={kubeconfig}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
-        "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
         f"--cidr={POD_CIDR}",
         "--node-ip=127.0.0.1",
         f"--server-address=127.0.0.1:{ports.kwok}",

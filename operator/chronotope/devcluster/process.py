@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
@@ -43,6 +43,17 @@ class Started:
     pid: int
     binary: str
     log: Path
+    popen: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
+
+    def record(self) -> dict[str, object]:
+        """What state.json keeps (everything but the live Popen handle)."""
+        return {"name": self.name, "pid": self.pid, "binary": self.binary, "log": str(self.log)}
+
+    def alive(self) -> bool:
+        # Our own child: ask Popen (right after fork /proc still shows the parent's cmdline).
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return is_alive(self.pid, self.binary)
 
 
 def free_port() -> int:
@@ -79,7 +90,7 @@ def start(name: str, argv: Sequence[str], log: Path, env: dict[str, str] | None 
             start_new_session=True,
             env=env,
         )
-    return Started(name=name, pid=proc.pid, binary=argv[0], log=log)
+    return Started(name=name, pid=proc.pid, binary=argv[0], log=log, popen=proc)
 
 
 def is_alive(pid: int, binary: str) -> bool:
@@ -121,7 +132,7 @@ def wait_until(
     """Poll `ready` until it holds; fail with the last log lines if it dies or stalls."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not is_alive(started.pid, started.binary):
+        if not started.alive():
             raise ComponentError(
                 f"{started.name} exited before it was {what}; last lines of {started.log}:\n"
                 + tail(started.log)

@@ -186,12 +186,6 @@ def _node_manifest(pool: NodePool, index: int, name: str) -> dict[str, Any]:
         "status": {
             "allocatable": dict(resources),
             "capacity": dict(resources),
-            "nodeInfo": {
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "kubeletVersion": "fake",
-                "kubeProxyVersion": "fake",
-            },
             "phase": "Running",
         },
     }
