@@ -81,7 +81,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    stopped = _cluster(args).down(purge=args.purge)
+    stopped = _cluster(args).down(quiet=True, purge=args.purge)
     print(f"cluster {args.name} {'stopped' if stopped else 'was not running'}")
     return 0
 

@@ -1,0 +1,1 @@
+"""Generated kubelet device-plugin API modules (hack/gen-deviceplugin-proto.sh); do not edit."""
