@@ -58,9 +58,21 @@ def kube_cluster(cluster_settings: Any) -> Iterator[KubeCluster]:
             kubeconfig=state.kubeconfig,
             server=state.server,
             kubectl=[kubectl, "--kubeconfig", str(state.kubeconfig)],
+            local=cluster,
         )
     finally:
         cluster.down()
+
+
+@pytest.fixture(scope="session")
+def chronotope_scheduler(kube_cluster: KubeCluster) -> int:
+    """The Chronotope extender plus a kube-scheduler with the `chronotope` profile; its port."""
+    if kube_cluster.local is None:
+        raise RuntimeError(
+            "extender tests need the cluster the tests start (unset CHRONOTOPE_TEST_KUBECONFIG)"
+        )
+    port: int = kube_cluster.local.start_chronotope_scheduler()
+    return port
 
 
 @pytest.fixture

@@ -28,6 +28,8 @@ class KubeCluster:
     kubeconfig: Path
     server: str
     kubectl: list[str] = field(default_factory=list)
+    local: Any = None
+    """The LocalCluster when the tests started it (None for CHRONOTOPE_TEST_KUBECONFIG)."""
 
     def api_client(self) -> Any:
         from chronotope.kube.client import api_client

@@ -18,7 +18,13 @@ from collections.abc import Sequence
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 # Modules that contribute subcommands, in the order `--help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("chronotope.devcluster.cli", "chronotope.deviceplugin.cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "chronotope.devcluster.cli",
+    "chronotope.deviceplugin.cli",
+    "chronotope.api.cli",
+    "chronotope.extender.cli",
+    "chronotope.sim.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

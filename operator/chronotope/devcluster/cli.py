@@ -28,6 +28,11 @@ def add_parser(sub: Any) -> None:
     _name(up)
     up.add_argument("--spec", type=Path, help=f"cluster spec YAML (e.g. {_DEFAULT_SPEC})")
     up.add_argument("--port", type=int, help="kube-apiserver port (default: a free one)")
+    up.add_argument(
+        "--with-scheduler",
+        action="store_true",
+        help="also run the Chronotope extender and its kube-scheduler (schedulerName: chronotope)",
+    )
     up.set_defaults(func=_up)
 
     down = csub.add_parser("down", help="stop every process of the cluster (also after a crash)")
@@ -72,7 +77,11 @@ def _up(args: argparse.Namespace) -> int:
 
     try:
         spec = load_spec(args.spec) if args.spec else None
-        state = _cluster(args).up(spec, apiserver_port=args.port)
+        cluster = _cluster(args)
+        state = cluster.up(spec, apiserver_port=args.port)
+        if args.with_scheduler:
+            port = cluster.start_chronotope_scheduler()
+            print(f"chronotope extender listening on http://127.0.0.1:{port}")
     except (BinaryError, ClusterError, ComponentError, TimeoutError, ValueError, OSError) as exc:
         return _fail(exc)
     print(f"cluster {state.name} is up: {state.server}")

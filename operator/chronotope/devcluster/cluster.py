@@ -15,10 +15,12 @@ clusters can run side by side.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
 import ssl
+import sys
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -200,6 +202,95 @@ class LocalCluster:
         path = self.directory / "kube-scheduler-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
+
+    # ------------------------------------------------------------------ extra components
+    def start_component(
+        self, name: str, argv: list[str], ready_url: str, timeout: float | None = None
+    ) -> process.Started:
+        """Start one more process that belongs to the cluster (`down` stops it too)."""
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        self.stop_component(name)
+        state = self.load_state()
+        assert state is not None
+        started = self._start(state, name, argv)
+        ctx = _insecure() if ready_url.startswith("https") else None
+        try:
+            process.wait_until(
+                started, lambda: _get(ready_url, ctx), timeout or self.settings.ready_timeout
+            )
+        except process.ComponentError:
+            self.stop_component(name)
+            raise
+        return started
+
+    def stop_component(self, name: str) -> bool:
+        state = self.load_state()
+        if state is None:
+            return False
+        keep, stopped = [], False
+        for proc in state.processes:
+            if proc["name"] == name:
+                process.stop(int(proc["pid"]), str(proc["binary"]))
+                stopped = True
+            else:
+                keep.append(proc)
+        state.processes = keep
+        self._save(state)
+        return stopped
+
+    def start_chronotope_scheduler(self, extender_port: int | None = None) -> int:
+        """Run the Chronotope extender and a kube-scheduler with the `chronotope` profile.
+
+        Returns the extender's port. The extender runs as `python -m chronotope
+        scheduler` from this interpreter, so it is the code under test.
+        """
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        port = extender_port or process.free_port()
+        self._start_extender(state, port)
+        binaries = ensure_binaries(self.settings, build=False)
+        config = yaml.safe_load(self.settings.chronotope_scheduler_config.read_text())
+        config.setdefault("clientConnection", {})["kubeconfig"] = str(state.kubeconfig)
+        config.setdefault("leaderElection", {})["leaderElect"] = False
+        for extender in config.get("extenders", []):
+            extender["urlPrefix"] = f"http://127.0.0.1:{port}"
+        path = self.directory / "chronotope-scheduler-config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        sched_port = process.free_port()
+        ports = dataclasses.replace(components.Ports(**state.ports), scheduler=sched_port)
+        self.start_component(
+            "chronotope-kube-scheduler",
+            components.scheduler_argv(binaries.kube_scheduler, path, state.kubeconfig, ports),
+            f"https://127.0.0.1:{sched_port}/healthz",
+        )
+        return port
+
+    def _start_extender(self, state: ClusterState, port: int) -> None:
+        self.start_component(
+            "chronotope-extender",
+            [
+                sys.executable,
+                "-m",
+                "chronotope",
+                "scheduler",
+                "--kubeconfig",
+                str(state.kubeconfig),
+                "--port",
+                str(port),
+            ],
+            f"http://127.0.0.1:{port}/healthz",
+        )
+
+    def restart_extender(self, port: int) -> None:
+        """Kill the extender hard and start it again on the same port (fault tests)."""
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        self.stop_component("chronotope-extender")
+        self._start_extender(state, port)
 
     # ------------------------------------------------------------------ nodes
     def add_nodes(self, spec: ClusterSpec) -> int:

@@ -29,6 +29,9 @@ class ClusterSettings:
     scheduler_config: Path = field(
         default_factory=lambda: REPO_ROOT / "manifests" / "scheduler" / "kube-scheduler-config.yaml"
     )
+    chronotope_scheduler_config: Path = field(
+        default_factory=lambda: REPO_ROOT / "manifests/scheduler/chronotope-scheduler-config.yaml"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterSettings:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-__all__ = ["api_client"]
+__all__ = ["api_client", "core_v1"]
 
 
 def api_client(kubeconfig: Path, *, qps_connections: int = 32) -> client.ApiClient:
@@ -15,3 +15,7 @@ def api_client(kubeconfig: Path, *, qps_connections: int = 32) -> client.ApiClie
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     cfg.connection_pool_maxsize = qps_connections
     return client.ApiClient(configuration=cfg)
+
+
+def core_v1(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)

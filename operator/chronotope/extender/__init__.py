@@ -1,0 +1,9 @@
+"""The kube-scheduler extender: GPU-aware filter, prioritize and bind over HTTP.
+
+kube-scheduler keeps doing what it does well (CPU, memory, affinity, taints)
+and calls this service for what it cannot see: which GPUs, and which share of
+them, each pod gets. `ledger` is the pure GPU accounting, `decide` the pure
+per-request decisions, `service` ties them to the cluster cache and binder,
+and `server` is the thin HTTP layer speaking the `k8s.io/kube-scheduler/
+extender/v1` wire format (`wire`).
+"""

@@ -1,0 +1,74 @@
+"""`chronotope scheduler`: run the kube-scheduler extender (HTTP) against a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "scheduler", help="run the GPU scheduler extender that kube-scheduler calls over HTTP"
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: in-cluster)")
+    parser.add_argument("--host", default="127.0.0.1", help="listen address")
+    parser.add_argument("--port", type=int, default=8888, help="listen port")
+    parser.add_argument(
+        "--sync-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the first list of nodes and pods",
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from chronotope.extender.server import Metrics, build_app
+    from chronotope.extender.service import ExtenderService
+    from chronotope.kube.allocation import connect
+    from chronotope.kube.binder import Binder, fetch_pod
+    from chronotope.kube.client import api_client, core_v1
+    from chronotope.kube.informer import Informer, Resource
+
+    api = api_client(args.kubeconfig) if args.kubeconfig else connect(None)
+    binder = Binder(api)
+    service = ExtenderService(
+        bind_fn=binder.bind, fetch_pod=lambda ns, name: fetch_pod(api, ns, name)
+    )
+    core = core_v1(api)
+    informer = Informer(
+        api,
+        [
+            Resource("nodes", core.list_node, service.on_node, service.sync_nodes),
+            Resource("pods", core.list_pod_for_all_namespaces, service.on_pod, service.sync_pods),
+        ],
+    )
+    informer.start()
+    if not informer.wait_synced(args.sync_timeout):
+        log.error("could not list nodes and pods within %.0fs", args.sync_timeout)
+        return 1
+    log.info(
+        "cache synced: %d nodes, %d GPU holdings; listening on %s:%d",
+        len(service.ledger.nodes),
+        len(service.ledger.holdings),
+        args.host,
+        args.port,
+    )
+    web.run_app(
+        build_app(service, Metrics()),
+        host=args.host,
+        port=args.port,
+        print=None,
+        access_log=None,
+        handle_signals=True,
+    )
+    informer.stop()
+    return 0

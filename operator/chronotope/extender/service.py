@@ -1,0 +1,236 @@
+"""The extender's decisions, tied to the live ledger and a binder.
+
+`ExtenderService` answers kube-scheduler's filter, prioritize and bind calls.
+Filter and prioritize only read the ledger (microseconds, under one lock);
+bind chooses the GPUs and holds them in the ledger *before* any API call
+(assume), so a concurrent filter or bind already sees them taken, then asks
+the binder to write the assignment and the Binding, and forgets the
+assumption if that fails. Node and pod events from the watch-fed cache keep
+the ledger true; on restart the ledger is rebuilt from bound pods' assignment
+annotations, which are the truth.
+
+No Kubernetes client here: the binder is a narrow seam (`BindFn`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from chronotope.extender.ledger import MILLI, GpuRequest, Ledger, NoFit
+from chronotope.extender.podreq import PodRequestError, pod_gpu_request
+from chronotope.sharing.assignment import GpuAssignment, gpu_uuid, new_handshake
+
+__all__ = ["BindFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
+
+log = logging.getLogger(__name__)
+
+BindFn = Callable[[str, str, str, str, GpuAssignment | None], None]
+"""(namespace, name, uid, node, assignment) -> None; raises on failure."""
+PodFetchFn = Callable[[str, str], Mapping[str, Any]]
+"""(namespace, name) -> pod dict, used when bind arrives for a pod never filtered here."""
+
+_GPU = "nvidia.com/gpu"
+_PRODUCT = "nvidia.com/gpu.product"
+_MEMORY = "nvidia.com/gpu.memory"
+_DONE_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class FilterOutcome:
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    error: str = ""
+
+
+@dataclass
+class ExtenderService:
+    bind_fn: BindFn
+    fetch_pod: PodFetchFn
+    ledger: Ledger = field(default_factory=Ledger)
+    clock: Callable[[], float] = time.monotonic
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _requests: dict[str, GpuRequest | None] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ filter
+    def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
+        key = _key(pod)
+        try:
+            req = pod_gpu_request(pod)
+        except PodRequestError as exc:
+            reason = f"invalid GPU request: {exc}"
+            return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
+        self._requests[key] = req
+        if req is None:
+            return FilterOutcome(list(node_names), {}, {})
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        with self._lock:
+            self.ledger.expire(self.clock())
+            for name in node_names:
+                fit = self.ledger.fit(name, req)
+                if isinstance(fit, NoFit):
+                    (unresolvable if fit.unresolvable else failed)[name] = fit.message
+                else:
+                    passed.append(name)
+        if not passed:
+            log.info(
+                "pod %s (%s) fits no node: %s",
+                key,
+                req.describe(),
+                _summarise({**failed, **unresolvable}),
+            )
+        return FilterOutcome(passed, failed, unresolvable)
+
+    # ------------------------------------------------------------------ prioritize
+    def prioritize(self, pod: Mapping[str, Any], node_names: list[str]) -> dict[str, int]:
+        """Scores 0..10: pack GPU work onto nodes already in use, keep whole GPUs whole."""
+        key = _key(pod)
+        req = self._requests.get(key)
+        if req is None:
+            try:
+                req = pod_gpu_request(pod)
+            except PodRequestError:
+                return dict.fromkeys(node_names, 0)
+        if req is None:
+            return dict.fromkeys(node_names, 0)
+        with self._lock:
+            return {name: self._score(name, req) for name in node_names}
+
+    def _score(self, name: str, req: GpuRequest) -> int:
+        node = self.ledger.nodes.get(name)
+        if node is None or not node.gpus or isinstance(self.ledger.fit(name, req), NoFit):
+            return 0
+        total = len(node.gpus)
+        if req.is_share:
+            # a partly used GPU that fits is best (no whole GPU gets broken);
+            # the tighter the fit, the better
+            best = min(
+                (
+                    g.free_milli
+                    for g in node.gpus
+                    if g.used_milli > 0 and g.free_milli >= req.share_milli
+                ),
+                default=None,
+            )
+            if best is not None:
+                return 10 - min(4, (best - req.share_milli) * 4 // MILLI)
+            return 5 - min(5, 5 * len(node.free_whole()) // total)
+        free_after = len(node.free_whole()) - req.count
+        return 10 - (10 * free_after) // total
+
+    # ------------------------------------------------------------------ bind
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Bind the pod; returns '' on success or the error text for kube-scheduler."""
+        key = f"{namespace}/{name}"
+        if key in self._requests:
+            req = self._requests.pop(key)
+        else:  # filtered by an earlier extender process, or never filtered
+            try:
+                req = pod_gpu_request(self.fetch_pod(namespace, name))
+            except Exception as exc:
+                return f"cannot read pod {key}: {exc}"
+        assignment = None
+        if req is not None:
+            with self._lock:
+                choice = self.ledger.assume(key, node, req, self.clock())
+            if isinstance(choice, NoFit):
+                return f"node {node} can no longer take {key}: {choice.message}"
+            assignment = _assignment(node, choice, req)
+        try:
+            self.bind_fn(namespace, name, uid, node, assignment)
+        except Exception as exc:
+            with self._lock:
+                self.ledger.forget(key)
+            log.warning("bind %s -> %s failed: %s", key, node, exc)
+            return str(exc)
+        with self._lock:
+            self.ledger.confirm(key)
+        log.info("bound %s to %s GPUs %s", key, node, assignment.gpu_indices if assignment else ())
+        return ""
+
+    # ------------------------------------------------------------------ cache feed
+    def on_node(self, event: str, node: Mapping[str, Any]) -> None:
+        meta = node.get("metadata", {})
+        with self._lock:
+            if event == "DELETED":
+                self.ledger.remove_node(meta["name"])
+                return
+            labels = meta.get("labels") or {}
+            capacity = (node.get("status") or {}).get("capacity") or {}
+            self.ledger.upsert_node(
+                meta["name"],
+                labels.get(_PRODUCT, ""),
+                int(capacity.get(_GPU, 0) or 0),
+                int(labels.get(_MEMORY, 0) or 0),
+                bool((node.get("spec") or {}).get("unschedulable", False)),
+            )
+
+    def sync_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
+        with self._lock:
+            present = {n["metadata"]["name"] for n in nodes}
+            for name in list(self.ledger.nodes):
+                if name not in present:
+                    self.ledger.remove_node(name)
+            for node in nodes:
+                self.on_node("ADDED", node)
+
+    def on_pod(self, event: str, pod: Mapping[str, Any]) -> None:
+        key = _key(pod)
+        status = pod.get("status") or {}
+        spec = pod.get("spec") or {}
+        with self._lock:
+            if event == "DELETED" or status.get("phase") in _DONE_PHASES:
+                self.ledger.forget(key)
+                self._requests.pop(key, None)
+                return
+            node = spec.get("nodeName")
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            if not node:
+                return
+            try:
+                assignment = GpuAssignment.from_annotations(annotations)
+            except ValueError:
+                return  # bound without a GPU assignment: not ours to account
+            milli = MILLI if assignment.compute_percent is None else assignment.compute_percent * 10
+            self.ledger.record_bound(
+                key, node, assignment.gpu_indices, milli, assignment.memory_mib or 0
+            )
+
+    def sync_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        with self._lock:
+            present = {_key(p) for p in pods}
+            for key, holding in list(self.ledger.holdings.items()):
+                if holding.bound and key not in present:
+                    self.ledger.forget(key)
+            for pod in pods:
+                self.on_pod("ADDED", pod)
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def _assignment(node: str, gpus: tuple[int, ...], req: GpuRequest) -> GpuAssignment:
+    return GpuAssignment(
+        node=node,
+        gpu_indices=gpus,
+        gpu_uuids=tuple(gpu_uuid(node, i) for i in gpus),
+        memory_mib=req.memory_mib if req.is_share else None,
+        compute_percent=req.share_milli * 100 // MILLI if req.is_share else None,
+        handshake=new_handshake(),
+    )
+
+
+def _summarise(reasons: Mapping[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for message in reasons.values():
+        counts[message] = counts.get(message, 0) + 1
+    return "; ".join(f"{n} node(s): {m}" for m, n in sorted(counts.items(), key=lambda kv: -kv[1]))

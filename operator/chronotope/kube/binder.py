@@ -1,0 +1,108 @@
+"""Apply a placement: write the GPU assignment onto the pod, then bind it.
+
+Decide, then bind (kube-scheduler's own split): the extender has already
+chosen node and GPUs; this module only enacts the choice. Order matters: the
+assignment annotations go on the pod *before* the Binding, so a pod is never
+bound without them, and a node running the device plugin gets the node lock
+first, so its `Allocate` finds exactly this pod (see
+`chronotope.sharing.assignment`). Every step is idempotent, so kube-scheduler
+retrying a bind is safe; a failure is raised to the caller, which forgets its
+assumption.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from chronotope.sharing.assignment import (
+    ALLOCATION_LOCK,
+    GpuAssignment,
+    format_lock,
+    lock_is_stale,
+    parse_lock,
+)
+
+__all__ = ["DEVICE_PLUGIN_ANNOTATION", "BindError", "Binder", "fetch_pod"]
+
+DEVICE_PLUGIN_ANNOTATION = "chronotope.dev/device-plugin"
+"""Set on a Node whose device plugin runs; only such nodes take the allocation lock."""
+
+_CONFLICT = 409
+
+
+class BindError(RuntimeError):
+    """The binding could not be made; the message says why."""
+
+
+class Binder:
+    def __init__(self, api: client.ApiClient, lock_wait_s: float = 30.0) -> None:
+        self.core = client.CoreV1Api(api)
+        self.lock_wait_s = lock_wait_s
+
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, assignment: GpuAssignment | None
+    ) -> None:
+        if assignment is not None:
+            if self._node_runs_plugin(node):
+                self._take_node_lock(node, assignment.handshake)
+            self.core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": assignment.to_annotations()}}
+            )
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            # _preload_content=False: the client cannot deserialize the Binding response
+            self.core.create_namespaced_binding(namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == _CONFLICT and self._already_on(namespace, name, node):
+                return  # a retried bind that already happened
+            raise BindError(f"binding {namespace}/{name} to {node} failed: {exc.reason}") from exc
+
+    def _already_on(self, namespace: str, name: str, node: str) -> bool:
+        pod = self.core.read_namespaced_pod(name, namespace)
+        return bool(pod.spec.node_name == node)
+
+    def _node_runs_plugin(self, node: str) -> bool:
+        obj = self.core.read_node(node)
+        return DEVICE_PLUGIN_ANNOTATION in (obj.metadata.annotations or {})
+
+    def _take_node_lock(self, node: str, handshake: str) -> None:
+        """Wait until the node lock is free or stale, then take it (optimistic concurrency)."""
+        deadline = time.monotonic() + self.lock_wait_s
+        while True:
+            obj: Any = self.core.read_node(node)
+            current = (obj.metadata.annotations or {}).get(ALLOCATION_LOCK)
+            held = parse_lock(current)
+            if held is not None and held[0] == handshake:
+                return
+            if lock_is_stale(current, time.time()) or current is None:
+                patch = {
+                    "metadata": {
+                        "resourceVersion": obj.metadata.resource_version,
+                        "annotations": {ALLOCATION_LOCK: format_lock(handshake, time.time())},
+                    }
+                }
+                try:
+                    self.core.patch_node(node, patch)
+                    return
+                except ApiException as exc:
+                    if exc.status != _CONFLICT:
+                        raise
+            if time.monotonic() > deadline:
+                raise BindError(f"node {node}: device-plugin allocation lock held by {current}")
+            time.sleep(0.2)
+
+
+def fetch_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """A pod as a plain dict (for a bind that arrives before this process filtered it)."""
+    pod = client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+    result: dict[str, Any] = api.sanitize_for_serialization(pod)
+    return result

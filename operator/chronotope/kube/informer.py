@@ -1,0 +1,107 @@
+"""Watch-fed cache of nodes and pods, delivered to a pure consumer as plain dicts.
+
+A background thread per resource: list (remember the resourceVersion), then
+watch from it; on `410 Gone` (the version was compacted away) or any broken
+stream, relist and hand the consumer the full set again (`on_sync`), so a
+missed event can never leave the consumer's view stale. Objects reach the
+consumer as plain JSON-shaped dicts; nothing outside this package sees a
+`kubernetes` model.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+__all__ = ["Informer", "Resource"]
+
+log = logging.getLogger(__name__)
+
+_GONE = 410
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    list_fn: Callable[..., Any]
+    on_event: Callable[[str, Obj], None]
+    """(ADDED | MODIFIED | DELETED, object)"""
+    on_sync: Callable[[list[Obj]], None]
+    """The full current set, after every (re)list."""
+
+
+class Informer:
+    """Keeps consumers in step with the API server; see the module docstring."""
+
+    def __init__(self, api: client.ApiClient, resources: list[Resource]) -> None:
+        self.api = api
+        self.resources = resources
+        self._stop = threading.Event()
+        self._synced = {r.name: threading.Event() for r in resources}
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for res in self.resources:
+            thread = threading.Thread(
+                target=self._run, args=(res,), name=f"watch-{res.name}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return all(ev.wait(timeout) for ev in self._synced.values())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self, res: Resource) -> None:
+        while not self._stop.is_set():
+            try:
+                version = self._relist(res)
+                self._watch(res, version)
+            except Exception:  # a broken stream or API hiccup: relist after a pause
+                log.warning("watch %s broke; relisting", res.name, exc_info=True)
+                self._stop.wait(1.0)
+
+    def _relist(self, res: Resource) -> str:
+        listed = res.list_fn(_preload_content=True)
+        items = [self.api.sanitize_for_serialization(i) for i in listed.items]
+        res.on_sync(items)
+        self._synced[res.name].set()
+        return str(listed.metadata.resource_version)
+
+    def _watch(self, res: Resource, version: str) -> None:
+        stream = watch.Watch()
+        while not self._stop.is_set():
+            try:
+                for event in stream.stream(
+                    res.list_fn,
+                    resource_version=version,
+                    timeout_seconds=60,
+                    allow_watch_bookmarks=True,
+                ):
+                    kind = event["type"]
+                    if kind == "ERROR":
+                        raw = event.get("raw_object") or {}
+                        if raw.get("code") == _GONE:
+                            return  # relist
+                        continue
+                    obj = event["object"]
+                    version = obj.metadata.resource_version
+                    if kind == "BOOKMARK":
+                        continue
+                    res.on_event(kind, self.api.sanitize_for_serialization(obj))
+                    if self._stop.is_set():
+                        return
+            except ApiException as exc:
+                if exc.status == _GONE:
+                    return
+                raise

@@ -1,0 +1,126 @@
+"""The real kube-scheduler binds GPU pods through the Chronotope extender (end to end)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from chronotope.sharing.assignment import GpuAssignment
+from tests.kubetest import KubeCluster, wait_for
+
+pytestmark = pytest.mark.cluster
+
+SHARE = "chronotope.dev/gpu-share"
+
+
+def gpu_pod(name: str, gpus: int = 0, share: tuple[int, int] | None = None) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {SHARE: "1"}
+    annotations = {}
+    if share:
+        annotations = {
+            "chronotope.dev/gpu-compute-percent": str(share[0]),
+            "chronotope.dev/gpu-memory-mib": str(share[1]),
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "schedulerName": "chronotope",
+            "containers": [
+                {"name": "c", "image": "registry.example/x:1", "resources": {"limits": limits}}
+            ],
+        },
+    }
+
+
+def _bound(core: client.CoreV1Api, namespace: str, name: str) -> Any:
+    pod = core.read_namespaced_pod(name, namespace)
+    return pod if pod.spec.node_name else None
+
+
+def test_whole_and_fractional_pods_are_bound_with_assignments(
+    kube_cluster: KubeCluster, chronotope_scheduler: int, namespace: str
+) -> None:
+    with kube_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(namespace, gpu_pod("whole", gpus=4))
+        core.create_namespaced_pod(namespace, gpu_pod("frac-a", share=(40, 6000)))
+        core.create_namespaced_pod(namespace, gpu_pod("frac-b", share=(40, 6000)))
+        pods = {
+            n: wait_for(lambda n=n: _bound(core, namespace, n), 90, f"{n} bound")
+            for n in ("whole", "frac-a", "frac-b")
+        }
+        nodes = {n: core.read_node(p.spec.node_name) for n, p in pods.items()}
+    whole = GpuAssignment.from_annotations(pods["whole"].metadata.annotations)
+    assert whole.node == pods["whole"].spec.node_name
+    assert len(whole.gpu_indices) == 4
+    assert whole.memory_mib is None and whole.compute_percent is None
+    assert max(whole.gpu_indices) < int(nodes["whole"].status.capacity["nvidia.com/gpu"])
+    for name in ("frac-a", "frac-b"):
+        share = GpuAssignment.from_annotations(pods[name].metadata.annotations)
+        assert (share.compute_percent, share.memory_mib) == (40, 6000)
+        assert len(share.gpu_uuids) == 1
+        assert share.gpu_uuids[0] == f"GPU-{share.node}-{share.gpu_indices[0]}"
+    # the two shares fit on one GPU and are packed together rather than breaking a second GPU
+    a = GpuAssignment.from_annotations(pods["frac-a"].metadata.annotations)
+    b = GpuAssignment.from_annotations(pods["frac-b"].metadata.annotations)
+    assert (a.node, a.gpu_indices) == (b.node, b.gpu_indices)
+
+
+def test_unplaceable_share_says_why_in_events(
+    kube_cluster: KubeCluster, chronotope_scheduler: int, namespace: str
+) -> None:
+    with kube_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(namespace, gpu_pod("too-much-memory", share=(10, 500_000)))
+
+        def failed_event() -> Any:
+            events = core.list_namespaced_event(
+                namespace, field_selector="involvedObject.name=too-much-memory"
+            ).items
+            return next((e for e in events if e.reason == "FailedScheduling"), None)
+
+        event = wait_for(failed_event, 60, "FailedScheduling event")
+        assert "< requested 500000 MiB" in event.message
+        assert core.read_namespaced_pod("too-much-memory", namespace).spec.node_name is None
+
+
+def _post(port: int, verb: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/{verb}", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_malformed_requests_get_400_and_unknown_nodes_a_reason(chronotope_scheduler: int) -> None:
+    port = chronotope_scheduler
+    status, body = _post(port, "filter", b"{not json")
+    assert status == 400
+    assert "not JSON" in body["Error"]
+    status, body = _post(port, "bind", json.dumps({"PodName": "x"}).encode())
+    assert status == 400
+    assert "PodNamespace" in body["Error"]
+    pod = gpu_pod("probe", gpus=1)
+    pod["metadata"]["namespace"] = "default"
+    status, body = _post(
+        port, "filter", json.dumps({"Pod": pod, "NodeNames": ["no-such-node", "t4-000"]}).encode()
+    )
+    assert status == 200
+    assert "not known" in body["FailedAndUnresolvableNodes"]["no-such-node"]
+    assert body["NodeNames"] == ["t4-000"] or "t4-000" in body["FailedNodes"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+        assert resp.status == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    assert 'chronotope_extender_bad_requests_total{verb="filter"}' in text
+    assert "chronotope_extender_request_seconds_bucket" in text

@@ -1,0 +1,63 @@
+"""Samples validate against the models; every invalid fixture is rejected naming its field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from chronotope.api.v1alpha1 import MODELS
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SAMPLES = sorted((REPO_ROOT / "manifests" / "samples").glob("*.yaml"))
+INVALID = sorted((REPO_ROOT / "tests" / "fixtures" / "invalid").glob("*.yaml"))
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _expectations(path: Path) -> dict[str, str]:
+    found = re.findall(r"^# expect-(\w+): (.+)$", path.read_text(), flags=re.M)
+    return dict(found)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=[p.stem for p in SAMPLES])
+def test_sample_is_valid_and_round_trips(path: Path) -> None:
+    for doc in _docs(path):
+        model = MODELS[doc["kind"]].model_validate(doc)
+        dumped = model.model_dump(by_alias=True, exclude_none=True, mode="json")
+        assert MODELS[doc["kind"]].model_validate(dumped) == model
+
+
+def test_every_kind_has_a_sample() -> None:
+    kinds = {doc["kind"] for path in SAMPLES for doc in _docs(path)}
+    assert kinds == set(MODELS)
+
+
+def _error_paths(error: ValidationError) -> list[str]:
+    """Dotted API paths, e.g. `spec.edges[0].fraction`, each followed by its message."""
+    found = []
+    for item in error.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in item["loc"])
+        msg = item["msg"].removeprefix("Value error, ")
+        for part in msg.split("; "):
+            field, sep, _ = part.partition(": ")
+            rule_field = f".{field}" if sep and " " not in field else ""
+            found.append(f"{loc.lstrip('.')}{rule_field}: {part}")
+    return found
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_invalid_fixture_is_rejected_by_the_models_naming_the_field(path: Path) -> None:
+    expect = _expectations(path)
+    assert {"field", "message"} <= set(expect), f"{path.name} lacks expect- headers"
+    doc = _docs(path)[0]
+    with pytest.raises(ValidationError) as caught:
+        MODELS[doc["kind"]].model_validate(doc)
+    paths = _error_paths(caught.value)
+    assert any(p.startswith(f"{expect['field']}:") for p in paths), paths
