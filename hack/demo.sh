@@ -1,16 +1,38 @@
 #!/usr/bin/env bash
-# The demo: a real local control plane with simulated heterogeneous GPU nodes.
-# Leaves the cluster running; `make down` stops it.
+# The demo: a real local control plane with simulated heterogeneous GPU nodes, the
+# Chronotope scheduler (kube-scheduler + extender), the CRDs, sample custom resources
+# and GPU pods placed on whole and shared GPUs. Leaves the cluster running; `make down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 chronotope dev cluster down >/dev/null 2>&1 || true
-chronotope dev cluster up --spec manifests/clusters/demo.yaml
+chronotope dev cluster up --spec manifests/clusters/demo.yaml --with-scheduler
 kubeconfig="$(chronotope dev cluster status | sed -n 's/^kubeconfig: //p')"
-echo
-echo "\$ kubectl get nodes (GPU capacity and topology)"
-kubectl --kubeconfig "$kubeconfig" get nodes \
-  -o custom-columns='NAME:.metadata.name,GPU:.metadata.labels.nvidia\.com/gpu\.product,GPUS:.status.capacity.nvidia\.com/gpu,MEM(MiB):.metadata.labels.nvidia\.com/gpu\.memory,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,RACK:.metadata.labels.chronotope\.dev/rack,NVLINK:.metadata.labels.chronotope\.dev/nvlink-domain'
+k() { kubectl --kubeconfig "$kubeconfig" "$@"; }
+say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+
+say "kubectl get nodes   # GPU capacity and topology"
+k get nodes -o custom-columns='NAME:.metadata.name,GPU:.metadata.labels.nvidia\.com/gpu\.product,GPUS:.status.capacity.nvidia\.com/gpu,MEM(MiB):.metadata.labels.nvidia\.com/gpu\.memory,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,RACK:.metadata.labels.chronotope\.dev/rack,NVLINK:.metadata.labels.chronotope\.dev/nvlink-domain'
+
+say "kubectl apply --server-side -f crds/ && kubectl apply -f manifests/samples/"
+k apply --server-side --field-manager=chronotope-demo -f crds/ >/dev/null
+k wait --for=condition=Established --timeout=60s crd --all >/dev/null
+k apply -f manifests/samples/ >/dev/null
+k get chronotope
+
+say "kubectl apply -f manifests/demo/gpu-pods.yaml   # schedulerName: chronotope"
+k apply -f manifests/demo/gpu-pods.yaml >/dev/null
+for _ in $(seq 60); do
+  bound=$(k get pods -l app=chronotope-demo -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c . || true)
+  [[ "$bound" -ge 4 ]] && break
+  sleep 1
+done
+k get pods -l app=chronotope-demo -o custom-columns='POD:.metadata.name,STATUS:.status.phase,NODE:.spec.nodeName,GPUS:.metadata.annotations.chronotope\.dev/assigned-gpus,COMPUTE%:.metadata.annotations.chronotope\.dev/assigned-compute-percent,MEM(MiB):.metadata.annotations.chronotope\.dev/assigned-memory-mib'
+
+say "kubectl get events --field-selector involvedObject.name=too-big-share   # why it waits"
+sleep 2
+k get events --field-selector involvedObject.name=too-big-share,reason=FailedScheduling -o custom-columns='REASON:.reason,MESSAGE:.message' | head -3
+
 echo
 echo "The cluster keeps running. Use it with:  export KUBECONFIG=$kubeconfig"
 echo "Stop it with:                            make down"

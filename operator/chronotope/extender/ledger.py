@@ -46,7 +46,8 @@ class GpuRequest:
     def describe(self) -> str:
         if self.is_share:
             mem = f", {self.memory_mib} MiB" if self.memory_mib else ""
-            return f"{self.share_milli / 10:g}% of one GPU{mem}"
+            # no "%": kube-scheduler passes extender reasons through Go fmt
+            return f"{self.share_milli / 10:g} percent of one GPU{mem}"
         return f"{self.count} whole GPU{'s' if self.count != 1 else ''}"
 
 

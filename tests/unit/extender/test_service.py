@@ -107,7 +107,7 @@ def test_shares_pack_onto_one_gpu_until_full() -> None:
     assert a is not None
     assert (a.compute_percent, a.memory_mib) == (30, 4000)
     out = svc.filter(pod("s3", share=(30, 4000)), ["t"])
-    assert "no GPU has 30% of one GPU, 4000 MiB free" in out.failed["t"]
+    assert "no GPU has 30 percent of one GPU, 4000 MiB free" in out.failed["t"]
 
 
 def test_failed_bind_forgets_the_assumption() -> None:
