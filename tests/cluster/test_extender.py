@@ -124,3 +124,43 @@ def test_malformed_requests_get_400_and_unknown_nodes_a_reason(chronotope_schedu
         text = resp.read().decode()
     assert 'chronotope_extender_bad_requests_total{verb="filter"}' in text
     assert "chronotope_extender_request_seconds_bucket" in text
+
+
+def _gang_member(name: str, gang: str, size: int, gpus: int, strategy: str) -> dict[str, Any]:
+    pod = gpu_pod(name, gpus=gpus)
+    pod["metadata"]["labels"] = {"chronotope.dev/pod-group": gang}
+    pod["metadata"]["annotations"] = {
+        "chronotope.dev/pod-group-size": str(size),
+        "chronotope.dev/placement-strategy": strategy,
+    }
+    return pod
+
+
+def test_gangs_bind_all_members_or_none(
+    kube_cluster: KubeCluster, chronotope_scheduler: int, namespace: str
+) -> None:
+    with kube_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        # 5 members x 8 GPUs: only four 8-GPU nodes exist, so no member may bind
+        for i in range(5):
+            core.create_namespaced_pod(namespace, _gang_member(f"big-{i}", "big", 5, 8, "Pack"))
+        # 3 members x 1 GPU on distinct nodes: all bind
+        for i in range(3):
+            core.create_namespaced_pod(
+                namespace, _gang_member(f"spread-{i}", "spread", 3, 1, "StrictSpread")
+            )
+        spread = [
+            wait_for(lambda i=i: _bound(core, namespace, f"spread-{i}"), 90, "spread bound")
+            for i in range(3)
+        ]
+        assert len({p.spec.node_name for p in spread}) == 3
+
+        def gang_event() -> Any:
+            events = core.list_namespaced_event(
+                namespace, field_selector="involvedObject.name=big-0"
+            ).items
+            return next((e for e in events if "gang" in (e.message or "")), None)
+
+        event = wait_for(gang_event, 60, "FailedScheduling naming the gang")
+        assert "needs 5 member(s) with 8 whole GPUs each" in event.message
+        assert all(_bound(core, namespace, f"big-{i}") is None for i in range(5))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chronotope.extender.gang import Gang, GangBook, gang_of
 from chronotope.extender.ledger import MILLI, GpuRequest, Ledger, NoFit
 from chronotope.extender.podreq import PodRequestError, pod_gpu_request
 from chronotope.sharing.assignment import GpuAssignment, gpu_uuid, new_handshake
@@ -55,19 +56,27 @@ class ExtenderService:
     ledger: Ledger = field(default_factory=Ledger)
     clock: Callable[[], float] = time.monotonic
     _lock: threading.RLock = field(default_factory=threading.RLock)
+    gangs: GangBook = field(default_factory=GangBook)
     _requests: dict[str, GpuRequest | None] = field(default_factory=dict)
+    _gang_of: dict[str, Gang] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
         key = _key(pod)
         try:
             req = pod_gpu_request(pod)
-        except PodRequestError as exc:
+            gang = gang_of(pod)
+        except ValueError as exc:  # PodRequestError is a ValueError too
             reason = f"invalid GPU request: {exc}"
             return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
         self._requests[key] = req
         if req is None:
             return FilterOutcome(list(node_names), {}, {})
+        if gang is not None:
+            self._gang_of[key] = gang
+            outcome = self._filter_gang(key, gang, req, node_names)
+            if outcome is not None:
+                return outcome
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -87,6 +96,27 @@ class ExtenderService:
                 _summarise({**failed, **unresolvable}),
             )
         return FilterOutcome(passed, failed, unresolvable)
+
+    def _filter_gang(
+        self, key: str, gang: Gang, req: GpuRequest, node_names: list[str]
+    ) -> FilterOutcome | None:
+        """Members pass only where the gang holds a slot; the first member reserves them all."""
+        with self._lock:
+            now = self.clock()
+            self.ledger.expire(now)
+            self.gangs.expire(self.ledger, now)
+            allowed = self.gangs.allowed_nodes(gang, key)
+            if allowed is None:
+                why = self.gangs.reserve(self.ledger, gang, req, node_names, now)
+                if why is not None:
+                    log.info("pod %s waits: %s", key, why)
+                    return FilterOutcome([], dict.fromkeys(node_names, why), {})
+                allowed = self.gangs.allowed_nodes(gang, key)
+                if allowed is None:
+                    return None  # the rest of the gang is bound: a plain placement
+        passed = [n for n in node_names if n in allowed]
+        elsewhere = f"GPUs for gang {gang.key} are reserved on other nodes"
+        return FilterOutcome(passed, {n: elsewhere for n in node_names if n not in allowed}, {})
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: Mapping[str, Any], node_names: list[str]) -> dict[str, int]:
@@ -136,9 +166,12 @@ class ExtenderService:
                 req = pod_gpu_request(self.fetch_pod(namespace, name))
             except Exception as exc:
                 return f"cannot read pod {key}: {exc}"
+        gang = self._gang_of.get(key)
         assignment = None
         if req is not None:
             with self._lock:
+                if gang is not None and not self.gangs.claim(self.ledger, gang, key, node):
+                    return f"gang {gang.key} holds no slot on {node}"
                 choice = self.ledger.assume(key, node, req, self.clock())
             if isinstance(choice, NoFit):
                 return f"node {node} can no longer take {key}: {choice.message}"
@@ -148,10 +181,14 @@ class ExtenderService:
         except Exception as exc:
             with self._lock:
                 self.ledger.forget(key)
+                if gang is not None and req is not None:
+                    self.gangs.unclaim(self.ledger, gang, key, req, self.clock())
             log.warning("bind %s -> %s failed: %s", key, node, exc)
             return str(exc)
         with self._lock:
             self.ledger.confirm(key)
+            if gang is not None:
+                self.gangs.bound(gang, key)
         log.info("bound %s to %s GPUs %s", key, node, assignment.gpu_indices if assignment else ())
         return ""
 
@@ -189,6 +226,9 @@ class ExtenderService:
             if event == "DELETED" or status.get("phase") in _DONE_PHASES:
                 self.ledger.forget(key)
                 self._requests.pop(key, None)
+                gang = self._gang_of.pop(key, None)
+                if gang is not None:
+                    self.gangs.forget_member(self.ledger, gang, key)
                 return
             node = spec.get("nodeName")
             annotations = (pod.get("metadata") or {}).get("annotations") or {}
@@ -202,12 +242,19 @@ class ExtenderService:
             self.ledger.record_bound(
                 key, node, assignment.gpu_indices, milli, assignment.memory_mib or 0
             )
+            try:
+                gang = gang_of(pod)
+            except ValueError:
+                gang = None
+            if gang is not None:  # a restarted extender still knows who is bound
+                self._gang_of[key] = gang
+                self.gangs.bound(gang, key)
 
     def sync_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:
             present = {_key(p) for p in pods}
             for key, holding in list(self.ledger.holdings.items()):
-                if holding.bound and key not in present:
+                if holding.bound and key not in present and not key.startswith("gang:"):
                     self.ledger.forget(key)
             for pod in pods:
                 self.on_pod("ADDED", pod)

@@ -1,0 +1,212 @@
+"""All-or-nothing gangs: reserve GPUs for every member before any member binds.
+
+kube-scheduler places pods one at a time, so a gang (the workers of one
+training job) could end half-bound, holding GPUs while it waits for the rest
+(the classic gang-scheduling deadlock). The extender prevents that: when the
+first member of a gang is filtered, the whole gang's placement is reserved in
+the ledger (synthetic holdings, one per member slot) or nothing is; members
+then pass the filter only on nodes where the gang holds a slot, and binding a
+member turns its slot into the pod's own holding. A reservation whose members
+do not all arrive expires and is released.
+
+Gangs are declared on pods: label `chronotope.dev/pod-group` (the gang's name)
+and annotation `chronotope.dev/pod-group-size` (how many members), optional
+`chronotope.dev/placement-strategy`: Pack (default), Spread, StrictPack,
+StrictSpread (Ray's placement-group strategies).
+
+Pure: plain values and the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from chronotope.extender.ledger import GpuRequest, Ledger, NoFit
+
+__all__ = [
+    "GANG_LABEL",
+    "GANG_SIZE_ANNOTATION",
+    "STRATEGY_ANNOTATION",
+    "Gang",
+    "GangBook",
+    "Strategy",
+    "gang_of",
+]
+
+GANG_LABEL = "chronotope.dev/pod-group"
+GANG_SIZE_ANNOTATION = "chronotope.dev/pod-group-size"
+STRATEGY_ANNOTATION = "chronotope.dev/placement-strategy"
+
+
+class Strategy(StrEnum):
+    PACK = "Pack"
+    SPREAD = "Spread"
+    STRICT_PACK = "StrictPack"
+    STRICT_SPREAD = "StrictSpread"
+
+
+@dataclass(frozen=True)
+class Gang:
+    key: str
+    size: int
+    strategy: Strategy
+
+
+def gang_of(pod: Mapping[str, Any]) -> Gang | None:
+    """The gang a pod belongs to, or None; ValueError naming the field when malformed."""
+    meta = pod.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(GANG_LABEL)
+    if not name:
+        return None
+    annotations = meta.get("annotations") or {}
+    raw = annotations.get(GANG_SIZE_ANNOTATION, "")
+    try:
+        size = int(raw)
+    except ValueError:
+        raise ValueError(
+            f"metadata.annotations[{GANG_SIZE_ANNOTATION}]: {raw!r} is not an integer"
+        ) from None
+    if not 1 <= size <= 10_000:
+        raise ValueError(f"metadata.annotations[{GANG_SIZE_ANNOTATION}]: {size} is not 1..10000")
+    raw_strategy = annotations.get(STRATEGY_ANNOTATION, Strategy.PACK.value)
+    try:
+        strategy = Strategy(raw_strategy)
+    except ValueError:
+        allowed = ", ".join(s.value for s in Strategy)
+        raise ValueError(
+            f"metadata.annotations[{STRATEGY_ANNOTATION}]: {raw_strategy!r} is not one of {allowed}"
+        ) from None
+    return Gang(f"{meta.get('namespace', 'default')}/{name}", size, strategy)
+
+
+@dataclass
+class Reservation:
+    gang: Gang
+    slots: list[str]  # node per slot
+    claimed: dict[str, int] = field(default_factory=dict)  # pod key -> slot
+    expires_at: float = 0.0
+
+    def slot_key(self, i: int) -> str:
+        return f"gang:{self.gang.key}#{i}"
+
+    def free_slots(self) -> list[int]:
+        taken = set(self.claimed.values())
+        return [i for i in range(len(self.slots)) if i not in taken]
+
+
+@dataclass
+class GangBook:
+    ttl_s: float = 120.0
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    members_bound: dict[str, set[str]] = field(default_factory=dict)
+
+    def allowed_nodes(self, gang: Gang, pod_key: str) -> set[str] | None:
+        """Nodes this member may use under the current reservation (None: no reservation)."""
+        res = self.reservations.get(gang.key)
+        if res is None:
+            return None
+        if pod_key in res.claimed:
+            return {res.slots[res.claimed[pod_key]]}
+        return {res.slots[i] for i in res.free_slots()}
+
+    def reserve(
+        self, ledger: Ledger, gang: Gang, req: GpuRequest, candidates: list[str], now: float
+    ) -> str | None:
+        """Reserve every missing member's GPUs, or nothing; returns why not, or None on success."""
+        needed = gang.size - len(self.members_bound.get(gang.key, set()))
+        if needed <= 0:
+            return None
+        res = Reservation(gang, [], expires_at=now + self.ttl_s)
+        for i in range(needed):
+            node = self._pick(ledger, res, req, candidates)
+            if node is None or isinstance(ledger.assume(res.slot_key(i), node, req, now), NoFit):
+                self._release(ledger, res)
+                return (
+                    f"gang {gang.key} ({gang.strategy.value}) needs {needed} member(s) with "
+                    f"{req.describe()} each; only {i} can be placed now"
+                )
+            res.slots.append(node)
+        ledger_hold_forever(ledger, res)
+        self.reservations[gang.key] = res
+        return None
+
+    def _pick(
+        self, ledger: Ledger, res: Reservation, req: GpuRequest, candidates: list[str]
+    ) -> str | None:
+        used = set(res.slots)
+        fitting = [n for n in candidates if not isinstance(ledger.fit(n, req), NoFit)]
+        strategy = res.gang.strategy
+        if strategy is Strategy.STRICT_SPREAD:
+            fitting = [n for n in fitting if n not in used]
+        if strategy is Strategy.STRICT_PACK and used:
+            fitting = [n for n in fitting if n in used]
+        if not fitting:
+            return None
+        if strategy in (Strategy.PACK, Strategy.STRICT_PACK):
+            # stay on nodes the gang already uses, else the one with most free GPUs
+            return max(fitting, key=lambda n: (n in used, len(ledger.nodes[n].free_whole()), n))
+        return max(fitting, key=lambda n: (n not in used, len(ledger.nodes[n].free_whole()), n))
+
+    def claim(self, ledger: Ledger, gang: Gang, pod_key: str, node: str) -> bool:
+        """Turn a slot on `node` into room for this member (the caller then assumes the pod)."""
+        res = self.reservations.get(gang.key)
+        if res is None:
+            return True  # no reservation (e.g. the rest of the gang is already bound)
+        if pod_key in res.claimed:
+            slot = res.claimed[pod_key]
+        else:
+            free = [i for i in res.free_slots() if res.slots[i] == node]
+            if not free:
+                return False
+            slot = free[0]
+            res.claimed[pod_key] = slot
+        ledger.forget(res.slot_key(slot))
+        return True
+
+    def unclaim(
+        self, ledger: Ledger, gang: Gang, pod_key: str, req: GpuRequest, now: float
+    ) -> None:
+        """A member's bind failed: hold its slot again for the next try."""
+        res = self.reservations.get(gang.key)
+        if res is None or pod_key not in res.claimed:
+            return
+        slot = res.claimed.pop(pod_key)
+        if not isinstance(ledger.assume(res.slot_key(slot), res.slots[slot], req, now), NoFit):
+            ledger.confirm(res.slot_key(slot))
+
+    def bound(self, gang: Gang, pod_key: str) -> None:
+        self.members_bound.setdefault(gang.key, set()).add(pod_key)
+        res = self.reservations.get(gang.key)
+        if (
+            res is not None
+            and len(res.claimed) == len(res.slots)
+            and all(k in self.members_bound[gang.key] for k in res.claimed)
+        ):
+            del self.reservations[gang.key]
+
+    def forget_member(self, ledger: Ledger, gang: Gang, pod_key: str) -> None:
+        self.members_bound.get(gang.key, set()).discard(pod_key)
+        res = self.reservations.get(gang.key)
+        if res is not None:
+            res.claimed.pop(pod_key, None)
+
+    def expire(self, ledger: Ledger, now: float) -> list[str]:
+        stale = [k for k, r in self.reservations.items() if r.expires_at <= now]
+        for key in stale:
+            self._release(ledger, self.reservations.pop(key))
+        return stale
+
+    @staticmethod
+    def _release(ledger: Ledger, res: Reservation) -> None:
+        for i in range(len(res.slots)):
+            if i not in res.claimed.values():
+                ledger.forget(res.slot_key(i))
+
+
+def ledger_hold_forever(ledger: Ledger, res: Reservation) -> None:
+    """Slots live as long as their reservation, not the ledger's assume TTL."""
+    for i in range(len(res.slots)):
+        ledger.confirm(res.slot_key(i))

@@ -1,0 +1,79 @@
+"""Gangs are all-or-nothing: GPUs for every member are reserved before any member binds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chronotope.extender.gang import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
+from tests.unit.extender.test_service import Recorder, pod, service
+
+
+def member(
+    i: int, size: int, gpus: int, strategy: str = "Pack", gang: str = "job"
+) -> dict[str, Any]:
+    p = pod(f"{gang}-{i}", gpus=gpus)
+    p["metadata"]["labels"] = {GANG_LABEL: gang}
+    p["metadata"]["annotations"] |= {GANG_SIZE_ANNOTATION: str(size), STRATEGY_ANNOTATION: strategy}
+    return p
+
+
+NODES = ["a", "t", "v"]  # a: 8 x A100, t: 1 x T4, v: 4 x V100
+
+
+def test_gang_that_cannot_fit_reserves_nothing_and_says_why() -> None:
+    svc = service(Recorder())
+    out = svc.filter(member(0, 4, 4), NODES)  # 4 x 4 GPUs > 13 GPUs in total
+    assert out.passed == []
+    assert "needs 4 member(s) with 4 whole GPUs each; only 3 can be placed now" in out.failed["a"]
+    assert svc.filter(pod("other", gpus=8), NODES).passed == ["a"]  # nothing left held
+
+
+def test_members_bind_only_into_the_reservation() -> None:
+    rec = Recorder()
+    svc = service(rec)
+    first = svc.filter(member(0, 3, 4), NODES)
+    assert set(first.passed) <= {"a", "v"}
+    # the whole gang is held: a plain pod can no longer take 8 GPUs on a
+    assert svc.filter(pod("other", gpus=8), ["a"]).passed == []
+    for i in range(3):
+        out = svc.filter(member(i, 3, 4), NODES)
+        assert out.passed, f"member {i} has no reserved node"
+        assert svc.bind("ns", f"job-{i}", "u", out.passed[0]) == ""
+    assert sorted(n for n, _ in rec.bound.values()) == ["a", "a", "v"]
+    assert svc.gangs.reservations == {}
+
+
+def test_strict_spread_puts_members_on_distinct_nodes() -> None:
+    svc = service(Recorder())
+    svc.filter(member(0, 3, 1, "StrictSpread"), NODES)
+    reservation = svc.gangs.reservations["ns/job"]
+    assert sorted(reservation.slots) == ["a", "t", "v"]
+    assert (
+        "only 2 can be placed"  # the T4 is held by the first gang
+        in svc.filter(member(0, 4, 1, "StrictSpread", "big"), NODES).failed["a"]
+    )
+
+
+def test_strict_pack_keeps_the_gang_on_one_node() -> None:
+    svc = service(Recorder())
+    svc.filter(member(0, 4, 2, "StrictPack"), NODES)
+    assert svc.gangs.reservations["ns/job"].slots == ["a"] * 4
+
+
+def test_bad_gang_annotations_are_named() -> None:
+    bad = member(0, 2, 1)
+    bad["metadata"]["annotations"][STRATEGY_ANNOTATION] = "Sideways"
+    out = service(Recorder()).filter(bad, NODES)
+    assert STRATEGY_ANNOTATION in out.unresolvable["a"]
+
+
+def test_unclaimed_reservation_expires() -> None:
+    now = [0.0]
+    svc = service(Recorder())
+    svc.clock = lambda: now[0]
+    svc.filter(member(0, 2, 8), ["a", "v"])  # 2 x 8 cannot fit: nothing held
+    svc.filter(member(0, 1, 8), ["a"])
+    assert svc.filter(pod("other", gpus=1), ["a"]).passed == []
+    now[0] += svc.gangs.ttl_s + 1
+    svc.filter(member(0, 1, 8, gang="x"), ["v"])  # any gang filter expires stale reservations
+    assert svc.filter(pod("other", gpus=1), ["a"]).passed == ["a"]
