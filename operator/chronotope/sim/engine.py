@@ -1,0 +1,143 @@
+"""Replay a pod list against a cluster with one online policy, the FGD paper's way.
+
+Protocol (ATC'23 artifact, `TunePodsByNodeTotalResource` and `SortClusterPods`):
+pods are sorted by name and shuffled with the seed; the list is then topped
+up with pods drawn with replacement from the original workload until the
+requested GPU share would pass `tune_ratio` (1.3) times the cluster's GPU
+capacity. Pods are submitted one at a time, nothing departs, and a pod that
+fits nowhere fails for good. After every pod we record the arrived and the
+allocated GPU share and the cluster's fragmentation, so the figures "at
+100 %" and "at 130 %" of arrived demand can be read off afterwards exactly
+as the artifact's analysis scripts do. The workload depends only on the
+seed, so every policy sees the same arrivals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chronotope.solver.frag import FloatArray, FragModel, FragTracker, typical_pods
+from chronotope.solver.model import ClusterSnapshot, PodRequest
+from chronotope.solver.policies import Context, Policy
+from chronotope.solver.state import ClusterState, IntArray
+
+__all__ = ["RunResult", "arrivals", "metric_at", "reference_rank", "simulate"]
+
+
+@dataclass
+class RunResult:
+    """Per-pod series of one (trace, policy, seed) run, in milli-GPU."""
+
+    policy: str
+    seed: int
+    total_milli: int
+    arrived: IntArray
+    used: IntArray
+    frag: FloatArray
+    idle: IntArray
+    failed: int
+
+    def alloc_pct_at(self, pct: int) -> float:
+        return metric_at(self, pct, np.round(self.used / self.total_milli * 100, 2))
+
+    def frag_amount_pct_at(self, pct: int) -> float:
+        return metric_at(self, pct, self.frag / self.total_milli * 100)
+
+    def frag_ratio_pct_at(self, pct: int) -> float:
+        ratio = np.where(self.idle > 0, self.frag / np.maximum(self.idle, 1), 0.0) * 100
+        return metric_at(self, pct, ratio)
+
+
+def metric_at(run: RunResult, pct: int, series: FloatArray) -> float:
+    """Mean of `series` over the pods at which arrived demand rounds to `pct` %."""
+    arrive = np.round(run.arrived / run.total_milli * 100)
+    mask = arrive == pct
+    if not mask.any():
+        mask = np.abs(arrive - pct) <= 1
+    if not mask.any():
+        return float("nan")
+    return float(series[mask].mean())
+
+
+def arrivals(
+    pods: Sequence[PodRequest], total_milli: int, seed: int, tune_ratio: float
+) -> list[int]:
+    """Submission order (indices into `pods`): shuffled originals, then random top-ups."""
+    rng = np.random.default_rng(seed)
+    by_name = sorted(range(len(pods)), key=lambda i: pods[i].name)
+    order = [by_name[i] for i in rng.permutation(len(by_name))]
+    requested = sum(p.total_gpu_milli for p in pods)
+    target = tune_ratio * total_milli
+    while True:
+        pick = by_name[int(rng.integers(len(by_name)))]
+        # The artifact compares with the per-GPU share here (not the total); kept as is.
+        if requested + pods[pick].gpu_milli > target:
+            break
+        requested += pods[pick].total_gpu_milli
+        order.append(pick)
+    return order
+
+
+def reference_rank(n: int, rng: np.random.Generator, workers: int = 16) -> IntArray:
+    """Tie-break order that mimics the reference scheduler (kube-scheduler 1.20 fork).
+
+    Its filter runs on 16 goroutines over chunks of about sqrt(n) consecutive
+    nodes and appends feasible nodes as they finish, so the candidate list is
+    ordered by (wave of chunks, position inside the chunk) with the chunks of a
+    wave interleaved at random; the first node of highest score wins. With
+    uniform random tie-breaking instead, FGD lands 5 points below the
+    published figures; with this order it lands within 0.1 (docs/solver.md).
+    """
+    chunk = max(1, min(int(np.sqrt(n)), n // workers + 1))
+    i = np.arange(n, dtype=np.int64)
+    wave = (i // chunk) // workers
+    key = wave * chunk + i % chunk
+    return key * n + rng.permutation(n)
+
+
+def simulate(
+    cluster: ClusterSnapshot,
+    pods: Sequence[PodRequest],
+    policy: Policy,
+    seed: int,
+    *,
+    tune_ratio: float = 1.3,
+    on_pod: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Run one policy over the seed's arrivals and record the per-pod series."""
+    state = ClusterState.from_snapshot(cluster)
+    total = state.total_gpu_milli
+    frag = FragTracker(FragModel(typical_pods(pods), state.models), state)
+    rng = np.random.default_rng([seed, 7])
+    ctx = Context(state=state, frag=frag, rng=rng, rank=reference_rank(state.n, rng))
+    specs = [state.spec(p) for p in pods]
+    order = arrivals(pods, total, seed, tune_ratio)
+    n = len(order)
+    arrived = np.zeros(n, dtype=np.int64)
+    used = np.zeros(n, dtype=np.int64)
+    frag_s = np.zeros(n, dtype=np.float64)
+    idle = np.zeros(n, dtype=np.int64)
+    acc_arrived = 0
+    acc_used = 0
+    failed = 0
+    for e, i in enumerate(order):
+        spec = specs[i]
+        acc_arrived += spec.total_milli
+        cand = state.feasible(spec)
+        if len(cand) == 0:
+            failed += 1
+        else:
+            node, gpus = policy.choose(ctx, spec, cand)
+            state.assign(node, spec, gpus)
+            frag.refresh(node)
+            acc_used += spec.total_milli
+        arrived[e] = acc_arrived
+        used[e] = acc_used
+        frag_s[e] = frag.node_frag.sum()
+        idle[e] = total - acc_used
+        if on_pod is not None:
+            on_pod(e)
+    return RunResult(policy.name, seed, total, arrived, used, frag_s, idle, failed)

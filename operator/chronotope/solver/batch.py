@@ -1,0 +1,402 @@
+"""Batch planning of pending gangs with CP-SAT, in the TetriSched style.
+
+Each workload offers alternatives: a GPU model (with its own duration and
+utility) times a start slot in the plan-ahead window. The model picks at most
+one alternative per workload (`start[w|model|tS]`). Alternatives that start
+now are placed member by member on concrete nodes and GPUs (`on[p|node]`,
+`gpu[p|node|g]`) with per-node CPU/memory and per-GPU share/memory packing;
+later starts only reserve GPU share per model and slot (they are re-planned
+next cycle, which is why only what starts now is enacted). Gangs are all or
+nothing; PACK/SPREAD are soft, STRICT_PACK/STRICT_SPREAD and a shared
+topology domain are hard. The objective is total utility (priority-weighted,
+zero past the deadline, a little less for every slot of delay) minus a
+fragmentation term (`opened[node|g]`: a share that opens a fully free GPU)
+and the soft-strategy penalties. Every variable is named, and an unplaced
+workload gets its reason in plain words. `plan` is pure and blocking; call
+`plan_async` from an event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chronotope.solver.model import (
+    MILLI,
+    Alternative,
+    ClusterSnapshot,
+    Node,
+    Placement,
+    PlacementStrategy,
+    Reason,
+    Unplaced,
+    Workload,
+)
+from chronotope.solver.online import node_reasons
+
+__all__ = ["BatchSettings", "Deferred", "Plan", "plan", "plan_async"]
+
+SCALE = 1000
+
+
+class Deferred(BaseModel):
+    """A workload planned to start later (not enacted; re-planned next cycle)."""
+
+    model_config = ConfigDict(frozen=True)
+    workload: str
+    gpu_model: str
+    start_s: float
+
+
+class Plan(BaseModel):
+    """The batch decision: what starts now, what is planned later, what cannot run."""
+
+    model_config = ConfigDict(frozen=True)
+    placements: tuple[Placement, ...] = ()
+    chosen: dict[str, str] = Field(default_factory=dict)
+    """workload -> GPU model of the alternative that starts now."""
+    deferred: tuple[Deferred, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+    preemption_candidates: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    utility: float = 0.0
+    status: str = "UNKNOWN"
+    objective_terms: dict[str, float] = Field(default_factory=dict)
+
+
+class BatchSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    slot_s: float = 600.0
+    horizon_slots: int = Field(default=4, ge=1)
+    time_limit_s: float = 2.0
+    seed: int = 0
+    workers: int = 1
+    candidate_nodes: int = 12
+    delay_discount: float = 0.02
+    frag_weight: float = 0.05
+    pack_weight: float = 0.01
+    spread_weight: float = 0.01
+    hint: Plan | None = None
+
+
+@dataclass
+class _Alt:
+    workload: Workload
+    alt: Alternative
+    slot: int
+    value: int
+    var: Any = None
+    nodes: list[Node] = field(default_factory=list)
+
+
+def _alternatives(w: Workload, models: set[str]) -> list[Alternative]:
+    if w.alternatives:
+        return [a for a in w.alternatives if a.gpu_model in models or w.pod.num_gpus == 0]
+    if w.pod.num_gpus == 0:
+        return [Alternative(gpu_model="", duration_s=w.default_duration_s)]
+    return [
+        Alternative(gpu_model=m, duration_s=w.default_duration_s)
+        for m in sorted(models)
+        if w.pod.allows(m)
+    ]
+
+
+def _fits(node: Node, w: Workload) -> bool:
+    p = w.pod
+    if node.free_cpu < p.cpu_milli or node.free_memory < p.memory_mib:
+        return False
+    if p.num_gpus == 0:
+        return True
+    ok = [g for g in node.gpus if g.free_milli >= p.gpu_milli and g.free_mem >= p.gpu_memory_mib]
+    return len(ok) >= p.num_gpus
+
+
+def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSettings) -> Plan:
+    """Choose alternatives and place what starts now. Pure; blocks for up to the time limit."""
+    from ortools.sat.python import cp_model
+
+    running = [w for w in workloads if w.running_on]
+    workloads = [w for w in workloads if not w.running_on]
+    m = cp_model.CpModel()
+    now = snapshot.time_s
+    models = {n.gpu_model for n in snapshot.nodes if n.gpus}
+    alts: list[_Alt] = []
+    early: dict[str, list[Reason]] = defaultdict(list)
+    for w in workloads:
+        options = _alternatives(w, models)
+        if not options:
+            early[w.name].append(
+                Reason(code="NoGpuModel", message="no GPU model it allows is in the cluster")
+            )
+        for opt in options:
+            for s in range(settings.horizon_slots):
+                finish = now + s * settings.slot_s + opt.duration_s
+                if w.deadline_s is not None and finish > w.deadline_s:
+                    continue
+                weight = opt.utility * (1 + max(w.priority, 0)) * (1 - settings.delay_discount * s)
+                if weight <= 0:
+                    continue
+                alts.append(_Alt(w, opt, s, round(weight * SCALE)))
+        if options and not any(x.workload is w for x in alts):
+            fastest = min(o.duration_s for o in options)
+            early[w.name].append(
+                Reason(
+                    code="DeadlineUnmeetable",
+                    message=f"deadline {w.deadline_s:.0f}s cannot be met: the fastest alternative "
+                    f"finishes at {now + fastest:.0f}s (utility 0)",
+                )
+            )
+    by_w: dict[str, list[_Alt]] = defaultdict(list)
+    for a in alts:
+        a.var = m.new_bool_var(f"start[{a.workload.name}|{a.alt.gpu_model}|t{a.slot}]")
+        by_w[a.workload.name].append(a)
+    for group in by_w.values():
+        m.add_at_most_one(a.var for a in group)
+
+    cpu_use: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+    mem_use: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+    gpu_use: dict[tuple[str, int], list[tuple[int, int, Any]]] = defaultdict(list)
+    penalties: list[tuple[float, Any, str]] = []
+    on_vars: dict[tuple[str, str], Any] = {}
+    gpu_vars: dict[tuple[str, str, int], Any] = {}
+    for a in (x for x in alts if x.slot == 0):
+        w = a.workload
+        cands = [
+            n
+            for n in snapshot.nodes
+            if (not w.pod.num_gpus or n.gpu_model == a.alt.gpu_model) and _fits(n, w)
+        ]
+        cands.sort(key=lambda n: (sum(g.free_milli for g in n.gpus), n.free_cpu, n.name))
+        limit = max(settings.candidate_nodes, 2 * w.replicas)
+        a.nodes = cands[:limit]
+        if not a.nodes:
+            m.add(a.var == 0)
+            continue
+        tag = f"{w.name}|{a.alt.gpu_model}"
+        used_node = {n.name: m.new_bool_var(f"uses[{tag}|{n.name}]") for n in a.nodes}
+        for member in w.member_names():
+            ys = []
+            for n in a.nodes:
+                y = m.new_bool_var(f"on[{member}|{a.alt.gpu_model}|{n.name}]")
+                on_vars[member + "|" + a.alt.gpu_model, n.name] = y
+                ys.append(y)
+                m.add_implication(y, used_node[n.name])
+                cpu_use[n.name].append((w.pod.cpu_milli, y))
+                mem_use[n.name].append((w.pod.memory_mib, y))
+                if w.pod.num_gpus:
+                    zs = []
+                    for g in n.gpus:
+                        if g.free_milli < w.pod.gpu_milli:
+                            continue
+                        z = m.new_bool_var(f"gpu[{member}|{a.alt.gpu_model}|{n.name}|{g.index}]")
+                        gpu_vars[member + "|" + a.alt.gpu_model, n.name, g.index] = z
+                        m.add_implication(z, y)
+                        zs.append(z)
+                        gpu_use[n.name, g.index].append((w.pod.gpu_milli, w.pod.gpu_memory_mib, z))
+                    m.add(sum(zs) == w.pod.num_gpus * y)
+            m.add(sum(ys) == a.var)
+        nodes_used = list(used_node.values())
+        if w.strategy is PlacementStrategy.STRICT_PACK:
+            m.add(sum(nodes_used) <= 1)
+        elif w.strategy is PlacementStrategy.STRICT_SPREAD:
+            for n in a.nodes:
+                m.add(
+                    sum(on_vars[x + "|" + a.alt.gpu_model, n.name] for x in w.member_names()) <= 1
+                )
+        elif w.strategy is PlacementStrategy.PACK:
+            penalties += [(settings.pack_weight, u, f"pack[{tag}]") for u in nodes_used]
+        else:
+            penalties += [(-settings.spread_weight, u, f"spread[{tag}]") for u in nodes_used]
+        if w.same_topology:
+            domains = sorted({getattr(n, w.same_topology) for n in a.nodes})
+            dvars = {d: m.new_bool_var(f"domain[{tag}|{d}]") for d in domains}
+            m.add(sum(dvars.values()) <= 1)
+            for n in a.nodes:
+                m.add_implication(used_node[n.name], dvars[getattr(n, w.same_topology)])
+    for node in snapshot.nodes:
+        if node.name in cpu_use:
+            m.add(sum(c * y for c, y in cpu_use[node.name]) <= node.free_cpu)
+            m.add(sum(c * y for c, y in mem_use[node.name]) <= node.free_memory)
+        for g in node.gpus:
+            uses = gpu_use.get((node.name, g.index))
+            if not uses:
+                continue
+            m.add(sum(s * z for s, _, z in uses) <= g.free_milli)
+            if g.memory_mib:
+                m.add(sum(mm * z for _, mm, z in uses) <= g.free_mem)
+            if g.free_milli == MILLI and any(s < MILLI for s, _, _ in uses):
+                opened = m.new_bool_var(f"opened[{node.name}|{g.index}]")
+                for s, _, z in uses:
+                    if s < MILLI:
+                        m.add_implication(z, opened)
+                penalties.append((settings.frag_weight, opened, "fragmentation"))
+    # A later start cannot be packed yet; charge it the fragmentation of opening a GPU
+    # per share member, so deferring is never a way to dodge the fragmentation term.
+    for a in alts:
+        if a.slot > 0 and a.workload.pod.is_share:
+            penalties.append((settings.frag_weight * a.workload.replicas, a.var, "fragmentation"))
+    # Later starts reserve GPU share per model and slot (current usage assumed to persist).
+    free_by_model: dict[str, int] = defaultdict(int)
+    for n in snapshot.nodes:
+        for g in n.gpus:
+            free_by_model[n.gpu_model] += g.free_milli
+    for model_name in models:
+        for slot in range(settings.horizon_slots):
+            terms = []
+            for a in alts:
+                if a.alt.gpu_model != model_name:
+                    continue
+                slots = max(1, int(-(-a.alt.duration_s // settings.slot_s)))
+                if a.slot <= slot < a.slot + slots:
+                    terms.append(a.workload.pod.total_gpu_milli * a.workload.replicas * a.var)
+            if terms:
+                m.add(sum(terms) <= free_by_model[model_name])
+    m.maximize(
+        sum(a.value * a.var for a in alts) - sum(round(wt * SCALE) * v for wt, v, _ in penalties)
+    )
+    if settings.hint is not None:
+        _apply_hint(m, settings.hint, alts, on_vars)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = settings.time_limit_s
+    solver.parameters.random_seed = settings.seed
+    solver.parameters.num_workers = settings.workers
+    status = solver.solve(m)
+    status_name = solver.status_name(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return Plan(
+            status=status_name,
+            unplaced=tuple(
+                Unplaced(
+                    name=w.name,
+                    reasons=(
+                        Reason(code="SolverNoSolution", message=f"solver returned {status_name}"),
+                    ),
+                )
+                for w in workloads
+            ),
+        )
+    return _extract(
+        snapshot,
+        workloads=workloads,
+        running=running,
+        settings=settings,
+        solver=solver,
+        alts=alts,
+        on_vars=on_vars,
+        gpu_vars=gpu_vars,
+        penalties=penalties,
+        early=early,
+        status_name=status_name,
+    )
+
+
+def _apply_hint(m: Any, hint: Plan, alts: list[_Alt], on_vars: dict[tuple[str, str], Any]) -> None:
+    deferred = {(d.workload, d.gpu_model) for d in hint.deferred}
+    for a in alts:
+        chosen = hint.chosen.get(a.workload.name) == a.alt.gpu_model and a.slot == 0
+        later = (a.workload.name, a.alt.gpu_model) in deferred and a.slot == 0
+        m.add_hint(a.var, 1 if (chosen or later) else 0)
+    placed = {(p.pod, p.node) for p in hint.placements}
+    for (key, node), var in on_vars.items():
+        member = key.rsplit("|", 1)[0]
+        m.add_hint(var, 1 if (member, node) in placed else 0)
+
+
+def _extract(
+    snapshot: ClusterSnapshot,
+    *,
+    workloads: list[Workload],
+    running: list[Workload],
+    settings: BatchSettings,
+    solver: Any,
+    alts: list[_Alt],
+    on_vars: dict[tuple[str, str], Any],
+    gpu_vars: dict[tuple[str, str, int], Any],
+    penalties: list[tuple[float, Any, str]],
+    early: dict[str, list[Reason]],
+    status_name: str,
+) -> Plan:
+    val = solver.value
+    placements: list[Placement] = []
+    chosen: dict[str, str] = {}
+    deferred: list[Deferred] = []
+    started: set[str] = set()
+    utility = 0.0
+    for a in alts:
+        if not val(a.var):
+            continue
+        w = a.workload
+        utility += a.value / SCALE
+        started.add(w.name)
+        if a.slot > 0:
+            deferred.append(
+                Deferred(
+                    workload=w.name,
+                    gpu_model=a.alt.gpu_model,
+                    start_s=snapshot.time_s + a.slot * settings.slot_s,
+                )
+            )
+            continue
+        chosen[w.name] = a.alt.gpu_model
+        for member in w.member_names():
+            key = member + "|" + a.alt.gpu_model
+            node = next(n for n in a.nodes if val(on_vars[key, n.name]))
+            gpus = tuple(
+                g.index
+                for g in node.gpus
+                if (key, node.name, g.index) in gpu_vars and val(gpu_vars[key, node.name, g.index])
+            )
+            placements.append(
+                Placement(
+                    pod=member,
+                    node=node.name,
+                    gpu_indices=gpus,
+                    gpu_milli=w.pod.gpu_milli,
+                    start_s=snapshot.time_s,
+                )
+            )
+    terms: dict[str, float] = defaultdict(float)
+    for wt, v, label in penalties:
+        terms[label.split("[")[0]] += wt * val(v)
+    terms["utility"] = utility
+    unplaced: list[Unplaced] = []
+    candidates: dict[str, tuple[str, ...]] = {}
+    for w in workloads:
+        if w.name in started:
+            continue
+        reasons = list(early.get(w.name, []))
+        if not reasons:
+            per_node = node_reasons(snapshot, w.pod)
+            if per_node:
+                reasons += per_node
+            else:
+                reasons.append(
+                    Reason(
+                        code="OutbidInWindow",
+                        message="room exists, but higher-utility workloads took it in this window",
+                    )
+                )
+        unplaced.append(Unplaced(name=w.name, reasons=tuple(reasons)))
+        victims = tuple(v.name for v in running if v.preemptible and v.priority < w.priority)
+        if victims:
+            candidates[w.name] = victims
+    return Plan(
+        placements=tuple(placements),
+        chosen=chosen,
+        deferred=tuple(deferred),
+        unplaced=tuple(unplaced),
+        preemption_candidates=candidates,
+        utility=utility,
+        status=status_name,
+        objective_terms=dict(terms),
+    )
+
+
+async def plan_async(
+    snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSettings
+) -> Plan:
+    """`plan` on a worker thread, so the operator's event loop keeps running."""
+    return await asyncio.to_thread(plan, snapshot, workloads, settings)

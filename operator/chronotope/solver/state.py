@@ -1,0 +1,195 @@
+"""Array form of a cluster, for policies that score every node per pod.
+
+The online policies score all 1,213 openb nodes for every pod; doing that on
+pydantic objects would cost milliseconds. `ClusterState` holds the same facts
+as a `ClusterSnapshot` in numpy arrays (one row per node, GPUs padded to the
+widest node with zero free share) plus per-node aggregates that policies read
+often (total free share, fully free GPUs, the largest free share). It is
+mutable on purpose: the simulator and `online.place` apply one placement at a
+time with `assign`, which keeps the aggregates in step. Build one from a
+snapshot with `ClusterState.from_snapshot`; the snapshot itself never changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from chronotope.solver.model import MILLI, ClusterSnapshot, PodRequest
+
+__all__ = ["ClusterState", "PodSpec", "affinity_tag"]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def affinity_tag(num_gpus: int, gpu_milli: int) -> int:
+    """GpuClustering's pod class: -1 no GPU, 0 a share, n for n whole GPUs."""
+    if num_gpus == 0:
+        return -1
+    if num_gpus == 1 and gpu_milli < MILLI:
+        return 0
+    return num_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    """A pod request resolved against one cluster's GPU-model vocabulary."""
+
+    name: str
+    cpu: int
+    mem: int
+    num_gpus: int
+    milli: int
+    allowed: BoolArray
+    """allowed[m] for each model index m, plus a last entry for CPU-only nodes."""
+    gpu_models: str = ""
+    """The raw '|'-joined allowed models ('' = any), as the fragmentation model keys it."""
+
+    @property
+    def total_milli(self) -> int:
+        return self.num_gpus * self.milli
+
+    @property
+    def is_share(self) -> bool:
+        return self.num_gpus == 1 and self.milli < MILLI
+
+
+@dataclass
+class ClusterState:
+    """Mutable per-node arrays; see the module docstring."""
+
+    names: list[str]
+    models: list[str]
+    model_idx: IntArray
+    gpu_count: IntArray
+    cpu_cap: IntArray
+    mem_cap: IntArray
+    cpu_left: IntArray
+    mem_left: IntArray
+    gpu_left: IntArray
+    total_left: IntArray = field(init=False)
+    max_left: IntArray = field(init=False)
+    full_free: IntArray = field(init=False)
+    affinity: IntArray = field(init=False)
+    """affinity[n, tag] counts placed GPU pods by `affinity_tag` (tags 0..8)."""
+
+    def __post_init__(self) -> None:
+        self.total_left = self.gpu_left.sum(axis=1)
+        self.max_left = self.gpu_left.max(axis=1, initial=0)
+        self.full_free = (self.gpu_left == MILLI).sum(axis=1)
+        self.affinity = np.zeros((len(self.names), 9), dtype=np.int64)
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return int(self.gpu_count.sum()) * MILLI
+
+    @classmethod
+    def from_snapshot(cls, snapshot: ClusterSnapshot) -> ClusterState:
+        models = sorted({n.gpu_model for n in snapshot.nodes if n.gpus})
+        index = {m: i for i, m in enumerate(models)}
+        width = max((len(n.gpus) for n in snapshot.nodes), default=0)
+        n = len(snapshot.nodes)
+        gpu_left = np.zeros((n, max(width, 1)), dtype=np.int64)
+        for i, node in enumerate(snapshot.nodes):
+            for j, gpu in enumerate(sorted(node.gpus, key=lambda g: g.index)):
+                gpu_left[i, j] = gpu.free_milli
+        return cls(
+            names=[x.name for x in snapshot.nodes],
+            models=models,
+            model_idx=np.array(
+                [index[x.gpu_model] if x.gpus else -1 for x in snapshot.nodes], dtype=np.int64
+            ),
+            gpu_count=np.array([len(x.gpus) for x in snapshot.nodes], dtype=np.int64),
+            cpu_cap=np.array([x.cpu_milli for x in snapshot.nodes], dtype=np.int64),
+            mem_cap=np.array([x.memory_mib for x in snapshot.nodes], dtype=np.int64),
+            cpu_left=np.array([x.free_cpu for x in snapshot.nodes], dtype=np.int64),
+            mem_left=np.array([x.free_memory for x in snapshot.nodes], dtype=np.int64),
+            gpu_left=gpu_left,
+        )
+
+    def copy(self) -> ClusterState:
+        out = ClusterState(
+            names=self.names,
+            models=self.models,
+            model_idx=self.model_idx,
+            gpu_count=self.gpu_count,
+            cpu_cap=self.cpu_cap,
+            mem_cap=self.mem_cap,
+            cpu_left=self.cpu_left.copy(),
+            mem_left=self.mem_left.copy(),
+            gpu_left=self.gpu_left.copy(),
+        )
+        out.affinity = self.affinity.copy()
+        return out
+
+    def spec(self, pod: PodRequest) -> PodSpec:
+        allowed = np.zeros(len(self.models) + 1, dtype=np.bool_)
+        for i, m in enumerate(self.models):
+            allowed[i] = pod.allows(m)
+        return PodSpec(
+            name=pod.name,
+            cpu=pod.cpu_milli,
+            mem=pod.memory_mib,
+            num_gpus=pod.num_gpus,
+            milli=pod.gpu_milli,
+            allowed=allowed,
+            gpu_models="|".join(pod.gpu_models),
+        )
+
+    def feasible(self, pod: PodSpec) -> IntArray:
+        """Indices of nodes where the pod fits now (CPU, memory, model, GPU share)."""
+        ok = (self.cpu_left >= pod.cpu) & (self.mem_left >= pod.mem)
+        if pod.milli > 0:
+            ok &= pod.allowed[self.model_idx]
+            if pod.num_gpus == 1:
+                ok &= self.max_left >= pod.milli
+            else:
+                ok &= self.full_free >= pod.num_gpus
+        return np.flatnonzero(ok)
+
+    def first_free_gpus(self, node: int, count: int) -> tuple[int, ...]:
+        """The first `count` fully free GPUs of a node, by index (the open-gpu-share rule)."""
+        return tuple(int(g) for g in np.flatnonzero(self.gpu_left[node] == MILLI)[:count])
+
+    def tightest_gpu(self, node: int, milli: int) -> int:
+        """The GPU with the least free share that still fits `milli` (first on ties)."""
+        row = self.gpu_left[node, : self.gpu_count[node]]
+        masked = np.where(row >= milli, row, MILLI + 1)
+        return int(np.argmin(masked))
+
+    def assign(self, node: int, pod: PodSpec, gpus: tuple[int, ...]) -> None:
+        """Take the pod's resources on `node` (GPU indices from the policy)."""
+        self.cpu_left[node] -= pod.cpu
+        self.mem_left[node] -= pod.mem
+        if pod.milli > 0:
+            if len(gpus) != pod.num_gpus:
+                raise ValueError(f"pod {pod.name} needs {pod.num_gpus} GPUs, got {gpus}")
+            for g in gpus:
+                if self.gpu_left[node, g] < pod.milli:
+                    raise ValueError(f"GPU {g} on {self.names[node]} cannot take {pod.milli}m")
+                self.gpu_left[node, g] -= pod.milli
+            self.affinity[node, affinity_tag(pod.num_gpus, pod.milli)] += 1
+        self._refresh(node)
+
+    def release(self, node: int, pod: PodSpec, gpus: tuple[int, ...]) -> None:
+        """Give back what `assign` took (used by look-ahead and rollback)."""
+        self.cpu_left[node] += pod.cpu
+        self.mem_left[node] += pod.mem
+        if pod.milli > 0:
+            for g in gpus:
+                self.gpu_left[node, g] += pod.milli
+            self.affinity[node, affinity_tag(pod.num_gpus, pod.milli)] -= 1
+        self._refresh(node)
+
+    def _refresh(self, node: int) -> None:
+        row = self.gpu_left[node]
+        self.total_left[node] = row.sum()
+        self.max_left[node] = row.max(initial=0)
+        self.full_free[node] = int((row == MILLI).sum())
