@@ -86,7 +86,12 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.deviceplugin.allocator import Allocator
     from chronotope.deviceplugin.devices import DeviceInventory
     from chronotope.deviceplugin.server import PluginServer
-    from chronotope.kube.allocation import KubeAllocationStore, connect, node_gpu_count
+    from chronotope.kube.allocation import (
+        KubeAllocationStore,
+        connect,
+        mark_node_has_plugin,
+        node_gpu_count,
+    )
 
     settings = settings_from_args(args, dict(os.environ))
     api = connect(args.kubeconfig)
@@ -94,6 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     inventory = DeviceInventory.simulated(settings.node_name, gpus, settings.shares_per_gpu)
     allocator = Allocator(KubeAllocationStore(api), settings.node_name, inventory)
     server = PluginServer(settings, inventory, allocator)
+    mark_node_has_plugin(api, settings.node_name)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

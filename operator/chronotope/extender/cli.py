@@ -43,6 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     service = ExtenderService(
         bind_fn=binder.bind, fetch_pod=lambda ns, name: fetch_pod(api, ns, name)
     )
+    binder.runs_plugin = service.runs_plugin  # from the watch-fed cache, not a read per bind
     core = core_v1(api)
     informer = Informer(
         api,

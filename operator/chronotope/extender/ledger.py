@@ -73,6 +73,8 @@ class NodeEntry:
     model: str
     gpus: list[GpuSlot]
     unschedulable: bool = False
+    device_plugin: bool = False
+    """The node runs Chronotope's device plugin (binds then take its allocation lock)."""
 
     def free_whole(self) -> list[int]:
         return [g.index for g in self.gpus if g.used_milli == 0 and g.used_memory_mib == 0]
@@ -107,16 +109,28 @@ class Ledger:
 
     # ------------------------------------------------------------------ nodes
     def upsert_node(
-        self, name: str, model: str, gpu_count: int, memory_mib: int, unschedulable: bool = False
+        self,
+        name: str,
+        model: str,
+        gpu_count: int,
+        memory_mib: int,
+        *,
+        unschedulable: bool = False,
+        device_plugin: bool = False,
     ) -> None:
         entry = self.nodes.get(name)
         if entry is not None and entry.model == model and len(entry.gpus) == gpu_count:
             entry.unschedulable = unschedulable
+            entry.device_plugin = device_plugin
             for gpu in entry.gpus:
                 gpu.memory_mib = memory_mib
             return
         self.nodes[name] = NodeEntry(
-            name, model, [GpuSlot(i, memory_mib) for i in range(gpu_count)], unschedulable
+            name,
+            model,
+            [GpuSlot(i, memory_mib) for i in range(gpu_count)],
+            unschedulable,
+            device_plugin,
         )
         for key, holding in list(self.holdings.items()):  # re-apply holdings on a rebuilt node
             if holding.node == name:
@@ -162,13 +176,37 @@ class Ledger:
         return tuple(free[: req.count])
 
     # ------------------------------------------------------------------ pods
-    def assume(
-        self, pod_key: str, node_name: str, req: GpuRequest, now: float | None = None
+    def fit_exact(
+        self, node_name: str, req: GpuRequest, gpus: tuple[int, ...]
     ) -> tuple[int, ...] | NoFit:
-        """Choose and hold GPUs for a pod about to be bound (caller holds the node's lock)."""
+        """These exact GPUs for the request (a batch plan's choice), or why not."""
+        first = self.fit(node_name, req)
+        if isinstance(first, NoFit):
+            return first
+        node = self.nodes[node_name]
+        if len(gpus) != req.count or not all(0 <= i < len(node.gpus) for i in gpus):
+            return NoFit(f"planned GPUs {list(gpus)} do not match the request on {node_name}", True)
+        for i in gpus:
+            gpu = node.gpus[i]
+            if req.is_share:
+                if gpu.free_milli < req.share_milli or gpu.free_memory_mib < req.memory_mib:
+                    return NoFit(f"planned GPU {i} has not {req.describe()} free")
+            elif gpu.used_milli or gpu.used_memory_mib:
+                return NoFit(f"planned GPU {i} is in use")
+        return gpus
+
+    def assume(
+        self,
+        pod_key: str,
+        node_name: str,
+        req: GpuRequest,
+        now: float | None = None,
+        gpus: tuple[int, ...] | None = None,
+    ) -> tuple[int, ...] | NoFit:
+        """Choose (or take the planned `gpus`) and hold GPUs for a pod about to be bound."""
         if pod_key in self.holdings:
             self.forget(pod_key)
-        choice = self.fit(node_name, req)
+        choice = self.fit(node_name, req) if gpus is None else self.fit_exact(node_name, req, gpus)
         if isinstance(choice, NoFit):
             return choice
         now = time.monotonic() if now is None else now

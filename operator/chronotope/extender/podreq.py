@@ -13,6 +13,7 @@ a comma list) so kube-scheduler and the extender agree.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from chronotope.api.annotations import (
@@ -26,10 +27,14 @@ from chronotope.extender.ledger import MILLI, GpuRequest
 __all__ = [
     "GPU_MODELS_ANNOTATION",
     "GPU_RESOURCE",
+    "PLANNED_GPUS_ANNOTATION",
+    "PLANNED_NODE_ANNOTATION",
     "SHARE_COMPUTE_ANNOTATION",
     "SHARE_MEMORY_ANNOTATION",
     "SHARE_RESOURCE",
+    "Plan",
     "PodRequestError",
+    "planned",
     "pod_gpu_request",
 ]
 
@@ -38,6 +43,8 @@ SHARE_RESOURCE = "chronotope.dev/gpu-share"
 SHARE_MEMORY_ANNOTATION = GPU_MEMORY_MIB
 SHARE_COMPUTE_ANNOTATION = GPU_COMPUTE_PERCENT
 GPU_MODELS_ANNOTATION = "chronotope.dev/gpu-models"
+PLANNED_NODE_ANNOTATION = "chronotope.dev/planned-node"
+PLANNED_GPUS_ANNOTATION = "chronotope.dev/planned-gpus"
 _PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -103,3 +110,29 @@ def _models(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[str
         return (str(selector),)
     listed = annotations.get(GPU_MODELS_ANNOTATION, "")
     return tuple(m.strip() for m in listed.split(",") if m.strip())
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the batch planner put this pod: a node and, optionally, exact GPUs."""
+
+    node: str
+    gpus: tuple[int, ...] | None
+
+
+def planned(pod: Mapping[str, Any]) -> Plan | None:
+    """The batch plan written on the pod by a controller, or None (online placement)."""
+    annotations: Mapping[str, str] = pod.get("metadata", {}).get("annotations") or {}
+    node = annotations.get(PLANNED_NODE_ANNOTATION, "").strip()
+    if not node:
+        return None
+    raw = annotations.get(PLANNED_GPUS_ANNOTATION, "").strip()
+    if not raw:
+        return Plan(node, None)
+    try:
+        gpus = tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        raise PodRequestError(
+            f"metadata.annotations[{PLANNED_GPUS_ANNOTATION}]: {raw!r} is not a list of indices"
+        ) from None
+    return Plan(node, gpus)

@@ -23,8 +23,8 @@ from typing import Any
 
 from chronotope.extender.gang import Gang, GangBook, gang_of
 from chronotope.extender.ledger import MILLI, GpuRequest, Ledger, NoFit
-from chronotope.extender.podreq import PodRequestError, pod_gpu_request
-from chronotope.sharing.assignment import GpuAssignment, gpu_uuid, new_handshake
+from chronotope.extender.podreq import Plan, PodRequestError, planned, pod_gpu_request
+from chronotope.sharing.assignment import DEVICE_PLUGIN, GpuAssignment, gpu_uuid, new_handshake
 
 __all__ = ["BindFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
 
@@ -59,6 +59,9 @@ class ExtenderService:
     gangs: GangBook = field(default_factory=GangBook)
     _requests: dict[str, GpuRequest | None] = field(default_factory=dict)
     _gang_of: dict[str, Gang] = field(default_factory=dict)
+    _plans: dict[str, Plan] = field(default_factory=dict)
+    _fits: dict[str, set[str]] = field(default_factory=dict)
+    """Nodes the last filter passed, per pod: prioritize scores those without refitting."""
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
@@ -66,12 +69,16 @@ class ExtenderService:
         try:
             req = pod_gpu_request(pod)
             gang = gang_of(pod)
+            plan = planned(pod)
         except ValueError as exc:  # PodRequestError is a ValueError too
             reason = f"invalid GPU request: {exc}"
             return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
         self._requests[key] = req
         if req is None:
             return FilterOutcome(list(node_names), {}, {})
+        if plan is not None:
+            self._plans[key] = plan
+            return self._filter_planned(plan, req, node_names)
         if gang is not None:
             self._gang_of[key] = gang
             outcome = self._filter_gang(key, gang, req, node_names)
@@ -96,6 +103,24 @@ class ExtenderService:
                 _summarise({**failed, **unresolvable}),
             )
         return FilterOutcome(passed, failed, unresolvable)
+
+    def _filter_planned(self, plan: Plan, req: GpuRequest, node_names: list[str]) -> FilterOutcome:
+        """A pod the batch planner placed goes to its planned node (and GPUs) or waits."""
+        elsewhere = f"the batch plan puts this pod on {plan.node}"
+        failed = {n: elsewhere for n in node_names if n != plan.node}
+        if plan.node not in node_names:
+            return FilterOutcome([], failed, {})
+        with self._lock:
+            self.ledger.expire(self.clock())
+            fit = (
+                self.ledger.fit(plan.node, req)
+                if plan.gpus is None
+                else self.ledger.fit_exact(plan.node, req, plan.gpus)
+            )
+        if isinstance(fit, NoFit):
+            failed[plan.node] = f"planned node: {fit.message}"
+            return FilterOutcome([], failed, {})
+        return FilterOutcome([plan.node], failed, {})
 
     def _filter_gang(
         self, key: str, gang: Gang, req: GpuRequest, node_names: list[str]
@@ -130,12 +155,18 @@ class ExtenderService:
                 return dict.fromkeys(node_names, 0)
         if req is None:
             return dict.fromkeys(node_names, 0)
+        fits = self._fits.pop(key, None)
         with self._lock:
-            return {name: self._score(name, req) for name in node_names}
+            return {name: self._score(name, req, fits) for name in node_names}
 
-    def _score(self, name: str, req: GpuRequest) -> int:
+    def _score(self, name: str, req: GpuRequest, fits: set[str] | None) -> int:
         node = self.ledger.nodes.get(name)
-        if node is None or not node.gpus or isinstance(self.ledger.fit(name, req), NoFit):
+        if node is None or not node.gpus:
+            return 0
+        if fits is not None:
+            if name not in fits:
+                return 0
+        elif isinstance(self.ledger.fit(name, req), NoFit):
             return 0
         total = len(node.gpus)
         if req.is_share:
@@ -172,7 +203,9 @@ class ExtenderService:
             with self._lock:
                 if gang is not None and not self.gangs.claim(self.ledger, gang, key, node):
                     return f"gang {gang.key} holds no slot on {node}"
-                choice = self.ledger.assume(key, node, req, self.clock())
+                plan = self._plans.get(key)
+                gpus = plan.gpus if plan is not None and plan.node == node else None
+                choice = self.ledger.assume(key, node, req, self.clock(), gpus)
             if isinstance(choice, NoFit):
                 return f"node {node} can no longer take {key}: {choice.message}"
             assignment = _assignment(node, choice, req)
@@ -192,6 +225,11 @@ class ExtenderService:
         log.info("bound %s to %s GPUs %s", key, node, assignment.gpu_indices if assignment else ())
         return ""
 
+    def runs_plugin(self, node: str) -> bool:
+        with self._lock:
+            entry = self.ledger.nodes.get(node)
+            return entry is not None and entry.device_plugin
+
     # ------------------------------------------------------------------ cache feed
     def on_node(self, event: str, node: Mapping[str, Any]) -> None:
         meta = node.get("metadata", {})
@@ -206,7 +244,8 @@ class ExtenderService:
                 labels.get(_PRODUCT, ""),
                 int(capacity.get(_GPU, 0) or 0),
                 int(labels.get(_MEMORY, 0) or 0),
-                bool((node.get("spec") or {}).get("unschedulable", False)),
+                unschedulable=bool((node.get("spec") or {}).get("unschedulable", False)),
+                device_plugin=DEVICE_PLUGIN in (meta.get("annotations") or {}),
             )
 
     def sync_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
@@ -226,6 +265,7 @@ class ExtenderService:
             if event == "DELETED" or status.get("phase") in _DONE_PHASES:
                 self.ledger.forget(key)
                 self._requests.pop(key, None)
+                self._plans.pop(key, None)
                 gang = self._gang_of.pop(key, None)
                 if gang is not None:
                     self.gangs.forget_member(self.ledger, gang, key)

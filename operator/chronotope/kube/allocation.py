@@ -17,13 +17,20 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from chronotope.sharing.assignment import ALLOCATION_LOCK, HANDSHAKE, PodRecord, parse_lock
+from chronotope.sharing.assignment import (
+    ALLOCATION_LOCK,
+    DEVICE_PLUGIN,
+    HANDSHAKE,
+    PodRecord,
+    parse_lock,
+)
 
 __all__ = [
     "GPU_COUNT_LABEL",
     "GPU_RESOURCE",
     "KubeAllocationStore",
     "connect",
+    "mark_node_has_plugin",
     "node_gpu_count",
 ]
 
@@ -107,3 +114,8 @@ class KubeAllocationStore:
         raise RuntimeError(
             f"node {node}: lock release kept conflicting after {self._retries} tries"
         )
+
+
+def mark_node_has_plugin(api: client.ApiClient, node: str, version: str = "v1beta1") -> None:
+    """Announce on the Node that the device plugin runs there, so binds take its lock."""
+    client.CoreV1Api(api).patch_node(node, {"metadata": {"annotations": {DEVICE_PLUGIN: version}}})

@@ -13,6 +13,7 @@ assumption.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -20,16 +21,14 @@ from kubernetes.client.exceptions import ApiException
 
 from chronotope.sharing.assignment import (
     ALLOCATION_LOCK,
+    DEVICE_PLUGIN,
     GpuAssignment,
     format_lock,
     lock_is_stale,
     parse_lock,
 )
 
-__all__ = ["DEVICE_PLUGIN_ANNOTATION", "BindError", "Binder", "fetch_pod"]
-
-DEVICE_PLUGIN_ANNOTATION = "chronotope.dev/device-plugin"
-"""Set on a Node whose device plugin runs; only such nodes take the allocation lock."""
+__all__ = ["BindError", "Binder", "fetch_pod"]
 
 _CONFLICT = 409
 
@@ -39,15 +38,23 @@ class BindError(RuntimeError):
 
 
 class Binder:
-    def __init__(self, api: client.ApiClient, lock_wait_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        lock_wait_s: float = 30.0,
+        runs_plugin: Callable[[str], bool] | None = None,
+    ) -> None:
         self.core = client.CoreV1Api(api)
         self.lock_wait_s = lock_wait_s
+        # the caller's watch-fed cache knows which nodes run the device plugin; without
+        # it, ask the API server (one extra read per bind)
+        self.runs_plugin = runs_plugin or self._node_runs_plugin
 
     def bind(
         self, namespace: str, name: str, uid: str, node: str, assignment: GpuAssignment | None
     ) -> None:
         if assignment is not None:
-            if self._node_runs_plugin(node):
+            if self.runs_plugin(node):
                 self._take_node_lock(node, assignment.handshake)
             self.core.patch_namespaced_pod(
                 name, namespace, {"metadata": {"annotations": assignment.to_annotations()}}
@@ -72,7 +79,7 @@ class Binder:
 
     def _node_runs_plugin(self, node: str) -> bool:
         obj = self.core.read_node(node)
-        return DEVICE_PLUGIN_ANNOTATION in (obj.metadata.annotations or {})
+        return DEVICE_PLUGIN in (obj.metadata.annotations or {})
 
     def _take_node_lock(self, node: str, handshake: str) -> None:
         """Wait until the node lock is free or stale, then take it (optimistic concurrency)."""

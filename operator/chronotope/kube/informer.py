@@ -10,6 +10,7 @@ consumer as plain JSON-shaped dicts; nothing outside this package sees a
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -72,11 +73,13 @@ class Informer:
                 self._stop.wait(1.0)
 
     def _relist(self, res: Resource) -> str:
-        listed = res.list_fn(_preload_content=True)
-        items = [self.api.sanitize_for_serialization(i) for i in listed.items]
-        res.on_sync(items)
+        # raw JSON, not client models: deserializing thousands of pods into models and
+        # back costs far more than the decisions that consume them
+        response = res.list_fn(_preload_content=False)
+        listed = json.loads(response.data)
+        res.on_sync(listed.get("items") or [])
         self._synced[res.name].set()
-        return str(listed.metadata.resource_version)
+        return str(listed["metadata"]["resourceVersion"])
 
     def _watch(self, res: Resource, version: str) -> None:
         stream = watch.Watch()
@@ -87,18 +90,14 @@ class Informer:
                     resource_version=version,
                     timeout_seconds=60,
                     allow_watch_bookmarks=True,
+                    deserialize=False,  # plain dicts: see _relist
                 ):
                     kind = event["type"]
-                    if kind == "ERROR":
-                        raw = event.get("raw_object") or {}
-                        if raw.get("code") == _GONE:
-                            return  # relist
-                        continue
                     obj = event["object"]
-                    version = obj.metadata.resource_version
+                    version = obj["metadata"]["resourceVersion"]
                     if kind == "BOOKMARK":
                         continue
-                    res.on_event(kind, self.api.sanitize_for_serialization(obj))
+                    res.on_event(kind, obj)
                     if self._stop.is_set():
                         return
             except ApiException as exc:

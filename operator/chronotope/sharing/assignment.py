@@ -37,6 +37,7 @@ __all__ = [
     "ASSIGNED_GPU_UUIDS",
     "ASSIGNED_MEMORY_MIB",
     "ASSIGNED_NODE",
+    "DEVICE_PLUGIN",
     "HANDSHAKE",
     "LOCK_TTL_SECONDS",
     "AllocationState",
@@ -62,6 +63,8 @@ HANDSHAKE = _PREFIX + "handshake"
 ALLOCATION = _PREFIX + "allocation"
 ALLOCATED_AT = _PREFIX + "allocated-at"
 ALLOCATION_LOCK = _PREFIX + "allocation-lock"  # on the Node, not the pod
+DEVICE_PLUGIN = _PREFIX + "device-plugin"
+"""On the Node: the device plugin runs there (value: its API version), so binds take the lock."""
 
 LOCK_TTL_SECONDS = 60.0
 """How long a node lock protects its pod; after that the binder may steal it."""

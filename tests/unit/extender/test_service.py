@@ -171,3 +171,27 @@ def test_bad_pod_requests_name_the_field(spec: dict[str, Any], message: str) -> 
         pod_gpu_request(spec)
     out = service(Recorder()).filter(spec, ["a"])
     assert message in out.unresolvable["a"]
+
+
+def test_planned_pod_goes_only_to_its_planned_node_and_gpus() -> None:
+    rec = Recorder()
+    svc = service(rec)
+    p = pod("planned", gpus=2)
+    p["metadata"]["annotations"] = {
+        "chronotope.dev/planned-node": "a",
+        "chronotope.dev/planned-gpus": "5,6",
+    }
+    out = svc.filter(p, ["a", "v"])
+    assert out.passed == ["a"]
+    assert "batch plan puts this pod on a" in out.failed["v"]
+    assert svc.bind("ns", "planned", "u", "a") == ""
+    assert rec.bound["ns/planned"][1] is not None
+    assert rec.bound["ns/planned"][1].gpu_indices == (5, 6)
+    clash = pod("clash", gpus=1)
+    clash["metadata"]["annotations"] = {
+        "chronotope.dev/planned-node": "a",
+        "chronotope.dev/planned-gpus": "6",
+    }
+    out = svc.filter(clash, ["a"])
+    assert out.passed == []
+    assert "planned GPU 6 is in use" in out.failed["a"]
