@@ -1,0 +1,121 @@
+"""The scheduling policies compared by the training simulator.
+
+Each policy returns the full allocation at every decision point. Placement puts
+a job's whole gang on one GPU type.
+
+- `fifo`: arrival order, non-preemptive, strict (the queue head blocks), and
+  heterogeneity-agnostic (first type, in cluster-spec order, with room).
+- `las`: Tiresias-style least attained service (GPU-seconds), preemptive by
+  rounds, heterogeneity-agnostic placement, backfills jobs that fit.
+- `edf`: earliest deadline first (jobs without one after, by arrival),
+  preemptive, each job on the fastest type with room: a deadline reference.
+- `gavel`: heterogeneity-aware max-min fairness (Gavel, OSDI'20): the
+  `max_min_fairness` LP on normalised throughputs gives time fractions X[j][g];
+  each round jobs are served in order of X[j][g] / share of time received.
+- `chronotope`: ours, see `chronotope_policy.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from chronotope.sim.training.chronotope_policy import ChronotopePolicy
+from chronotope.sim.training.engine import JobState, Policy
+from chronotope.sim.training.gavel import GavelPolicy
+
+__all__ = ["POLICY_NAMES", "EdfPolicy", "FifoPolicy", "LasPolicy", "make_policy"]
+
+
+def _agnostic(js: JobState, free: dict[str, int]) -> str | None:
+    for g, n in free.items():
+        if n >= js.job.num_gpus:
+            return g
+    return None
+
+
+def _fastest(js: JobState, free: dict[str, int]) -> str | None:
+    fits = [g for g, n in free.items() if n >= js.job.num_gpus]
+    return max(fits, key=lambda g: js.job.speed[g]) if fits else None
+
+
+class FifoPolicy:
+    name = "fifo"
+    preemptive = False
+
+    def allocate(
+        self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
+    ) -> dict[int, str]:
+        free = dict(capacity)
+        alloc: dict[int, str] = {}
+        for js in active:
+            if js.gpu_type is not None:
+                alloc[js.job.job_id] = js.gpu_type
+                free[js.gpu_type] -= js.job.num_gpus
+        for js in sorted(active, key=lambda s: (s.job.arrival_s, s.job.job_id)):
+            if js.job.job_id in alloc:
+                continue
+            g = _agnostic(js, free)
+            if g is None:
+                break
+            alloc[js.job.job_id] = g
+            free[g] -= js.job.num_gpus
+        return alloc
+
+
+class LasPolicy:
+    name = "las"
+    preemptive = True
+
+    def allocate(
+        self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
+    ) -> dict[int, str]:
+        free = dict(capacity)
+        alloc: dict[int, str] = {}
+        order = sorted(active, key=lambda s: (s.attained_gpu_s, s.job.arrival_s, s.job.job_id))
+        for js in order:  # keep the current type when it still has room (lease renewal)
+            g = js.gpu_type if js.gpu_type and free[js.gpu_type] >= js.job.num_gpus else None
+            g = g or _agnostic(js, free)
+            if g is not None:
+                alloc[js.job.job_id] = g
+                free[g] -= js.job.num_gpus
+        return alloc
+
+
+class EdfPolicy:
+    name = "edf"
+    preemptive = True
+
+    def allocate(
+        self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
+    ) -> dict[int, str]:
+        free = dict(capacity)
+        alloc: dict[int, str] = {}
+
+        def key(s: JobState) -> tuple[float, float, int]:
+            d = s.job.deadline_s
+            return (d if d is not None else float("inf"), s.job.arrival_s, s.job.job_id)
+
+        for js in sorted(active, key=key):
+            g = _fastest(js, free)
+            if g is not None:
+                alloc[js.job.job_id] = g
+                free[g] -= js.job.num_gpus
+        return alloc
+
+
+POLICY_NAMES = ("fifo", "las", "edf", "gavel", "chronotope")
+
+
+def make_policy(name: str, round_s: float, restart_s: float = 30.0) -> Policy:
+    """A fresh policy instance (policies may keep state across decisions)."""
+    if name == "fifo":
+        return FifoPolicy()
+    if name == "las":
+        return LasPolicy()
+    if name == "edf":
+        return EdfPolicy()
+    if name == "gavel":
+        return GavelPolicy(round_s=round_s)
+    if name == "chronotope":
+        return ChronotopePolicy(round_s=round_s, restart_s=restart_s)
+    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")

@@ -1,0 +1,159 @@
+"""Turn a Philly trace window into simulated jobs with Gavel job types.
+
+Philly (`timestamp,duration,num_gpus,gpu_time,cluster`) gives arrivals, gang
+sizes and durations but no GPU type. As in Gavel's simulator, each job is given
+a job type drawn uniformly (seeded) from the 26 single-worker (model, batch
+size) types in `simulation_throughputs.json`, and its Philly duration is read as
+its run time on a V100 (Gavel's reference worker type). Its speed on another
+type is the ratio of isolated throughputs, `thr[type][job] / thr[v100][job]`.
+
+A documented share of jobs (default 30 %, seeded) gets a deadline
+`arrival + slack * isolated run time on its fastest type`, slack uniform in
+[`slack_lo`, `slack_hi`]. Gang sizes above the largest single-type pool are
+clamped to it, and durations below one minute are raised to one minute.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "REFERENCE_TYPE",
+    "Job",
+    "TraceRow",
+    "WorkloadSettings",
+    "build_jobs",
+    "capacity_from_spec",
+    "load_gavel_speeds",
+    "read_philly_window",
+]
+
+REFERENCE_TYPE = "v100"
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One Philly job: seconds since the window start, duration (s), GPUs."""
+
+    submit_s: float
+    duration_s: float
+    num_gpus: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """A simulated job. `speed[g]` is its progress rate on type g relative to a V100."""
+
+    job_id: int
+    arrival_s: float
+    num_gpus: int
+    work_s: float  # run time on the reference type
+    job_type: str
+    speed: Mapping[str, float]
+    deadline_s: float | None = None
+
+    def best_runtime_s(self) -> float:
+        return self.work_s / max(self.speed.values())
+
+
+class WorkloadSettings(BaseModel):
+    """How trace rows become jobs. Passed explicitly."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deadline_share: float = Field(default=0.3, ge=0, le=1)
+    slack_lo: float = Field(default=1.5, ge=1)
+    slack_hi: float = Field(default=4.0, ge=1)
+    min_duration_s: float = Field(default=60.0, ge=1)
+
+
+def parse_time(text: str) -> datetime:
+    """Philly timestamps ('2017-10-09 06:00:00'); 'T' separators are accepted too."""
+    return datetime.strptime(text.replace("T", " "), TIME_FORMAT)
+
+
+def read_philly_window(path: Path, start: str, end: str) -> list[TraceRow]:
+    """Jobs submitted in [start, end), sorted by submit time (ties: file order)."""
+    lo, hi = parse_time(start), parse_time(end)
+    rows: list[tuple[datetime, int, TraceRow]] = []
+    with path.open(newline="") as fh:
+        for i, rec in enumerate(csv.DictReader(fh)):
+            ts = parse_time(rec["timestamp"])
+            if lo <= ts < hi:
+                row = TraceRow(
+                    submit_s=(ts - lo).total_seconds(),
+                    duration_s=float(rec["duration"]),
+                    num_gpus=max(1, int(float(rec["num_gpus"]))),
+                )
+                rows.append((ts, i, row))
+    rows.sort(key=lambda t: (t[0], t[1]))
+    return [r for _, _, r in rows]
+
+
+def load_gavel_speeds(path: Path, gpu_types: list[str]) -> dict[str, dict[str, float]]:
+    """job type -> GPU type -> isolated single-worker throughput relative to a V100."""
+    raw = json.loads(path.read_text())
+    speeds: dict[str, dict[str, float]] = {}
+    for key, entry in raw[REFERENCE_TYPE].items():
+        name, scale = ast.literal_eval(key)
+        if scale != 1:
+            continue
+        ref = float(entry["null"])
+        speeds[name] = {g: float(raw[g][key]["null"]) / ref for g in gpu_types}
+    return dict(sorted(speeds.items()))
+
+
+def build_jobs(
+    rows: list[TraceRow],
+    speeds: Mapping[str, Mapping[str, float]],
+    max_gang: int,
+    settings: WorkloadSettings,
+    seed: int,
+) -> list[Job]:
+    """Seeded job types and deadlines for trace rows."""
+    rng = random.Random(seed)
+    types = sorted(speeds)
+    jobs = []
+    for i, row in enumerate(rows):
+        job_type = rng.choice(types)
+        speed = dict(speeds[job_type])
+        work = max(row.duration_s, settings.min_duration_s)
+        has_deadline = rng.random() < settings.deadline_share
+        slack = rng.uniform(settings.slack_lo, settings.slack_hi)
+        deadline = None
+        if has_deadline:
+            deadline = row.submit_s + slack * work / max(speed.values())
+        jobs.append(
+            Job(
+                job_id=i,
+                arrival_s=row.submit_s,
+                num_gpus=min(row.num_gpus, max_gang),
+                work_s=work,
+                job_type=job_type,
+                speed=speed,
+                deadline_s=deadline,
+            )
+        )
+    return jobs
+
+
+def capacity_from_spec(pools: list[tuple[str, int]]) -> dict[str, int]:
+    """(GPU model, GPUs) per pool -> GPUs per Gavel type (k80/p100/v100 by name)."""
+    cap: dict[str, int] = {}
+    for model, gpus in pools:
+        low = model.lower()
+        match = [g for g in ("k80", "p100", "v100") if g in low]
+        if not match:
+            raise ValueError(f"GPU model {model!r} has no Gavel throughputs (k80, p100, v100)")
+        cap[match[0]] = cap.get(match[0], 0) + gpus
+    return cap
