@@ -75,6 +75,14 @@ def chronotope_scheduler(kube_cluster: KubeCluster) -> int:
     return port
 
 
+@pytest.fixture(scope="session")
+def chronotope_operator(kube_cluster: KubeCluster, chronotope_scheduler: int) -> None:
+    """The CRDs installed and the Chronotope controllers running (with the scheduler)."""
+    if kube_cluster.local is None:
+        raise RuntimeError("operator tests need the cluster the tests start")
+    kube_cluster.local.start_operator()
+
+
 @pytest.fixture
 def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     from kubernetes import client

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "chronotope.deviceplugin.cli",
     "chronotope.api.cli",
     "chronotope.extender.cli",
+    "chronotope.controllers.cli",
     "chronotope.sim.cli",
 )
 

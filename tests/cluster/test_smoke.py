@@ -42,8 +42,8 @@ def test_gpu_nodes_have_capacity_and_topology(kube_cluster: KubeCluster) -> None
     with kube_cluster.api_client() as api:
         nodes = client.CoreV1Api(api).list_node().items
     gpu_nodes = [n for n in nodes if int(n.status.capacity.get(GPU, "0")) > 0]
-    assert len(gpu_nodes) == 12  # demo spec: 2 h100 + 2 a100 + 4 v100 + 4 t4
-    assert sum(int(n.status.allocatable[GPU]) for n in gpu_nodes) == 52
+    assert len(gpu_nodes) == 14  # demo spec: 2 h100 + 2 a100 + 4 v100 + 4 t4 + 2 l4
+    assert sum(int(n.status.allocatable[GPU]) for n in gpu_nodes) == 60
     for node in gpu_nodes:
         labels = node.metadata.labels
         assert labels["nvidia.com/gpu.count"] == node.status.capacity[GPU]

@@ -33,6 +33,11 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also run the Chronotope extender and its kube-scheduler (schedulerName: chronotope)",
     )
+    up.add_argument(
+        "--with-operator",
+        action="store_true",
+        help="also install the CRDs and run the Chronotope controllers",
+    )
     up.set_defaults(func=_up)
 
     down = csub.add_parser("down", help="stop every process of the cluster (also after a crash)")
@@ -82,6 +87,9 @@ def _up(args: argparse.Namespace) -> int:
         if args.with_scheduler:
             port = cluster.start_chronotope_scheduler()
             print(f"chronotope extender listening on http://127.0.0.1:{port}")
+        if args.with_operator:
+            cluster.start_operator()
+            print("chronotope operator running (CRDs installed)")
     except (BinaryError, ClusterError, ComponentError, TimeoutError, ValueError, OSError) as exc:
         return _fail(exc)
     print(f"cluster {state.name} is up: {state.server}")

@@ -268,6 +268,38 @@ class LocalCluster:
         )
         return port
 
+    def start_operator(self, interval: float = 1.0) -> None:
+        """Install the CRDs and run the Chronotope controllers (`python -m chronotope operator`)."""
+        from chronotope.kube.client import api_client
+        from chronotope.kube.crds import install_crds
+
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        crds = [
+            yaml.safe_load(path.read_text())
+            for path in sorted((self.settings.repo_root / "crds").glob("*.yaml"))
+        ]
+        with api_client(state.kubeconfig) as api:
+            install_crds(api, crds)
+        port = process.free_port()
+        self.start_component(
+            "chronotope-operator",
+            [
+                sys.executable,
+                "-m",
+                "chronotope",
+                "operator",
+                "--kubeconfig",
+                str(state.kubeconfig),
+                "--health-port",
+                str(port),
+                "--interval",
+                str(interval),
+            ],
+            f"http://127.0.0.1:{port}/healthz",
+        )
+
     def _start_extender(self, state: ClusterState, port: int) -> None:
         self.start_component(
             "chronotope-extender",

@@ -45,7 +45,9 @@ def add_parser(subparsers: Any) -> None:
     sim = subparsers.add_parser("simulate", help="replay a GPU trace with online policies")
     traces = sim.add_subparsers(dest="trace_kind", metavar="TRACE")
     # `simulate training` (issue 6) is defined in chronotope.sim.training_cli
-    __import__("chronotope.sim.training_cli", fromlist=["add_parser"]).add_parser(traces)
+    from chronotope.sim import training_cli
+
+    training_cli.add_parser(traces)
     p = traces.add_parser("openb", help="the Alibaba openb GPU-sharing trace (ATC'23)")
     p.add_argument("--nodes", type=Path, required=True, help="node list CSV")
     p.add_argument("--pods", type=Path, nargs="+", required=True, help="pod list CSV(s)")

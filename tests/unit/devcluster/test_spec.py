@@ -29,7 +29,7 @@ def test_demo_spec_is_heterogeneous() -> None:
     spec = load_spec(ROOT / "manifests/clusters/demo.yaml")
     models = {p.gpu.model for p in spec.pools if p.gpu}
     assert len(models) >= 3
-    assert spec.gpu_count == 52
+    assert spec.gpu_count == 60
 
 
 def test_openb_spec_matches_the_trace() -> None:

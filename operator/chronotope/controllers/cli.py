@@ -1,0 +1,43 @@
+"""`chronotope operator`: run the kopf controllers against a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("operator", help="run the Chronotope controllers (kopf)")
+    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: in-cluster)")
+    parser.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between reconciles of each job"
+    )
+    parser.add_argument(
+        "--health-port", type=int, default=0, help="serve /healthz on this loopback port (0: off)"
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from chronotope.controllers.operator import build_registry
+    from chronotope.controllers.trainingjob import ClusterOps
+    from chronotope.kube.allocation import connect
+    from chronotope.kube.client import api_client
+
+    if args.kubeconfig:
+        # kopf logs in through the kubernetes client, which reads KUBECONFIG (the edge
+        # of the program is the one place that touches the environment)
+        os.environ["KUBECONFIG"] = str(args.kubeconfig)
+    api = api_client(args.kubeconfig) if args.kubeconfig else connect(None)
+    registry = build_registry(ClusterOps(api), interval=args.interval)
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+    liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None
+    kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness)
+    return 0

@@ -1,0 +1,79 @@
+"""Wire the controllers into a kopf operator (the only module that imports kopf).
+
+Handlers are registered on an explicit registry built here, with their
+dependencies passed in, so nothing is an import-time singleton. Each
+TrainingJob is reconciled by a timer (every `interval` seconds, never
+overlapping itself): the reconcile is level-based, so a missed event or an
+operator restart costs at most one interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status, reconcile
+
+__all__ = ["apply_outcome", "build_registry"]
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "chronotope.dev", "v1alpha1"
+
+
+def apply_outcome(outcome: Outcome, body: Any, patch: Any) -> None:
+    """Write the outcome through kopf: status (only what changed), annotations, events."""
+    old: Mapping[str, Any] = body.get("status") or {}
+    new = merged_status(old, outcome.status)
+    changed = {k: v for k, v in new.items() if old.get(k) != v}
+    if changed:
+        patch.status.update(changed)
+    if outcome.annotations:
+        patch.metadata.annotations.update(outcome.annotations)
+    for kind, reason, message in outcome.events:
+        kopf.event(body, type=kind, reason=reason, message=message)
+        log.info(
+            "%s/%s %s: %s", body["metadata"]["namespace"], body["metadata"]["name"], reason, message
+        )
+
+
+def build_registry(ops: ClusterOps, interval: float = 2.0) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        # KUBECONFIG (set by the CLI from --kubeconfig) or the pod's service account
+        if os.environ.get("KUBECONFIG"):
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs)
+
+    @kopf.timer(GROUP, VERSION, "trainingjobs", interval=interval, registry=registry)
+    async def trainingjob_timer(body: Any, patch: Any, **_: Any) -> None:
+        job = {
+            "metadata": dict(body["metadata"]),
+            "spec": dict(body["spec"]),
+            "status": dict(body.get("status") or {}),
+        }
+        try:
+            outcome = await asyncio.to_thread(reconcile, _plain(job), ops, datetime.now(UTC))
+        except ValueError as exc:  # a spec the models reject (should not pass the CRD schema)
+            kopf.warn(body, reason="InvalidSpec", message=str(exc))
+            return
+        apply_outcome(outcome, body, patch)
+
+    return registry
+
+
+def _plain(value: Any) -> Any:
+    """kopf's bodies are read-only views; the pure layer gets plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,285 @@
+"""TrainingJob reconciliation: decide (pure), then enact (API), then report (status, events).
+
+One function, `reconcile`, is the whole loop for one job, in the KAI-Scheduler
+`runOnce` spirit: read the job and the cluster, keep a running gang as it is,
+restart it (from its checkpoint) when the user scaled it or it lost workers,
+and otherwise decide where and when it starts. It returns the status to show
+and the events to post; the kopf handler applies them. Because status is
+recomputed from the cluster each time, an operator restart mid-resize
+converges on the same state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.capacity import cluster_capacity
+from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
+from chronotope.workloads.training import Action, decide
+from chronotope.workloads.training_status import (
+    condition,
+    merge_conditions,
+    pods_status,
+    waiting_status,
+)
+
+__all__ = [
+    "GENERATION_ANNOTATION",
+    "PLANNED_FOR_ANNOTATION",
+    "ClusterOps",
+    "Outcome",
+    "reconcile",
+]
+
+GENERATION_ANNOTATION = "chronotope.dev/gang-generation"
+PLANNED_FOR_ANNOTATION = "chronotope.dev/planned-for-replicas"
+_DONE = ("Succeeded", "Failed")
+
+
+@dataclass
+class Outcome:
+    status: dict[str, Any] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(Normal | Warning, reason, message)"""
+
+
+class ClusterOps:
+    """The API calls `reconcile` needs (a seam: tests and the operator pass real ones)."""
+
+    def __init__(self, api: Any) -> None:
+        from chronotope.kube import workloads as kw
+
+        self.api = api
+        self._kw = kw
+        # decide-and-start is one critical section across all jobs: the next decision
+        # must see the workers the previous one created
+        self.decide_lock = threading.Lock()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._kw.list_nodes(self.api)
+
+    def pods(
+        self, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self._kw.list_pods(self.api, namespace, selector)
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        return self._kw.list_custom(self.api, "chronotope.dev", "v1alpha1", "trainingjobs")
+
+    def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        self._kw.ensure_service(self.api, namespace, service)
+        self._kw.create_pods(self.api, pods)
+
+    def stop(self, namespace: str, names: Sequence[str]) -> None:
+        self._kw.delete_pods(self.api, namespace, names)
+
+
+@dataclass
+class _Cycle:
+    """One reconcile of one job: what it read, and what it will answer."""
+
+    job: Mapping[str, Any]
+    spec: TrainingJobSpec
+    ops: ClusterOps
+    now: datetime
+    gen: int
+    out: Outcome
+
+    @property
+    def name(self) -> str:
+        return str(self.job["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.job["metadata"]["namespace"])
+
+    @property
+    def generation(self) -> int | None:
+        value = self.job["metadata"].get("generation")
+        return int(value) if value is not None else None
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _frees_at(jobs: Sequence[Mapping[str, Any]], me: str) -> dict[str, datetime]:
+    """Earliest predicted completion per GPU type among running jobs (when a type frees up)."""
+    out: dict[str, datetime] = {}
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        if f"{meta.get('namespace')}/{meta.get('name')}" == me:
+            continue
+        status = job.get("status") or {}
+        plan = status.get("plan") or {}
+        when = plan.get("predictedCompletionTime")
+        if (
+            status.get("phase") not in ("Running", "Starting")
+            or not when
+            or not plan.get("gpuType")
+        ):
+            continue
+        t = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+        out[plan["gpuType"]] = min(out.get(plan["gpuType"], t), t)
+    return out
+
+
+def reconcile(job: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome:
+    meta = job["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    annotations = meta.get("annotations") or {}
+    status = dict(job.get("status") or {})
+    if status.get("phase") in _DONE:
+        return Outcome()
+    spec = TrainingJobSpec.model_validate(job["spec"])
+    gen = int(annotations.get(GENERATION_ANNOTATION, "0"))
+    pods = [
+        p
+        for p in ops.pods(namespace, f"{JOB_LABEL}={name}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    current = [p for p in pods if p["metadata"]["labels"].get(GENERATION_LABEL) == str(gen)]
+    stale = [p["metadata"]["name"] for p in pods if p not in current]
+    if stale:
+        ops.stop(namespace, stale)
+    plan = status.get("plan")
+    cycle = _Cycle(job, spec, ops, now, gen, Outcome())
+    if current and plan:
+        return _running(cycle, current, plan)
+    if plan and not current and status.get("phase") in ("Starting", "Running"):
+        # the whole gang vanished (e.g. its nodes were deleted): start again
+        cycle.out.events.append(("Warning", "GangLost", "all workers are gone; re-planning"))
+    return _start_or_wait(cycle, status)
+
+
+def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) -> Outcome:
+    meta = c.job["metadata"]
+    out = c.out
+    planned_for = int((meta.get("annotations") or {}).get(PLANNED_FOR_ANNOTATION, c.spec.replicas))
+    nodes = {n["metadata"]["name"] for n in c.ops.nodes()}
+    failed = [
+        p
+        for p in current
+        if (p.get("status") or {}).get("phase") == "Failed"
+        or ((p.get("spec") or {}).get("nodeName") or "") not in nodes | {""}
+    ]  # failed workers, and workers on nodes that are gone
+    missing = int(plan.get("workers", 0)) - len(current)
+    restart_why = None
+    if c.spec.replicas != planned_for:
+        restart_why = (
+            f"resizing from {plan.get('workers')} to {c.spec.replicas} worker(s): "
+            "checkpoint, stop, re-plan"
+        )
+        out.events.append(("Normal", "Resizing", restart_why))
+    elif failed or missing > 0:
+        lost = len(failed) + max(missing, 0)
+        restart_why = (
+            f"lost {lost} worker(s) (node gone or worker failed); restarting the gang "
+            "from its checkpoint with a new plan"
+        )
+        out.events.append(("Warning", "WorkersLost", restart_why))
+    elif _stuck(current, plan, c.now):
+        restart_why = (
+            f"the gang could not be placed within {STUCK_AFTER_S:.0f}s "
+            "(another workload took the GPUs); re-planning"
+        )
+        out.events.append(("Normal", "Replanning", restart_why))
+    if restart_why is not None:
+        return _restart(c, current, restart_why)
+    if all((p.get("status") or {}).get("phase") == "Succeeded" for p in current):
+        out.status = {"phase": "Succeeded", "whyWaiting": None}
+        out.events.append(("Normal", "Succeeded", "all workers finished"))
+        return out
+    out.status = pods_status(current, plan, c.now, c.generation)
+    return out
+
+
+STUCK_AFTER_S = 45.0
+
+
+def _stuck(current: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], now: datetime) -> bool:
+    """No worker bound long after the start: the plan raced with another placement."""
+    if any((p.get("spec") or {}).get("nodeName") for p in current):
+        return False
+    started = plan.get("startTime")
+    if not started:
+        return False
+    since = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    return (now - since).total_seconds() > STUCK_AFTER_S
+
+
+def _restart(c: _Cycle, current: Sequence[Mapping[str, Any]], why: str) -> Outcome:
+    """Checkpoint and stop the gang; the next cycle plans it afresh (new gang generation)."""
+    c.ops.stop(c.namespace, [p["metadata"]["name"] for p in current])
+    c.out.annotations[GENERATION_ANNOTATION] = str(c.gen + 1)
+    c.out.status = {
+        "phase": "Resizing",
+        "whyWaiting": why,
+        "plan": None,
+        "placement": [],
+        "replicas": 0,
+        "restarts": int((c.job.get("status") or {}).get("restarts", 0)) + 1,
+    }
+    return c.out
+
+
+def _start_or_wait(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
+    with c.ops.decide_lock:
+        return _start_or_wait_locked(c, status)
+
+
+def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
+    out = c.out
+    capacity = cluster_capacity(c.ops.nodes(), c.ops.pods())
+    frees_at = _frees_at(c.ops.training_jobs(), f"{c.namespace}/{c.name}")
+    decision = decide(c.spec, capacity, c.now, frees_at)
+    if decision.action is not Action.START:
+        out.status = waiting_status(decision, c.now, c.generation)
+        if decision.reason != status.get("whyWaiting"):
+            kind = "Warning" if decision.action is Action.IMPOSSIBLE else "Normal"
+            reason = "Unschedulable" if decision.action is Action.IMPOSSIBLE else "Waiting"
+            out.events.append((kind, reason, decision.reason))
+        return out
+    assert decision.finish is not None
+    c.ops.start(c.namespace, headless_service(c.job), worker_pods(c.job, c.spec, decision, c.gen))
+    total = decision.workers * decision.gpus_per_worker
+    out.annotations[PLANNED_FOR_ANNOTATION] = str(c.spec.replicas)
+    out.status = {
+        "phase": "Starting",
+        "whyWaiting": None,
+        "selector": f"{JOB_LABEL}={c.name}",
+        "plan": {
+            "gpuType": decision.gpu_type,
+            "workers": decision.workers,
+            "totalGpus": total,
+            "parallelism": {"data": total, "tensor": 1, "pipeline": 1},
+            "startTime": _iso(c.now),
+            "predictedCompletionTime": _iso(decision.finish),
+            "expectedUtility": decision.utility,
+        },
+        "conditions": [
+            condition(
+                "Schedulable",
+                True,
+                "Planned",
+                decision.reason,
+                now=c.now,
+                generation=c.generation,
+            )
+        ],
+    }
+    out.events.append(("Normal", "Started", decision.reason))
+    return out
+
+
+def merged_status(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The status patch: new fields over old, conditions merged by type."""
+    if "conditions" in new:
+        new = new | {"conditions": merge_conditions(old.get("conditions") or [], new["conditions"])}
+    return new

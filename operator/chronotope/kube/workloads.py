@@ -1,0 +1,100 @@
+"""API calls the workload controllers need, with plain dicts in and out.
+
+Lists come back as raw JSON (no client models), creates are idempotent
+(AlreadyExists is success), and deletes ignore NotFound, so a controller can
+repeat any step after a crash or restart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+__all__ = [
+    "CHECKPOINT_ANNOTATION",
+    "create_pods",
+    "delete_pods",
+    "ensure_service",
+    "list_custom",
+    "list_nodes",
+    "list_pods",
+]
+
+CHECKPOINT_ANNOTATION = "chronotope.dev/checkpoint-requested"
+"""Written on workers before they are stopped: checkpoint now, SIGTERM follows."""
+
+_NOT_FOUND = 404
+_CONFLICT = 409
+Obj = dict[str, Any]
+
+
+def _items(response: Any) -> list[Obj]:
+    data: Obj = json.loads(response.data)
+    items: list[Obj] = data.get("items") or []
+    return items
+
+
+def list_nodes(api: client.ApiClient) -> list[Obj]:
+    return _items(client.CoreV1Api(api).list_node(_preload_content=False))
+
+
+def list_pods(
+    api: client.ApiClient, namespace: str | None = None, label_selector: str | None = None
+) -> list[Obj]:
+    core = client.CoreV1Api(api)
+    kwargs: dict[str, Any] = {"_preload_content": False}
+    if label_selector:
+        kwargs["label_selector"] = label_selector
+    if namespace is None:
+        return _items(core.list_pod_for_all_namespaces(**kwargs))
+    return _items(core.list_namespaced_pod(namespace, **kwargs))
+
+
+def list_custom(api: client.ApiClient, group: str, version: str, plural: str) -> list[Obj]:
+    custom = client.CustomObjectsApi(api)
+    data = custom.list_cluster_custom_object(group, version, plural)
+    items: list[Obj] = data.get("items") or []
+    return items
+
+
+def create_pods(api: client.ApiClient, pods: Iterable[Obj]) -> int:
+    core = client.CoreV1Api(api)
+    created = 0
+    for pod in pods:
+        try:
+            core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+            created += 1
+        except ApiException as exc:
+            if exc.status != _CONFLICT:
+                raise
+    return created
+
+
+def ensure_service(api: client.ApiClient, namespace: str, service: Obj) -> None:
+    try:
+        client.CoreV1Api(api).create_namespaced_service(namespace, service)
+    except ApiException as exc:
+        if exc.status != _CONFLICT:
+            raise
+
+
+def delete_pods(
+    api: client.ApiClient, namespace: str, names: Iterable[str], grace_seconds: int = 30
+) -> None:
+    """Ask workers to checkpoint (annotation), then delete them with a SIGTERM grace period."""
+    core = client.CoreV1Api(api)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name in names:
+        try:
+            core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: stamp}}}
+            )
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+        except ApiException as exc:
+            if exc.status != _NOT_FOUND:
+                raise

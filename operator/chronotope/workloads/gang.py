@@ -1,0 +1,144 @@
+"""The objects a TrainingJob's gang is made of: worker pods and a headless Service (pure).
+
+Workers carry the gang labels the extender reads (all-or-nothing placement),
+`schedulerName: chronotope`, a node selector for the chosen GPU type, owner
+references (so deleting the job deletes its workers), and the environment a
+distributed launcher needs (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, and
+the chosen data/tensor/pipeline degrees).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.training import Decision
+
+__all__ = [
+    "GENERATION_LABEL",
+    "JOB_LABEL",
+    "MASTER_PORT",
+    "headless_service",
+    "worker_pods",
+]
+
+JOB_LABEL = "chronotope.dev/job"
+GENERATION_LABEL = "chronotope.dev/gang-generation"
+"""Bumped on every (re)start of the gang, so a resize never mixes old and new workers."""
+MASTER_PORT = 29500
+_GANG_LABEL = "chronotope.dev/pod-group"
+_GANG_SIZE = "chronotope.dev/pod-group-size"
+_STRATEGY = "chronotope.dev/placement-strategy"
+
+
+def _owner(job: Mapping[str, Any]) -> dict[str, Any]:
+    meta = job["metadata"]
+    return {
+        "apiVersion": job.get("apiVersion", "chronotope.dev/v1alpha1"),
+        "kind": "TrainingJob",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def headless_service(job: Mapping[str, Any]) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": {JOB_LABEL: name}, "ownerReferences": [_owner(job)]},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {JOB_LABEL: name},
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def worker_pods(
+    job: Mapping[str, Any], spec: TrainingJobSpec, decision: Decision, generation: int
+) -> list[dict[str, Any]]:
+    """The gang for `decision` (which must be a start decision)."""
+    assert decision.gpu_type is not None and decision.workers > 0
+    meta = job["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    template = copy.deepcopy(spec.template or {})
+    pod_meta = template.get("metadata") or {}
+    pod_spec = template.get("spec") or {"containers": [{"name": "worker", "image": "busybox"}]}
+    data = decision.workers * decision.gpus_per_worker
+    gang = f"{name}-g{generation}"
+    pods = []
+    for rank in range(decision.workers):
+        spec_copy = copy.deepcopy(pod_spec)
+        container = spec_copy["containers"][0]
+        resources = container.setdefault("resources", {})
+        limits = resources.setdefault("limits", {})
+        annotations = dict(pod_meta.get("annotations") or {})
+        if spec.gpu.shared is not None:
+            limits["chronotope.dev/gpu-share"] = "1"
+            annotations |= {
+                "chronotope.dev/gpu-memory-mib": str(spec.gpu.shared.memory_mib),
+                "chronotope.dev/gpu-compute-percent": str(spec.gpu.shared.compute_percent),
+            }
+        else:
+            limits["nvidia.com/gpu"] = str(decision.gpus_per_worker)
+        env = [e for e in container.get("env", []) if e.get("name") not in _ENV_NAMES]
+        env += [
+            {"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{namespace}.svc"},
+            {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+            {"name": "WORLD_SIZE", "value": str(decision.workers)},
+            {"name": "RANK", "value": str(rank)},
+            {"name": "CHRONOTOPE_DATA_PARALLEL", "value": str(data)},
+            {"name": "CHRONOTOPE_TENSOR_PARALLEL", "value": "1"},
+            {"name": "CHRONOTOPE_PIPELINE_PARALLEL", "value": "1"},
+            {"name": "CHRONOTOPE_GPU_TYPE", "value": decision.gpu_type},
+        ]
+        if spec.checkpoint is not None:
+            env.append({"name": "CHRONOTOPE_CHECKPOINT_PATH", "value": spec.checkpoint.path})
+        container["env"] = env
+        spec_copy["schedulerName"] = "chronotope"
+        spec_copy["hostname"] = f"{name}-{rank}"
+        spec_copy["subdomain"] = name
+        spec_copy["restartPolicy"] = "Never"
+        selector = dict(spec_copy.get("nodeSelector") or {})
+        selector["nvidia.com/gpu.product"] = decision.gpu_type
+        spec_copy["nodeSelector"] = selector
+        labels = dict(pod_meta.get("labels") or {})
+        labels |= {JOB_LABEL: name, GENERATION_LABEL: str(generation), _GANG_LABEL: gang}
+        annotations |= {
+            _GANG_SIZE: str(decision.workers),
+            _STRATEGY: spec.placement.strategy.value,
+        }
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-g{generation}-{rank}",
+                    "namespace": namespace,
+                    "labels": labels,
+                    "annotations": annotations,
+                    "ownerReferences": [_owner(job)],
+                },
+                "spec": spec_copy,
+            }
+        )
+    return pods
+
+
+_ENV_NAMES = {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "CHRONOTOPE_DATA_PARALLEL",
+    "CHRONOTOPE_TENSOR_PARALLEL",
+    "CHRONOTOPE_PIPELINE_PARALLEL",
+    "CHRONOTOPE_GPU_TYPE",
+    "CHRONOTOPE_CHECKPOINT_PATH",
+}

@@ -1,0 +1,189 @@
+"""Space-time decisions for a TrainingJob (TetriSched-style, pure).
+
+For every acceptable GPU type the job offers an alternative: run now on that
+type (with as many workers as fit, down to minReplicas for an elastic job)
+or wait until the type frees up (when running jobs there are predicted to
+finish). Each alternative's completion time gives a utility through the job's
+utility function (constant, linear decay after a soft deadline, step at a hard
+deadline); the best one wins, so a job waits for faster GPUs exactly when its
+utility says waiting pays, and runs on slower ones when it does not.
+
+The decision carries its reason in plain words, for status and events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from chronotope.api.v1alpha1.trainingjob import (
+    PlacementStrategy,
+    TrainingJobSpec,
+    Utility,
+    UtilityFunction,
+)
+from chronotope.workloads.capacity import NodeCapacity
+
+__all__ = ["Action", "Decision", "decide", "utility_at", "workers_that_fit"]
+
+
+class Action(StrEnum):
+    START = "Start"
+    WAIT = "Wait"
+    IMPOSSIBLE = "Impossible"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    gpu_type: str | None = None
+    workers: int = 0
+    gpus_per_worker: int = 0
+    finish: datetime | None = None
+    utility: float | None = None
+
+
+def utility_at(utility: Utility | None, finish: datetime) -> float:
+    """The value of finishing at `finish` (1.0 when the job states no utility)."""
+    if utility is None:
+        return 1.0
+    value = utility.value
+    if utility.function is UtilityFunction.CONSTANT:
+        return value
+    if utility.function is UtilityFunction.STEP:
+        assert utility.deadline is not None
+        return value if finish <= utility.deadline else 0.0
+    assert utility.soft_deadline is not None and utility.deadline is not None
+    if finish <= utility.soft_deadline:
+        return value
+    if finish >= utility.deadline:
+        return 0.0
+    span = (utility.deadline - utility.soft_deadline).total_seconds()
+    return value * (utility.deadline - finish).total_seconds() / span
+
+
+def workers_that_fit(
+    nodes: Sequence[NodeCapacity], per_worker: int, strategy: PlacementStrategy, free: bool
+) -> int:
+    """How many workers of `per_worker` GPUs the nodes hold (now if `free`, else ever)."""
+    per_node = [
+        (n.free if free else n.total) // per_worker for n in nodes if n.schedulable or not free
+    ]
+    if not per_node:
+        return 0
+    if strategy is PlacementStrategy.STRICT_PACK:
+        return max(per_node)
+    if strategy is PlacementStrategy.STRICT_SPREAD:
+        return sum(1 for k in per_node if k > 0)
+    return sum(per_node)
+
+
+def _speed(spec: TrainingJobSpec, gpu_type: str) -> float:
+    for option in spec.gpu_types:
+        if option.name == gpu_type:
+            return option.relative_speed or 1.0
+    return 1.0
+
+
+def _duration(spec: TrainingJobSpec, gpu_type: str, workers: int) -> timedelta:
+    seconds = spec.estimate.duration_seconds * spec.replicas / workers / _speed(spec, gpu_type)
+    return timedelta(seconds=seconds)
+
+
+def decide(
+    spec: TrainingJobSpec,
+    capacity: Sequence[NodeCapacity],
+    now: datetime,
+    frees_at: Mapping[str, datetime] | None = None,
+) -> Decision:
+    """Pick the best alternative; see the module docstring. Pure."""
+    per_worker = spec.gpu.count or 1  # a shared worker needs one GPU with room
+    want = spec.replicas
+    least = min(spec.min_replicas or want, want)
+    strategy = spec.placement.strategy
+    frees_at = frees_at or {}
+    starts: list[Decision] = []
+    waits: list[Decision] = []
+    why_not: list[str] = []
+    for option in spec.gpu_types:
+        nodes = [n for n in capacity if n.gpu_model == option.name]
+        if not nodes:
+            why_not.append(f"no node has {option.name} GPUs")
+            continue
+        ever = workers_that_fit(nodes, per_worker, strategy, free=False)
+        if ever < least:
+            why_not.append(
+                f"{option.name}: the cluster holds at most {ever} worker(s) of {per_worker} "
+                f"GPU(s) ({strategy.value}), the job needs {least}"
+            )
+            continue
+        now_fit = min(want, workers_that_fit(nodes, per_worker, strategy, free=True))
+        if now_fit >= least:
+            finish = now + _duration(spec, option.name, now_fit)
+            starts.append(
+                Decision(
+                    Action.START,
+                    "",
+                    option.name,
+                    now_fit,
+                    per_worker,
+                    finish,
+                    utility_at(spec.utility, finish),
+                )
+            )
+        else:
+            why_not.append(f"{option.name}: room for {now_fit} of {least} worker(s) now")
+        if now_fit < want and option.name in frees_at:
+            start = max(now, frees_at[option.name])
+            finish = start + _duration(spec, option.name, min(want, ever))
+            waits.append(
+                Decision(
+                    Action.WAIT,
+                    "",
+                    option.name,
+                    min(want, ever),
+                    per_worker,
+                    finish,
+                    utility_at(spec.utility, finish),
+                )
+            )
+    best_start = max(starts, key=_rank, default=None)
+    best_wait = max(waits, key=_rank, default=None)
+    if best_wait is not None and (best_start is None or _rank(best_wait) > _rank(best_start)):
+        now_text = (
+            f"running now on {best_start.gpu_type} would finish {best_start.finish:%Y-%m-%d %H:%M} "
+            f"(utility {best_start.utility:.2f})"
+            if best_start is not None
+            else "nothing fits now"
+        )
+        assert best_wait.finish is not None and best_wait.utility is not None
+        return _with_reason(
+            best_wait,
+            (
+                f"waiting for {best_wait.gpu_type}: it frees up and finishes the job "
+                f"{best_wait.finish:%Y-%m-%d %H:%M} (utility {best_wait.utility:.2f}); {now_text}"
+            ),
+        )
+    if best_start is not None:
+        assert best_start.finish is not None
+        note = f"{best_start.workers} worker(s) x {per_worker} {best_start.gpu_type}"
+        if best_start.utility == 0.0:
+            note += "; the deadline cannot be met on any GPU type"
+        return _with_reason(
+            best_start, f"starting {note}, predicted to finish {best_start.finish:%Y-%m-%d %H:%M}"
+        )
+    if any("room for" in w for w in why_not):  # possible, just not now
+        return Decision(Action.WAIT, "waiting for GPUs: " + "; ".join(why_not))
+    return Decision(Action.IMPOSSIBLE, "cannot ever run here: " + "; ".join(why_not))
+
+
+def _rank(d: Decision) -> tuple[float, float]:
+    finish = d.finish.timestamp() if d.finish else float("inf")
+    return (d.utility or 0.0, -finish)
+
+
+def _with_reason(d: Decision, reason: str) -> Decision:
+    return Decision(d.action, reason, d.gpu_type, d.workers, d.gpus_per_worker, d.finish, d.utility)

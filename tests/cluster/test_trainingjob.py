@@ -1,0 +1,232 @@
+"""TrainingJobs on the real control plane: gangs, waiting with reasons, scale, node loss."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from chronotope.devcluster.spec import ClusterSpec, node_manifests
+from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
+from tests.kubetest import KubeCluster, wait_for
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "trainingjobs"
+
+
+def job(
+    name: str, replicas: int, gpus: int, types: list[tuple[str, float]], **extra: Any
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "gpu": {"count": gpus},
+        "gpuTypes": [{"name": t, "relativeSpeed": s} for t, s in types],
+        "estimate": {"referenceGpuType": types[0][0], "durationSeconds": 3600},
+        "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]}},
+    }
+    spec |= extra
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def _get(api: Any, ns: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, name
+    )
+    return obj
+
+
+def _bound_counts(core: client.CoreV1Api, ns: str) -> dict[str, tuple[int, int]]:
+    """job -> (bound workers, workers) for the current gang of each job."""
+    out: dict[str, list[int]] = {}
+    for pod in core.list_namespaced_pod(ns).items:
+        if pod.metadata.deletion_timestamp:
+            continue
+        key = pod.metadata.labels["chronotope.dev/pod-group"]
+        size = int(pod.metadata.annotations["chronotope.dev/pod-group-size"])
+        entry = out.setdefault(key, [0, size])
+        entry[0] += 1 if pod.spec.node_name else 0
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+@pytest.fixture
+def jobs_api(
+    kube_cluster: KubeCluster, chronotope_operator: None
+) -> Iterator[tuple[Any, client.CustomObjectsApi, client.CoreV1Api]]:
+    with kube_cluster.api_client() as api:
+        yield api, client.CustomObjectsApi(api), client.CoreV1Api(api)
+
+
+def test_competing_jobs_never_bind_a_partial_gang(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    api, custom, core = jobs_api
+    types = [("H100-SXM5-80GB", 2.0), ("A100-SXM4-80GB", 1.0)]
+    for name in ("alpha", "beta", "gamma"):  # each 2 x 8 GPUs; 32 such GPUs exist: two fit
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, job(name, 2, 8, types)
+        )
+    deadline = time.monotonic() + 60
+    phases: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        for gang, (bound, size) in _bound_counts(core, namespace).items():
+            assert bound in (0, size), f"gang {gang} partially bound: {bound}/{size}"
+        phases = {
+            n: (_get(api, namespace, n).get("status") or {}).get("phase", "")
+            for n in ("alpha", "beta", "gamma")
+        }
+        if sorted(phases.values()) == ["Running", "Running", "Waiting"]:
+            break
+        time.sleep(1)
+    assert sorted(phases.values()) == ["Running", "Running", "Waiting"], phases
+    waiting = next(n for n, p in phases.items() if p == "Waiting")
+    status = _get(api, namespace, waiting)["status"]
+    assert "waiting for H100-SXM5-80GB: it frees up" in status["whyWaiting"]
+    assert "nothing fits now" in status["whyWaiting"]
+    running = next(n for n, p in phases.items() if p == "Running")
+    plan = _get(api, namespace, running)["status"]["plan"]
+    assert plan["workers"] == 2 and plan["totalGpus"] == 16
+    assert plan["gpuType"] in ("H100-SXM5-80GB", "A100-SXM4-80GB")
+    # the faster type goes first
+    assert "H100-SXM5-80GB" in {
+        _get(api, namespace, n)["status"]["plan"]["gpuType"]
+        for n, p in phases.items()
+        if p == "Running"
+    }
+
+
+def test_impossible_job_says_why_and_does_not_block_the_next(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    api, custom, _ = jobs_api
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, job("needs-b200", 1, 8, [("B200", 1.0)])
+    )
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, job("small", 1, 1, [("T4", 1.0)])
+    )
+    status = wait_for(
+        lambda: (s := _get(api, namespace, "needs-b200").get("status")) and s.get("phase") and s,
+        60,
+        "status on the impossible job",
+    )
+    assert status["phase"] == "Pending"
+    assert "no node has B200 GPUs" in status["whyWaiting"]
+    schedulable = next(c for c in status["conditions"] if c["type"] == "Schedulable")
+    assert (schedulable["status"], schedulable["reason"]) == ("False", "Unschedulable")
+    wait_for(
+        lambda: (_get(api, namespace, "small").get("status") or {}).get("phase") == "Running",
+        60,
+        "the job behind it to run",
+    )
+
+
+def test_kubectl_scale_resizes_an_elastic_job(
+    kube_cluster: KubeCluster,
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],
+    namespace: str,
+) -> None:
+    api, custom, core = jobs_api
+    elastic = job(
+        "elastic",
+        2,
+        1,
+        [("L4", 1.0)],
+        minReplicas=1,
+        maxReplicas=4,
+        checkpoint={"path": "/ckpt/elastic"},
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, elastic)
+    wait_for(
+        lambda: (_get(api, namespace, "elastic").get("status") or {}).get("phase") == "Running",
+        60,
+        "elastic job running",
+    )
+    kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/elastic", "--replicas=4")
+
+    def resized() -> bool:
+        status = _get(api, namespace, "elastic").get("status") or {}
+        return status.get("phase") == "Running" and (status.get("plan") or {}).get("workers") == 4
+
+    wait_for(resized, 90, "elastic job running with 4 workers")
+    pods = [
+        p for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp
+    ]
+    assert len(pods) == 4
+    env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+    assert env["WORLD_SIZE"] == "4"
+    assert env["MASTER_ADDR"] == f"elastic-0.elastic.{namespace}.svc"
+    events = core.list_namespaced_event(
+        namespace, field_selector="involvedObject.name=elastic"
+    ).items
+    assert any(e.reason == "Resizing" for e in events)
+
+
+def test_deleting_a_node_shrinks_an_elastic_job(
+    kube_cluster: KubeCluster,
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],
+    namespace: str,
+) -> None:
+    api, custom, core = jobs_api
+    model = f"ELASTIC-{namespace[-6:].upper()}"  # a GPU type only this test's nodes have
+    spec = ClusterSpec.model_validate(
+        {
+            "name": "extra",
+            "pools": [
+                {
+                    "name": f"el-{namespace[-6:]}",
+                    "count": 3,
+                    "gpu": {"model": model, "perNode": 1, "memoryMiB": 16000},
+                }
+            ],
+        }
+    )
+    nodes = node_manifests(spec)
+    apply_nodes(api, nodes)
+    names = {n["metadata"]["name"] for n in nodes}
+    wait_nodes_ready(api, names, 60)
+    try:
+        elastic = job(
+            "shrinky",
+            3,
+            1,
+            [(model, 1.0)],
+            minReplicas=1,
+            maxReplicas=3,
+            checkpoint={"path": "/ckpt/shrinky"},
+        )
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, copy.deepcopy(elastic)
+        )
+        wait_for(
+            lambda: (_get(api, namespace, "shrinky").get("status") or {}).get("phase") == "Running",
+            60,
+            "job running on 3 nodes",
+        )
+        victim = sorted(names)[0]
+        core.delete_node(victim)
+
+        def shrunk() -> bool:
+            status = _get(api, namespace, "shrinky").get("status") or {}
+            plan = status.get("plan") or {}
+            return status.get("phase") == "Running" and plan.get("workers") == 2
+
+        wait_for(shrunk, 120, "job running again with 2 workers")
+        status = _get(api, namespace, "shrinky")["status"]
+        assert status["restarts"] >= 1
+        assert all(p["node"] != victim for p in status["placement"])
+    finally:
+        for name in names:
+            try:
+                core.delete_node(name)
+            except client.exceptions.ApiException:
+                pass
