@@ -152,7 +152,11 @@ def decide(
             )
     best_start = max(starts, key=_rank, default=None)
     best_wait = max(waits, key=_rank, default=None)
-    if best_wait is not None and (best_start is None or _rank(best_wait) > _rank(best_start)):
+    # wait only for a strictly better utility: an estimate of when GPUs free up is only
+    # an estimate, so on a tie the job starts now
+    if best_wait is not None and (
+        best_start is None or (best_wait.utility or 0.0) > (best_start.utility or 0.0) + 1e-9
+    ):
         now_text = (
             f"running now on {best_start.gpu_type} would finish {best_start.finish:%Y-%m-%d %H:%M} "
             f"(utility {best_start.utility:.2f})"
