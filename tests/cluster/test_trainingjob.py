@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -226,7 +228,41 @@ def test_deleting_a_node_shrinks_an_elastic_job(
         assert all(p["node"] != victim for p in status["placement"])
     finally:
         for name in names:
-            try:
+            with contextlib.suppress(client.exceptions.ApiException):
                 core.delete_node(name)
-            except client.exceptions.ApiException:
-                pass
+
+
+def test_deadline_job_preempts_a_best_effort_one(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    api, custom, core = jobs_api
+    v100 = [("V100-SXM2-32GB", 1.0)]
+    best_effort = job("besteffort", 4, 4, v100, preemptible=True, priority=0)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, best_effort)
+    wait_for(
+        lambda: (_get(api, namespace, "besteffort").get("status") or {}).get("phase") == "Running",
+        60,
+        "best-effort job holding every V100",
+    )
+    deadline = (datetime.now(UTC) + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    urgent = job(
+        "urgent", 2, 4, v100, priority=100, utility={"function": "Step", "deadline": deadline}
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, urgent)
+    wait_for(
+        lambda: (_get(api, namespace, "urgent").get("status") or {}).get("phase") == "Running",
+        120,
+        "the deadline job running",
+    )
+
+    def reasons(name: str) -> set[str]:
+        events = core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        return {e.reason for e in events}
+
+    assert "Preempting" in reasons("urgent")
+    wait_for(lambda: "Preempted" in reasons("besteffort"), 60, "Preempted event on the victim")
+    victim = _get(api, namespace, "besteffort")["status"]
+    assert victim["phase"] in ("Waiting", "Resizing", "Running")  # re-queued (maybe smaller)
+    assert victim["restarts"] >= 1

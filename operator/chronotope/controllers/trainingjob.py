@@ -20,6 +20,7 @@ from typing import Any
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
+from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.training import Action, decide
 from chronotope.workloads.training_status import (
     condition,
@@ -31,6 +32,7 @@ from chronotope.workloads.training_status import (
 __all__ = [
     "GENERATION_ANNOTATION",
     "PLANNED_FOR_ANNOTATION",
+    "PREEMPTED_BY_ANNOTATION",
     "ClusterOps",
     "Outcome",
     "reconcile",
@@ -38,6 +40,7 @@ __all__ = [
 
 GENERATION_ANNOTATION = "chronotope.dev/gang-generation"
 PLANNED_FOR_ANNOTATION = "chronotope.dev/planned-for-replicas"
+PREEMPTED_BY_ANNOTATION = "chronotope.dev/preempted-by"
 _DONE = ("Succeeded", "Failed")
 
 
@@ -78,6 +81,19 @@ class ClusterOps:
 
     def stop(self, namespace: str, names: Sequence[str]) -> None:
         self._kw.delete_pods(self.api, namespace, names)
+
+    def preempt(self, job_key: str, by: str) -> None:
+        """Mark the victim (its own reconcile reports it) and stop its workers gracefully."""
+        namespace, name = job_key.split("/", 1)
+        self._kw.annotate_custom(
+            self.api,
+            ("chronotope.dev", "v1alpha1", "trainingjobs"),
+            namespace,
+            name,
+            {PREEMPTED_BY_ANNOTATION: by},
+        )
+        workers = self.pods(namespace, f"{JOB_LABEL}={name}")
+        self.stop(namespace, [p["metadata"]["name"] for p in workers])
 
 
 @dataclass
@@ -153,8 +169,14 @@ def reconcile(job: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome
     if current and plan:
         return _running(cycle, current, plan)
     if plan and not current and status.get("phase") in ("Starting", "Running"):
-        # the whole gang vanished (e.g. its nodes were deleted): start again
-        cycle.out.events.append(("Warning", "GangLost", "all workers are gone; re-planning"))
+        # the whole gang is gone: preempted, or its nodes were deleted; plan it afresh
+        preempted_by = annotations.get(PREEMPTED_BY_ANNOTATION)
+        why = (
+            f"preempted by {preempted_by} (higher priority): checkpointed, stopped, re-queued"
+            if preempted_by
+            else "all workers are gone (nodes deleted?); re-planning"
+        )
+        return _restart(cycle, [], why, "Preempted" if preempted_by else "GangLost")
     return _start_or_wait(cycle, status)
 
 
@@ -214,10 +236,16 @@ def _stuck(current: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], now: d
     return (now - since).total_seconds() > STUCK_AFTER_S
 
 
-def _restart(c: _Cycle, current: Sequence[Mapping[str, Any]], why: str) -> Outcome:
+def _restart(
+    c: _Cycle, current: Sequence[Mapping[str, Any]], why: str, reason: str | None = None
+) -> Outcome:
     """Checkpoint and stop the gang; the next cycle plans it afresh (new gang generation)."""
-    c.ops.stop(c.namespace, [p["metadata"]["name"] for p in current])
+    if current:
+        c.ops.stop(c.namespace, [p["metadata"]["name"] for p in current])
+    if reason is not None:
+        c.out.events.append(("Warning", reason, why))
     c.out.annotations[GENERATION_ANNOTATION] = str(c.gen + 1)
+    c.out.annotations[PREEMPTED_BY_ANNOTATION] = ""
     c.out.status = {
         "phase": "Resizing",
         "whyWaiting": why,
@@ -236,9 +264,23 @@ def _start_or_wait(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
 
 def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     out = c.out
-    capacity = cluster_capacity(c.ops.nodes(), c.ops.pods())
-    frees_at = _frees_at(c.ops.training_jobs(), f"{c.namespace}/{c.name}")
-    decision = decide(c.spec, capacity, c.now, frees_at)
+    nodes, pods, jobs = c.ops.nodes(), c.ops.pods(), c.ops.training_jobs()
+    me = f"{c.namespace}/{c.name}"
+    decision = decide(c.spec, cluster_capacity(nodes, pods), c.now, _frees_at(jobs, me))
+    if decision.action is Action.WAIT:
+        preemption = plan_preemption(me, c.spec, jobs, nodes, pods, now=c.now)
+        if preemption is not None:
+            for victim in preemption.victims:
+                c.ops.preempt(victim, by=me)
+            decision = preemption.decision
+            out.events.append(
+                (
+                    "Normal",
+                    "Preempting",
+                    f"stopping lower-priority preemptible {', '.join(preemption.victims)} "
+                    "(checkpoint first) to start now",
+                )
+            )
     if decision.action is not Action.START:
         out.status = waiting_status(decision, c.now, c.generation)
         if decision.reason != status.get("whyWaiting"):

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 __all__ = [
     "CHECKPOINT_ANNOTATION",
+    "annotate_custom",
     "create_pods",
     "delete_pods",
     "ensure_service",
@@ -98,3 +99,17 @@ def delete_pods(
         except ApiException as exc:
             if exc.status != _NOT_FOUND:
                 raise
+
+
+def annotate_custom(
+    api: client.ApiClient,
+    resource: tuple[str, str, str],
+    namespace: str,
+    name: str,
+    annotations: dict[str, str],
+) -> None:
+    """Merge annotations into a custom object; `resource` is (group, version, plural)."""
+    group, version, plural = resource
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        group, version, namespace, plural, name, {"metadata": {"annotations": annotations}}
+    )

@@ -19,7 +19,7 @@ from chronotope.sim.openb import load_nodes, load_pods, trace_name
 from chronotope.solver.fragpack import Chronotope
 from chronotope.solver.policies import BASELINES, Policy
 
-__all__ = ["RunSpec", "make_policy", "run_all", "run_one"]
+__all__ = ["RunSpec", "make_policy", "merge_dirs", "plot_curves", "run_all", "run_one"]
 
 CURVE_POINTS = tuple(range(1, 131))
 
@@ -114,8 +114,57 @@ def run_all(spec: RunSpec) -> list[dict[str, object]]:
         _write_csv(
             spec.out / "bounds.csv", sorted(bounds, key=lambda b: (str(b["trace"]), str(b["seed"])))
         )
-    _plot(spec.out / "allocation.png", results)
+    _write_curves(spec.out / "curves.csv", results)
+    plot_curves(spec.out / "allocation.png", results)
     return rows  # type: ignore[return-value]
+
+
+def _write_curves(path: Path, results: list[dict[str, object]]) -> None:
+    """Per-run allocation curves, so runs split over invocations can be merged."""
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["trace", "policy", "seed", *(f"alloc_at_{p}" for p in CURVE_POINTS)])
+        for res in results:
+            row = res["row"]
+            curve = res["curve"]
+            assert isinstance(row, dict) and isinstance(curve, list)
+            writer.writerow(
+                [row["trace"], row["policy"], row["seed"], *(round(c, 3) for c in curve)]
+            )
+
+
+def merge_dirs(out: Path, dirs: list[Path]) -> None:
+    """Merge the summary, bounds and curves of several output dirs into `out` and re-plot.
+
+    A later dir wins for a (trace, policy, seed) that appears twice.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    rows: dict[tuple[str, str, str], dict[str, str]] = {}
+    bounds: dict[tuple[str, str], dict[str, str]] = {}
+    curves: dict[tuple[str, str, str], list[float]] = {}
+    for d in dirs:
+        with (d / "summary.csv").open() as fh:
+            for r in csv.DictReader(fh):
+                rows[r["trace"], r["policy"], r["seed"]] = r
+        if (d / "bounds.csv").exists():
+            with (d / "bounds.csv").open() as fh:
+                for r in csv.DictReader(fh):
+                    bounds[r["trace"], r["seed"]] = r
+        if (d / "curves.csv").exists():
+            with (d / "curves.csv").open() as fh:
+                for r in csv.DictReader(fh):
+                    key = (r["trace"], r["policy"], r["seed"])
+                    curves[key] = [float(r[f"alloc_at_{p}"]) for p in CURVE_POINTS]
+    order = sorted(rows, key=lambda k: (k[0], k[1], int(k[2])))
+    _write_csv(out / "summary.csv", [dict(rows[k]) for k in order])
+    if bounds:
+        _write_csv(out / "bounds.csv", [dict(bounds[k]) for k in sorted(bounds)])
+    results: list[dict[str, object]] = [
+        {"row": {"trace": k[0], "policy": k[1], "seed": k[2]}, "curve": c}
+        for k, c in sorted(curves.items())
+    ]
+    _write_curves(out / "curves.csv", results)
+    plot_curves(out / "allocation.png", results)
 
 
 class _Serial:
@@ -140,7 +189,7 @@ def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
         writer.writerows(rows)
 
 
-def _plot(path: Path, results: list[dict[str, object]]) -> None:
+def plot_curves(path: Path, results: list[dict[str, object]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chronotope.solver.batch_greedy import GreedyPick, greedy_candidates
 from chronotope.solver.model import (
     MILLI,
     Alternative,
@@ -75,6 +76,9 @@ class BatchSettings(BaseModel):
     seed: int = 0
     workers: int = 1
     candidate_nodes: int = 12
+    """Nodes offered per (workload, GPU model): best fit on the greedy pass's residual."""
+    gap_limit: float = 0.02
+    """Stop once the objective is proven within this relative gap of the optimum."""
     delay_discount: float = 0.02
     frag_weight: float = 0.05
     pack_weight: float = 0.01
@@ -104,19 +108,11 @@ def _alternatives(w: Workload, models: set[str]) -> list[Alternative]:
     ]
 
 
-def _fits(node: Node, w: Workload) -> bool:
-    p = w.pod
-    if node.free_cpu < p.cpu_milli or node.free_memory < p.memory_mib:
-        return False
-    if p.num_gpus == 0:
-        return True
-    ok = [g for g in node.gpus if g.free_milli >= p.gpu_milli and g.free_mem >= p.gpu_memory_mib]
-    return len(ok) >= p.num_gpus
-
-
 def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSettings) -> Plan:
     """Choose alternatives and place what starts now. Pure; blocks for up to the time limit."""
     from ortools.sat.python import cp_model
+
+    _lin = cp_model.LinearExpr
 
     running = [w for w in workloads if w.running_on]
     workloads = [w for w in workloads if not w.running_on]
@@ -125,6 +121,7 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
     models = {n.gpu_model for n in snapshot.nodes if n.gpus}
     alts: list[_Alt] = []
     early: dict[str, list[Reason]] = defaultdict(list)
+    alts_of: dict[str, bool] = {}
     for w in workloads:
         options = _alternatives(w, models)
         if not options:
@@ -140,7 +137,8 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
                 if weight <= 0:
                     continue
                 alts.append(_Alt(w, opt, s, round(weight * SCALE)))
-        if options and not any(x.workload is w for x in alts):
+                alts_of[w.name] = True
+        if options and not alts_of.get(w.name):
             fastest = min(o.duration_s for o in options)
             early[w.name].append(
                 Reason(
@@ -162,42 +160,54 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
     penalties: list[tuple[float, Any, str]] = []
     on_vars: dict[tuple[str, str], Any] = {}
     gpu_vars: dict[tuple[str, str, int], Any] = {}
-    for a in (x for x in alts if x.slot == 0):
+    used_vars: dict[tuple[str, str], Any] = {}
+    whole_use: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+    now_alts = [x for x in alts if x.slot == 0]
+    cands, picks = greedy_candidates(
+        snapshot,
+        [(a.workload, a.alt.gpu_model, a.value) for a in now_alts],
+        settings.candidate_nodes,
+    )
+    for a in now_alts:
         w = a.workload
-        cands = [
-            n
-            for n in snapshot.nodes
-            if (not w.pod.num_gpus or n.gpu_model == a.alt.gpu_model) and _fits(n, w)
-        ]
-        cands.sort(key=lambda n: (sum(g.free_milli for g in n.gpus), n.free_cpu, n.name))
-        limit = max(settings.candidate_nodes, 2 * w.replicas)
-        a.nodes = cands[:limit]
+        a.nodes = [snapshot.nodes[i] for i in cands.get((w.name, a.alt.gpu_model), [])]
         if not a.nodes:
             m.add(a.var == 0)
             continue
         tag = f"{w.name}|{a.alt.gpu_model}"
-        used_node = {n.name: m.new_bool_var(f"uses[{tag}|{n.name}]") for n in a.nodes}
+        # A single pod uses a node exactly when it is on it: no separate `uses` variable.
+        single = w.replicas == 1
+        used_node = (
+            {} if single else {n.name: m.new_bool_var(f"uses[{tag}|{n.name}]") for n in a.nodes}
+        )
         for member in w.member_names():
             ys = []
             for n in a.nodes:
                 y = m.new_bool_var(f"on[{member}|{a.alt.gpu_model}|{n.name}]")
                 on_vars[member + "|" + a.alt.gpu_model, n.name] = y
                 ys.append(y)
-                m.add_implication(y, used_node[n.name])
+                if single:
+                    used_node[n.name] = y
+                else:
+                    m.add_implication(y, used_node[n.name])
                 cpu_use[n.name].append((w.pod.cpu_milli, y))
                 mem_use[n.name].append((w.pod.memory_mib, y))
-                if w.pod.num_gpus:
+                if _counted(w):
+                    whole_use[n.name].append((w.pod.num_gpus, y))
+                elif w.pod.num_gpus:
                     zs = []
                     for g in n.gpus:
                         if g.free_milli < w.pod.gpu_milli:
                             continue
                         z = m.new_bool_var(f"gpu[{member}|{a.alt.gpu_model}|{n.name}|{g.index}]")
                         gpu_vars[member + "|" + a.alt.gpu_model, n.name, g.index] = z
-                        m.add_implication(z, y)
                         zs.append(z)
                         gpu_use[n.name, g.index].append((w.pod.gpu_milli, w.pod.gpu_memory_mib, z))
-                    m.add(sum(zs) == w.pod.num_gpus * y)
-            m.add(sum(ys) == a.var)
+                    m.add(_lin.sum(zs) == w.pod.num_gpus * y)
+            m.add(_lin.sum(ys) == a.var)
+        if not single:
+            for n in a.nodes:
+                used_vars[tag, n.name] = used_node[n.name]
         nodes_used = list(used_node.values())
         if w.strategy is PlacementStrategy.STRICT_PACK:
             m.add(sum(nodes_used) <= 1)
@@ -216,23 +226,37 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
             m.add(sum(dvars.values()) <= 1)
             for n in a.nodes:
                 m.add_implication(used_node[n.name], dvars[getattr(n, w.same_topology)])
+    opened_vars: dict[tuple[str, int], Any] = {}
     for node in snapshot.nodes:
         if node.name in cpu_use:
-            m.add(sum(c * y for c, y in cpu_use[node.name]) <= node.free_cpu)
-            m.add(sum(c * y for c, y in mem_use[node.name]) <= node.free_memory)
+            m.add(_wsum(cpu_use[node.name]) <= node.free_cpu)
+            m.add(_wsum(mem_use[node.name]) <= node.free_memory)
         for g in node.gpus:
             uses = gpu_use.get((node.name, g.index))
             if not uses:
                 continue
-            m.add(sum(s * z for s, _, z in uses) <= g.free_milli)
+            m.add(_wsum([(s, z) for s, _, z in uses]) <= g.free_milli)
             if g.memory_mib:
                 m.add(sum(mm * z for _, mm, z in uses) <= g.free_mem)
             if g.free_milli == MILLI and any(s < MILLI for s, _, _ in uses):
                 opened = m.new_bool_var(f"opened[{node.name}|{g.index}]")
-                for s, _, z in uses:
-                    if s < MILLI:
-                        m.add_implication(z, opened)
+                opened_vars[node.name, g.index] = opened
+                # Linear form of "a share here opens the GPU": much tighter LP bound than
+                # one implication per share, so CP-SAT proves its gap limit quickly.
+                m.add(sum(s * z for s, _, z in uses if s < MILLI) <= MILLI * opened)
                 penalties.append((settings.frag_weight, opened, "fragmentation"))
+        if whole_use.get(node.name):
+            # Whole-GPU pods are counted, not assigned GPU by GPU (that made most of the
+            # model): they share the node's fully free GPUs with shares that open one.
+            busy = []
+            for g in node.gpus:
+                if g.free_milli != MILLI:
+                    continue
+                if (node.name, g.index) in opened_vars:
+                    busy.append(opened_vars[node.name, g.index])
+                busy += [z for s, _, z in gpu_use.get((node.name, g.index), []) if s == MILLI]
+            full = sum(1 for g in node.gpus if g.free_milli == MILLI)
+            m.add(_wsum(whole_use[node.name]) + _lin.sum(busy) <= full)
     # A later start cannot be packed yet; charge it the fragmentation of opening a GPU
     # per share member, so deferring is never a way to dodge the fragmentation term.
     for a in alts:
@@ -255,12 +279,29 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
             if terms:
                 m.add(sum(terms) <= free_by_model[model_name])
     m.maximize(
-        sum(a.value * a.var for a in alts) - sum(round(wt * SCALE) * v for wt, v, _ in penalties)
+        _wsum([(a.value, a.var) for a in alts])
+        - _wsum([(round(wt * SCALE), v) for wt, v, _ in penalties])
     )
     if settings.hint is not None:
         _apply_hint(m, settings.hint, alts, on_vars)
+    else:
+        _apply_greedy(
+            m,
+            snapshot=snapshot,
+            picks=picks,
+            alts=alts,
+            on_vars=on_vars,
+            gpu_vars=gpu_vars,
+            used_vars=used_vars,
+            opened_vars=opened_vars,
+        )
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = settings.time_limit_s
+    solver.parameters.relative_gap_limit = settings.gap_limit
+    # Symmetry detection and probing took 5 of 7 presolve seconds on 50 openb pods
+    # (identical GPUs make huge orbits) and did not pay for themselves.
+    solver.parameters.symmetry_level = 0
+    solver.parameters.cp_model_probing_level = 0
     solver.parameters.random_seed = settings.seed
     solver.parameters.num_workers = settings.workers
     status = solver.solve(m)
@@ -287,10 +328,63 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
         alts=alts,
         on_vars=on_vars,
         gpu_vars=gpu_vars,
+        gpu_use=gpu_use,
         penalties=penalties,
         early=early,
         status_name=status_name,
     )
+
+
+def _wsum(terms: list[tuple[int, Any]]) -> Any:
+    """Weighted sum of (coefficient, variable) pairs, built in C++ (Python `sum` was slow)."""
+    from ortools.sat.python import cp_model
+
+    return cp_model.LinearExpr.weighted_sum([v for _, v in terms], [c for c, _ in terms])
+
+
+def _counted(w: Workload) -> bool:
+    """Whole-GPU pods without a device-memory need get a GPU count per node, not GPU vars."""
+    return w.pod.num_gpus > 0 and w.pod.gpu_milli == MILLI and not w.pod.gpu_memory_mib
+
+
+def _apply_greedy(
+    m: Any,
+    *,
+    snapshot: ClusterSnapshot,
+    picks: dict[str, GreedyPick],
+    alts: list[_Alt],
+    on_vars: dict[tuple[str, str], Any],
+    gpu_vars: dict[tuple[str, str, int], Any],
+    used_vars: dict[tuple[str, str], Any],
+    opened_vars: dict[tuple[str, int], Any],
+) -> None:
+    """Hint the greedy placement (a complete feasible solution) to CP-SAT."""
+    on_hint: set[tuple[str, str]] = set()
+    gpu_hint: set[tuple[str, str, int]] = set()
+    used_hint: set[tuple[str, str]] = set()
+    opened_hint: set[tuple[str, int]] = set()
+    shares = {a.workload.name for a in alts if a.workload.pod.is_share}
+    for name, pick in picks.items():
+        for member, (idx, gpus) in pick.members.items():
+            node = snapshot.nodes[idx]
+            key = member + "|" + pick.gpu_model
+            on_hint.add((key, node.name))
+            used_hint.add((f"{name}|{pick.gpu_model}", node.name))
+            for g in gpus:
+                gpu_hint.add((key, node.name, node.gpus[g].index))
+                if name in shares and node.gpus[g].free_milli == MILLI:
+                    opened_hint.add((node.name, node.gpus[g].index))
+    chosen = {name: pick.gpu_model for name, pick in picks.items()}
+    for a in alts:
+        m.add_hint(a.var, int(a.slot == 0 and chosen.get(a.workload.name) == a.alt.gpu_model))
+    for key2, var in on_vars.items():
+        m.add_hint(var, int(key2 in on_hint))
+    for key3, var in gpu_vars.items():
+        m.add_hint(var, int(key3 in gpu_hint))
+    for key2, var in used_vars.items():
+        m.add_hint(var, int(key2 in used_hint))
+    for key4, var in opened_vars.items():
+        m.add_hint(var, int(key4 in opened_hint))
 
 
 def _apply_hint(m: Any, hint: Plan, alts: list[_Alt], on_vars: dict[tuple[str, str], Any]) -> None:
@@ -315,6 +409,7 @@ def _extract(
     alts: list[_Alt],
     on_vars: dict[tuple[str, str], Any],
     gpu_vars: dict[tuple[str, str, int], Any],
+    gpu_use: dict[tuple[str, int], list[tuple[int, int, Any]]],
     penalties: list[tuple[float, Any, str]],
     early: dict[str, list[Reason]],
     status_name: str,
@@ -324,6 +419,7 @@ def _extract(
     chosen: dict[str, str] = {}
     deferred: list[Deferred] = []
     started: set[str] = set()
+    pool: dict[str, list[int]] = {}
     utility = 0.0
     for a in alts:
         if not val(a.var):
@@ -344,11 +440,23 @@ def _extract(
         for member in w.member_names():
             key = member + "|" + a.alt.gpu_model
             node = next(n for n in a.nodes if val(on_vars[key, n.name]))
-            gpus = tuple(
-                g.index
-                for g in node.gpus
-                if (key, node.name, g.index) in gpu_vars and val(gpu_vars[key, node.name, g.index])
-            )
+            if _counted(w):
+                if node.name not in pool:
+                    pool[node.name] = [
+                        g.index
+                        for g in node.gpus
+                        if g.free_milli == MILLI
+                        and not any(val(z) for _, _, z in gpu_use.get((node.name, g.index), []))
+                    ]
+                gpus = tuple(pool[node.name][: w.pod.num_gpus])
+                del pool[node.name][: w.pod.num_gpus]
+            else:
+                gpus = tuple(
+                    g.index
+                    for g in node.gpus
+                    if (key, node.name, g.index) in gpu_vars
+                    and val(gpu_vars[key, node.name, g.index])
+                )
             placements.append(
                 Placement(
                     pod=member,

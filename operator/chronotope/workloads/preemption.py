@@ -1,0 +1,75 @@
+"""Which running jobs to preempt so a more important job can start (pure).
+
+A waiting job may preempt running jobs that are marked preemptible and have a
+lower priority, cheapest first (lowest priority, then fewest GPUs), adding
+victims one at a time until the job fits; if it would not fit even with every
+candidate gone, nobody is preempted. Victims are stopped gracefully by the
+caller (checkpoint annotation, then SIGTERM with a grace period) and re-queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.capacity import cluster_capacity
+from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.training import Action, Decision, decide
+
+__all__ = ["Preemption", "plan_preemption"]
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victims: tuple[str, ...]  # "namespace/name" of TrainingJobs
+    decision: Decision
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def plan_preemption(
+    me: str,
+    spec: TrainingJobSpec,
+    jobs: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    now: datetime,
+) -> Preemption | None:
+    """The fewest, cheapest victims that let `spec` start now, or None."""
+    types = {t.name for t in spec.gpu_types}
+    candidates = []
+    for job in jobs:
+        job_spec = job.get("spec") or {}
+        plan = (job.get("status") or {}).get("plan") or {}
+        if (
+            _key(job) == me
+            or not job_spec.get("preemptible", False)
+            or int(job_spec.get("priority", 0)) >= spec.priority
+            or plan.get("gpuType") not in types
+        ):
+            continue
+        candidates.append((int(job_spec.get("priority", 0)), float(plan.get("totalGpus", 0)), job))
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    pods_of: dict[str, set[str]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(JOB_LABEL)
+        if owner:
+            pods_of.setdefault(f"{meta.get('namespace')}/{owner}", set()).add(_key(pod))
+    chosen: list[str] = []
+    ignored: set[str] = set()
+    for _, _, job in candidates:
+        chosen.append(_key(job))
+        ignored |= pods_of.get(_key(job), set())
+        capacity = cluster_capacity(nodes, pods, ignore_pods=frozenset(ignored))
+        decision = decide(spec, capacity, now)
+        if decision.action is Action.START:
+            return Preemption(tuple(chosen), decision)
+    return None
