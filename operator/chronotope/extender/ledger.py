@@ -247,10 +247,14 @@ class Ledger:
             self.forget(pod_key)
         self._apply(pod_key, Holding(node_name, gpu_indices, milli, memory_mib, bound=True))
 
-    def forget(self, pod_key: str) -> None:
-        holding = self.holdings.pop(pod_key, None)
+    def forget(self, pod_key: str, *, only: tuple[str, tuple[int, ...]] | None = None) -> None:
+        """Release a pod's GPUs; with `only` (node, gpus), only if it still holds exactly those."""
+        holding = self.holdings.get(pod_key)
         if holding is None:
             return
+        if only is not None and (holding.node, holding.gpu_indices) != only:
+            return  # a newer try of the same pod holds other GPUs: keep them
+        del self.holdings[pod_key]
         node = self.nodes.get(holding.node)
         if node is None:
             return

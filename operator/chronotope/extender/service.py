@@ -213,7 +213,8 @@ class ExtenderService:
             self.bind_fn(namespace, name, uid, node, assignment)
         except Exception as exc:
             with self._lock:
-                self.ledger.forget(key)
+                if assignment is not None:  # only this try's GPUs, not a newer try's
+                    self.ledger.forget(key, only=(node, assignment.gpu_indices))
                 if gang is not None and req is not None:
                     self.gangs.unclaim(self.ledger, gang, key, req, self.clock())
             log.warning("bind %s -> %s failed: %s", key, node, exc)

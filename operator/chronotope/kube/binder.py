@@ -56,9 +56,8 @@ class Binder:
         if assignment is not None:
             if self.runs_plugin(node):
                 self._take_node_lock(node, assignment.handshake)
-            self.core.patch_namespaced_pod(
-                name, namespace, {"metadata": {"annotations": assignment.to_annotations()}}
-            )
+            if self._annotate_unbound(namespace, name, uid, node, assignment):
+                return  # already bound to this node by an earlier try
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -72,6 +71,36 @@ class Binder:
             if exc.status == _CONFLICT and self._already_on(namespace, name, node):
                 return  # a retried bind that already happened
             raise BindError(f"binding {namespace}/{name} to {node} failed: {exc.reason}") from exc
+
+    def _annotate_unbound(
+        self, namespace: str, name: str, uid: str, node: str, assignment: GpuAssignment
+    ) -> bool:
+        """Write the assignment only while the pod is unbound (resourceVersion precondition).
+
+        A slow, superseded bind must never overwrite the assignment of a pod that a
+        later try already bound elsewhere. Returns True if the pod is already on `node`.
+        """
+        for _ in range(5):
+            pod = self.core.read_namespaced_pod(name, namespace)
+            if pod.metadata.uid != uid:
+                raise BindError(f"pod {namespace}/{name} was replaced (uid {pod.metadata.uid})")
+            if pod.spec.node_name:
+                if pod.spec.node_name == node:
+                    return True
+                raise BindError(f"pod {namespace}/{name} is already bound to {pod.spec.node_name}")
+            patch = {
+                "metadata": {
+                    "resourceVersion": pod.metadata.resource_version,
+                    "annotations": assignment.to_annotations(),
+                }
+            }
+            try:
+                self.core.patch_namespaced_pod(name, namespace, patch)
+                return False
+            except ApiException as exc:
+                if exc.status != _CONFLICT:
+                    raise
+        raise BindError(f"pod {namespace}/{name} kept changing; not annotated")
 
     def _already_on(self, namespace: str, name: str, node: str) -> bool:
         pod = self.core.read_namespaced_pod(name, namespace)

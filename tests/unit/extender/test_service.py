@@ -195,3 +195,15 @@ def test_planned_pod_goes_only_to_its_planned_node_and_gpus() -> None:
     out = svc.filter(clash, ["a"])
     assert out.passed == []
     assert "planned GPU 6 is in use" in out.failed["a"]
+
+
+def test_a_superseded_failed_bind_keeps_the_newer_tries_gpus() -> None:
+    svc = service(Recorder())
+    req = pod_gpu_request(pod("p", gpus=2))
+    assert req is not None
+    first = svc.ledger.assume("ns/p", "a", req)
+    second = svc.ledger.assume("ns/p", "v", req)  # kube-scheduler retried elsewhere
+    assert first == (0, 1) and second == (0, 1)
+    svc.ledger.forget("ns/p", only=("a", (0, 1)))  # the slow first try fails late
+    assert svc.ledger.holdings["ns/p"].node == "v"
+    assert "2 of 4 GPUs free" in svc.filter(pod("q", gpus=3), ["v"]).failed["v"]
