@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The demo: a real local control plane with simulated heterogeneous GPU nodes, the
-# Chronotope scheduler (kube-scheduler + extender), the CRDs, sample custom resources
+# Chronotope scheduler (kube-scheduler + extender) and operator, sample custom resources
 # and GPU pods placed on whole and shared GPUs. Leaves the cluster running; `make down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 chronotope dev cluster down >/dev/null 2>&1 || true
-chronotope dev cluster up --spec manifests/clusters/demo.yaml --with-scheduler
+chronotope dev cluster up --spec manifests/clusters/demo.yaml --with-scheduler --with-operator
 kubeconfig="$(chronotope dev cluster status | sed -n 's/^kubeconfig: //p')"
 k() { kubectl --kubeconfig "$kubeconfig" "$@"; }
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
@@ -14,11 +14,16 @@ say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 say "kubectl get nodes   # GPU capacity and topology"
 k get nodes -o custom-columns='NAME:.metadata.name,GPU:.metadata.labels.nvidia\.com/gpu\.product,GPUS:.status.capacity.nvidia\.com/gpu,MEM(MiB):.metadata.labels.nvidia\.com/gpu\.memory,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,RACK:.metadata.labels.chronotope\.dev/rack,NVLINK:.metadata.labels.chronotope\.dev/nvlink-domain'
 
-say "kubectl apply --server-side -f crds/ && kubectl apply -f manifests/samples/"
-k apply --server-side --field-manager=chronotope-demo -f crds/ >/dev/null
-k wait --for=condition=Established --timeout=60s crd --all >/dev/null
+say "kubectl apply -f manifests/samples/   # TrainingJobs, an InferencePipeline, ModelVariants"
 k apply -f manifests/samples/ >/dev/null
+for _ in $(seq 30); do
+  running=$(k get trainingjobs -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c Running || true)
+  [[ "$running" -ge 3 ]] && break
+  sleep 1
+done
 k get chronotope
+say "kubectl get pods -l chronotope.dev/job   # the TrainingJobs' gangs"
+k get pods -l chronotope.dev/job -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,GPUS:.metadata.annotations.chronotope\.dev/assigned-gpus,GANG:.metadata.labels.chronotope\.dev/pod-group'
 
 say "kubectl apply -f manifests/demo/gpu-pods.yaml   # schedulerName: chronotope"
 k apply -f manifests/demo/gpu-pods.yaml >/dev/null
