@@ -203,9 +203,19 @@ class Ledger:
         now: float | None = None,
         gpus: tuple[int, ...] | None = None,
     ) -> tuple[int, ...] | NoFit:
-        """Choose (or take the planned `gpus`) and hold GPUs for a pod about to be bound."""
-        if pod_key in self.holdings:
-            self.forget(pod_key)
+        """Choose (or take the planned `gpus`) and hold GPUs for a pod about to be bound.
+
+        A pod that already holds GPUs is refused: if it is bound, a new bind is a
+        mistake; if an earlier try is still in flight (kube-scheduler gave up waiting
+        and retried), releasing that try's GPUs now would let them be given away while
+        the earlier binding may still succeed. The retry waits for the earlier try to
+        finish (or its assumption to expire).
+        """
+        existing = self.holdings.get(pod_key)
+        if existing is not None:
+            if existing.bound:
+                return NoFit(f"pod is already bound to {existing.node}", unresolvable=True)
+            return NoFit(f"an earlier bind of this pod to {existing.node} is still in flight")
         choice = self.fit(node_name, req) if gpus is None else self.fit_exact(node_name, req, gpus)
         if isinstance(choice, NoFit):
             return choice

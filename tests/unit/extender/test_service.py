@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from chronotope.extender.ledger import NoFit
 from chronotope.extender.podreq import (
     SHARE_COMPUTE_ANNOTATION,
     SHARE_MEMORY_ANNOTATION,
@@ -197,13 +198,18 @@ def test_planned_pod_goes_only_to_its_planned_node_and_gpus() -> None:
     assert "planned GPU 6 is in use" in out.failed["a"]
 
 
-def test_a_superseded_failed_bind_keeps_the_newer_tries_gpus() -> None:
+def test_a_retried_bind_waits_for_the_earlier_try_of_the_same_pod() -> None:
     svc = service(Recorder())
     req = pod_gpu_request(pod("p", gpus=2))
     assert req is not None
     first = svc.ledger.assume("ns/p", "a", req)
-    second = svc.ledger.assume("ns/p", "v", req)  # kube-scheduler retried elsewhere
-    assert first == (0, 1) and second == (0, 1)
-    svc.ledger.forget("ns/p", only=("a", (0, 1)))  # the slow first try fails late
-    assert svc.ledger.holdings["ns/p"].node == "v"
-    assert "2 of 4 GPUs free" in svc.filter(pod("q", gpus=3), ["v"]).failed["v"]
+    assert first == (0, 1)
+    # kube-scheduler gave up waiting and retried elsewhere: the first try may still
+    # succeed, so its GPUs must stay held and the retry must wait
+    retry = svc.ledger.assume("ns/p", "v", req)
+    assert isinstance(retry, NoFit) and "still in flight" in retry.message
+    svc.ledger.forget("ns/p", only=("v", (0, 1)))  # a failing retry releases nothing else
+    assert svc.ledger.holdings["ns/p"].node == "a"
+    svc.ledger.confirm("ns/p")
+    again = svc.ledger.assume("ns/p", "v", req)
+    assert isinstance(again, NoFit) and again.unresolvable
