@@ -21,7 +21,8 @@ from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
 from chronotope.workloads.preemption import plan_preemption
-from chronotope.workloads.training import Action, decide
+from chronotope.workloads.queueing import blocking_job
+from chronotope.workloads.training import Action, Decision, decide
 from chronotope.workloads.training_status import (
     condition,
     merge_conditions,
@@ -266,21 +267,12 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     out = c.out
     nodes, pods, jobs = c.ops.nodes(), c.ops.pods(), c.ops.training_jobs()
     me = f"{c.namespace}/{c.name}"
-    decision = decide(c.spec, cluster_capacity(nodes, pods), c.now, _frees_at(jobs, me))
-    if decision.action is Action.WAIT:
-        preemption = plan_preemption(me, c.spec, jobs, nodes, pods, now=c.now)
-        if preemption is not None:
-            for victim in preemption.victims:
-                c.ops.preempt(victim, by=me)
-            decision = preemption.decision
-            out.events.append(
-                (
-                    "Normal",
-                    "Preempting",
-                    f"stopping lower-priority preemptible {', '.join(preemption.victims)} "
-                    "(checkpoint first) to start now",
-                )
-            )
+    capacity = cluster_capacity(nodes, pods)
+    decision = decide(c.spec, capacity, c.now, _frees_at(jobs, me))
+    if decision.action is Action.START:
+        decision = _queue_gate(c, capacity, jobs, decision)
+    elif decision.action is Action.WAIT:
+        decision = _try_preempt(c, jobs, nodes, pods, decision)
     if decision.action is not Action.START:
         out.status = waiting_status(decision, c.now, c.generation)
         if decision.reason != status.get("whyWaiting"):
@@ -318,6 +310,47 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     }
     out.events.append(("Normal", "Started", decision.reason))
     return out
+
+
+def _queue_gate(
+    c: _Cycle, capacity: Sequence[Any], jobs: Sequence[Mapping[str, Any]], decision: Decision
+) -> Decision:
+    """Hold a startable job back while a job ahead of it in its queue could start now."""
+    ahead = blocking_job(
+        c.job, c.spec, jobs, lambda other: decide(other, capacity, c.now).action is Action.START
+    )
+    if ahead is None:
+        return decision
+    return Decision(
+        Action.WAIT,
+        f"queued behind {ahead} in queue {c.spec.queue} "
+        "(policy order: priority, then deadline, then age)",
+    )
+
+
+def _try_preempt(
+    c: _Cycle,
+    jobs: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    decision: Decision,
+) -> Decision:
+    """Stop lower-priority preemptible jobs if that lets this one start now."""
+    me = f"{c.namespace}/{c.name}"
+    preemption = plan_preemption(me, c.spec, jobs, nodes, pods, now=c.now)
+    if preemption is None:
+        return decision
+    for victim in preemption.victims:
+        c.ops.preempt(victim, by=me)
+    c.out.events.append(
+        (
+            "Normal",
+            "Preempting",
+            f"stopping lower-priority preemptible {', '.join(preemption.victims)} "
+            "(checkpoint first) to start now",
+        )
+    )
+    return preemption.decision
 
 
 def merged_status(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
