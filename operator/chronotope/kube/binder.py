@@ -12,6 +12,7 @@ assumption.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -81,21 +82,24 @@ class Binder:
         later try already bound elsewhere. Returns True if the pod is already on `node`.
         """
         for _ in range(5):
-            pod = self.core.read_namespaced_pod(name, namespace)
-            if pod.metadata.uid != uid:
-                raise BindError(f"pod {namespace}/{name} was replaced (uid {pod.metadata.uid})")
-            if pod.spec.node_name:
-                if pod.spec.node_name == node:
+            # raw JSON: client-model (de)serialization would dominate the bind's cost
+            raw = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            pod = json.loads(raw.data)
+            meta, bound_to = pod["metadata"], (pod.get("spec") or {}).get("nodeName")
+            if meta.get("uid") != uid:
+                raise BindError(f"pod {namespace}/{name} was replaced (uid {meta.get('uid')})")
+            if bound_to:
+                if bound_to == node:
                     return True
-                raise BindError(f"pod {namespace}/{name} is already bound to {pod.spec.node_name}")
+                raise BindError(f"pod {namespace}/{name} is already bound to {bound_to}")
             patch = {
                 "metadata": {
-                    "resourceVersion": pod.metadata.resource_version,
+                    "resourceVersion": meta["resourceVersion"],
                     "annotations": assignment.to_annotations(),
                 }
             }
             try:
-                self.core.patch_namespaced_pod(name, namespace, patch)
+                self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False)
                 return False
             except ApiException as exc:
                 if exc.status != _CONFLICT:
