@@ -12,7 +12,6 @@ assumption.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from chronotope.kube.client import raw_json
 from chronotope.sharing.assignment import (
     ALLOCATION_LOCK,
     DEVICE_PLUGIN,
@@ -67,7 +67,7 @@ class Binder:
         }
         try:
             # _preload_content=False: the client cannot deserialize the Binding response
-            self.core.create_namespaced_binding(namespace, body, _preload_content=False)
+            raw_json(self.core.create_namespaced_binding(namespace, body, _preload_content=False))
         except ApiException as exc:
             if exc.status == _CONFLICT and self._already_on(namespace, name, node):
                 return  # a retried bind that already happened
@@ -83,8 +83,7 @@ class Binder:
         """
         for _ in range(5):
             # raw JSON: client-model (de)serialization would dominate the bind's cost
-            raw = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
-            pod = json.loads(raw.data)
+            pod = raw_json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
             meta, bound_to = pod["metadata"], (pod.get("spec") or {}).get("nodeName")
             if meta.get("uid") != uid:
                 raise BindError(f"pod {namespace}/{name} was replaced (uid {meta.get('uid')})")
@@ -99,7 +98,9 @@ class Binder:
                 }
             }
             try:
-                self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False)
+                raw_json(
+                    self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False)
+                )
                 return False
             except ApiException as exc:
                 if exc.status != _CONFLICT:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 
-__all__ = ["api_client", "core_v1"]
+__all__ = ["api_client", "core_v1", "raw_json"]
 
 
 def api_client(kubeconfig: Path, *, qps_connections: int = 32) -> client.ApiClient:
@@ -19,3 +21,17 @@ def api_client(kubeconfig: Path, *, qps_connections: int = 32) -> client.ApiClie
 
 def core_v1(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
+
+
+def raw_json(response: Any) -> Any:
+    """The JSON body of a `_preload_content=False` call, returning its connection to the pool.
+
+    Raw responses skip the client's slow model (de)serialization, but urllib3 keeps
+    their connection checked out until released; an unreleased one costs a fresh TLS
+    handshake on the next call.
+    """
+    try:
+        data = response.data
+        return json.loads(data) if data else None
+    finally:
+        response.release_conn()

@@ -10,7 +10,6 @@ consumer as plain JSON-shaped dicts; nothing outside this package sees a
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -19,6 +18,8 @@ from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+
+from chronotope.kube.client import raw_json
 
 __all__ = ["Informer", "Resource"]
 
@@ -75,8 +76,7 @@ class Informer:
     def _relist(self, res: Resource) -> str:
         # raw JSON, not client models: deserializing thousands of pods into models and
         # back costs far more than the decisions that consume them
-        response = res.list_fn(_preload_content=False)
-        listed = json.loads(response.data)
+        listed = raw_json(res.list_fn(_preload_content=False))
         res.on_sync(listed.get("items") or [])
         self._synced[res.name].set()
         return str(listed["metadata"]["resourceVersion"])

@@ -7,13 +7,14 @@ repeat any step after a crash or restart.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from chronotope.kube.client import raw_json
 
 __all__ = [
     "CHECKPOINT_ANNOTATION",
@@ -35,7 +36,7 @@ Obj = dict[str, Any]
 
 
 def _items(response: Any) -> list[Obj]:
-    data: Obj = json.loads(response.data)
+    data: Obj = raw_json(response)
     items: list[Obj] = data.get("items") or []
     return items
 
