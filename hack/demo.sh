@@ -36,7 +36,7 @@ k get pods -l app=chronotope-demo -o custom-columns='POD:.metadata.name,STATUS:.
 
 say "kubectl get events --field-selector involvedObject.name=too-big-share   # why it waits"
 sleep 2
-k get events --field-selector involvedObject.name=too-big-share,reason=FailedScheduling -o custom-columns='REASON:.reason,MESSAGE:.message' | head -3
+k get events --field-selector involvedObject.name=too-big-share,reason=FailedScheduling -o custom-columns='REASON:.reason,MESSAGE:.message' | awk 'NR <= 2'
 
 echo
 echo "The cluster keeps running. Use it with:  export KUBECONFIG=$kubeconfig"
