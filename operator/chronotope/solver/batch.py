@@ -168,6 +168,18 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
         [(a.workload, a.alt.gpu_model, a.value) for a in now_alts],
         settings.candidate_nodes,
     )
+    if settings.hint is None:
+        quick = _greedy_within_gap(
+            snapshot,
+            workloads=workloads,
+            running=running,
+            settings=settings,
+            alts=alts,
+            picks=picks,
+            early=early,
+        )
+        if quick is not None:
+            return quick
     for a in now_alts:
         w = a.workload
         a.nodes = [snapshot.nodes[i] for i in cands.get((w.name, a.alt.gpu_model), [])]
@@ -306,6 +318,19 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
     solver.parameters.num_workers = settings.workers
     status = solver.solve(m)
     status_name = solver.status_name(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) and settings.hint is None:
+        fallback = _greedy_within_gap(
+            snapshot,
+            workloads=workloads,
+            running=running,
+            settings=settings,
+            alts=alts,
+            picks=picks,
+            early=early,
+            force=True,
+        )
+        if fallback is not None:
+            return fallback
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Plan(
             status=status_name,
@@ -332,6 +357,93 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
         penalties=penalties,
         early=early,
         status_name=status_name,
+    )
+
+
+def _greedy_within_gap(
+    snapshot: ClusterSnapshot,
+    *,
+    workloads: list[Workload],
+    running: list[Workload],
+    settings: BatchSettings,
+    alts: list[_Alt],
+    picks: dict[str, GreedyPick],
+    early: dict[str, list[Reason]],
+    force: bool = False,
+) -> Plan | None:
+    """The greedy plan when its utility is optimal (or `force`); else None.
+
+    When the greedy pass started every workload at its best alternative (any
+    slot), no plan has more utility; what is left to gain is only in the small
+    fragmentation and PACK/SPREAD terms (0.05 and 0.01 of a workload's
+    utility), which did not pay for the solver's time on openb (docs/solver.md).
+    `force` returns it anyway: the fallback when CP-SAT finds no solution in
+    its time limit, so a hard cycle still starts what fits.
+    """
+    best: dict[str, int] = {}
+    value_now: dict[tuple[str, str], int] = {}
+    for a in alts:
+        best[a.workload.name] = max(best.get(a.workload.name, 0), a.value)
+        if a.slot == 0:
+            value_now[a.workload.name, a.alt.gpu_model] = a.value
+    if not force and set(best) != set(picks):
+        return None
+    upper = float(sum(best.values()))
+    got = 0.0
+    terms: dict[str, float] = defaultdict(float)
+    placements: list[Placement] = []
+    opened: set[tuple[int, int]] = set()
+    by_name = {w.name: w for w in workloads}
+    for name, pick in picks.items():
+        w = by_name[name]
+        got += value_now[name, pick.gpu_model]
+        nodes = {idx for idx, _ in pick.members.values()}
+        if w.strategy is PlacementStrategy.PACK:
+            terms["pack"] += settings.pack_weight * len(nodes)
+        elif w.strategy not in (PlacementStrategy.STRICT_PACK, PlacementStrategy.STRICT_SPREAD):
+            terms["spread"] -= settings.spread_weight * len(nodes)
+        for member, (idx, gpus) in pick.members.items():
+            node = snapshot.nodes[idx]
+            if w.pod.is_share and node.gpus[gpus[0]].free_milli == MILLI:
+                opened.add((idx, gpus[0]))
+            placements.append(
+                Placement(
+                    pod=member,
+                    node=node.name,
+                    gpu_indices=tuple(node.gpus[g].index for g in gpus),
+                    gpu_milli=w.pod.gpu_milli,
+                    start_s=snapshot.time_s,
+                )
+            )
+    terms["fragmentation"] = settings.frag_weight * len(opened)
+    if not force and got < upper:
+        return None
+    terms["utility"] = got / SCALE
+    unplaced: list[Unplaced] = []
+    candidates: dict[str, tuple[str, ...]] = {}
+    for w in workloads:
+        if w.name in picks:
+            continue
+        reasons = list(early.get(w.name, [])) or node_reasons(snapshot, w.pod)
+        if not reasons:
+            reasons = [
+                Reason(
+                    code="OutbidInWindow",
+                    message="room exists, but the greedy fallback gave it to other workloads",
+                )
+            ]
+        unplaced.append(Unplaced(name=w.name, reasons=tuple(reasons)))
+        victims = tuple(v.name for v in running if v.preemptible and v.priority < w.priority)
+        if victims:
+            candidates[w.name] = victims
+    return Plan(
+        placements=tuple(placements),
+        chosen={name: pick.gpu_model for name, pick in picks.items()},
+        unplaced=tuple(unplaced),
+        preemption_candidates=candidates,
+        utility=got / SCALE,
+        status="GREEDY_FALLBACK" if force else "FEASIBLE",
+        objective_terms=dict(terms),
     )
 
 

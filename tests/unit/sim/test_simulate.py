@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chronotope.cli import main
-from chronotope.sim.bound import allocation_upper_bound
+from chronotope.sim.bound import allocation_upper_bound, maximal_patterns, pattern_upper_bound
 from chronotope.sim.cli import SUMMARY_COLUMNS, parse_seeds
 from chronotope.sim.engine import arrivals, simulate
 from chronotope.sim.openb import load_nodes, load_pods, trace_name
@@ -42,8 +42,10 @@ def test_runs_stay_within_capacity(policy: str) -> None:
     assert (res.used <= res.total_milli).all()
     assert 50 < res.alloc_pct_at(130) <= 100
     total = res.total_milli
-    bound = allocation_upper_bound(cluster, [pods[i] for i in arrivals(pods, total, 42, 1.3)])
-    assert res.alloc_pct_at(130) <= bound + 1e-6
+    arrived = [pods[i] for i in arrivals(pods, total, 42, 1.3)]
+    pooled = allocation_upper_bound(cluster, arrived)
+    per_gpu = pattern_upper_bound(cluster, arrived)
+    assert res.alloc_pct_at(130) <= per_gpu + 1e-6 <= pooled + 2e-6
 
 
 def test_cli_writes_summary_and_plot(tmp_path: Path) -> None:
@@ -59,3 +61,56 @@ def test_cli_writes_summary_and_plot(tmp_path: Path) -> None:
     assert tuple(rows[0]) == SUMMARY_COLUMNS
     assert {r["policy"] for r in rows} == {"bestfit", "fgd"}
     assert (tmp_path / "allocation.png").stat().st_size > 0
+
+
+def test_maximal_patterns_are_maximal_and_fit_one_gpu() -> None:
+    pats = maximal_patterns([810, 470, 320, 160])
+    assert pats
+    for pat in pats:
+        used = sum(size * k for size, k in pat.items())
+        assert used <= 1000
+        assert all(size > 1000 - used for size in (810, 470, 320, 160))
+    assert {810: 1, 160: 1} in pats
+
+
+def test_per_gpu_bound_sees_that_shares_do_not_pair() -> None:
+    # Two 1-GPU nodes and three 600m shares: the pooled LP packs 1,800 of 2,000
+    # milli; per GPU only one 600m share fits, so at most 1,200 (60 %).
+    from chronotope.solver.model import ClusterSnapshot, Gpu, Node, PodRequest
+
+    cluster = ClusterSnapshot(
+        nodes=tuple(
+            Node(name=f"n{i}", cpu_milli=8000, memory_mib=8192, gpus=(Gpu(index=0, model="T4"),))
+            for i in range(2)
+        )
+    )
+    pods = [PodRequest(name=f"p{i}", num_gpus=1, gpu_milli=600) for i in range(3)]
+    assert allocation_upper_bound(cluster, pods) == pytest.approx(90.0)
+    assert pattern_upper_bound(cluster, pods) == pytest.approx(60.0)
+
+
+def test_merge_dirs_joins_split_runs(tmp_path: Path) -> None:
+    from chronotope.sim.runner import CURVE_POINTS, merge_dirs
+
+    def write(d: Path, policy: str, alloc: float) -> None:
+        d.mkdir()
+        row = dict.fromkeys(SUMMARY_COLUMNS, "0")
+        row |= {"trace": "default", "policy": policy, "seed": "42"}
+        row["gpu_alloc_pct_at_130"] = str(alloc)
+        with (d / "summary.csv").open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(SUMMARY_COLUMNS))
+            w.writeheader()
+            w.writerow(row)
+        with (d / "curves.csv").open("w", newline="") as fh:
+            cw = csv.writer(fh)
+            cw.writerow(["trace", "policy", "seed", *(f"alloc_at_{p}" for p in CURVE_POINTS)])
+            cw.writerow(["default", policy, "42", *(min(p, alloc) for p in CURVE_POINTS)])
+
+    write(tmp_path / "a", "fgd", 95.4)
+    write(tmp_path / "b", "chronotope", 95.5)
+    merge_dirs(tmp_path / "out", [tmp_path / "a", tmp_path / "b"])
+    with (tmp_path / "out" / "summary.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["policy"] for r in rows] == ["chronotope", "fgd"]
+    assert tuple(rows[0]) == SUMMARY_COLUMNS
+    assert (tmp_path / "out" / "allocation.png").stat().st_size > 0
