@@ -27,6 +27,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from chronotope.sharing.labels import (
+    GPU_COUNT_LABEL,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+)
+
 __all__ = [
     "GPU_COUNT_LABEL",
     "GPU_MEMORY_LABEL",
@@ -44,10 +51,6 @@ __all__ = [
     "node_manifests",
 ]
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 RACK_LABEL = "chronotope.dev/rack"
 NVLINK_LABEL = "chronotope.dev/nvlink-domain"

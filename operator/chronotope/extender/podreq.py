@@ -23,6 +23,7 @@ from chronotope.api.annotations import (
     parse_gpu_share,
 )
 from chronotope.extender.ledger import MILLI, GpuRequest
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
 
 __all__ = [
     "GPU_MODELS_ANNOTATION",
@@ -38,14 +39,11 @@ __all__ = [
     "pod_gpu_request",
 ]
 
-GPU_RESOURCE = "nvidia.com/gpu"
-SHARE_RESOURCE = "chronotope.dev/gpu-share"
 SHARE_MEMORY_ANNOTATION = GPU_MEMORY_MIB
 SHARE_COMPUTE_ANNOTATION = GPU_COMPUTE_PERCENT
 GPU_MODELS_ANNOTATION = "chronotope.dev/gpu-models"
 PLANNED_NODE_ANNOTATION = "chronotope.dev/planned-node"
 PLANNED_GPUS_ANNOTATION = "chronotope.dev/planned-gpus"
-_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 class PodRequestError(ValueError):
@@ -105,7 +103,7 @@ def pod_gpu_request(pod: Mapping[str, Any]) -> GpuRequest | None:
 
 
 def _models(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[str, ...]:
-    selector = (pod.get("spec", {}).get("nodeSelector") or {}).get(_PRODUCT_LABEL)
+    selector = (pod.get("spec", {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
     if selector:
         return (str(selector),)
     listed = annotations.get(GPU_MODELS_ANNOTATION, "")

@@ -25,6 +25,12 @@ from chronotope.extender.gang import Gang, GangBook, gang_of
 from chronotope.extender.ledger import MILLI, GpuRequest, Ledger, NoFit
 from chronotope.extender.podreq import Plan, PodRequestError, planned, pod_gpu_request
 from chronotope.sharing.assignment import DEVICE_PLUGIN, GpuAssignment, gpu_uuid, new_handshake
+from chronotope.sharing.labels import (
+    DONE_PHASES,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+)
 
 __all__ = ["BindFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
 
@@ -34,11 +40,6 @@ BindFn = Callable[[str, str, str, str, GpuAssignment | None], None]
 """(namespace, name, uid, node, assignment) -> None; raises on failure."""
 PodFetchFn = Callable[[str, str], Mapping[str, Any]]
 """(namespace, name) -> pod dict, used when bind arrives for a pod never filtered here."""
-
-_GPU = "nvidia.com/gpu"
-_PRODUCT = "nvidia.com/gpu.product"
-_MEMORY = "nvidia.com/gpu.memory"
-_DONE_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -242,9 +243,9 @@ class ExtenderService:
             capacity = (node.get("status") or {}).get("capacity") or {}
             self.ledger.upsert_node(
                 meta["name"],
-                labels.get(_PRODUCT, ""),
-                int(capacity.get(_GPU, 0) or 0),
-                int(labels.get(_MEMORY, 0) or 0),
+                labels.get(GPU_PRODUCT_LABEL, ""),
+                int(capacity.get(GPU_RESOURCE, 0) or 0),
+                int(labels.get(GPU_MEMORY_LABEL, 0) or 0),
                 unschedulable=bool((node.get("spec") or {}).get("unschedulable", False)),
                 device_plugin=DEVICE_PLUGIN in (meta.get("annotations") or {}),
             )
@@ -263,7 +264,7 @@ class ExtenderService:
         status = pod.get("status") or {}
         spec = pod.get("spec") or {}
         with self._lock:
-            if event == "DELETED" or status.get("phase") in _DONE_PHASES:
+            if event == "DELETED" or status.get("phase") in DONE_PHASES:
                 self.ledger.forget(key)
                 self._requests.pop(key, None)
                 self._plans.pop(key, None)

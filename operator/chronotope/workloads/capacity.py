@@ -13,13 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NodeCapacity", "cluster_capacity"]
+from chronotope.sharing.assignment import ASSIGNED_GPUS, ASSIGNED_NODE
+from chronotope.sharing.labels import DONE_PHASES, GPU_PRODUCT_LABEL, GPU_RESOURCE
 
-_GPU = "nvidia.com/gpu"
-_PRODUCT = "nvidia.com/gpu.product"
-_ASSIGNED_NODE = "chronotope.dev/assigned-node"
-_ASSIGNED_GPUS = "chronotope.dev/assigned-gpus"
-_DONE = ("Succeeded", "Failed")
+__all__ = ["NodeCapacity", "cluster_capacity"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +32,7 @@ def _gpu_count(pod: Mapping[str, Any]) -> int:
     total = 0
     for c in (pod.get("spec") or {}).get("containers") or []:
         limits = (c.get("resources") or {}).get("limits") or {}
-        total += int(str(limits.get(_GPU, 0)) or 0)
+        total += int(str(limits.get(GPU_RESOURCE, 0)) or 0)
     return total
 
 
@@ -53,18 +50,18 @@ def cluster_capacity(
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
-        if key in ignore_pods or (pod.get("status") or {}).get("phase") in _DONE:
+        if key in ignore_pods or (pod.get("status") or {}).get("phase") in DONE_PHASES:
             continue
         if meta.get("deletionTimestamp"):
             continue
         if not node:
-            model = (spec.get("nodeSelector") or {}).get(_PRODUCT)
+            model = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
             if model and spec.get("schedulerName") == "chronotope":
                 promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
             continue
         annotations = meta.get("annotations") or {}
-        gpus = annotations.get(_ASSIGNED_GPUS)
-        if gpus and annotations.get(_ASSIGNED_NODE) == node:
+        gpus = annotations.get(ASSIGNED_GPUS)
+        if gpus and annotations.get(ASSIGNED_NODE) == node:
             used.setdefault(node, set()).update(int(g) for g in gpus.split(",") if g.strip())
         else:
             unannotated[node] = unannotated.get(node, 0) + _gpu_count(pod)
@@ -72,7 +69,9 @@ def cluster_capacity(
     for node in nodes:
         meta = node.get("metadata") or {}
         name = meta["name"]
-        total = int(str(((node.get("status") or {}).get("capacity") or {}).get(_GPU, 0)) or 0)
+        total = int(
+            str(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE, 0)) or 0
+        )
         if total == 0:
             continue
         free = max(0, total - len(used.get(name, set())) - unannotated.get(name, 0))
@@ -83,7 +82,7 @@ def cluster_capacity(
         out.append(
             NodeCapacity(
                 name=name,
-                gpu_model=(meta.get("labels") or {}).get(_PRODUCT, ""),
+                gpu_model=(meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, ""),
                 total=total,
                 free=free,
                 schedulable=ready and not (node.get("spec") or {}).get("unschedulable", False),

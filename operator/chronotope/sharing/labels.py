@@ -1,0 +1,25 @@
+"""Names every layer agrees on: GPU resources, node labels, pod phases (pure constants).
+
+Nodes advertise GPUs the way the NVIDIA device plugin and GPU feature
+discovery do; Chronotope adds its share resource. Defined once here so the
+cluster specs, the extender, the controllers and the simulators cannot drift.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DONE_PHASES",
+    "GPU_COUNT_LABEL",
+    "GPU_MEMORY_LABEL",
+    "GPU_PRODUCT_LABEL",
+    "GPU_RESOURCE",
+    "SHARE_RESOURCE",
+]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARE_RESOURCE = "chronotope.dev/gpu-share"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+DONE_PHASES = ("Succeeded", "Failed")
+"""Pod phases after which a pod holds no resources."""
