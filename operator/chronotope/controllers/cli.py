@@ -28,14 +28,13 @@ def _run(args: argparse.Namespace) -> int:
 
     from chronotope.controllers.operator import build_registry
     from chronotope.controllers.trainingjob import ClusterOps
-    from chronotope.kube.allocation import connect
-    from chronotope.kube.client import api_client
+    from chronotope.kube.client import connect
 
     if args.kubeconfig:
         # kopf logs in through the kubernetes client, which reads KUBECONFIG (the edge
         # of the program is the one place that touches the environment)
         os.environ["KUBECONFIG"] = str(args.kubeconfig)
-    api = api_client(args.kubeconfig) if args.kubeconfig else connect(None)
+    api = connect(args.kubeconfig)
     registry = build_registry(ClusterOps(api), interval=args.interval)
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None

@@ -88,13 +88,13 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.deviceplugin.server import PluginServer
     from chronotope.kube.allocation import (
         KubeAllocationStore,
-        connect,
         mark_node_has_plugin,
         node_gpu_count,
     )
+    from chronotope.kube.client import connect
 
     settings = settings_from_args(args, dict(os.environ))
-    api = connect(args.kubeconfig)
+    api = connect(args.kubeconfig, qps_connections=4)
     gpus = settings.gpus if settings.gpus is not None else node_gpu_count(api, settings.node_name)
     inventory = DeviceInventory.simulated(settings.node_name, gpus, settings.shares_per_gpu)
     allocator = Allocator(KubeAllocationStore(api), settings.node_name, inventory)

@@ -33,12 +33,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from chronotope.extender.server import Metrics, build_app
     from chronotope.extender.service import ExtenderService
-    from chronotope.kube.allocation import connect
     from chronotope.kube.binder import Binder, fetch_pod
-    from chronotope.kube.client import api_client, core_v1
+    from chronotope.kube.client import connect, core_v1
     from chronotope.kube.informer import Informer, Resource
 
-    api = api_client(args.kubeconfig) if args.kubeconfig else connect(None)
+    api = connect(args.kubeconfig)
     binder = Binder(api)
     service = ExtenderService(
         bind_fn=binder.bind, fetch_pod=lambda ns, name: fetch_pod(api, ns, name)

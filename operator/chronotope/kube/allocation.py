@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from chronotope.sharing.assignment import (
@@ -29,7 +28,6 @@ __all__ = [
     "GPU_COUNT_LABEL",
     "GPU_RESOURCE",
     "KubeAllocationStore",
-    "connect",
     "mark_node_has_plugin",
     "node_gpu_count",
 ]
@@ -44,17 +42,6 @@ _NOT_FOUND = 404
 
 def _annotations(obj: Any) -> dict[str, str]:
     return dict(obj.metadata.annotations or {})
-
-
-def connect(kubeconfig: Path | None) -> client.ApiClient:
-    """An ApiClient from `kubeconfig`, or from the pod's service account when None."""
-    if kubeconfig is not None:
-        from chronotope.kube.client import api_client
-
-        return api_client(kubeconfig, qps_connections=4)
-    cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
-    return client.ApiClient(configuration=cfg)
 
 
 def node_gpu_count(api: client.ApiClient, node: str) -> int:

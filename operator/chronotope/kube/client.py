@@ -8,13 +8,23 @@ from typing import Any
 
 from kubernetes import client, config
 
-__all__ = ["api_client", "core_v1", "raw_json"]
+__all__ = ["api_client", "connect", "core_v1", "raw_json"]
 
 
 def api_client(kubeconfig: Path, *, qps_connections: int = 32) -> client.ApiClient:
     """An ApiClient for the kubeconfig's current context, with a pool sized for bulk work."""
     cfg = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    cfg.connection_pool_maxsize = qps_connections
+    return client.ApiClient(configuration=cfg)
+
+
+def connect(kubeconfig: Path | None, *, qps_connections: int = 32) -> client.ApiClient:
+    """An ApiClient from `kubeconfig`, or from the pod's service account when None."""
+    if kubeconfig is not None:
+        return api_client(kubeconfig, qps_connections=qps_connections)
+    cfg = client.Configuration()
+    config.load_incluster_config(client_configuration=cfg)
     cfg.connection_pool_maxsize = qps_connections
     return client.ApiClient(configuration=cfg)
 
