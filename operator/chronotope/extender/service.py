@@ -24,7 +24,13 @@ from typing import Any
 from chronotope.extender.gang import Gang, GangBook, gang_of
 from chronotope.extender.ledger import MILLI, GpuRequest, Ledger, NoFit
 from chronotope.extender.podreq import Plan, PodRequestError, planned, pod_gpu_request
-from chronotope.sharing.assignment import DEVICE_PLUGIN, GpuAssignment, gpu_uuid, new_handshake
+from chronotope.sharing.assignment import (
+    DEVICE_PLUGIN,
+    BindRequest,
+    GpuAssignment,
+    gpu_uuid,
+    new_handshake,
+)
 from chronotope.sharing.labels import (
     DONE_PHASES,
     GPU_MEMORY_LABEL,
@@ -36,8 +42,8 @@ __all__ = ["BindFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
 
 log = logging.getLogger(__name__)
 
-BindFn = Callable[[str, str, str, str, GpuAssignment | None], None]
-"""(namespace, name, uid, node, assignment) -> None; raises on failure."""
+BindFn = Callable[[BindRequest], None]
+"""Enact a binding; raises on failure."""
 PodFetchFn = Callable[[str, str], Mapping[str, Any]]
 """(namespace, name) -> pod dict, used when bind arrives for a pod never filtered here."""
 
@@ -61,6 +67,8 @@ class ExtenderService:
     _requests: dict[str, GpuRequest | None] = field(default_factory=dict)
     _gang_of: dict[str, Gang] = field(default_factory=dict)
     _plans: dict[str, Plan] = field(default_factory=dict)
+    _versions: dict[str, str] = field(default_factory=dict)
+    """resourceVersion of the pod kube-scheduler sent to filter: the binder's precondition."""
     _fits: dict[str, set[str]] = field(default_factory=dict)
     """Nodes the last filter passed, per pod: prioritize scores those without refitting."""
 
@@ -75,6 +83,9 @@ class ExtenderService:
             reason = f"invalid GPU request: {exc}"
             return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
         self._requests[key] = req
+        version = (pod.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self._versions[key] = str(version)
         if req is None:
             return FilterOutcome(list(node_names), {}, {})
         if plan is not None:
@@ -211,7 +222,9 @@ class ExtenderService:
                 return f"node {node} can no longer take {key}: {choice.message}"
             assignment = _assignment(node, choice, req)
         try:
-            self.bind_fn(namespace, name, uid, node, assignment)
+            self.bind_fn(
+                BindRequest(namespace, name, uid, node, assignment, self._versions.pop(key, None))
+            )
         except Exception as exc:
             with self._lock:
                 if assignment is not None:  # only this try's GPUs, not a newer try's

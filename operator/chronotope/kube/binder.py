@@ -23,6 +23,7 @@ from chronotope.kube.client import raw_json
 from chronotope.sharing.assignment import (
     ALLOCATION_LOCK,
     DEVICE_PLUGIN,
+    BindRequest,
     GpuAssignment,
     format_lock,
     lock_is_stale,
@@ -51,13 +52,15 @@ class Binder:
         # it, ask the API server (one extra read per bind)
         self.runs_plugin = runs_plugin or self._node_runs_plugin
 
-    def bind(
-        self, namespace: str, name: str, uid: str, node: str, assignment: GpuAssignment | None
-    ) -> None:
+    def bind(self, request: BindRequest) -> None:
+        namespace, name, uid, node = request.namespace, request.name, request.uid, request.node
+        assignment, seen_version = request.assignment, request.seen_version
         if assignment is not None:
             if self.runs_plugin(node):
                 self._take_node_lock(node, assignment.handshake)
-            if self._annotate_unbound(namespace, name, uid, node, assignment):
+            if not self._annotate_at(namespace, name, assignment, seen_version) and (
+                self._annotate_unbound(namespace, name, uid, node, assignment)
+            ):
                 return  # already bound to this node by an earlier try
         body = {
             "apiVersion": "v1",
@@ -72,6 +75,28 @@ class Binder:
             if exc.status == _CONFLICT and self._already_on(namespace, name, node):
                 return  # a retried bind that already happened
             raise BindError(f"binding {namespace}/{name} to {node} failed: {exc.reason}") from exc
+
+    def _annotate_at(
+        self, namespace: str, name: str, assignment: GpuAssignment, version: str | None
+    ) -> bool:
+        """Annotate with the resourceVersion kube-scheduler showed us, saving a read.
+
+        The pod was unbound at that version, so success proves it still is; any change
+        since (a bind by an earlier try included) fails with 409 and the caller falls
+        back to reading the pod.
+        """
+        if version is None:
+            return False
+        patch = {
+            "metadata": {"resourceVersion": version, "annotations": assignment.to_annotations()}
+        }
+        try:
+            raw_json(self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False))
+        except ApiException as exc:
+            if exc.status != _CONFLICT:
+                raise
+            return False
+        return True
 
     def _annotate_unbound(
         self, namespace: str, name: str, uid: str, node: str, assignment: GpuAssignment

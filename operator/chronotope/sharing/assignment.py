@@ -41,6 +41,7 @@ __all__ = [
     "HANDSHAKE",
     "LOCK_TTL_SECONDS",
     "AllocationState",
+    "BindRequest",
     "GpuAssignment",
     "PodRecord",
     "allocation_state",
@@ -260,3 +261,16 @@ def lock_is_stale(value: str | None, now: float, ttl: float = LOCK_TTL_SECONDS) 
     if parsed is None:
         return True
     return now - parsed[1] > ttl
+
+
+@dataclass(frozen=True, slots=True)
+class BindRequest:
+    """What the extender asks the binder to do: bind this pod, with this assignment."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    assignment: GpuAssignment | None
+    seen_version: str | None = None
+    """The pod's resourceVersion when it was filtered: a precondition that saves a read."""

@@ -16,7 +16,7 @@ from chronotope.extender.podreq import (
     pod_gpu_request,
 )
 from chronotope.extender.service import ExtenderService
-from chronotope.sharing.assignment import GpuAssignment
+from chronotope.sharing.assignment import BindRequest, GpuAssignment
 
 
 def node(name: str, model: str, gpus: int, mem: int = 16000) -> dict[str, Any]:
@@ -54,11 +54,11 @@ class Recorder:
         self.fail = fail
         self.lock = threading.Lock()
 
-    def __call__(self, ns: str, name: str, uid: str, node: str, a: GpuAssignment | None) -> None:
+    def __call__(self, req: BindRequest) -> None:
         if self.fail:
             raise RuntimeError("apiserver said no")
         with self.lock:
-            self.bound[f"{ns}/{name}"] = (node, a)
+            self.bound[f"{req.namespace}/{req.name}"] = (req.node, req.assignment)
 
 
 def service(recorder: Recorder, pods: dict[str, dict[str, Any]] | None = None) -> ExtenderService:
