@@ -266,3 +266,47 @@ def test_deadline_job_preempts_a_best_effort_one(
     victim = _get(api, namespace, "besteffort")["status"]
     assert victim["phase"] in ("Waiting", "Resizing", "Running")  # re-queued (maybe smaller)
     assert victim["restarts"] >= 1
+
+
+def test_operator_restarted_mid_resize_converges(
+    kube_cluster: KubeCluster,
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],
+    namespace: str,
+) -> None:
+    api, custom, core = jobs_api
+    elastic = job(
+        "restarty",
+        2,
+        1,
+        [("L4", 1.0)],
+        minReplicas=1,
+        maxReplicas=4,
+        checkpoint={"path": "/ckpt/restarty"},
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, elastic)
+    wait_for(
+        lambda: (_get(api, namespace, "restarty").get("status") or {}).get("phase") == "Running",
+        60,
+        "job running with 2 workers",
+    )
+    kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/restarty", "--replicas=3")
+    assert kube_cluster.local is not None
+    kube_cluster.local.stop_component("chronotope-operator")  # killed mid-resize
+    kube_cluster.local.start_operator()
+
+    def converged() -> bool:
+        status = _get(api, namespace, "restarty").get("status") or {}
+        pods = [
+            p
+            for p in core.list_namespaced_pod(namespace).items
+            if not p.metadata.deletion_timestamp
+        ]
+        generations = {p.metadata.labels["chronotope.dev/gang-generation"] for p in pods}
+        return (
+            status.get("phase") == "Running"
+            and (status.get("plan") or {}).get("workers") == 3
+            and len(pods) == 3
+            and len(generations) == 1
+        )
+
+    wait_for(converged, 120, "one consistent 3-worker gang after the restart")
