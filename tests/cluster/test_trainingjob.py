@@ -60,6 +60,34 @@ def _bound_counts(core: client.CoreV1Api, ns: str) -> dict[str, tuple[int, int]]
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+def _phase(api: Any, ns: str, name: str) -> str:
+    return str((_get(api, ns, name).get("status") or {}).get("phase", ""))
+
+
+def _run_elastic(
+    api: Any,
+    custom: client.CustomObjectsApi,
+    ns: str,
+    name: str,
+    *,
+    gpu_type: str,
+    replicas: int,
+    max_replicas: int,
+) -> None:
+    """Create an elastic one-GPU-per-worker job and wait until it runs."""
+    elastic = job(
+        name,
+        replicas,
+        1,
+        [(gpu_type, 1.0)],
+        minReplicas=1,
+        maxReplicas=max_replicas,
+        checkpoint={"path": f"/ckpt/{name}"},
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, elastic)
+    wait_for(lambda: _phase(api, ns, name) == "Running", 60, f"{name} running")
+
+
 @pytest.fixture
 def jobs_api(
     kube_cluster: KubeCluster, chronotope_operator: None
@@ -138,21 +166,7 @@ def test_kubectl_scale_resizes_an_elastic_job(
     namespace: str,
 ) -> None:
     api, custom, core = jobs_api
-    elastic = job(
-        "elastic",
-        2,
-        1,
-        [("L4", 1.0)],
-        minReplicas=1,
-        maxReplicas=4,
-        checkpoint={"path": "/ckpt/elastic"},
-    )
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, elastic)
-    wait_for(
-        lambda: (_get(api, namespace, "elastic").get("status") or {}).get("phase") == "Running",
-        60,
-        "elastic job running",
-    )
+    _run_elastic(api, custom, namespace, "elastic", gpu_type="L4", replicas=2, max_replicas=4)
     kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/elastic", "--replicas=4")
 
     def resized() -> bool:
@@ -274,21 +288,7 @@ def test_operator_restarted_mid_resize_converges(
     namespace: str,
 ) -> None:
     api, custom, core = jobs_api
-    elastic = job(
-        "restarty",
-        2,
-        1,
-        [("L4", 1.0)],
-        minReplicas=1,
-        maxReplicas=4,
-        checkpoint={"path": "/ckpt/restarty"},
-    )
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, elastic)
-    wait_for(
-        lambda: (_get(api, namespace, "restarty").get("status") or {}).get("phase") == "Running",
-        60,
-        "job running with 2 workers",
-    )
+    _run_elastic(api, custom, namespace, "restarty", gpu_type="L4", replicas=2, max_replicas=4)
     kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/restarty", "--replicas=3")
     assert kube_cluster.local is not None
     kube_cluster.local.stop_component("chronotope-operator")  # killed mid-resize
