@@ -20,6 +20,7 @@ from typing import Any
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
+from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.queueing import blocking_job
 from chronotope.workloads.training import Action, Decision, decide
@@ -292,7 +293,7 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
             "gpuType": decision.gpu_type,
             "workers": decision.workers,
             "totalGpus": total,
-            "parallelism": {"data": total, "tensor": 1, "pipeline": 1},
+            "parallelism": _parallelism(c.spec, decision),
             "startTime": _iso(c.now),
             "predictedCompletionTime": _iso(decision.finish),
             "expectedUtility": decision.utility,
@@ -309,6 +310,9 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
         ],
     }
     out.events.append(("Normal", "Started", decision.reason))
+    note = choose_degrees(c.spec.parallelism, decision.workers, decision.gpus_per_worker).note
+    if note:
+        out.events.append(("Warning", "ParallelismHints", note))
     return out
 
 
@@ -351,6 +355,18 @@ def _try_preempt(
         )
     )
     return preemption.decision
+
+
+def _parallelism(spec: TrainingJobSpec, decision: Decision) -> dict[str, Any]:
+    degrees = choose_degrees(spec.parallelism, decision.workers, decision.gpus_per_worker)
+    out: dict[str, Any] = {
+        "data": degrees.data,
+        "tensor": degrees.tensor,
+        "pipeline": degrees.pipeline,
+    }
+    if degrees.micro_batch_size is not None:
+        out["microBatchSize"] = degrees.micro_batch_size
+    return out
 
 
 def merged_status(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.training import Decision
 
 __all__ = [
@@ -70,7 +71,7 @@ def worker_pods(
     template = copy.deepcopy(spec.template or {})
     pod_meta = template.get("metadata") or {}
     pod_spec = template.get("spec") or {"containers": [{"name": "worker", "image": "busybox"}]}
-    data = decision.workers * decision.gpus_per_worker
+    degrees = choose_degrees(spec.parallelism, decision.workers, decision.gpus_per_worker)
     gang = f"{name}-g{generation}"
     pods = []
     for rank in range(decision.workers):
@@ -93,11 +94,13 @@ def worker_pods(
             {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
             {"name": "WORLD_SIZE", "value": str(decision.workers)},
             {"name": "RANK", "value": str(rank)},
-            {"name": "CHRONOTOPE_DATA_PARALLEL", "value": str(data)},
-            {"name": "CHRONOTOPE_TENSOR_PARALLEL", "value": "1"},
-            {"name": "CHRONOTOPE_PIPELINE_PARALLEL", "value": "1"},
+            {"name": "CHRONOTOPE_DATA_PARALLEL", "value": str(degrees.data)},
+            {"name": "CHRONOTOPE_TENSOR_PARALLEL", "value": str(degrees.tensor)},
+            {"name": "CHRONOTOPE_PIPELINE_PARALLEL", "value": str(degrees.pipeline)},
             {"name": "CHRONOTOPE_GPU_TYPE", "value": decision.gpu_type},
         ]
+        if degrees.micro_batch_size is not None:
+            env.append({"name": "CHRONOTOPE_MICRO_BATCH", "value": str(degrees.micro_batch_size)})
         if spec.checkpoint is not None:
             env.append({"name": "CHRONOTOPE_CHECKPOINT_PATH", "value": spec.checkpoint.path})
         container["env"] = env
@@ -141,4 +144,5 @@ _ENV_NAMES = {
     "CHRONOTOPE_PIPELINE_PARALLEL",
     "CHRONOTOPE_GPU_TYPE",
     "CHRONOTOPE_CHECKPOINT_PATH",
+    "CHRONOTOPE_MICRO_BATCH",
 }
