@@ -154,7 +154,7 @@ def test_impossible_job_says_why_and_does_not_block_the_next(
     schedulable = next(c for c in status["conditions"] if c["type"] == "Schedulable")
     assert (schedulable["status"], schedulable["reason"]) == ("False", "Unschedulable")
     wait_for(
-        lambda: (_get(api, namespace, "small").get("status") or {}).get("phase") == "Running",
+        lambda: _phase(api, namespace, "small") == "Running",
         60,
         "the job behind it to run",
     )
@@ -224,7 +224,7 @@ def test_deleting_a_node_shrinks_an_elastic_job(
             GROUP, VERSION, namespace, PLURAL, copy.deepcopy(elastic)
         )
         wait_for(
-            lambda: (_get(api, namespace, "shrinky").get("status") or {}).get("phase") == "Running",
+            lambda: _phase(api, namespace, "shrinky") == "Running",
             60,
             "job running on 3 nodes",
         )
@@ -254,7 +254,7 @@ def test_deadline_job_preempts_a_best_effort_one(
     best_effort = job("besteffort", 4, 4, v100, preemptible=True, priority=0)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, best_effort)
     wait_for(
-        lambda: (_get(api, namespace, "besteffort").get("status") or {}).get("phase") == "Running",
+        lambda: _phase(api, namespace, "besteffort") == "Running",
         60,
         "best-effort job holding every V100",
     )
@@ -264,7 +264,7 @@ def test_deadline_job_preempts_a_best_effort_one(
     )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, urgent)
     wait_for(
-        lambda: (_get(api, namespace, "urgent").get("status") or {}).get("phase") == "Running",
+        lambda: _phase(api, namespace, "urgent") == "Running",
         120,
         "the deadline job running",
     )

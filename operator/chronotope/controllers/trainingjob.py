@@ -20,7 +20,7 @@ from typing import Any
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
-from chronotope.workloads.parallelism import choose_degrees
+from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.queueing import blocking_job
 from chronotope.workloads.training import Action, Decision, decide
@@ -282,7 +282,12 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
             out.events.append((kind, reason, decision.reason))
         return out
     assert decision.finish is not None
-    c.ops.start(c.namespace, headless_service(c.job), worker_pods(c.job, c.spec, decision, c.gen))
+    degrees = choose_degrees(c.spec.parallelism, decision.workers, decision.gpus_per_worker)
+    c.ops.start(
+        c.namespace,
+        headless_service(c.job),
+        worker_pods(c.job, c.spec, decision, c.gen, degrees),
+    )
     total = decision.workers * decision.gpus_per_worker
     out.annotations[PLANNED_FOR_ANNOTATION] = str(c.spec.replicas)
     out.status = {
@@ -293,7 +298,7 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
             "gpuType": decision.gpu_type,
             "workers": decision.workers,
             "totalGpus": total,
-            "parallelism": _parallelism(c.spec, decision),
+            "parallelism": _parallelism(degrees),
             "startTime": _iso(c.now),
             "predictedCompletionTime": _iso(decision.finish),
             "expectedUtility": decision.utility,
@@ -310,9 +315,8 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
         ],
     }
     out.events.append(("Normal", "Started", decision.reason))
-    note = choose_degrees(c.spec.parallelism, decision.workers, decision.gpus_per_worker).note
-    if note:
-        out.events.append(("Warning", "ParallelismHints", note))
+    if degrees.note:
+        out.events.append(("Warning", "ParallelismHints", degrees.note))
     return out
 
 
@@ -357,8 +361,7 @@ def _try_preempt(
     return preemption.decision
 
 
-def _parallelism(spec: TrainingJobSpec, decision: Decision) -> dict[str, Any]:
-    degrees = choose_degrees(spec.parallelism, decision.workers, decision.gpus_per_worker)
+def _parallelism(degrees: Degrees) -> dict[str, Any]:
     out: dict[str, Any] = {
         "data": degrees.data,
         "tensor": degrees.tensor,

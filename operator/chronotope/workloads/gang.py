@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.parallelism import choose_degrees
+from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.training import Decision
 
 __all__ = [
@@ -62,16 +62,21 @@ def headless_service(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def worker_pods(
-    job: Mapping[str, Any], spec: TrainingJobSpec, decision: Decision, generation: int
+    job: Mapping[str, Any],
+    spec: TrainingJobSpec,
+    decision: Decision,
+    generation: int,
+    degrees: Degrees | None = None,
 ) -> list[dict[str, Any]]:
-    """The gang for `decision` (which must be a start decision)."""
+    """The gang for `decision` (which must be a start decision), run with `degrees`."""
     assert decision.gpu_type is not None and decision.workers > 0
     meta = job["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     template = copy.deepcopy(spec.template or {})
     pod_meta = template.get("metadata") or {}
     pod_spec = template.get("spec") or {"containers": [{"name": "worker", "image": "busybox"}]}
-    degrees = choose_degrees(spec.parallelism, decision.workers, decision.gpus_per_worker)
+    if degrees is None:
+        degrees = choose_degrees(spec.parallelism, decision.workers, decision.gpus_per_worker)
     gang = f"{name}-g{generation}"
     pods = []
     for rank in range(decision.workers):
