@@ -14,7 +14,8 @@ say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 say "kubectl get nodes   # GPU capacity and topology"
 k get nodes -o custom-columns='NAME:.metadata.name,GPU:.metadata.labels.nvidia\.com/gpu\.product,GPUS:.status.capacity.nvidia\.com/gpu,MEM(MiB):.metadata.labels.nvidia\.com/gpu\.memory,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,RACK:.metadata.labels.chronotope\.dev/rack,NVLINK:.metadata.labels.chronotope\.dev/nvlink-domain'
 
-say "kubectl apply -f manifests/samples/   # TrainingJobs, an InferencePipeline, ModelVariants"
+say "kubectl apply -f manifests/profiles/ -f manifests/samples/   # a model profile, TrainingJobs, an InferencePipeline, ModelVariants"
+k apply -f manifests/profiles/ >/dev/null
 k apply -f manifests/samples/ >/dev/null
 for _ in $(seq 30); do
   running=$(k get trainingjobs -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c Running || true)
@@ -22,6 +23,8 @@ for _ in $(seq 30); do
   sleep 1
 done
 k get chronotope
+say "kubectl get trainingjob opt-elastic -o jsonpath='{.status.plan.planner}'   # plan from the model profile"
+k get trainingjob opt-elastic -o jsonpath='{.status.plan.planner}{"\n"}' || true
 say "kubectl get pods -l chronotope.dev/job   # the TrainingJobs' gangs"
 k get pods -l chronotope.dev/job -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,GPUS:.metadata.annotations.chronotope\.dev/assigned-gpus,GANG:.metadata.labels.chronotope\.dev/pod-group'
 

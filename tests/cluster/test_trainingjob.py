@@ -7,6 +7,7 @@ import copy
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,11 +15,13 @@ from kubernetes import client
 
 from chronotope.devcluster.spec import ClusterSpec, node_manifests
 from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
+from chronotope.planners.profile import profile_to_data
 from tests.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "trainingjobs"
+SAILOR = Path(__file__).resolve().parents[1] / "fixtures" / "sailor" / "OPT-350"
 
 
 def job(
@@ -187,30 +190,46 @@ def test_kubectl_scale_resizes_an_elastic_job(
     assert any(e.reason == "Resizing" for e in events)
 
 
-def test_deleting_a_node_shrinks_an_elastic_job(
-    kube_cluster: KubeCluster,
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],
-    namespace: str,
-) -> None:
-    api, custom, core = jobs_api
-    model = f"ELASTIC-{namespace[-6:].upper()}"  # a GPU type only this test's nodes have
+@contextlib.contextmanager
+def _gpu_nodes(
+    api: Any, core: client.CoreV1Api, pool: str, model: str, count: int, *, per_node: int = 1
+) -> Iterator[list[str]]:
+    """kwok GPU nodes of a type only this test uses; deleted afterwards."""
     spec = ClusterSpec.model_validate(
         {
             "name": "extra",
             "pools": [
                 {
-                    "name": f"el-{namespace[-6:]}",
-                    "count": 3,
-                    "gpu": {"model": model, "perNode": 1, "memoryMiB": 16000},
+                    "name": pool,
+                    "count": count,
+                    "gpu": {"model": model, "perNode": per_node, "memoryMiB": 40960},
                 }
             ],
         }
     )
     nodes = node_manifests(spec)
     apply_nodes(api, nodes)
-    names = {n["metadata"]["name"] for n in nodes}
-    wait_nodes_ready(api, names, 60)
+    names = sorted(n["metadata"]["name"] for n in nodes)
+    wait_nodes_ready(api, set(names), 60)
     try:
+        yield names
+    finally:
+        for name in names:
+            with contextlib.suppress(client.exceptions.ApiException):
+                core.delete_node(name)
+
+
+def _running_with(api: Any, ns: str, name: str, workers: int) -> bool:
+    status = _get(api, ns, name).get("status") or {}
+    return status.get("phase") == "Running" and (status.get("plan") or {}).get("workers") == workers
+
+
+def test_deleting_a_node_shrinks_an_elastic_job(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    api, custom, core = jobs_api
+    model = f"ELASTIC-{namespace[-6:].upper()}"  # a GPU type only this test's nodes have
+    with _gpu_nodes(api, core, f"el-{namespace[-6:]}", model, 3) as names:
         elastic = job(
             "shrinky",
             3,
@@ -228,22 +247,122 @@ def test_deleting_a_node_shrinks_an_elastic_job(
             60,
             "job running on 3 nodes",
         )
-        victim = sorted(names)[0]
+        victim = names[0]
         core.delete_node(victim)
-
-        def shrunk() -> bool:
-            status = _get(api, namespace, "shrinky").get("status") or {}
-            plan = status.get("plan") or {}
-            return status.get("phase") == "Running" and plan.get("workers") == 2
-
-        wait_for(shrunk, 120, "job running again with 2 workers")
+        wait_for(
+            lambda: _running_with(api, namespace, "shrinky", 2),
+            120,
+            "job running again with 2 workers",
+        )
         status = _get(api, namespace, "shrinky")["status"]
         assert status["restarts"] >= 1
         assert all(p["node"] != victim for p in status["placement"])
-    finally:
-        for name in names:
-            with contextlib.suppress(client.exceptions.ApiException):
-                core.delete_node(name)
+
+
+def test_added_node_grows_and_cordon_moves_an_elastic_job(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    api, custom, core = jobs_api
+    model = f"GROW-{namespace[-6:].upper()}"
+    with _gpu_nodes(api, core, f"gr-{namespace[-6:]}", model, 2):
+        elastic = job(
+            "growy",
+            3,
+            1,
+            [(model, 1.0)],
+            minReplicas=1,
+            maxReplicas=3,
+            checkpoint={"path": "/ckpt/growy"},
+        )
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, elastic)
+        wait_for(
+            lambda: _running_with(api, namespace, "growy", 2),
+            60,
+            "job running with the 2 workers that fit",
+        )
+        with _gpu_nodes(api, core, f"gr2-{namespace[-6:]}", model, 1):
+            wait_for(
+                lambda: _running_with(api, namespace, "growy", 3),
+                90,
+                "job grown to 3 workers on the added node",
+            )
+            events = core.list_namespaced_event(
+                namespace, field_selector="involvedObject.name=growy"
+            ).items
+            assert any(e.reason == "Replanning" and "free now" in e.message for e in events)
+            placement = _get(api, namespace, "growy")["status"]["placement"]
+            cordoned = placement[0]["node"]
+            core.patch_node(cordoned, {"spec": {"unschedulable": True}})
+
+            def moved() -> bool:
+                status = _get(api, namespace, "growy").get("status") or {}
+                return (
+                    status.get("phase") == "Running"
+                    and (status.get("plan") or {}).get("workers") == 2
+                    and all(p["node"] != cordoned for p in status.get("placement") or [])
+                )
+
+            wait_for(moved, 90, "job moved off the cordoned node (2 workers)")
+            events = core.list_namespaced_event(
+                namespace, field_selector="involvedObject.name=growy"
+            ).items
+            assert any("cordoned" in e.message for e in events)
+
+
+def test_model_profile_missing_then_created_plans_from_the_profile(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    api, custom, core = jobs_api
+    model = f"PROF-{namespace[-6:].upper()}"
+    with _gpu_nodes(api, core, f"pr-{namespace[-6:]}", model, 3, per_node=2):
+        profiled = job(
+            "profiled",
+            4,
+            1,
+            [(model, 1.0)],
+            minReplicas=1,
+            maxReplicas=4,
+            priority=10,
+            queue="shared",
+            checkpoint={"path": "/ckpt/profiled"},
+            parallelism={"modelProfile": "opt-test", "pipelineDegrees": [1, 2]},
+        )
+        del profiled["spec"]["gpuTypes"][0]["relativeSpeed"]  # the profile gives the speed
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, profiled)
+        plain = job("plain", 2, 1, [(model, 1.0)], queue="shared")  # behind it in the queue
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, plain)
+        status = wait_for(
+            lambda: (s := _get(api, namespace, "profiled").get("status")) and s.get("phase") and s,
+            60,
+            "status on the job whose profile is missing",
+        )
+        assert status["phase"] == "Pending"
+        assert f"no ConfigMap {namespace}/opt-test" in status["whyWaiting"]
+        schedulable = next(c for c in status["conditions"] if c["type"] == "Schedulable")
+        assert (schedulable["status"], schedulable["reason"]) == ("False", "ProfileMissing")
+        wait_for(lambda: _phase(api, namespace, "plain") == "Running", 60, "the job behind it")
+
+        data = profile_to_data(SAILOR, SAILOR / "training_config.json", {"A100-40": model})
+        core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": "opt-test"}, "data": data}
+        )
+        wait_for(
+            lambda: _phase(api, namespace, "profiled") == "Running",
+            90,
+            "the job running once its profile exists",
+        )
+        plan = _get(api, namespace, "profiled")["status"]["plan"]
+        assert plan["planner"].startswith("profile opt-test:")
+        assert plan["predictedSamplesPerSecond"] > 0
+        assert 1 <= plan["workers"] <= 4  # 6 GPUs, 2 held by the job behind it
+        par = plan["parallelism"]
+        assert par["data"] * par["tensor"] * par["pipeline"] == plan["workers"]
+        pods = core.list_namespaced_pod(
+            namespace, label_selector="chronotope.dev/job=profiled"
+        ).items
+        env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+        assert env["CHRONOTOPE_MICRO_BATCH"] == str(par["microBatchSize"])
+        assert env["CHRONOTOPE_PIPELINE_PARALLEL"] == str(par["pipeline"])
 
 
 def test_deadline_job_preempts_a_best_effort_one(

@@ -18,11 +18,14 @@ from datetime import datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.planners.profile import ModelProfile, profile_from_data
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
 from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.preemption import plan_preemption
+from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import blocking_job
+from chronotope.workloads.replan import better_plan
 from chronotope.workloads.training import Action, Decision, decide
 from chronotope.workloads.training_status import (
     condition,
@@ -65,6 +68,27 @@ class ClusterOps:
         # decide-and-start is one critical section across all jobs: the next decision
         # must see the workers the previous one created
         self.decide_lock = threading.Lock()
+        self._profiles: dict[tuple[str, str], tuple[str, ModelProfile | str]] = {}
+
+    def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
+        """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
+        cm = self._kw.read_config_map(self.api, namespace, name)
+        if cm is None:
+            return (
+                f"model profile {name} not found: no ConfigMap {namespace}/{name} "
+                "(create it with `chronotope profile configmap`)"
+            )
+        version = str(cm["metadata"].get("resourceVersion", ""))
+        cached = self._profiles.get((namespace, name))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        parsed: ModelProfile | str
+        try:
+            parsed = profile_from_data(cm.get("data") or {}, source=f"ConfigMap {namespace}/{name}")
+        except ValueError as exc:
+            parsed = f"model profile {name} is unusable: {exc}"
+        self._profiles[(namespace, name)] = (version, parsed)
+        return parsed
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._kw.list_nodes(self.api)
@@ -186,7 +210,8 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
     meta = c.job["metadata"]
     out = c.out
     planned_for = int((meta.get("annotations") or {}).get(PLANNED_FOR_ANNOTATION, c.spec.replicas))
-    nodes = {n["metadata"]["name"] for n in c.ops.nodes()}
+    cluster_nodes = c.ops.nodes()
+    nodes = {n["metadata"]["name"] for n in cluster_nodes}
     failed = [
         p
         for p in current
@@ -214,6 +239,9 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
             "(another workload took the GPUs); re-planning"
         )
         out.events.append(("Normal", "Replanning", restart_why))
+    elif (moved := _availability_replan(c, current, plan, cluster_nodes)) is not None:
+        restart_why = moved
+        out.events.append(("Normal", "Replanning", restart_why))
     if restart_why is not None:
         return _restart(c, current, restart_why)
     if all((p.get("status") or {}).get("phase") == "Succeeded" for p in current):
@@ -225,6 +253,62 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
 
 
 STUCK_AFTER_S = 45.0
+_QUEUED = ("Waiting", "Resizing")
+
+
+def _availability_replan(
+    c: _Cycle,
+    current: Sequence[Mapping[str, Any]],
+    plan: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """Why a running, checkpointing gang should restart with a new plan, or None (SAILOR).
+
+    Two triggers: a worker sits on a cordoned node (move off it, if the job can
+    start elsewhere now), or the gang runs below its wanted size and GPUs are
+    free that no waiting job wants (grow, or re-pick a faster type, when that
+    finishes clearly earlier; `workloads.replan`).
+    """
+    if c.spec.checkpoint is None or not current:
+        return None
+    if any((p.get("status") or {}).get("phase") != "Running" for p in current):
+        return None
+    unschedulable = {
+        n["metadata"]["name"] for n in nodes if (n.get("spec") or {}).get("unschedulable")
+    }
+    on = {str((p.get("spec") or {}).get("nodeName") or "") for p in current}
+    cordoned = sorted(on & unschedulable)
+    if not cordoned and int(plan.get("workers", 0)) >= c.spec.replicas:
+        return None
+    with c.ops.decide_lock:
+        pods, jobs = c.ops.pods(), c.ops.training_jobs()
+        if not cordoned and _others_queued(c, jobs):
+            return None
+        mine = frozenset(f"{c.namespace}/{p['metadata']['name']}" for p in current)
+        capacity = cluster_capacity(nodes, pods, ignore_pods=mine)
+        decision = _decide(c.ops, c.namespace, c.spec, capacity, c.now)
+    if cordoned:
+        if decision.action is not Action.START:
+            return None  # nowhere to go now: keep running until the node is drained
+        return (
+            f"node(s) {', '.join(cordoned)} cordoned: moving the gang off them "
+            f"({decision.workers} worker(s) on {decision.gpu_type}, from the checkpoint)"
+        )
+    return better_plan(plan, decision, c.now)
+
+
+def _others_queued(c: _Cycle, jobs: Sequence[Mapping[str, Any]]) -> bool:
+    """Another job waits for one of this job's GPU types (it gets free GPUs first)."""
+    mine = {t.name for t in c.spec.gpu_types}
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        if (meta.get("namespace"), meta.get("name")) == (c.namespace, c.name):
+            continue
+        if (job.get("status") or {}).get("phase") not in _QUEUED:
+            continue
+        if mine & {t.get("name") for t in (job.get("spec") or {}).get("gpuTypes") or []}:
+            return True
+    return False
 
 
 def _stuck(current: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], now: datetime) -> bool:
@@ -259,6 +343,35 @@ def _restart(
     return c.out
 
 
+def planner_for(
+    ops: ClusterOps, namespace: str, spec: TrainingJobSpec
+) -> ProfilePlanner | str | None:
+    """The job's profile planner; None without a model profile; a reason when it is unusable."""
+    name = spec.parallelism.model_profile if spec.parallelism is not None else None
+    if name is None:
+        return None
+    profile = ops.model_profile(namespace, name)
+    if isinstance(profile, str):
+        return profile
+    return ProfilePlanner(profile, name, spec)
+
+
+def _decide(
+    ops: ClusterOps,
+    namespace: str,
+    spec: TrainingJobSpec,
+    capacity: Sequence[Any],
+    now: datetime,
+    *,
+    frees_at: Mapping[str, datetime] | None = None,
+) -> Decision:
+    planner = planner_for(ops, namespace, spec)
+    if isinstance(planner, str):
+        cause = "ProfileMissing" if "not found" in planner else "ProfileUnusable"
+        return Decision(Action.IMPOSSIBLE, planner, cause=cause)
+    return decide(spec, capacity, now, frees_at, planner=planner)
+
+
 def _start_or_wait(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     with c.ops.decide_lock:
         return _start_or_wait_locked(c, status)
@@ -269,7 +382,7 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     nodes, pods, jobs = c.ops.nodes(), c.ops.pods(), c.ops.training_jobs()
     me = f"{c.namespace}/{c.name}"
     capacity = cluster_capacity(nodes, pods)
-    decision = decide(c.spec, capacity, c.now, _frees_at(jobs, me))
+    decision = _decide(c.ops, c.namespace, c.spec, capacity, c.now, frees_at=_frees_at(jobs, me))
     if decision.action is Action.START:
         decision = _queue_gate(c, capacity, jobs, decision)
     elif decision.action is Action.WAIT:
@@ -278,11 +391,17 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
         out.status = waiting_status(decision, c.now, c.generation)
         if decision.reason != status.get("whyWaiting"):
             kind = "Warning" if decision.action is Action.IMPOSSIBLE else "Normal"
-            reason = "Unschedulable" if decision.action is Action.IMPOSSIBLE else "Waiting"
+            reason = (
+                (decision.cause or "Unschedulable")
+                if decision.action is Action.IMPOSSIBLE
+                else "Waiting"
+            )
             out.events.append((kind, reason, decision.reason))
         return out
     assert decision.finish is not None
-    degrees = choose_degrees(c.spec.parallelism, decision.workers, decision.gpus_per_worker)
+    degrees = decision.degrees or choose_degrees(
+        c.spec.parallelism, decision.workers, decision.gpus_per_worker
+    )
     c.ops.start(
         c.namespace,
         headless_service(c.job),
@@ -302,6 +421,9 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
             "startTime": _iso(c.now),
             "predictedCompletionTime": _iso(decision.finish),
             "expectedUtility": decision.utility,
+            "predictedSamplesPerSecond": decision.samples_per_second,
+            "planner": decision.planner_note
+            or "parallelism hints (no model profile): " + _degrees_text(degrees),
         },
         "conditions": [
             condition(
@@ -324,9 +446,12 @@ def _queue_gate(
     c: _Cycle, capacity: Sequence[Any], jobs: Sequence[Mapping[str, Any]], decision: Decision
 ) -> Decision:
     """Hold a startable job back while a job ahead of it in its queue could start now."""
-    ahead = blocking_job(
-        c.job, c.spec, jobs, lambda other: decide(other, capacity, c.now).action is Action.START
-    )
+
+    def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
+        namespace = str(job["metadata"]["namespace"])
+        return _decide(c.ops, namespace, other, capacity, c.now).action is Action.START
+
+    ahead = blocking_job(c.job, c.spec, jobs, could_start)
     if ahead is None:
         return decision
     return Decision(
@@ -345,7 +470,10 @@ def _try_preempt(
 ) -> Decision:
     """Stop lower-priority preemptible jobs if that lets this one start now."""
     me = f"{c.namespace}/{c.name}"
-    preemption = plan_preemption(me, c.spec, jobs, nodes, pods, now=c.now)
+    planner = planner_for(c.ops, c.namespace, c.spec)
+    if isinstance(planner, str):
+        return decision
+    preemption = plan_preemption(me, c.spec, jobs, nodes, pods, now=c.now, planner=planner)
     if preemption is None:
         return decision
     for victim in preemption.victims:
@@ -370,6 +498,11 @@ def _parallelism(degrees: Degrees) -> dict[str, Any]:
     if degrees.micro_batch_size is not None:
         out["microBatchSize"] = degrees.micro_batch_size
     return out
+
+
+def _degrees_text(d: Degrees) -> str:
+    text = f"data {d.data} x tensor {d.tensor} x pipeline {d.pipeline}"
+    return text + (f", microbatch {d.micro_batch_size}" if d.micro_batch_size else "")
 
 
 def merged_status(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:

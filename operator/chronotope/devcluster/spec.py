@@ -32,6 +32,7 @@ from chronotope.sharing.labels import (
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
+    ZONE_LABEL,
 )
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "node_manifests",
 ]
 
-ZONE_LABEL = "topology.kubernetes.io/zone"
 RACK_LABEL = "chronotope.dev/rack"
 NVLINK_LABEL = "chronotope.dev/nvlink-domain"
 POOL_LABEL = "chronotope.dev/pool"

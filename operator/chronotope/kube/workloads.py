@@ -25,6 +25,7 @@ __all__ = [
     "list_custom",
     "list_nodes",
     "list_pods",
+    "read_config_map",
 ]
 
 CHECKPOINT_ANNOTATION = "chronotope.dev/checkpoint-requested"
@@ -55,6 +56,20 @@ def list_pods(
     if namespace is None:
         return _items(core.list_pod_for_all_namespaces(**kwargs))
     return _items(core.list_namespaced_pod(namespace, **kwargs))
+
+
+def read_config_map(api: client.ApiClient, namespace: str, name: str) -> Obj | None:
+    """The ConfigMap as raw JSON, or None when it does not exist."""
+    try:
+        response = client.CoreV1Api(api).read_namespaced_config_map(
+            name, namespace, _preload_content=False
+        )
+    except ApiException as exc:
+        if exc.status == _NOT_FOUND:
+            return None
+        raise
+    data: Obj = raw_json(response)
+    return data
 
 
 def list_custom(api: client.ApiClient, group: str, version: str, plural: str) -> list[Obj]:

@@ -28,7 +28,7 @@ offered, the best predicted throughput never drops when GPUs are added.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
@@ -184,6 +184,10 @@ def _stage_costs(
     return compute, update, grads, memory
 
 
+def _allowed(values: Collection[int], value: int) -> bool:
+    return not values or value in values
+
+
 def plan_elastic(
     profile: ModelProfile,
     available: Sequence[GpuNode],
@@ -192,8 +196,17 @@ def plan_elastic(
     objective: Objective = "throughput",
     min_gpus: int = 1,
     max_gpus: int | None = None,
+    gpu_multiple: int = 1,
+    tensor_degrees: Collection[int] = (),
+    pipeline_degrees: Collection[int] = (),
+    data_degrees: Collection[int] = (),
 ) -> PlanResult:
-    """Best configuration on `available` GPUs, or the reasons none fits. Pure."""
+    """Best configuration on `available` GPUs, or the reasons none fits. Pure.
+
+    `gpu_multiple`: the total GPU count must be a multiple of it (whole workers).
+    `*_degrees`: allowed degrees (empty: any), e.g. tensor degrees that divide a
+    worker's GPUs, so tensor parallelism stays inside one worker.
+    """
     cfg = profile.config
     gbs = cfg.global_batch_size
     reasons: list[str] = []
@@ -217,15 +230,22 @@ def plan_elastic(
         best_mem_need: int | None = None
         for microbatch, tp in gprof.options():
             times = gprof.times(microbatch, tp)
-            if times is None or tp > max(n.gpus for n in nodes):
+            if times is None or tp > max(n.gpus for n in nodes) or not _allowed(tensor_degrees, tp):
                 continue
             groups = sum(n.gpus // tp for n in nodes)
             max_pp = min(groups, len(times), settings.max_pipeline_degree)
             for pp in range(1, max_pp + 1):
+                if not _allowed(pipeline_degrees, pp):
+                    continue
                 bounds = partition_layers([t.fwd + t.bwd for t in times], pp)
                 for dp in range(1, groups // pp + 1):
                     gpus = dp * pp * tp
-                    if gbs % (dp * microbatch) or gpus < min_gpus:
+                    if (
+                        gbs % (dp * microbatch)
+                        or gpus < min_gpus
+                        or gpus % gpu_multiple
+                        or not _allowed(data_degrees, dp)
+                    ):
                         continue
                     if max_gpus is not None and gpus > max_gpus:
                         break

@@ -16,18 +16,27 @@ take explicit paths.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "BYTES_PER_PARAM_TRAINING",
+    "CONFIG_KEY",
+    "PROFILE_KEY_PREFIX",
     "GpuTypeProfile",
     "LayerTimes",
     "ModelConfig",
     "ModelProfile",
     "load_model_profile",
+    "profile_from_data",
+    "profile_to_data",
 ]
+
+CONFIG_KEY = "config.json"
+PROFILE_KEY_PREFIX = "profile-"
+"""A profile as ConfigMap data: `config.json` plus `profile-<GPU type>.json` per type."""
 
 # fp16 weights (2) + fp16 grads (2) + fp32 master weights, Adam m and v (4+4+4).
 BYTES_PER_PARAM_TRAINING = 16
@@ -134,3 +143,48 @@ def load_model_profile(profile_dir: Path, config_file: Path) -> ModelProfile:
     if not gpus:
         raise FileNotFoundError(f"no <gpu>/profile.json under {profile_dir}")
     return ModelProfile(config=config, gpus=gpus)
+
+
+def profile_from_data(data: Mapping[str, str], *, source: str = "profile") -> ModelProfile:
+    """Parse ConfigMap-shaped data (see `CONFIG_KEY`); ValueError says what is wrong."""
+    if CONFIG_KEY not in data:
+        raise ValueError(f"{source} has no {CONFIG_KEY} key (the model's training config)")
+    try:
+        config = ModelConfig.model_validate(json.loads(data[CONFIG_KEY]))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{source}: {CONFIG_KEY} is not a valid training config: {exc}") from exc
+    gpus: dict[str, GpuTypeProfile] = {}
+    for key in sorted(data):
+        if not (key.startswith(PROFILE_KEY_PREFIX) and key.endswith(".json")):
+            continue
+        gpu_type = key[len(PROFILE_KEY_PREFIX) : -len(".json")]
+        try:
+            gpus[gpu_type] = _parse_profile(gpu_type, json.loads(data[key]))
+        except (ValueError, TypeError, IndexError, AttributeError) as exc:
+            raise ValueError(f"{source}: {key} is not a layer-time profile: {exc}") from exc
+    if not gpus:
+        raise ValueError(
+            f"{source} has no {PROFILE_KEY_PREFIX}<GPU type>.json key (layer times per GPU type)"
+        )
+    return ModelProfile(config=config, gpus=gpus)
+
+
+def profile_to_data(
+    profile_dir: Path, config_file: Path, gpu_names: Mapping[str, str]
+) -> dict[str, str]:
+    """ConfigMap data from a SAILOR profile directory, renaming its GPU types.
+
+    `gpu_names` maps SAILOR's names (`A100-40`) to the cluster's GPU product
+    label values (`A100-SXM4-40GB`); types not named are left out.
+    """
+    data = {CONFIG_KEY: _compact(config_file)}
+    for sailor_name, product in sorted(gpu_names.items()):
+        path = profile_dir / sailor_name / "profile.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no {path}")
+        data[f"{PROFILE_KEY_PREFIX}{product}.json"] = _compact(path)
+    return data
+
+
+def _compact(path: Path) -> str:
+    return json.dumps(json.loads(path.read_text()), separators=(",", ":"))

@@ -14,6 +14,7 @@ __all__ = [
     "GPU_PRODUCT_LABEL",
     "GPU_RESOURCE",
     "SHARE_RESOURCE",
+    "ZONE_LABEL",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -21,5 +22,6 @@ SHARE_RESOURCE = "chronotope.dev/gpu-share"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+ZONE_LABEL = "topology.kubernetes.io/zone"
 DONE_PHASES = ("Succeeded", "Failed")
 """Pod phases after which a pod holds no resources."""

@@ -10,11 +10,17 @@ jobs decided in a row do not both count on the same free GPUs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from chronotope.sharing.assignment import ASSIGNED_GPUS, ASSIGNED_NODE
-from chronotope.sharing.labels import DONE_PHASES, GPU_PRODUCT_LABEL, GPU_RESOURCE
+from chronotope.sharing.labels import (
+    DONE_PHASES,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    ZONE_LABEL,
+)
 
 __all__ = ["NodeCapacity", "cluster_capacity"]
 
@@ -26,6 +32,9 @@ class NodeCapacity:
     total: int
     free: int
     schedulable: bool
+    memory_mib: int = 0
+    """Memory of one GPU (the `nvidia.com/gpu.memory` label); 0 when unknown."""
+    zone: str = ""
 
 
 def _gpu_count(pod: Mapping[str, Any]) -> int:
@@ -79,13 +88,17 @@ def cluster_capacity(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in (node.get("status") or {}).get("conditions") or []
         )
+        labels = meta.get("labels") or {}
+        memory = str(labels.get(GPU_MEMORY_LABEL, "0"))
         out.append(
             NodeCapacity(
                 name=name,
-                gpu_model=(meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, ""),
+                gpu_model=labels.get(GPU_PRODUCT_LABEL, ""),
                 total=total,
                 free=free,
                 schedulable=ready and not (node.get("spec") or {}).get("unschedulable", False),
+                memory_mib=int(memory) if memory.isdigit() else 0,
+                zone=labels.get(ZONE_LABEL, ""),
             )
         )
     return _minus_promised(out, promised)
@@ -99,7 +112,5 @@ def _minus_promised(nodes: list[NodeCapacity], promised: dict[str, int]) -> list
         take = min(node.free, left.get(node.gpu_model, 0))
         if take:
             left[node.gpu_model] -= take
-        result.append(
-            NodeCapacity(node.name, node.gpu_model, node.total, node.free - take, node.schedulable)
-        )
+        result.append(replace(node, free=node.free - take))
     return result

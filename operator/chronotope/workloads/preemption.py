@@ -17,6 +17,7 @@ from typing import Any
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.training import Action, Decision, decide
 
 __all__ = ["Preemption", "plan_preemption"]
@@ -41,6 +42,7 @@ def plan_preemption(
     pods: Sequence[Mapping[str, Any]],
     *,
     now: datetime,
+    planner: ProfilePlanner | None = None,
 ) -> Preemption | None:
     """The fewest, cheapest victims that let `spec` start now, or None."""
     types = {t.name for t in spec.gpu_types}
@@ -69,7 +71,7 @@ def plan_preemption(
         chosen.append(_key(job))
         ignored |= pods_of.get(_key(job), set())
         capacity = cluster_capacity(nodes, pods, ignore_pods=frozenset(ignored))
-        decision = decide(spec, capacity, now)
+        decision = decide(spec, capacity, now, planner=planner)
         if decision.action is Action.START:
             return Preemption(tuple(chosen), decision)
     return None

@@ -40,7 +40,7 @@ def blocking_job(
     me: Mapping[str, Any],
     spec: TrainingJobSpec,
     jobs: Sequence[Mapping[str, Any]],
-    could_start: Callable[[TrainingJobSpec], bool],
+    could_start: Callable[[Mapping[str, Any], TrainingJobSpec], bool],
 ) -> str | None:
     """The name of a job ahead of `me` in its queue that could start now, or None."""
     my_key = queue_key(me)
@@ -64,6 +64,6 @@ def blocking_job(
             other_spec = TrainingJobSpec.model_validate(other)
         except ValueError:
             continue
-        if could_start(other_spec):
+        if could_start(job, other_spec):
             return f"{meta.get('namespace')}/{meta.get('name')}"
     return None

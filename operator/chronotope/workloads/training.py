@@ -14,9 +14,10 @@ The decision carries its reason in plain words, for status and events.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from chronotope.api.v1alpha1.trainingjob import (
     PlacementStrategy,
@@ -25,6 +26,10 @@ from chronotope.api.v1alpha1.trainingjob import (
     UtilityFunction,
 )
 from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.parallelism import Degrees
+
+if TYPE_CHECKING:
+    from chronotope.workloads.profiled import GangPlan, ProfilePlanner
 
 __all__ = ["Action", "Decision", "decide", "utility_at", "workers_that_fit"]
 
@@ -44,6 +49,14 @@ class Decision:
     gpus_per_worker: int = 0
     finish: datetime | None = None
     utility: float | None = None
+    degrees: Degrees | None = None
+    """Set when a model profile chose the parallelisation."""
+    samples_per_second: float | None = None
+    score: float = 0.0
+    """Ranks alternatives of equal utility above the finish time (samples per cost)."""
+    planner_note: str = ""
+    cause: str = ""
+    """A CamelCase condition reason for a job that cannot run (default Unschedulable)."""
 
 
 def utility_at(utility: Utility | None, finish: datetime) -> float:
@@ -98,13 +111,51 @@ def decide(
     capacity: Sequence[NodeCapacity],
     now: datetime,
     frees_at: Mapping[str, datetime] | None = None,
+    planner: ProfilePlanner | None = None,
 ) -> Decision:
-    """Pick the best alternative; see the module docstring. Pure."""
+    """Pick the best alternative; see the module docstring. Pure.
+
+    With a `planner` (the job names a model profile) the worker count,
+    parallelisation and speed of each alternative come from the profile.
+    """
     per_worker = spec.gpu.count or 1  # a shared worker needs one GPU with room
     want = spec.replicas
     least = min(spec.min_replicas or want, want)
     strategy = spec.placement.strategy
     frees_at = frees_at or {}
+    reference: GangPlan | None = None
+    if planner is not None:
+        ref = planner.reference(capacity)
+        if isinstance(ref, str):
+            return Decision(Action.IMPOSSIBLE, ref, cause="ProfileUnusable")
+        reference = ref
+
+    def alternative(
+        action: Action, gpu_type: str, nodes: Sequence[NodeCapacity], start: datetime, most: int
+    ) -> Decision | str:
+        if planner is None or reference is None:
+            finish = start + _duration(spec, gpu_type, most)
+            return Decision(
+                action, "", gpu_type, most, per_worker, finish, utility_at(spec.utility, finish)
+            )
+        got = planner.plan(gpu_type, nodes, least, most, free=action is Action.START)
+        if isinstance(got, str):
+            return got
+        finish = start + planner.duration(reference, got)
+        return Decision(
+            action,
+            "",
+            gpu_type,
+            got.workers,
+            per_worker,
+            finish,
+            utility_at(spec.utility, finish),
+            degrees=got.degrees,
+            samples_per_second=got.samples_per_second,
+            score=got.score if planner.per_cost else 0.0,
+            planner_note=got.note,
+        )
+
     starts: list[Decision] = []
     waits: list[Decision] = []
     why_not: list[str] = []
@@ -120,36 +171,25 @@ def decide(
                 f"GPU(s) ({strategy.value}), the job needs {least}"
             )
             continue
+        if planner is not None:  # can the profile run here at all, with every GPU free?
+            ever_plan = planner.plan(option.name, nodes, least, min(want, ever), free=False)
+            if isinstance(ever_plan, str):
+                why_not.append(f"{option.name}: {ever_plan}")
+                continue
         now_fit = min(want, workers_that_fit(nodes, per_worker, strategy, free=True))
         if now_fit >= least:
-            finish = now + _duration(spec, option.name, now_fit)
-            starts.append(
-                Decision(
-                    Action.START,
-                    "",
-                    option.name,
-                    now_fit,
-                    per_worker,
-                    finish,
-                    utility_at(spec.utility, finish),
-                )
-            )
+            got = alternative(Action.START, option.name, nodes, now, now_fit)
+            if isinstance(got, str):
+                why_not.append(f"{option.name}: {got}")
+            else:
+                starts.append(got)
         else:
             why_not.append(f"{option.name}: room for {now_fit} of {least} worker(s) now")
         if now_fit < want and option.name in frees_at:
             start = max(now, frees_at[option.name])
-            finish = start + _duration(spec, option.name, min(want, ever))
-            waits.append(
-                Decision(
-                    Action.WAIT,
-                    "",
-                    option.name,
-                    min(want, ever),
-                    per_worker,
-                    finish,
-                    utility_at(spec.utility, finish),
-                )
-            )
+            later = alternative(Action.WAIT, option.name, nodes, start, min(want, ever))
+            if not isinstance(later, str):
+                waits.append(later)
     best_start = max(starts, key=_rank, default=None)
     best_wait = max(waits, key=_rank, default=None)
     # wait only for a strictly better utility: an estimate of when GPUs free up is only
@@ -176,6 +216,8 @@ def decide(
         note = f"{best_start.workers} worker(s) x {per_worker} {best_start.gpu_type}"
         if best_start.utility == 0.0:
             note += "; the deadline cannot be met on any GPU type"
+        if best_start.planner_note:
+            note += f"; {best_start.planner_note}"
         return _with_reason(
             best_start, f"starting {note}, predicted to finish {best_start.finish:%Y-%m-%d %H:%M}"
         )
@@ -184,10 +226,10 @@ def decide(
     return Decision(Action.IMPOSSIBLE, "cannot ever run here: " + "; ".join(why_not))
 
 
-def _rank(d: Decision) -> tuple[float, float]:
+def _rank(d: Decision) -> tuple[float, float, float]:
     finish = d.finish.timestamp() if d.finish else float("inf")
-    return (d.utility or 0.0, -finish)
+    return (d.utility or 0.0, d.score, -finish)
 
 
 def _with_reason(d: Decision, reason: str) -> Decision:
-    return Decision(d.action, reason, d.gpu_type, d.workers, d.gpus_per_worker, d.finish, d.utility)
+    return replace(d, reason=reason)

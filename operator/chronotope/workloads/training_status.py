@@ -55,7 +55,7 @@ def waiting_status(decision: Decision, now: datetime, generation: int | None) ->
             condition(
                 "Schedulable",
                 not impossible,
-                "Unschedulable" if impossible else "WaitingForGPUs",
+                (decision.cause or "Unschedulable") if impossible else "WaitingForGPUs",
                 decision.reason,
                 now=now,
                 generation=generation,

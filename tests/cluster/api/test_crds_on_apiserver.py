@@ -163,14 +163,14 @@ def test_kubectl_scale_resizes_an_elastic_job(
     kube_cluster: KubeCluster, chronotope_crds: list[str], namespace: str
 ) -> None:
     doc = next(
-        d.values[0] for d in _sample_docs() if d.values[0]["metadata"]["name"] == "resnet-elastic"
+        d.values[0] for d in _sample_docs() if d.values[0]["metadata"]["name"] == "opt-elastic"
     )
     _apply(kube_cluster, namespace, doc)
     scaled = _kubectl(
-        kube_cluster, "scale", "-n", namespace, "trainingjob/resnet-elastic", "--replicas=12"
+        kube_cluster, "scale", "-n", namespace, "trainingjob/opt-elastic", "--replicas=6"
     )
     assert scaled.returncode == 0, scaled.stderr
-    assert _get(kube_cluster, namespace, "tj", "resnet-elastic")["spec"]["replicas"] == 12
-    too_big = _kubectl(kube_cluster, "scale", "-n", namespace, "tj/resnet-elastic", "--replicas=40")
+    assert _get(kube_cluster, namespace, "tj", "opt-elastic")["spec"]["replicas"] == 6
+    too_big = _kubectl(kube_cluster, "scale", "-n", namespace, "tj/opt-elastic", "--replicas=40")
     assert too_big.returncode != 0
     assert "spec.replicas" in too_big.stderr and "at most maxReplicas" in too_big.stderr

@@ -41,7 +41,7 @@ def spec_of(j: dict[str, Any]) -> TrainingJobSpec:
     return TrainingJobSpec.model_validate(j["spec"])
 
 
-def always(_: TrainingJobSpec) -> bool:
+def always(_job: object, _spec: TrainingJobSpec) -> bool:
     return True
 
 
@@ -67,7 +67,7 @@ def test_a_startable_job_ahead_blocks_the_one_behind() -> None:
 
 def test_backfill_when_the_job_ahead_cannot_start() -> None:
     me, ahead = job("me"), job("big", priority=5, gpus=8)
-    assert blocking_job(me, spec_of(me), [me, ahead], lambda s: s.gpu.count == 1) is None
+    assert blocking_job(me, spec_of(me), [me, ahead], lambda _job, s: s.gpu.count == 1) is None
 
 
 def test_other_queues_running_jobs_and_other_gpu_types_do_not_block() -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "ParallelismHints",
     "Placement",
     "PlacementStrategy",
+    "PlanObjective",
     "PlannedParallelism",
     "Restart",
     "RestartPolicy",
@@ -77,6 +78,13 @@ class GpuTypeOption(ApiModel):
         le=1_048_576,
         description="Memory of one GPU of this type, in MiB; when set, a shared request "
         "must fit in it.",
+    )
+    price_per_gpu_hour: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description="Cost of one GPU of this type per hour (any currency, used consistently); "
+        "needed by parallelism.objective ThroughputPerDollar.",
     )
 
 
@@ -217,6 +225,13 @@ class Restart(ApiModel):
     )
 
 
+class PlanObjective(StrEnum):
+    """What the profile-driven planner maximises (SAILOR)."""
+
+    THROUGHPUT = "Throughput"
+    THROUGHPUT_PER_DOLLAR = "ThroughputPerDollar"
+
+
 class ParallelismHints(ApiModel):
     """Inputs for choosing the parallelisation plan when the GPU set changes (SAILOR)."""
 
@@ -244,6 +259,11 @@ class ParallelismHints(ApiModel):
     )
     global_batch_size: int | None = Field(
         default=None, ge=1, le=1_048_576, description="Global batch size in samples, kept fixed."
+    )
+    objective: PlanObjective = Field(
+        default=PlanObjective.THROUGHPUT,
+        description="With modelProfile: maximise samples per second, or samples per unit of "
+        "cost (gpuTypes[].pricePerGpuHour).",
     )
 
 
@@ -303,6 +323,20 @@ class TrainingJobSpec(ApiModel):
             check=lambda s: (
                 all(t.relative_speed is not None for t in s.gpu_types)
                 or (s.parallelism is not None and s.parallelism.model_profile is not None)
+            ),
+            field=".gpuTypes",
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="!has(self.parallelism) || !has(self.parallelism.objective) "
+            "|| self.parallelism.objective != 'ThroughputPerDollar' "
+            "|| self.gpuTypes.all(t, has(t.pricePerGpuHour))",
+            message="parallelism.objective ThroughputPerDollar needs pricePerGpuHour "
+            "on every gpuTypes entry",
+            check=lambda s: (
+                s.parallelism is None
+                or s.parallelism.objective is not PlanObjective.THROUGHPUT_PER_DOLLAR
+                or all(t.price_per_gpu_hour is not None for t in s.gpu_types)
             ),
             field=".gpuTypes",
             reason="FieldValueRequired",
@@ -424,6 +458,17 @@ class TrainingPlan(ApiModel):
     )
     expected_utility: float | None = Field(
         default=None, description="Utility the plan expects to earn."
+    )
+    predicted_samples_per_second: float | None = Field(
+        default=None,
+        ge=0,
+        description="Training throughput the model profile predicts for this plan.",
+    )
+    planner: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="How the plan was made: the model profile and what it predicted, or "
+        "the parallelism hints.",
     )
 
 

@@ -1,0 +1,58 @@
+"""Whether a running elastic gang should be re-planned because availability changed (pure).
+
+SAILOR re-plans when GPUs come or go. Losing workers is handled as a fault
+(the gang restarts smaller); this module decides the other direction and
+cordons: a running job below its wanted size restarts bigger (or on a faster
+type) when GPUs became free, and a job with a worker on a cordoned node moves
+off it, both through checkpoint-restart. A restart costs time, so a bigger
+plan is taken only when it finishes clearly earlier than staying put.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from chronotope.workloads.training import Action, Decision
+
+__all__ = ["RESTART_COST", "better_plan"]
+
+RESTART_COST = timedelta(seconds=60)
+"""Checkpoint, stop and restart of a gang (a conservative guess)."""
+MIN_GAIN = 0.10
+"""A new plan must save at least this share of the remaining time (and the restart)."""
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def better_plan(plan: Mapping[str, Any], candidate: Decision, now: datetime) -> str | None:
+    """Why `candidate` (decided as if the gang's GPUs were free) beats the running `plan`.
+
+    Returns None when staying put is as good. The running plan's progress is
+    read from its start and predicted completion; the candidate's duration is
+    for the whole job, so it is scaled to the work that is left.
+    """
+    if candidate.action is not Action.START or candidate.finish is None:
+        return None
+    start, finish = _time(plan.get("startTime")), _time(plan.get("predictedCompletionTime"))
+    if start is None or finish is None or finish <= now:
+        return None
+    old_full = (finish - start).total_seconds()
+    new_full = (candidate.finish - now).total_seconds()
+    if old_full <= 0:
+        return None
+    left = (finish - now).total_seconds()
+    new_finish = now + RESTART_COST + timedelta(seconds=left * new_full / old_full)
+    saved = (finish - new_finish).total_seconds()
+    if saved <= MIN_GAIN * left:
+        return None
+    return (
+        f"{candidate.workers} worker(s) on {candidate.gpu_type} are free now "
+        f"(running: {plan.get('workers')} on {plan.get('gpuType')}); restarting from the "
+        f"checkpoint finishes about {saved / 60:.0f} min earlier"
+    )

@@ -1,0 +1,44 @@
+"""Re-planning a running elastic gang when GPUs free up: only when it clearly pays."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from chronotope.workloads.replan import better_plan
+from chronotope.workloads.training import Action, Decision
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def running(workers: int, started_h_ago: float, full_h: float) -> dict[str, object]:
+    start = NOW - timedelta(hours=started_h_ago)
+    return {
+        "gpuType": "A100",
+        "workers": workers,
+        "startTime": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "predictedCompletionTime": (start + timedelta(hours=full_h)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def start(workers: int, full_h: float) -> Decision:
+    return Decision(Action.START, "", "A100", workers, 1, NOW + timedelta(hours=full_h), 1.0)
+
+
+def test_twice_the_workers_halfway_through_pays() -> None:
+    # 2 workers, 4 h job, 1 h done: 3 h left; 4 workers take 2 h for the whole job -> 1.5 h left
+    why = better_plan(running(2, 1, 4), start(4, 2), NOW)
+    assert why is not None and "4 worker(s) on A100" in why and "earlier" in why
+
+
+def test_no_restart_near_the_end() -> None:
+    # 2 min left: a 60 s restart plus half of it is not worth it
+    assert better_plan(running(2, 4 - 2 / 60, 4), start(4, 2), NOW) is None
+
+
+def test_no_restart_for_the_same_plan_or_a_wait() -> None:
+    assert better_plan(running(2, 1, 4), start(2, 4), NOW) is None
+    assert better_plan(running(2, 1, 4), Decision(Action.WAIT, "busy"), NOW) is None
+
+
+def test_a_plan_without_times_is_left_alone() -> None:
+    assert better_plan({"workers": 2}, start(4, 2), NOW) is None
