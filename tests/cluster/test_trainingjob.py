@@ -290,7 +290,9 @@ def test_added_node_grows_and_cordon_moves_an_elastic_job(
                 namespace, field_selector="involvedObject.name=growy"
             ).items
             assert any(e.reason == "Replanning" and "free now" in e.message for e in events)
-            placement = _get(api, namespace, "growy")["status"]["placement"]
+            grown = _get(api, namespace, "growy")["status"]
+            assert grown["completedFraction"] > 0  # the first plan's progress is kept
+            placement = grown["placement"]
             cordoned = placement[0]["node"]
             core.patch_node(cordoned, {"spec": {"unschedulable": True}})
 

@@ -25,7 +25,7 @@ from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import blocking_job
-from chronotope.workloads.replan import better_plan
+from chronotope.workloads.replan import better_plan, completed_fraction
 from chronotope.workloads.training import Action, Decision, decide
 from chronotope.workloads.training_status import (
     condition,
@@ -286,7 +286,8 @@ def _availability_replan(
             return None
         mine = frozenset(f"{c.namespace}/{p['metadata']['name']}" for p in current)
         capacity = cluster_capacity(nodes, pods, ignore_pods=mine)
-        decision = _decide(c.ops, c.namespace, c.spec, capacity, c.now)
+        done = float((c.job.get("status") or {}).get("completedFraction") or 0.0)
+        decision = _decide(c.ops, c.namespace, c.spec, capacity, c.now, remaining=1.0 - done)
     if cordoned:
         if decision.action is not Action.START:
             return None  # nowhere to go now: keep running until the node is drained
@@ -332,13 +333,15 @@ def _restart(
         c.out.events.append(("Warning", reason, why))
     c.out.annotations[GENERATION_ANNOTATION] = str(c.gen + 1)
     c.out.annotations[PREEMPTED_BY_ANNOTATION] = ""
+    status = c.job.get("status") or {}
     c.out.status = {
         "phase": "Resizing",
         "whyWaiting": why,
         "plan": None,
         "placement": [],
         "replicas": 0,
-        "restarts": int((c.job.get("status") or {}).get("restarts", 0)) + 1,
+        "restarts": int(status.get("restarts", 0)) + 1,
+        "completedFraction": completed_fraction(status, c.now),
     }
     return c.out
 
@@ -364,12 +367,13 @@ def _decide(
     now: datetime,
     *,
     frees_at: Mapping[str, datetime] | None = None,
+    remaining: float = 1.0,
 ) -> Decision:
     planner = planner_for(ops, namespace, spec)
     if isinstance(planner, str):
         cause = "ProfileMissing" if "not found" in planner else "ProfileUnusable"
         return Decision(Action.IMPOSSIBLE, planner, cause=cause)
-    return decide(spec, capacity, now, frees_at, planner=planner)
+    return decide(spec, capacity, now, frees_at, planner=planner, remaining=remaining)
 
 
 def _start_or_wait(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
@@ -382,7 +386,16 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     nodes, pods, jobs = c.ops.nodes(), c.ops.pods(), c.ops.training_jobs()
     me = f"{c.namespace}/{c.name}"
     capacity = cluster_capacity(nodes, pods)
-    decision = _decide(c.ops, c.namespace, c.spec, capacity, c.now, frees_at=_frees_at(jobs, me))
+    remaining = 1.0 - float(status.get("completedFraction") or 0.0)
+    decision = _decide(
+        c.ops,
+        c.namespace,
+        c.spec,
+        capacity,
+        c.now,
+        frees_at=_frees_at(jobs, me),
+        remaining=remaining,
+    )
     if decision.action is Action.START:
         decision = _queue_gate(c, capacity, jobs, decision)
     elif decision.action is Action.WAIT:

@@ -16,7 +16,7 @@ from typing import Any
 
 from chronotope.workloads.training import Action, Decision
 
-__all__ = ["RESTART_COST", "better_plan"]
+__all__ = ["RESTART_COST", "better_plan", "completed_fraction"]
 
 RESTART_COST = timedelta(seconds=60)
 """Checkpoint, stop and restart of a gang (a conservative guess)."""
@@ -56,3 +56,19 @@ def better_plan(plan: Mapping[str, Any], candidate: Decision, now: datetime) -> 
         f"(running: {plan.get('workers')} on {plan.get('gpuType')}); restarting from the "
         f"checkpoint finishes about {saved / 60:.0f} min earlier"
     )
+
+
+def completed_fraction(status: Mapping[str, Any], now: datetime) -> float:
+    """Work done so far: the earlier share plus the running plan's elapsed share of the rest."""
+    before = float(status.get("completedFraction") or 0.0)
+    plan = status.get("plan") or {}
+    start, finish = plan.get("startTime"), plan.get("predictedCompletionTime")
+    if status.get("phase") != "Running" or not start or not finish:
+        return before
+    t0, t1 = _time(start), _time(finish)
+    assert t0 is not None and t1 is not None
+    span = (t1 - t0).total_seconds()
+    if span <= 0:
+        return before
+    share = min(1.0, max(0.0, (now - t0).total_seconds() / span))
+    return round(min(0.99, before + (1.0 - before) * share), 4)

@@ -111,12 +111,15 @@ def decide(
     capacity: Sequence[NodeCapacity],
     now: datetime,
     frees_at: Mapping[str, datetime] | None = None,
+    *,
     planner: ProfilePlanner | None = None,
+    remaining: float = 1.0,
 ) -> Decision:
     """Pick the best alternative; see the module docstring. Pure.
 
     With a `planner` (the job names a model profile) the worker count,
     parallelisation and speed of each alternative come from the profile.
+    `remaining` is the share of the job's work still to do (after restarts).
     """
     per_worker = spec.gpu.count or 1  # a shared worker needs one GPU with room
     want = spec.replicas
@@ -134,14 +137,14 @@ def decide(
         action: Action, gpu_type: str, nodes: Sequence[NodeCapacity], start: datetime, most: int
     ) -> Decision | str:
         if planner is None or reference is None:
-            finish = start + _duration(spec, gpu_type, most)
+            finish = start + _duration(spec, gpu_type, most) * remaining
             return Decision(
                 action, "", gpu_type, most, per_worker, finish, utility_at(spec.utility, finish)
             )
         got = planner.plan(gpu_type, nodes, least, most, free=action is Action.START)
         if isinstance(got, str):
             return got
-        finish = start + planner.duration(reference, got)
+        finish = start + planner.duration(reference, got) * remaining
         return Decision(
             action,
             "",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from chronotope.workloads.replan import better_plan
+from chronotope.workloads.replan import better_plan, completed_fraction
 from chronotope.workloads.training import Action, Decision
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -42,3 +42,13 @@ def test_no_restart_for_the_same_plan_or_a_wait() -> None:
 
 def test_a_plan_without_times_is_left_alone() -> None:
     assert better_plan({"workers": 2}, start(4, 2), NOW) is None
+
+
+def test_work_done_accumulates_over_restarts() -> None:
+    status = {"phase": "Running", "plan": running(2, 1, 4)}  # a quarter of the way
+    assert completed_fraction(status, NOW) == 0.25
+    again = {"phase": "Running", "completedFraction": 0.25, "plan": running(4, 1, 3)}
+    assert completed_fraction(again, NOW) == 0.5  # a third of the remaining 0.75
+    assert completed_fraction({"phase": "Waiting", "completedFraction": 0.5}, NOW) == 0.5
+    finished = {"phase": "Running", "plan": running(2, 9, 4)}
+    assert completed_fraction(finished, NOW) == 0.99  # never "done" by estimate alone

@@ -507,6 +507,13 @@ class TrainingJobStatus(ApiModel):
         default=None, max_length=4096, description="Plain-language reason the job is not running."
     )
     restarts: int = Field(default=0, ge=0, description="Gang restarts so far.")
+    completed_fraction: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Share of the work done before the last restart, estimated from the time "
+        "run under each earlier plan; later plans only predict the rest.",
+    )
     last_checkpoint_time: datetime | None = Field(default=None, description="Last checkpoint.")
 
 
