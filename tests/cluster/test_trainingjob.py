@@ -431,3 +431,45 @@ def test_operator_restarted_mid_resize_converges(
         )
 
     wait_for(converged, 120, "one consistent 3-worker gang after the restart")
+
+
+def test_jobs_that_could_both_start_are_planned_jointly(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    with (
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, per_node=2) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1, per_node=2) as slow_nodes,
+    ):
+        for node in fast_nodes + slow_nodes:  # both jobs wait until the GPUs appear at once
+            core.patch_node(node, {"spec": {"unschedulable": True}})
+        deadline = (datetime.now(UTC) + timedelta(minutes=45)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        jobs = {
+            # alone, it would take the fast GPUs (twice the speed)
+            "flexible": job("flexible", 1, 2, [(fast, 2.0), (slow, 1.0)], queue="a"),
+            # 30 min on the fast GPUs meets its 45 min deadline; the slow ones do not exist for it
+            "urgent": job(
+                "urgent",
+                1,
+                2,
+                [(fast, 2.0)],
+                queue="b",
+                utility={"function": "Step", "deadline": deadline},
+            ),
+        }
+        for body in jobs.values():
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        for name in jobs:
+            wait_for(lambda n=name: _phase(api, namespace, n) == "Waiting", 60, f"{name} waiting")
+        for node in fast_nodes + slow_nodes:
+            core.patch_node(node, {"spec": {"unschedulable": False}})
+        for name in jobs:
+            wait_for(lambda n=name: _phase(api, namespace, n) == "Running", 90, f"{name} running")
+        assert _get(api, namespace, "urgent")["status"]["plan"]["gpuType"] == fast
+        assert _get(api, namespace, "flexible")["status"]["plan"]["gpuType"] == slow
+        started = [
+            e.message for e in core.list_namespaced_event(namespace).items if e.reason == "Started"
+        ]
+        assert any("joint plan over 2 job(s)" in m for m in started), started

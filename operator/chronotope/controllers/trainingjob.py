@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile, profile_from_data
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
+from chronotope.workloads.joint import Contender, arbitrate, options_for
 from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
@@ -398,6 +399,8 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     )
     if decision.action is Action.START:
         decision = _queue_gate(c, capacity, jobs, decision)
+        if decision.action is Action.START:
+            decision = _joint_gate(c, capacity, jobs, decision, remaining)
     elif decision.action is Action.WAIT:
         decision = _try_preempt(c, jobs, nodes, pods, decision)
     if decision.action is not Action.START:
@@ -455,16 +458,102 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     return out
 
 
+_CONTENDING = (None, "", "Waiting", "Resizing")
+
+
+def _start_options(
+    ops: ClusterOps,
+    namespace: str,
+    spec: TrainingJobSpec,
+    capacity: Sequence[Any],
+    now: datetime,
+    *,
+    best: Decision,
+    remaining: float,
+) -> tuple[Decision, ...]:
+    """`best` plus the start decision on each other GPU type, at `best`'s gang size."""
+    per_type = [best]
+    for option in spec.gpu_types:
+        if option.name == best.gpu_type:
+            continue
+        only = spec.model_copy(update={"gpu_types": [option]})
+        per_type.append(_decide(ops, namespace, only, capacity, now, remaining=remaining))
+    return options_for(per_type)
+
+
+def _joint_gate(
+    c: _Cycle,
+    capacity: Sequence[Any],
+    jobs: Sequence[Mapping[str, Any]],
+    decision: Decision,
+    remaining: float,
+) -> Decision:
+    """Start only if the joint CP-SAT plan of every job that could start now starts this one."""
+    if c.spec.gpu.shared is not None:
+        return decision
+    me = f"{c.namespace}/{c.name}"
+    contenders = []
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if (
+            key == me
+            or meta.get("deletionTimestamp")
+            or (job.get("status") or {}).get("phase") not in _CONTENDING
+        ):
+            continue
+        try:
+            spec = TrainingJobSpec.model_validate(job.get("spec") or {})
+        except ValueError:
+            continue
+        if spec.gpu.shared is not None or not {t.name for t in spec.gpu_types} & {
+            t.name for t in c.spec.gpu_types
+        }:
+            continue
+        ns = str(meta.get("namespace"))
+        left = 1.0 - float((job.get("status") or {}).get("completedFraction") or 0.0)
+        best = _decide(c.ops, ns, spec, capacity, c.now, remaining=left)
+        if best.action is not Action.START or _blocked_by(c, job, spec, capacity, jobs):
+            continue
+        options = _start_options(c.ops, ns, spec, capacity, c.now, best=best, remaining=left)
+        contenders.append(Contender(key, spec, options))
+    if not contenders:
+        return decision
+    mine = Contender(
+        me,
+        c.spec,
+        _start_options(
+            c.ops, c.namespace, c.spec, capacity, c.now, best=decision, remaining=remaining
+        ),
+    )
+    outcome = arbitrate(me, [mine, *contenders], capacity, c.now)
+    if not outcome.starts:
+        return Decision(Action.WAIT, outcome.reason)
+    chosen = next((d for d in mine.options if d.gpu_type == outcome.gpu_type), decision)
+    return replace(chosen, reason=f"{chosen.reason}; {outcome.reason}")
+
+
+def _blocked_by(
+    c: _Cycle,
+    job: Mapping[str, Any],
+    spec: TrainingJobSpec,
+    capacity: Sequence[Any],
+    jobs: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """The job ahead of `job` in its own queue that could start now, if any."""
+
+    def could_start(other_job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
+        ns = str(other_job["metadata"]["namespace"])
+        return _decide(c.ops, ns, other, capacity, c.now).action is Action.START
+
+    return blocking_job(job, spec, jobs, could_start)
+
+
 def _queue_gate(
     c: _Cycle, capacity: Sequence[Any], jobs: Sequence[Mapping[str, Any]], decision: Decision
 ) -> Decision:
     """Hold a startable job back while a job ahead of it in its queue could start now."""
-
-    def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
-        namespace = str(job["metadata"]["namespace"])
-        return _decide(c.ops, namespace, other, capacity, c.now).action is Action.START
-
-    ahead = blocking_job(c.job, c.spec, jobs, could_start)
+    ahead = _blocked_by(c, c.job, c.spec, capacity, jobs)
     if ahead is None:
         return decision
     return Decision(

@@ -1,0 +1,167 @@
+"""Joint planning of the TrainingJobs that could start now (TetriSched, with CP-SAT; pure).
+
+`decide` plans one job at a time. When several waiting jobs could each start
+now but compete for the same GPUs, whoever is reconciled first would win.
+Instead, the contenders become solver workloads (`solver.batch`): each offers
+an alternative per GPU type it can start on now (same gang size; duration
+and utility for that type) plus later start slots, and CP-SAT picks the set
+that maximises total utility (priority-weighted, zero past a deadline),
+placing gangs all-or-nothing on concrete nodes. A job starts now only when
+the joint plan starts it now, on the type the plan chose; otherwise it waits
+with the plan's reason. The plan is deterministic (fixed seed, one worker),
+so every contender's reconcile reaches the same answer.
+
+Whole GPUs only: shared-GPU jobs are left to `decide` (the extender packs
+them). Node CPU and memory are not modelled here (the extender checks them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy as ApiStrategy
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec, UtilityFunction
+from chronotope.solver.batch import BatchSettings, plan
+from chronotope.solver.model import (
+    MILLI,
+    Alternative,
+    ClusterSnapshot,
+    Gpu,
+    Node,
+    PlacementStrategy,
+    PodRequest,
+    Workload,
+)
+from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.training import Action, Decision
+
+__all__ = ["Contender", "JointOutcome", "arbitrate"]
+
+_BIG = 1 << 40  # CPU and memory are not modelled here
+_STRATEGY = {
+    ApiStrategy.PACK: PlacementStrategy.PACK,
+    ApiStrategy.SPREAD: PlacementStrategy.SPREAD,
+    ApiStrategy.STRICT_PACK: PlacementStrategy.STRICT_PACK,
+    ApiStrategy.STRICT_SPREAD: PlacementStrategy.STRICT_SPREAD,
+}
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A waiting job that could start now, with its start alternative per GPU type."""
+
+    key: str
+    """namespace/name"""
+    spec: TrainingJobSpec
+    options: tuple[Decision, ...]
+    """START decisions, one per GPU type, all with the same number of workers."""
+
+
+@dataclass(frozen=True)
+class JointOutcome:
+    starts: bool
+    gpu_type: str | None
+    reason: str
+
+
+def _snapshot(capacity: Sequence[NodeCapacity]) -> ClusterSnapshot:
+    nodes = []
+    for n in sorted(capacity, key=lambda n: n.name):
+        free = n.free if n.schedulable else 0
+        gpus = tuple(
+            Gpu(
+                index=i,
+                model=n.gpu_model,
+                memory_mib=n.memory_mib,
+                free_milli=MILLI if i < free else 0,
+            )
+            for i in range(n.total)
+        )
+        nodes.append(Node(name=n.name, cpu_milli=_BIG, memory_mib=_BIG, gpus=gpus, zone=n.zone))
+    return ClusterSnapshot(nodes=tuple(nodes), time_s=0.0)
+
+
+def _deadline_s(spec: TrainingJobSpec, now: datetime) -> float | None:
+    utility = spec.utility
+    if utility is None or utility.function is UtilityFunction.CONSTANT:
+        return None
+    assert utility.deadline is not None
+    return (utility.deadline - now).total_seconds()
+
+
+def _workload(c: Contender, now: datetime) -> Workload:
+    first = c.options[0]
+    per_worker = first.gpus_per_worker
+    alternatives = tuple(
+        Alternative(
+            gpu_model=str(d.gpu_type),
+            duration_s=max(1.0, (d.finish - now).total_seconds()) if d.finish else 1.0,
+            utility=max(d.utility or 0.0, 1e-3),
+        )
+        for d in c.options
+    )
+    return Workload(
+        name=c.key,
+        pod=PodRequest(
+            name=c.key,
+            num_gpus=per_worker,
+            gpu_milli=MILLI,
+            gpu_models=tuple(a.gpu_model for a in alternatives),
+        ),
+        replicas=first.workers,
+        alternatives=alternatives,
+        deadline_s=_deadline_s(c.spec, now),
+        strategy=_STRATEGY[c.spec.placement.strategy],
+        priority=c.spec.priority,
+    )
+
+
+def arbitrate(
+    me: str,
+    contenders: Sequence[Contender],
+    capacity: Sequence[NodeCapacity],
+    now: datetime,
+    *,
+    time_limit_s: float = 1.0,
+) -> JointOutcome:
+    """Whether `me` (one of `contenders`) starts now under the joint plan, and on which type."""
+    ordered = sorted(contenders, key=lambda c: c.key)
+    workloads = [_workload(c, now) for c in ordered]
+    settings = BatchSettings(time_limit_s=time_limit_s, seed=0, workers=1)
+    joint = plan(_snapshot(capacity), workloads, settings)
+    starting = sorted(joint.chosen)
+    others = [k for k in starting if k != me]
+    if me in joint.chosen:
+        with_whom = f" beside {', '.join(others)}" if others else ""
+        return JointOutcome(
+            True,
+            joint.chosen[me],
+            f"joint plan over {len(ordered)} job(s) that could start (CP-SAT, {joint.status}) "
+            f"starts it now on {joint.chosen[me]}{with_whom}",
+        )
+    later = next((d for d in joint.deferred if d.workload == me), None)
+    unplaced = next((u for u in joint.unplaced if u.name == me), None)
+    if later is not None:
+        what = f"planned to start on {later.gpu_model} in about {later.start_s / 60:.0f} min"
+    elif unplaced is not None:
+        what = unplaced.summary()
+    else:
+        what = "not started now"
+    who = ", ".join(others) if others else "no other job"
+    return JointOutcome(
+        False,
+        None,
+        f"joint plan over {len(ordered)} job(s) that could start now (CP-SAT, {joint.status}, "
+        f"total utility {joint.utility:.2f}) gives the GPUs to {who}; this job: {what}",
+    )
+
+
+def options_for(decisions: Sequence[Decision]) -> tuple[Decision, ...]:
+    """START decisions of one size (the most common one first chosen), for a `Contender`."""
+    starts = [d for d in decisions if d.action is Action.START and d.gpu_type]
+    if not starts:
+        return ()
+    size = starts[0].workers
+    return tuple(d for d in starts if d.workers == size)
