@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chronotope.sim.training.engine import EngineSettings, simulate
+from chronotope.sim.training.chronotope_policy import ChronotopePolicy
+from chronotope.sim.training.engine import EngineSettings, JobState, simulate
 from chronotope.sim.training.policies import POLICY_NAMES, make_policy
 from chronotope.sim.training.report import SUMMARY_COLUMNS, summary_row
 from chronotope.sim.training.workload import Job, TraceRow, WorkloadSettings, build_jobs
@@ -107,3 +108,43 @@ def test_cli_writes_exact_columns(tmp_path: Path) -> None:
     assert [r[0] for r in body] == list(POLICY_NAMES)
     assert all(r[2] == "3" for r in body)
     assert (tmp_path / "out" / "jct_cdf.png").stat().st_size > 0
+    with (tmp_path / "out" / "bounds.csv").open() as fh:
+        bounds = list(csv.DictReader(fh))
+    assert [b["jobs"] for b in bounds] == ["3"]
+    assert all(float(r[3]) >= float(bounds[0]["mean_best_runtime_h"]) for r in body)
+
+
+def _state(i: int, remaining: float, speed: dict[str, float], on: str | None = None) -> JobState:
+    job = Job(i, 0.0, 1, remaining, "t", speed)
+    return JobState(job=job, remaining_s=remaining, gpu_type=on)
+
+
+def test_chronotope_plan_queues_waiting_jobs_behind_each_other() -> None:
+    # One V100 busy for 100 s; K80 is 10x slower. B waits for the V100 release; C
+    # must plan behind B (start 230 = 100 + 30 restart + 100 run), not at 100 too.
+    pol = ChronotopePolicy(round_s=360.0, restart_s=30.0)
+    slow = {"k80": 0.1, "v100": 1.0}
+    a, b, c = _state(0, 100, slow, "v100"), _state(1, 100, slow), _state(2, 100, slow)
+    plan = pol._plan([a, b, c], set(), {"k80": 1, "v100": 1}, None)
+    assert plan == {0: (0.0, "v100"), 1: (100.0, "v100"), 2: (230.0, "v100")}
+
+
+def test_chronotope_backfills_idle_gpus_with_waiting_jobs() -> None:
+    # B waits for the V100 but the idle K80 runs it meanwhile; A keeps its lease.
+    pol = ChronotopePolicy(round_s=360.0, restart_s=30.0)
+    slow = {"k80": 0.1, "v100": 1.0}
+    a, b = _state(0, 100, slow, "v100"), _state(1, 200, slow)
+    assert pol.allocate(0.0, [a, b], {"k80": 1, "v100": 1}) == {0: "v100", 1: "k80"}
+
+
+def test_chronotope_congestion_leaves_contended_type_to_who_gains_most() -> None:
+    # X is shortest and barely slower on the P100; Y and Z are 3x slower there. With
+    # jobs queueing for the V100, X takes the P100 and Y the V100 (selfishly X would
+    # take the V100 and Y would wait).
+    cap = {"p100": 1, "v100": 1}
+    x = _state(0, 100, {"p100": 0.95, "v100": 1.0})
+    y = _state(1, 200, {"p100": 0.3, "v100": 1.0})
+    z = _state(2, 300, {"p100": 0.3, "v100": 1.0})
+    assert ChronotopePolicy(round_s=360.0).allocate(0.0, [x, y, z], cap) == {0: "p100", 1: "v100"}
+    selfish = ChronotopePolicy(round_s=360.0, congestion=0.0)
+    assert selfish.allocate(0.0, [x, y, z], cap) == {0: "v100", 1: "p100"}

@@ -10,11 +10,22 @@ Each decision (arrival, completion, lease round):
    holding GPUs gets a `lease_discount` on its key so that near-ties do not
    preempt (lease renewal, no restart cost). Jobs that can no longer make
    their deadline are treated as ordinary jobs, so they cannot starve others.
-2. Place. Each job, in order, takes the type with room where it would finish
-   soonest, counting the restart overhead; if a faster type frees up (from
-   jobs placed this round) soon enough that waiting beats running on a slower
-   type now, the job waits (the TetriSched "wait for better GPUs" choice),
-   unless it is urgent.
+2. Plan. The ordered jobs are list-scheduled ahead of time on each type's
+   GPUs (a TetriSched-style plan): each job, in order, takes the type and the
+   earliest slot there that minimise its finish time (restart included), so it
+   may wait for a faster type, and jobs behind it see that slot as taken (they
+   queue behind it, not all for the same first release). When some job has to
+   queue, a second pass adds a congestion cost to each choice: a run of
+   `num_gpus * run` GPU-seconds on type g delays each later job a first pass
+   put on g by about that over `capacity[g]` (the marginal cost to the sum of
+   completion times), so jobs that gain little from a contended type leave it
+   to those that gain more. Urgent jobs only take a slot that starts now and
+   ignore that cost. Jobs planned to start now get their GPUs.
+3. Backfill. GPUs still idle go to jobs waiting for a planned later slot,
+   those that run best on that type relative to their fastest type first: a
+   waiting job makes progress until its slot comes, then moves (one restart,
+   which starting there would cost anyway). No GPU idles while a waiting job
+   fits on it.
 
 Durations are taken from the job (the TrainingJob's duration estimate; in the
 simulator the trace's duration), as SRTF-style schedulers assume.
@@ -36,14 +47,19 @@ class ChronotopePolicy:
     def __init__(
         self,
         round_s: float,
+        *,
         urgency: float = 0.5,
         lease_discount: float = 0.8,
         restart_s: float = 30.0,
+        congestion: float = 1.0,
+        passes: int = 1,
     ) -> None:
         self.round_s = round_s
         self.urgency = urgency
         self.lease_discount = lease_discount
         self.restart_s = restart_s
+        self.congestion = congestion
+        self.passes = passes
 
     def _urgent(self, now: float, js: JobState) -> bool:
         d = js.job.deadline_s
@@ -69,50 +85,126 @@ class ChronotopePolicy:
             return (k, s.job.job_id)
 
         rest = sorted((js for js in active if js.job.job_id not in urgent_ids), key=key)
-        free = dict(capacity)
-        releases: dict[str, list[tuple[float, int]]] = {g: [] for g in capacity}
-        alloc: dict[int, str] = {}
-        for js in [*urgent, *rest]:
-            n = js.job.num_gpus
-            best_g: str | None = None
-            best_t = float("inf")
-            for g in capacity:
-                if free[g] < n:
-                    continue
-                restart = 0.0 if js.gpu_type == g else self.restart_s
-                t = restart + js.remaining_s / js.job.speed[g]
-                if t < best_t:
-                    best_g, best_t = g, t
-            if best_g is None:
-                continue
-            if js.job.job_id not in urgent_ids and self._better_to_wait(js, free, releases, best_t):
-                continue
-            alloc[js.job.job_id] = best_g
-            free[best_g] -= n
-            restart = 0.0 if js.gpu_type == best_g else self.restart_s
-            releases[best_g].append((restart + js.remaining_s / js.job.speed[best_g], n))
+        order = [*urgent, *rest]
+        plan = self._plan(order, urgent_ids, capacity, None)
+        for _ in range(self.passes):
+            plan = self._plan(order, urgent_ids, capacity, self._behind(order, plan, capacity))
+        alloc = {jid: g for jid, (start, g) in plan.items() if start == 0}
+        self._backfill(order, capacity, alloc)
         return alloc
 
-    def _better_to_wait(
+    @staticmethod
+    def _behind(
+        order: Sequence[JobState],
+        plan: Mapping[int, tuple[float, str]],
+        capacity: Mapping[str, int],
+    ) -> list[dict[str, int]]:
+        """For each position in `order`, later jobs `plan` puts on each type.
+
+        All zero when nobody queues in `plan`: then no job delays another.
+        """
+        if not any(start > 0 for start, _ in plan.values()):
+            return [dict.fromkeys(capacity, 0) for _ in order]
+        behind: list[dict[str, int]] = []
+        counts = dict.fromkeys(capacity, 0)
+        for js in reversed(order):
+            behind.append(dict(counts))
+            if js.job.job_id in plan:
+                counts[plan[js.job.job_id][1]] += 1
+        behind.reverse()
+        return behind
+
+    def _plan(
         self,
-        js: JobState,
-        free: Mapping[str, int],
-        releases: Mapping[str, list[tuple[float, int]]],
-        run_now_t: float,
-    ) -> bool:
-        """Would waiting for a faster type (freed by jobs placed this round) finish sooner?"""
-        n = js.job.num_gpus
-        for g, rel in releases.items():
-            if free[g] >= n:
+        order: Sequence[JobState],
+        urgent_ids: set[int],
+        capacity: Mapping[str, int],
+        behind: Sequence[Mapping[str, int]] | None,
+    ) -> dict[int, tuple[float, str]]:
+        """List-schedule `order` ahead of time: job_id -> (planned start, type).
+
+        Each job takes the type minimising its own finish (restart included) plus,
+        given `behind` (how many later jobs a first pass put on each type), the
+        delay its run imposes on them: `congestion * n * run * later / capacity`.
+        Urgent deadline jobs only consider starting now and ignore that cost.
+        """
+        pools: dict[str, list[tuple[float, int]]] = {g: [(0.0, c)] for g, c in capacity.items()}
+        out: dict[int, tuple[float, str]] = {}
+        for i, js in enumerate(order):
+            n = js.job.num_gpus
+            urgent_job = js.job.job_id in urgent_ids
+            best: tuple[float, float, float, str] | None = None
+            for g in capacity:
+                start = _earliest(pools[g], n)
+                if start is None or (urgent_job and start > 0):
+                    continue
+                restart = 0.0 if (js.gpu_type == g and start == 0) else self.restart_s
+                run = restart + js.remaining_s / js.job.speed[g]
+                cost = start + run
+                if behind is not None and not urgent_job:
+                    cost += self.congestion * n * run * behind[i][g] / capacity[g]
+                if best is None or cost < best[0]:
+                    best = (cost, start, run, g)
+            if best is None:
                 continue
-            avail, wait = free[g], None
-            for t_free, k in sorted(rel):
-                avail += k
-                if avail >= n:
-                    wait = t_free
-                    break
-            if wait is None:
+            _, start, run, g = best
+            _reserve(pools[g], n, start, start + run)
+            out[js.job.job_id] = (start, g)
+        return out
+
+    def _backfill(
+        self, order: Sequence[JobState], capacity: Mapping[str, int], alloc: dict[int, str]
+    ) -> None:
+        """Give GPUs nobody planned to use now to jobs waiting for a faster type.
+
+        A waiting job makes progress on an idle slower type until its planned slot
+        comes, then moves (one restart, which starting there would cost anyway).
+        Idle GPUs go first to the jobs that run best on them relative to their
+        fastest type, then in priority order; a job keeps its current type on a tie.
+        """
+        free = dict(capacity)
+        by_id = {js.job.job_id: js for js in order}
+        for jid, g in alloc.items():
+            free[g] -= by_id[jid].job.num_gpus
+        cands: list[tuple[float, int, int, str]] = []
+        for rank, js in enumerate(order):
+            if js.job.job_id in alloc:
                 continue
-            if wait + self.restart_s + js.remaining_s / js.job.speed[g] < run_now_t:
-                return True
-        return False
+            best = max(js.job.speed.values())
+            for g in capacity:
+                eff = js.job.speed[g] / best
+                if js.gpu_type == g:
+                    eff /= self.lease_discount
+                cands.append((-eff, rank, js.job.job_id, g))
+        cands.sort()
+        for _, _, jid, g in cands:
+            n = by_id[jid].job.num_gpus
+            if jid not in alloc and free[g] >= n:
+                alloc[jid] = g
+                free[g] -= n
+
+
+def _earliest(pool: list[tuple[float, int]], n: int) -> float | None:
+    """When `n` GPUs of a pool are free at once, given (free-at, count) entries."""
+    avail = 0
+    for t, k in sorted(pool):
+        avail += k
+        if avail >= n:
+            return t
+    return None
+
+
+def _reserve(pool: list[tuple[float, int]], n: int, start: float, end: float) -> None:
+    """Take `n` GPUs free by `start` (earliest first) until `end`."""
+    pool.sort()
+    need = n
+    while need > 0:
+        t, k = pool[0]
+        assert t <= start
+        if k <= need:
+            pool.pop(0)
+            need -= k
+        else:
+            pool[0] = (t, k - need)
+            need = 0
+    pool.append((end, n))
