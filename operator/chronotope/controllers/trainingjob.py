@@ -12,6 +12,7 @@ converges on the same state.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -47,6 +48,7 @@ __all__ = [
 GENERATION_ANNOTATION = "chronotope.dev/gang-generation"
 PLANNED_FOR_ANNOTATION = "chronotope.dev/planned-for-replicas"
 PREEMPTED_BY_ANNOTATION = "chronotope.dev/preempted-by"
+PROFILE_TTL_S = 5.0
 _DONE = ("Succeeded", "Failed")
 
 
@@ -70,9 +72,22 @@ class ClusterOps:
         # must see the workers the previous one created
         self.decide_lock = threading.Lock()
         self._profiles: dict[tuple[str, str], tuple[str, ModelProfile | str]] = {}
+        self._profile_reads: dict[tuple[str, str], tuple[float, ModelProfile | str]] = {}
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
-        """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
+        """The model profile in ConfigMap `namespace/name`, or why it cannot be used.
+
+        Read at most once per `PROFILE_TTL_S` (one reconcile plans many jobs), and
+        parsed again only when the ConfigMap's resourceVersion changed.
+        """
+        recent = self._profile_reads.get((namespace, name))
+        if recent is not None and time.monotonic() - recent[0] < PROFILE_TTL_S:
+            return recent[1]
+        result = self._read_profile(namespace, name)
+        self._profile_reads[(namespace, name)] = (time.monotonic(), result)
+        return result
+
+    def _read_profile(self, namespace: str, name: str) -> ModelProfile | str:
         cm = self._kw.read_config_map(self.api, namespace, name)
         if cm is None:
             return (
