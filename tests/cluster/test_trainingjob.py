@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -137,8 +138,19 @@ def test_competing_jobs_never_bind_a_partial_gang(
     }
 
 
+def _operator_metrics(cluster: KubeCluster) -> str:
+    assert cluster.local is not None
+    state = cluster.local.load_state()
+    assert state is not None and state.operator_metrics_port
+    url = f"http://127.0.0.1:{state.operator_metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode())
+
+
 def test_impossible_job_says_why_and_does_not_block_the_next(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+    kube_cluster: KubeCluster,
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],
+    namespace: str,
 ) -> None:
     api, custom, _ = jobs_api
     custom.create_namespaced_custom_object(
@@ -161,6 +173,11 @@ def test_impossible_job_says_why_and_does_not_block_the_next(
         60,
         "the job behind it to run",
     )
+    metrics = _operator_metrics(kube_cluster)
+    assert 'chronotope_trainingjob_events_total{reason="Unschedulable"}' in metrics
+    assert 'chronotope_trainingjobs{phase="Pending"}' in metrics
+    assert 'chronotope_trainingjob_waiting_gpus{gpu_type="B200"} 8.0' in metrics
+    assert 'chronotope_trainingjob_reconcile_seconds_count{result="ok"}' in metrics
 
 
 def test_kubectl_scale_resizes_an_elastic_job(

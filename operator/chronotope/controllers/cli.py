@@ -20,12 +20,22 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--health-port", type=int, default=0, help="serve /healthz on this loopback port (0: off)"
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve Prometheus /metrics on this port (0: off)",
+    )
+    parser.add_argument(
+        "--metrics-address", default="0.0.0.0", help="address for /metrics (default: all)"
+    )
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
+    from chronotope.controllers.metrics import OperatorMetrics
     from chronotope.controllers.operator import build_registry
     from chronotope.controllers.trainingjob import ClusterOps
     from chronotope.kube.client import connect
@@ -35,7 +45,10 @@ def _run(args: argparse.Namespace) -> int:
         # of the program is the one place that touches the environment)
         os.environ["KUBECONFIG"] = str(args.kubeconfig)
     api = connect(args.kubeconfig)
-    registry = build_registry(ClusterOps(api), interval=args.interval)
+    metrics = OperatorMetrics(stale_after_s=max(30.0, 10 * args.interval))
+    if args.metrics_port:
+        metrics.serve(args.metrics_port, args.metrics_address)
+    registry = build_registry(ClusterOps(api), interval=args.interval, metrics=metrics)
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None
     kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status, reconcile
 
 __all__ = ["apply_outcome", "build_registry"]
@@ -27,7 +29,9 @@ log = logging.getLogger(__name__)
 GROUP, VERSION = "chronotope.dev", "v1alpha1"
 
 
-def apply_outcome(outcome: Outcome, body: Any, patch: Any) -> None:
+def apply_outcome(
+    outcome: Outcome, body: Any, patch: Any, metrics: OperatorMetrics | None = None
+) -> None:
     """Write the outcome through kopf: status (only what changed), annotations, events."""
     old: Mapping[str, Any] = body.get("status") or {}
     new = merged_status(old, outcome.status)
@@ -38,13 +42,18 @@ def apply_outcome(outcome: Outcome, body: Any, patch: Any) -> None:
         patch.metadata.annotations.update(outcome.annotations)
     for kind, reason, message in outcome.events:
         kopf.event(body, type=kind, reason=reason, message=message)
+        if metrics is not None:
+            metrics.events.labels(reason).inc()
         log.info(
             "%s/%s %s: %s", body["metadata"]["namespace"], body["metadata"]["name"], reason, message
         )
 
 
-def build_registry(ops: ClusterOps, interval: float = 2.0) -> kopf.OperatorRegistry:
+def build_registry(
+    ops: ClusterOps, interval: float = 2.0, metrics: OperatorMetrics | None = None
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
+    metrics = metrics or OperatorMetrics()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> Any:
@@ -60,12 +69,16 @@ def build_registry(ops: ClusterOps, interval: float = 2.0) -> kopf.OperatorRegis
             "spec": dict(body["spec"]),
             "status": dict(body.get("status") or {}),
         }
+        started = time.perf_counter()
         try:
             outcome = await asyncio.to_thread(reconcile, _plain(job), ops, datetime.now(UTC))
         except ValueError as exc:  # a spec the models reject (should not pass the CRD schema)
+            metrics.reconcile_seconds.labels("error").observe(time.perf_counter() - started)
             kopf.warn(body, reason="InvalidSpec", message=str(exc))
             return
-        apply_outcome(outcome, body, patch)
+        metrics.reconcile_seconds.labels("ok").observe(time.perf_counter() - started)
+        metrics.observe_job(job, outcome.status)
+        apply_outcome(outcome, body, patch, metrics)
 
     return registry
 

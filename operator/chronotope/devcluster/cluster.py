@@ -51,6 +51,7 @@ class ClusterState:
     ports: dict[str, int]
     processes: list[dict[str, Any]] = field(default_factory=list)
     spec_name: str | None = None
+    operator_metrics_port: int | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -269,7 +270,10 @@ class LocalCluster:
         return port
 
     def start_operator(self, interval: float = 1.0) -> None:
-        """Install the CRDs and run the Chronotope controllers (`python -m chronotope operator`)."""
+        """Install the CRDs and run the Chronotope controllers (`python -m chronotope operator`).
+
+        Its Prometheus metrics port is kept in the state (`operator_metrics_port`).
+        """
         from chronotope.kube.client import api_client
         from chronotope.kube.crds import install_crds
 
@@ -282,7 +286,9 @@ class LocalCluster:
         ]
         with api_client(state.kubeconfig) as api:
             install_crds(api, crds)
-        port = process.free_port()
+        port, metrics_port = process.free_port(), process.free_port()
+        state.operator_metrics_port = metrics_port
+        self._save(state)
         self.start_component(
             "chronotope-operator",
             [
@@ -296,6 +302,10 @@ class LocalCluster:
                 str(port),
                 "--interval",
                 str(interval),
+                "--metrics-port",
+                str(metrics_port),
+                "--metrics-address",
+                "127.0.0.1",
             ],
             f"http://127.0.0.1:{port}/healthz",
         )

@@ -1,0 +1,102 @@
+"""Prometheus metrics of the operator: reconcile latency, decisions, jobs by phase.
+
+`chronotope operator --metrics-port N` serves them on /metrics:
+
+* `chronotope_trainingjob_reconcile_seconds{result}` (histogram; ok, error)
+* `chronotope_trainingjob_events_total{reason}`: every decision posted as an
+  event (Started, Waiting, Unschedulable, Preempting, Replanning, ...)
+* `chronotope_trainingjobs{phase}`: jobs by phase, from the latest reconcile
+  of each job seen in the last `stale_after_s` seconds (deleted jobs drop out)
+* `chronotope_trainingjob_waiting_gpus{gpu_type}`: GPUs that waiting jobs
+  planned but could not get, by the first GPU type they accept (the queue's
+  demand, as Kueue reports pending workloads)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["OperatorMetrics"]
+
+_WAITING = ("Waiting", "Pending", "Resizing")
+
+
+class _Jobs(Collector):
+    def __init__(self, stale_after_s: float) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float, str, str, float]] = {}
+        self._stale_after_s = stale_after_s
+
+    def observe(self, key: str, phase: str, gpu_type: str, gpus: float) -> None:
+        with self._lock:
+            self._seen[key] = (time.monotonic(), phase, gpu_type, gpus)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = time.monotonic()
+        with self._lock:
+            fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
+            self._seen = fresh
+        phases = GaugeMetricFamily(
+            "chronotope_trainingjobs", "TrainingJobs by phase", labels=["phase"]
+        )
+        counts: dict[str, int] = {}
+        waiting: dict[str, float] = {}
+        for _, phase, gpu_type, gpus in fresh.values():
+            counts[phase] = counts.get(phase, 0) + 1
+            if phase in _WAITING and gpu_type:
+                waiting[gpu_type] = waiting.get(gpu_type, 0.0) + gpus
+        for phase, n in sorted(counts.items()):
+            phases.add_metric([phase], n)
+        yield phases
+        demand = GaugeMetricFamily(
+            "chronotope_trainingjob_waiting_gpus",
+            "GPUs wanted by waiting TrainingJobs, by the first GPU type they accept",
+            labels=["gpu_type"],
+        )
+        for gpu_type, gpus in sorted(waiting.items()):
+            demand.add_metric([gpu_type], gpus)
+        yield demand
+
+
+class OperatorMetrics:
+    """The operator's metrics on their own registry (tests may build several)."""
+
+    def __init__(self, stale_after_s: float = 30.0) -> None:
+        self.registry = CollectorRegistry()
+        self.reconcile_seconds = Histogram(
+            "chronotope_trainingjob_reconcile_seconds",
+            "Time to reconcile one TrainingJob",
+            ["result"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.events = Counter(
+            "chronotope_trainingjob_events_total",
+            "Decisions posted as events on TrainingJobs",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._jobs = _Jobs(stale_after_s)
+        self.registry.register(self._jobs)
+
+    def observe_job(self, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        meta = job.get("metadata") or {}
+        spec = job.get("spec") or {}
+        phase = str(status.get("phase") or (job.get("status") or {}).get("phase") or "New")
+        types = spec.get("gpuTypes") or [{}]
+        gpu = spec.get("gpu") or {}
+        gpus = float(spec.get("replicas", 0)) * float(gpu.get("count") or 1)
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        self._jobs.observe(key, phase, str(types[0].get("name", "")), gpus)
+
+    def serve(self, port: int, address: str) -> None:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=address, registry=self.registry)
