@@ -106,6 +106,8 @@ class Ledger:
     nodes: dict[str, NodeEntry] = field(default_factory=dict)
     holdings: dict[str, Holding] = field(default_factory=dict)
     assume_ttl_s: float = 60.0
+    _pending: set[str] = field(default_factory=set)
+    """Keys of unbound holdings: `expire` (on every filter) scans only these."""
 
     # ------------------------------------------------------------------ nodes
     def upsert_node(
@@ -240,6 +242,7 @@ class Ledger:
             self.holdings[pod_key] = Holding(
                 holding.node, holding.gpu_indices, holding.milli, holding.memory_mib, bound=True
             )
+            self._pending.discard(pod_key)
 
     def record_bound(
         self,
@@ -265,6 +268,7 @@ class Ledger:
         if only is not None and (holding.node, holding.gpu_indices) != only:
             return  # a newer try of the same pod holds other GPUs: keep them
         del self.holdings[pod_key]
+        self._pending.discard(pod_key)
         node = self.nodes.get(holding.node)
         if node is None:
             return
@@ -276,13 +280,17 @@ class Ledger:
     def expire(self, now: float | None = None) -> list[str]:
         """Drop assumptions whose bind never came; returns the pod keys forgotten."""
         now = time.monotonic() if now is None else now
-        stale = [k for k, h in self.holdings.items() if not h.bound and h.expires_at <= now]
+        stale = [k for k in self._pending if self.holdings[k].expires_at <= now]
         for key in stale:
             self.forget(key)
         return stale
 
     def _apply(self, pod_key: str, holding: Holding) -> None:
         self.holdings[pod_key] = holding
+        if holding.bound:
+            self._pending.discard(pod_key)
+        else:
+            self._pending.add(pod_key)
         node = self.nodes.get(holding.node)
         if node is None:
             return  # the node's own event will re-apply holdings when it arrives

@@ -107,7 +107,9 @@ class ExtenderService:
                     (unresolvable if fit.unresolvable else failed)[name] = fit.message
                 else:
                     passed.append(name)
-        if not passed:
+        if passed:
+            self._fits[key] = set(passed)
+        else:
             log.info(
                 "pod %s (%s) fits no node: %s",
                 key,
@@ -202,6 +204,7 @@ class ExtenderService:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind the pod; returns '' on success or the error text for kube-scheduler."""
         key = f"{namespace}/{name}"
+        self._fits.pop(key, None)  # prioritize is skipped when one node passes
         if key in self._requests:
             req = self._requests.pop(key)
         else:  # filtered by an earlier extender process, or never filtered
@@ -281,6 +284,7 @@ class ExtenderService:
                 self.ledger.forget(key)
                 self._requests.pop(key, None)
                 self._plans.pop(key, None)
+                self._fits.pop(key, None)
                 gang = self._gang_of.pop(key, None)
                 if gang is not None:
                     self.gangs.forget_member(self.ledger, gang, key)
