@@ -26,7 +26,7 @@ from chronotope.workloads.joint import Contender, arbitrate, options_for
 from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
-from chronotope.workloads.queueing import blocking_job
+from chronotope.workloads.queueing import blocking_job, queue_key
 from chronotope.workloads.replan import better_plan, completed_fraction
 from chronotope.workloads.training import Action, Decision, decide
 from chronotope.workloads.training_status import (
@@ -496,6 +496,10 @@ def _start_options(
     return options_for(per_type)
 
 
+MAX_CONTENDERS = 8
+"""Other jobs in one joint plan at most (queue heads, in queue order)."""
+
+
 def _joint_gate(
     c: _Cycle,
     capacity: Sequence[Any],
@@ -503,35 +507,44 @@ def _joint_gate(
     decision: Decision,
     remaining: float,
 ) -> Decision:
-    """Start only if the joint CP-SAT plan of every job that could start now starts this one."""
+    """Start only if the joint CP-SAT plan of the jobs that could start now starts this one.
+
+    The contenders are the heads of the other queues: in each queue, the first
+    job (policy order) wanting an overlapping GPU type that could start now;
+    jobs behind it wait for it anyway (the queue gate), and so do the jobs
+    behind this one in its own queue.
+    """
     if c.spec.gpu.shared is not None:
         return decision
     me = f"{c.namespace}/{c.name}"
+    mine_types = {t.name for t in c.spec.gpu_types}
+    served = {c.spec.queue}
     contenders = []
-    for job in jobs:
+    for job in sorted(jobs, key=queue_key):
         meta = job.get("metadata") or {}
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
         if (
-            key == me
+            f"{meta.get('namespace')}/{meta.get('name')}" == me
             or meta.get("deletionTimestamp")
             or (job.get("status") or {}).get("phase") not in _CONTENDING
+            or (job.get("spec") or {}).get("queue", "default") in served
         ):
             continue
         try:
             spec = TrainingJobSpec.model_validate(job.get("spec") or {})
         except ValueError:
             continue
-        if spec.gpu.shared is not None or not {t.name for t in spec.gpu_types} & {
-            t.name for t in c.spec.gpu_types
-        }:
+        if spec.gpu.shared is not None or not {t.name for t in spec.gpu_types} & mine_types:
             continue
         ns = str(meta.get("namespace"))
         left = 1.0 - float((job.get("status") or {}).get("completedFraction") or 0.0)
         best = _decide(c.ops, ns, spec, capacity, c.now, remaining=left)
-        if best.action is not Action.START or _blocked_by(c, job, spec, capacity, jobs):
-            continue
+        if best.action is not Action.START:
+            continue  # cannot start: it does not hold its queue back (backfilling)
+        served.add(spec.queue)
         options = _start_options(c.ops, ns, spec, capacity, c.now, best=best, remaining=left)
-        contenders.append(Contender(key, spec, options))
+        contenders.append(Contender(f"{ns}/{meta.get('name')}", spec, options))
+        if len(contenders) >= MAX_CONTENDERS:
+            break
     if not contenders:
         return decision
     mine = Contender(
@@ -548,27 +561,16 @@ def _joint_gate(
     return replace(chosen, reason=f"{chosen.reason}; {outcome.reason}")
 
 
-def _blocked_by(
-    c: _Cycle,
-    job: Mapping[str, Any],
-    spec: TrainingJobSpec,
-    capacity: Sequence[Any],
-    jobs: Sequence[Mapping[str, Any]],
-) -> str | None:
-    """The job ahead of `job` in its own queue that could start now, if any."""
-
-    def could_start(other_job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
-        ns = str(other_job["metadata"]["namespace"])
-        return _decide(c.ops, ns, other, capacity, c.now).action is Action.START
-
-    return blocking_job(job, spec, jobs, could_start)
-
-
 def _queue_gate(
     c: _Cycle, capacity: Sequence[Any], jobs: Sequence[Mapping[str, Any]], decision: Decision
 ) -> Decision:
     """Hold a startable job back while a job ahead of it in its queue could start now."""
-    ahead = _blocked_by(c, c.job, c.spec, capacity, jobs)
+
+    def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
+        namespace = str(job["metadata"]["namespace"])
+        return _decide(c.ops, namespace, other, capacity, c.now).action is Action.START
+
+    ahead = blocking_job(c.job, c.spec, jobs, could_start)
     if ahead is None:
         return decision
     return Decision(
