@@ -75,9 +75,18 @@ class NodeEntry:
     unschedulable: bool = False
     device_plugin: bool = False
     """The node runs Chronotope's device plugin (binds then take its allocation lock)."""
+    _free: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
 
-    def free_whole(self) -> list[int]:
-        return [g.index for g in self.gpus if g.used_milli == 0 and g.used_memory_mib == 0]
+    def free_whole(self) -> tuple[int, ...]:
+        """Indices of untouched GPUs; cached (every filter asks every node) until `changed`."""
+        if self._free is None:
+            self._free = tuple(
+                g.index for g in self.gpus if g.used_milli == 0 and g.used_memory_mib == 0
+            )
+        return self._free
+
+    def changed(self) -> None:
+        self._free = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +285,7 @@ class Ledger:
             if gpu.index in holding.gpu_indices:
                 gpu.used_milli = max(0, gpu.used_milli - holding.milli)
                 gpu.used_memory_mib = max(0, gpu.used_memory_mib - holding.memory_mib)
+        node.changed()
 
     def expire(self, now: float | None = None) -> list[str]:
         """Drop assumptions whose bind never came; returns the pod keys forgotten."""
@@ -298,6 +308,7 @@ class Ledger:
             if gpu.index in holding.gpu_indices:
                 gpu.used_milli += holding.milli
                 gpu.used_memory_mib += holding.memory_mib
+        node.changed()
 
     # ------------------------------------------------------------------ views
     def used_gpus(self, node_name: str) -> int:

@@ -69,8 +69,8 @@ class ExtenderService:
     _plans: dict[str, Plan] = field(default_factory=dict)
     _versions: dict[str, str] = field(default_factory=dict)
     """resourceVersion of the pod kube-scheduler sent to filter: the binder's precondition."""
-    _fits: dict[str, set[str]] = field(default_factory=dict)
-    """Nodes the last filter passed, per pod: prioritize scores those without refitting."""
+    _scores: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Scores of the nodes the last filter passed, per pod: prioritize only looks them up."""
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
@@ -101,14 +101,16 @@ class ExtenderService:
         unresolvable: dict[str, str] = {}
         with self._lock:
             self.ledger.expire(self.clock())
+            scores: dict[str, int] = {}
             for name in node_names:
                 fit = self.ledger.fit(name, req)
                 if isinstance(fit, NoFit):
                     (unresolvable if fit.unresolvable else failed)[name] = fit.message
                 else:
                     passed.append(name)
+                    scores[name] = self._score(name, req)
         if passed:
-            self._fits[key] = set(passed)
+            self._scores[key] = scores
         else:
             log.info(
                 "pod %s (%s) fits no node: %s",
@@ -169,18 +171,19 @@ class ExtenderService:
                 return dict.fromkeys(node_names, 0)
         if req is None:
             return dict.fromkeys(node_names, 0)
-        fits = self._fits.pop(key, None)
+        scores = self._scores.pop(key, None)
+        if scores is not None:  # scored while filtering, in the same scheduling cycle
+            return {name: scores.get(name, 0) for name in node_names}
         with self._lock:
-            return {name: self._score(name, req, fits) for name in node_names}
+            return {
+                name: 0 if isinstance(self.ledger.fit(name, req), NoFit) else self._score(name, req)
+                for name in node_names
+            }
 
-    def _score(self, name: str, req: GpuRequest, fits: set[str] | None) -> int:
+    def _score(self, name: str, req: GpuRequest) -> int:
+        """Score of a node that fits `req`."""
         node = self.ledger.nodes.get(name)
         if node is None or not node.gpus:
-            return 0
-        if fits is not None:
-            if name not in fits:
-                return 0
-        elif isinstance(self.ledger.fit(name, req), NoFit):
             return 0
         total = len(node.gpus)
         if req.is_share:
@@ -204,7 +207,7 @@ class ExtenderService:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind the pod; returns '' on success or the error text for kube-scheduler."""
         key = f"{namespace}/{name}"
-        self._fits.pop(key, None)  # prioritize is skipped when one node passes
+        self._scores.pop(key, None)  # prioritize is skipped when one node passes
         if key in self._requests:
             req = self._requests.pop(key)
         else:  # filtered by an earlier extender process, or never filtered
@@ -284,7 +287,7 @@ class ExtenderService:
                 self.ledger.forget(key)
                 self._requests.pop(key, None)
                 self._plans.pop(key, None)
-                self._fits.pop(key, None)
+                self._scores.pop(key, None)
                 gang = self._gang_of.pop(key, None)
                 if gang is not None:
                     self.gangs.forget_member(self.ledger, gang, key)

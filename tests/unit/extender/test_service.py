@@ -215,7 +215,7 @@ def test_a_retried_bind_waits_for_the_earlier_try_of_the_same_pod() -> None:
     assert isinstance(again, NoFit) and again.unresolvable
 
 
-def test_prioritize_scores_the_filter_result_without_refitting(
+def test_prioritize_uses_the_scores_of_its_filter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     svc = service(Recorder())
@@ -225,7 +225,7 @@ def test_prioritize_scores_the_filter_result_without_refitting(
     real_fit = svc.ledger.fit
     monkeypatch.setattr(svc.ledger, "fit", lambda n, r: calls.append(n) or real_fit(n, r))
     scores = svc.prioritize(p, ["a", "v"])
-    assert calls == []  # the filter's fits are reused
+    assert calls == []  # scored while filtering
     assert scores["v"] > scores["a"]  # 2 of 4 V100s left beats 6 of 8 A100s
     svc.prioritize(p, ["a", "v"])  # a second call (no filter before it) refits
     assert sorted(calls) == ["a", "v"]
