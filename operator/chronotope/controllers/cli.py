@@ -29,6 +29,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--metrics-address", default="0.0.0.0", help="address for /metrics (default: all)"
     )
+    parser.add_argument(
+        "--sync-timeout", type=float, default=60.0, help="seconds to wait for the first lists"
+    )
     parser.set_defaults(func=_run)
 
 
@@ -39,16 +42,23 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.controllers.operator import build_registry
     from chronotope.controllers.trainingjob import ClusterOps
     from chronotope.kube.client import connect
+    from chronotope.kube.store import OperatorCache
 
     if args.kubeconfig:
         # kopf logs in through the kubernetes client, which reads KUBECONFIG (the edge
         # of the program is the one place that touches the environment)
         os.environ["KUBECONFIG"] = str(args.kubeconfig)
     api = connect(args.kubeconfig)
+    cache = OperatorCache(api)
+    if not cache.start(args.sync_timeout):
+        logging.getLogger(__name__).error(
+            "could not list nodes, pods and TrainingJobs within %.0fs", args.sync_timeout
+        )
+        return 1
     metrics = OperatorMetrics(stale_after_s=max(30.0, 10 * args.interval))
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_address)
-    registry = build_registry(ClusterOps(api), interval=args.interval, metrics=metrics)
+    registry = build_registry(ClusterOps(api, cache), interval=args.interval, metrics=metrics)
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None
     kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness)

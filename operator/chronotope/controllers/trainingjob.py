@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile, profile_from_data
@@ -35,6 +35,9 @@ from chronotope.workloads.training_status import (
     pods_status,
     waiting_status,
 )
+
+if TYPE_CHECKING:
+    from chronotope.kube.store import OperatorCache
 
 __all__ = [
     "GENERATION_ANNOTATION",
@@ -63,11 +66,13 @@ class Outcome:
 class ClusterOps:
     """The API calls `reconcile` needs (a seam: tests and the operator pass real ones)."""
 
-    def __init__(self, api: Any) -> None:
+    def __init__(self, api: Any, cache: OperatorCache | None = None) -> None:
         from chronotope.kube import workloads as kw
 
         self.api = api
         self._kw = kw
+        self.cache = cache
+        """Watch-fed nodes, pods and TrainingJobs; without it every read lists from the API."""
         # decide-and-start is one critical section across all jobs: the next decision
         # must see the workers the previous one created
         self.decide_lock = threading.Lock()
@@ -107,19 +112,27 @@ class ClusterOps:
         return parsed
 
     def nodes(self) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return self.cache.nodes.list()
         return self._kw.list_nodes(self.api)
 
     def pods(
         self, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return self.cache.pods.list(namespace, selector)
         return self._kw.list_pods(self.api, namespace, selector)
 
     def training_jobs(self) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return self.cache.training_jobs.list()
         return self._kw.list_custom(self.api, "chronotope.dev", "v1alpha1", "trainingjobs")
 
     def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         self._kw.ensure_service(self.api, namespace, service)
         self._kw.create_pods(self.api, pods)
+        if self.cache is not None:  # the next decision must count them (watch may lag)
+            self.cache.pods.put(pods)
 
     def stop(self, namespace: str, names: Sequence[str]) -> None:
         self._kw.delete_pods(self.api, namespace, names)

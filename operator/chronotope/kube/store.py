@@ -1,0 +1,119 @@
+"""Watch-fed stores of nodes, pods and TrainingJobs for the operator (plain dicts).
+
+Listing every pod of the cluster on every reconcile of every waiting job does
+not scale; the operator instead keeps one copy of each kind, fed by the
+`Informer` (list, then watch, relist on `410 Gone`), and reads it in memory.
+Its own writes are overlaid at once (`put`): the worker pods a decision just
+created count in the next decision even before their watch event arrives,
+so two jobs decided in a row never count on the same free GPUs. Objects are
+shared, read-only views: callers must not mutate them.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kubernetes import client
+
+from chronotope.kube.informer import Informer, Resource
+
+__all__ = ["OperatorCache", "Store", "parse_selector"]
+
+Obj = dict[str, Any]
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
+
+
+def parse_selector(selector: str | None) -> dict[str, str]:
+    """`a=b,c=d` (equality only, as the operator writes them) -> {a: b, c: d}."""
+    out: dict[str, str] = {}
+    for part in (selector or "").split(","):
+        if part.strip():
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise ValueError(f"unsupported label selector {selector!r}: only a=b terms")
+            out[key.strip()] = value.strip()
+    return out
+
+
+class Store:
+    """The current objects of one kind, by namespace/name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[str, Obj] = {}
+
+    def on_event(self, kind: str, obj: Obj) -> None:
+        with self._lock:
+            if kind == "DELETED":
+                self._items.pop(_key(obj), None)
+            else:
+                self._items[_key(obj)] = obj
+
+    def on_sync(self, objs: list[Obj]) -> None:
+        with self._lock:
+            self._items = {_key(o): o for o in objs}
+
+    def put(self, objs: Iterable[Obj]) -> None:
+        """Overlay objects this process just created (the watch event may still be coming)."""
+        with self._lock:
+            for obj in objs:
+                self._items.setdefault(_key(obj), obj)
+
+    def list(self, namespace: str | None = None, selector: str | None = None) -> list[Obj]:
+        labels = parse_selector(selector)
+        with self._lock:
+            items = list(self._items.values())
+        return [
+            o
+            for o in items
+            if (namespace is None or (o.get("metadata") or {}).get("namespace") == namespace)
+            and all(
+                ((o.get("metadata") or {}).get("labels") or {}).get(k) == v
+                for k, v in labels.items()
+            )
+        ]
+
+
+class OperatorCache:
+    """Nodes, pods and TrainingJobs, kept current by one `Informer`."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        core = client.CoreV1Api(api)
+        custom = client.CustomObjectsApi(api)
+        self.nodes, self.pods, self.training_jobs = Store(), Store(), Store()
+        list_jobs = functools.partial(
+            custom.list_cluster_custom_object, "chronotope.dev", "v1alpha1", "trainingjobs"
+        )
+        self.informer = Informer(
+            api,
+            [
+                Resource("nodes", core.list_node, self.nodes.on_event, self.nodes.on_sync),
+                Resource(
+                    "pods",
+                    core.list_pod_for_all_namespaces,
+                    self.pods.on_event,
+                    self.pods.on_sync,
+                ),
+                Resource(
+                    "trainingjobs",
+                    list_jobs,
+                    self.training_jobs.on_event,
+                    self.training_jobs.on_sync,
+                ),
+            ],
+        )
+
+    def start(self, timeout: float) -> bool:
+        """Start watching; True once every kind has been listed within `timeout` seconds."""
+        self.informer.start()
+        return self.informer.wait_synced(timeout)
+
+    def stop(self) -> None:
+        self.informer.stop()
