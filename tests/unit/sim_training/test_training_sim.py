@@ -148,3 +148,26 @@ def test_chronotope_congestion_leaves_contended_type_to_who_gains_most() -> None
     assert ChronotopePolicy(round_s=360.0).allocate(0.0, [x, y, z], cap) == {0: "p100", 1: "v100"}
     selfish = ChronotopePolicy(round_s=360.0, congestion=0.0)
     assert selfish.allocate(0.0, [x, y, z], cap) == {0: "v100", 1: "p100"}
+
+
+def test_chronotope_keeps_a_lease_unless_moving_gains_a_round() -> None:
+    # A runs on the P100 (0.8x) and the V100 is idle. Moving gains 1250 - 1030 =
+    # 220 s < one round (360 s): A keeps its lease. Without hysteresis it moves.
+    cap = {"p100": 1, "v100": 1}
+    speed = {"p100": 0.8, "v100": 1.0}
+    a = _state(0, 1000, speed, "p100")
+    assert ChronotopePolicy(round_s=360.0).allocate(0.0, [a], cap) == {0: "p100"}
+    assert ChronotopePolicy(round_s=360.0, switch_s=0.0).allocate(0.0, [a], cap) == {0: "v100"}
+    # With 3000 s of work left the gain is 3750 - 3030 = 720 s > 360 s: it moves.
+    long = _state(1, 3000, speed, "p100")
+    assert ChronotopePolicy(round_s=360.0).allocate(0.0, [long], cap) == {1: "v100"}
+
+
+def test_chronotope_hysteresis_does_not_block_shorter_jobs() -> None:
+    # Hysteresis only weighs a held job's own options: B, much shorter, still takes
+    # A's V100 first (SRPT order) and A is backfilled on the idle P100 meanwhile.
+    cap = {"p100": 1, "v100": 1}
+    slow = {"p100": 0.1, "v100": 1.0}
+    a = _state(0, 1000, slow, "v100")
+    b = _state(1, 100, slow)
+    assert ChronotopePolicy(round_s=360.0).allocate(0.0, [a, b], cap) == {1: "v100", 0: "p100"}

@@ -19,8 +19,13 @@ Each decision (arrival, completion, lease round):
    `num_gpus * run` GPU-seconds on type g delays each later job a first pass
    put on g by about that over `capacity[g]` (the marginal cost to the sum of
    completion times), so jobs that gain little from a contended type leave it
-   to those that gain more. Urgent jobs only take a slot that starts now and
-   ignore that cost. Jobs planned to start now get their GPUs.
+   to those that gain more (a third pass repeats this on the second's plan).
+   Urgent jobs only take a slot that starts now and ignore that cost. A job
+   holding GPUs pays `switch_s` (one round by default) on top of the restart
+   for any choice that gives its lease up (moving type, or yielding and
+   resuming later): hysteresis, so plans that shift a little each decision do
+   not bounce jobs between types and the queue, each bounce costing a restart.
+   Jobs planned to start now get their GPUs.
 3. Backfill. GPUs still idle go to jobs waiting for a planned later slot,
    those that run best on that type relative to their fastest type first: a
    waiting job makes progress until its slot comes, then moves (one restart,
@@ -52,7 +57,8 @@ class ChronotopePolicy:
         lease_discount: float = 0.8,
         restart_s: float = 30.0,
         congestion: float = 1.0,
-        passes: int = 1,
+        passes: int = 2,
+        switch_s: float | None = None,
     ) -> None:
         self.round_s = round_s
         self.urgency = urgency
@@ -60,6 +66,8 @@ class ChronotopePolicy:
         self.restart_s = restart_s
         self.congestion = congestion
         self.passes = passes
+        # A held lease is given up (moved or yielded) only for a gain above one round.
+        self.switch_s = round_s if switch_s is None else switch_s
 
     def _urgent(self, now: float, js: JobState) -> bool:
         d = js.job.deadline_s
@@ -126,7 +134,8 @@ class ChronotopePolicy:
         Each job takes the type minimising its own finish (restart included) plus,
         given `behind` (how many later jobs a first pass put on each type), the
         delay its run imposes on them: `congestion * n * run * later / capacity`.
-        Urgent deadline jobs only consider starting now and ignore that cost.
+        Urgent deadline jobs only consider starting now and ignore that cost. A
+        job holding GPUs adds `switch_s` to every choice that gives its lease up.
         """
         pools: dict[str, list[tuple[float, int]]] = {g: [(0.0, c)] for g, c in capacity.items()}
         out: dict[int, tuple[float, str]] = {}
@@ -141,6 +150,8 @@ class ChronotopePolicy:
                 restart = 0.0 if (js.gpu_type == g and start == 0) else self.restart_s
                 run = restart + js.remaining_s / js.job.speed[g]
                 cost = start + run
+                if js.gpu_type is not None and restart > 0:
+                    cost += self.switch_s  # leaving a held lease: hysteresis
                 if behind is not None and not urgent_job:
                     cost += self.congestion * n * run * behind[i][g] / capacity[g]
                 if best is None or cost < best[0]:
