@@ -11,9 +11,10 @@ converges on the same state.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile, profile_from_data
 from chronotope.workloads.capacity import cluster_capacity
+from chronotope.workloads.fleet import FleetJob, fleet_gate
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
 from chronotope.workloads.joint import Contender, arbitrate, options_for
 from chronotope.workloads.parallelism import Degrees, choose_degrees
@@ -47,6 +49,8 @@ __all__ = [
     "Outcome",
     "reconcile",
 ]
+
+log = logging.getLogger(__name__)
 
 GENERATION_ANNOTATION = "chronotope.dev/gang-generation"
 PLANNED_FOR_ANNOTATION = "chronotope.dev/planned-for-replicas"
@@ -427,8 +431,11 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     )
     if decision.action is Action.START:
         decision = _queue_gate(c, capacity, jobs, decision)
-        if decision.action is Action.START:
-            decision = _joint_gate(c, capacity, jobs, decision, remaining)
+        for gate in (_fleet_gate, _joint_gate):
+            if decision.action is Action.START:
+                decision = _advisory(
+                    gate, c, capacity, jobs, decision=decision, remaining=remaining
+                )
     elif decision.action is Action.WAIT:
         decision = _try_preempt(c, jobs, nodes, pods, decision)
     if decision.action is not Action.START:
@@ -509,6 +516,117 @@ def _start_options(
     return options_for(per_type)
 
 
+def _advisory(
+    gate: Callable[[_Cycle, Sequence[Any], Sequence[Mapping[str, Any]], Decision, float], Decision],
+    c: _Cycle,
+    capacity: Sequence[Any],
+    jobs: Sequence[Mapping[str, Any]],
+    *,
+    decision: Decision,
+    remaining: float,
+) -> Decision:
+    """Run a gate that may only hold a start back; a fault in it must not stall the job."""
+    try:
+        return gate(c, capacity, jobs, decision, remaining)
+    except Exception:
+        log.exception(
+            "%s failed for %s/%s; deciding without it", gate.__name__, c.namespace, c.name
+        )
+        return decision
+
+
+def _fleet_job(job: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> FleetJob:
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    plan = status.get("plan") or {}
+    running = status.get("phase") in ("Running", "Starting") and plan.get("gpuType")
+    created = meta.get("creationTimestamp")
+    return FleetJob(
+        key=f"{meta.get('namespace')}/{meta.get('name')}",
+        spec=spec,
+        arrival=datetime.fromisoformat(str(created).replace("Z", "+00:00")) if created else now,
+        done=completed_fraction(status, now),
+        running_on=str(plan["gpuType"]) if running else None,
+        running_gpus=int(float(plan.get("totalGpus") or 0)) if running else 0,
+    )
+
+
+def _fleet_gate(
+    c: _Cycle,
+    capacity: Sequence[Any],
+    jobs: Sequence[Mapping[str, Any]],
+    decision: Decision,
+    remaining: float,
+) -> Decision:
+    """Among jobs of this job's priority, start it only if the simulated policy would."""
+    return _fleet_verdict(
+        c.ops, c.job, c.spec, capacity, jobs, decision=decision, remaining=remaining, now=c.now
+    )
+
+
+def _fleet_verdict(
+    ops: ClusterOps,
+    job: Mapping[str, Any],
+    spec: TrainingJobSpec,
+    capacity: Sequence[Any],
+    jobs: Sequence[Mapping[str, Any]],
+    *,
+    decision: Decision,
+    remaining: float,
+    now: datetime,
+) -> Decision:
+    """`decision` for `job` (a start) as held back or moved by `workloads.fleet`.
+
+    `workloads.fleet` runs the same code as `chronotope simulate training`'s policy.
+    """
+    if spec.gpu.shared is not None:
+        return decision
+    meta = job.get("metadata") or {}
+    namespace = str(meta.get("namespace"))
+    me = f"{namespace}/{meta.get('name')}"
+    others = []
+    for other in jobs:
+        other_meta = other.get("metadata") or {}
+        phase = (other.get("status") or {}).get("phase")
+        if (
+            f"{other_meta.get('namespace')}/{other_meta.get('name')}" == me
+            or other_meta.get("deletionTimestamp")
+            or phase not in (*_CONTENDING, "Running", "Starting")
+            or int((other.get("spec") or {}).get("priority", 0)) != spec.priority
+        ):
+            continue
+        try:
+            other_spec = TrainingJobSpec.model_validate(other.get("spec") or {})
+        except ValueError:
+            continue
+        if other_spec.gpu.shared is None:
+            others.append(_fleet_job(other, other_spec, now))
+    if not others:
+        return decision
+    mine = _fleet_job(job, spec, now)
+    outcome = fleet_gate(
+        replace(mine, done=1.0 - remaining, running_on=None, running_gpus=0),
+        decision.workers * decision.gpus_per_worker,
+        others,
+        capacity,
+        now,
+    )
+    if not outcome.starts:
+        return Decision(Action.WAIT, outcome.reason)
+    if outcome.gpu_type is None:
+        return decision
+    if outcome.gpu_type != decision.gpu_type:
+        option = next(t for t in spec.gpu_types if t.name == outcome.gpu_type)
+        only = spec.model_copy(update={"gpu_types": [option]})
+        there = _decide(ops, namespace, only, capacity, now, remaining=remaining)
+        if there.action is not Action.START:
+            return Decision(
+                Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
+            )
+        decision = there
+    return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
+
+
 MAX_CONTENDERS = 8
 """Other jobs in one joint plan at most (queue heads, in queue order)."""
 
@@ -580,8 +698,15 @@ def _queue_gate(
     """Hold a startable job back while a job ahead of it in its queue could start now."""
 
     def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
+        """It could start now, and the cluster policy would start it (else it backfills)."""
         namespace = str(job["metadata"]["namespace"])
-        return _decide(c.ops, namespace, other, capacity, c.now).action is Action.START
+        left = 1.0 - float((job.get("status") or {}).get("completedFraction") or 0.0)
+        d = _decide(c.ops, namespace, other, capacity, c.now, remaining=left)
+        if d.action is Action.START:
+            d = _fleet_verdict(
+                c.ops, job, other, capacity, jobs, decision=d, remaining=left, now=c.now
+            )
+        return d.action is Action.START
 
     ahead = blocking_job(c.job, c.spec, jobs, could_start)
     if ahead is None:

@@ -1,0 +1,145 @@
+"""The cluster-wide training policy in the operator: the simulator's `chronotope` policy (pure).
+
+`chronotope simulate training` measures `sim.training.chronotope_policy`
+(deadline-urgent jobs first, then shortest remaining GPU-time; a plan ahead
+per GPU type, so a job may wait for a faster type; idle GPUs backfilled).
+The operator runs the same code: the TrainingJobs of one priority band (the
+one being decided and the others waiting or running at that priority)
+become the simulator's jobs, and a job starts only when that policy would
+give it GPUs now, on the type it chose. Priorities, queues and preemption
+stay with the controller; this gate orders jobs of equal priority.
+
+Mapping: a job's work is `estimate.durationSeconds` on its reference type
+times the share not yet done; its speed on each type is
+`gpuTypes[].relativeSpeed` (1.0 when a model profile gives the speed); its
+deadline is the utility's soft deadline, else its hard one; its gang is
+`replicas x gpu.count` GPUs (a running job: what its plan holds). Capacity per
+type is what is free now plus what the band's running jobs hold. Running jobs
+are never stopped by this gate (the policy's leases), so its plan is advice
+for who starts next, not a preemption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.sim.training.chronotope_policy import ChronotopePolicy
+from chronotope.sim.training.engine import JobState
+from chronotope.sim.training.workload import Job
+from chronotope.workloads.capacity import NodeCapacity
+
+__all__ = ["FleetJob", "FleetOutcome", "fleet_gate"]
+
+ROUND_S = 60.0
+"""The operator re-decides every few seconds; urgency counts at least two such rounds."""
+
+
+@dataclass(frozen=True)
+class FleetJob:
+    key: str
+    spec: TrainingJobSpec
+    arrival: datetime
+    done: float
+    """Share of the work already done (0..1)."""
+    running_on: str | None = None
+    running_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class FleetOutcome:
+    starts: bool
+    gpu_type: str | None
+    reason: str
+
+
+def _deadline(spec: TrainingJobSpec) -> datetime | None:
+    u = spec.utility
+    if u is None:
+        return None
+    return u.soft_deadline or u.deadline
+
+
+_NEVER = 1e-9
+"""Speed given to types a job does not accept: the policy wants a speed for every type."""
+
+
+def _job(i: int, f: FleetJob, now: datetime, types: set[str], gpus: int) -> JobState | None:
+    accepted = {t.name: (t.relative_speed or 1.0) for t in f.spec.gpu_types if t.name in types}
+    if not accepted:
+        return None
+    speeds = dict.fromkeys(types, _NEVER) | accepted
+    deadline = _deadline(f.spec)
+    work = f.spec.estimate.duration_seconds * max(0.0, 1.0 - f.done)
+    job = Job(
+        job_id=i,
+        arrival_s=(f.arrival - now).total_seconds(),
+        num_gpus=gpus,
+        work_s=max(work, 1.0),
+        job_type="trainingjob",
+        speed=speeds,
+        deadline_s=(deadline - now).total_seconds() if deadline is not None else None,
+    )
+    return JobState(job=job, remaining_s=job.work_s, gpu_type=f.running_on)
+
+
+def fleet_gate(
+    me: FleetJob,
+    my_gpus: int,
+    others: Sequence[FleetJob],
+    capacity: Sequence[NodeCapacity],
+    now: datetime,
+) -> FleetOutcome:
+    """Whether the simulator's policy, over `me` and `others`, starts `me` now, and where."""
+    free: dict[str, int] = {}
+    for n in capacity:
+        if n.schedulable:
+            free[n.gpu_model] = free.get(n.gpu_model, 0) + n.free
+    for o in others:
+        if o.running_on is not None:
+            free[o.running_on] = free.get(o.running_on, 0) + o.running_gpus
+    types = {t for t, c in free.items() if c > 0}
+    # ids in one global order (age, then name), so that every job's reconcile computes
+    # the same plan: "me first on ties" would let two tied jobs each wait for the other
+    entries = sorted(
+        [(me, my_gpus), *((o, o.running_gpus or _gang(o.spec)) for o in others)],
+        key=lambda e: (e[0].arrival, e[0].key),
+    )
+    states: list[JobState] = []
+    keys: list[str] = []
+    for f, gpus in entries:
+        state = _job(len(states), f, now, types, gpus)
+        if state is not None and gpus <= max(free.get(t, 0) for t in _accepted(state)):
+            states.append(state)
+            keys.append(f.key)
+    if me.key not in keys:
+        return FleetOutcome(True, None, "")
+    mine = keys.index(me.key)
+    pools = {t: free[t] for t in types}  # the policy wants a speed for every pool
+    alloc = ChronotopePolicy(round_s=ROUND_S).allocate(0.0, states, pools)
+    if mine in alloc and alloc[mine] in _accepted(states[mine]):
+        return FleetOutcome(
+            True,
+            alloc[mine],
+            f"cluster policy (as simulated: deadlines at risk first, then shortest remaining "
+            f"GPU-time, planned ahead per GPU type) runs it now on {alloc[mine]}",
+        )
+    ahead = [keys[i] for i in sorted(alloc) if i != mine and alloc[i] in _accepted(states[i])]
+    holders = ", ".join(ahead[:5]) + (" ..." if len(ahead) > 5 else "") if ahead else "no job"
+    return FleetOutcome(
+        False,
+        None,
+        "cluster policy (as simulated: deadlines at risk first, then shortest remaining "
+        f"GPU-time, planned ahead per GPU type) gives the GPUs now to {holders} and plans "
+        "this job later (possibly on a faster type once it frees up)",
+    )
+
+
+def _accepted(state: JobState) -> set[str]:
+    return {t for t, v in state.job.speed.items() if v > _NEVER}
+
+
+def _gang(spec: TrainingJobSpec) -> int:
+    return spec.replicas * (spec.gpu.count or 1)

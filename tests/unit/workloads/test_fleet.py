@@ -1,0 +1,65 @@
+"""The simulator's training policy as the operator's gate for jobs of equal priority."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.fleet import FleetJob, fleet_gate
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+EIGHT_H100 = [NodeCapacity("h0", "H100", 8, 8, True)]
+
+
+def job(key: str, hours: float, **over: Any) -> FleetJob:
+    spec: dict[str, Any] = {
+        "replicas": 1,
+        "gpu": {"count": 8},
+        "gpuTypes": [{"name": "H100", "relativeSpeed": 1.0}],
+        "estimate": {"referenceGpuType": "H100", "durationSeconds": int(hours * 3600)},
+        "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]}},
+    }
+    return FleetJob(key, TrainingJobSpec.model_validate(spec | over), NOW, 0.0)
+
+
+def test_shortest_remaining_work_goes_first() -> None:
+    short, long = job("ns/short", 1), job("ns/long", 10)
+    assert fleet_gate(short, 8, [long], EIGHT_H100, NOW).starts
+    waits = fleet_gate(long, 8, [short], EIGHT_H100, NOW)
+    assert not waits.starts and "gives the GPUs now to ns/short" in waits.reason
+
+
+def test_a_deadline_at_risk_goes_before_shorter_work() -> None:
+    deadline = (NOW + timedelta(hours=2.5)).isoformat()
+    urgent = job("ns/urgent", 2, utility={"function": "Step", "deadline": deadline})
+    short = job("ns/short", 1)
+    assert fleet_gate(urgent, 8, [short], EIGHT_H100, NOW).starts
+    assert not fleet_gate(short, 8, [urgent], EIGHT_H100, NOW).starts
+
+
+def test_running_jobs_keep_their_gpus_in_the_plan() -> None:
+    busy = [NodeCapacity("h0", "H100", 16, 8, True)]
+    running = FleetJob("ns/run", job("x", 5).spec, NOW, 0.5, running_on="H100", running_gpus=8)
+    got = fleet_gate(job("ns/new", 3), 8, [running], busy, NOW)
+    assert got.starts and got.gpu_type == "H100"
+
+
+def test_types_a_job_does_not_accept_are_never_given_to_it() -> None:
+    mixed = [NodeCapacity("h0", "H100", 8, 8, True), NodeCapacity("v0", "V100", 8, 8, True)]
+    v100_only = job(
+        "ns/v",
+        1,
+        gpuTypes=[{"name": "V100", "relativeSpeed": 1.0}],
+        estimate={"referenceGpuType": "V100", "durationSeconds": 3600},
+    )
+    got = fleet_gate(job("ns/h", 2), 8, [v100_only], mixed, NOW)
+    assert got.starts and got.gpu_type == "H100"
+    other = fleet_gate(v100_only, 8, [job("ns/h", 2)], mixed, NOW)
+    assert other.starts and other.gpu_type == "V100"
+
+
+def test_types_with_no_gpu_free_are_left_out_of_the_plan() -> None:
+    mixed = [NodeCapacity("h0", "H100", 8, 8, True), NodeCapacity("v0", "V100", 8, 0, True)]
+    assert fleet_gate(job("ns/h", 2), 8, [job("ns/g", 3)], mixed, NOW).starts
