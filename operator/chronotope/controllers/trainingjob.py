@@ -516,6 +516,17 @@ def _start_options(
     return options_for(per_type)
 
 
+def _has_gang(ops: ClusterOps, job: Mapping[str, Any]) -> bool:
+    """The job has live workers of its current gang (it started, whatever its status says)."""
+    meta = job.get("metadata") or {}
+    gen = str((meta.get("annotations") or {}).get(GENERATION_ANNOTATION, "0"))
+    return any(
+        not p["metadata"].get("deletionTimestamp")
+        and (p["metadata"].get("labels") or {}).get(GENERATION_LABEL) == gen
+        for p in ops.pods(str(meta.get("namespace")), f"{JOB_LABEL}={meta.get('name')}")
+    )
+
+
 def _advisory(
     gate: Callable[[_Cycle, Sequence[Any], Sequence[Mapping[str, Any]], Decision, float], Decision],
     c: _Cycle,
@@ -599,13 +610,30 @@ def _fleet_verdict(
             other_spec = TrainingJobSpec.model_validate(other.get("spec") or {})
         except ValueError:
             continue
-        if other_spec.gpu.shared is None:
-            others.append(_fleet_job(other, other_spec, now))
+        if other_spec.gpu.shared is not None:
+            continue
+        if phase in _CONTENDING and _has_gang(ops, other):
+            continue  # started a moment ago: its GPUs already count as taken
+        others.append(_fleet_job(other, other_spec, now))
     if not others:
         return decision
-    mine = _fleet_job(job, spec, now)
+    mine = replace(_fleet_job(job, spec, now), done=1.0 - remaining, running_on=None)
+    if spec.parallelism is not None and spec.parallelism.model_profile is not None:
+        # the profile, not relativeSpeed, says how fast each type is: speed = work / run time
+        options = _start_options(
+            ops, namespace, spec, capacity, now, best=decision, remaining=remaining
+        )
+        work = spec.estimate.duration_seconds * remaining
+        mine = replace(
+            mine,
+            speeds={
+                str(d.gpu_type): work / max(1.0, (d.finish - now).total_seconds())
+                for d in options
+                if d.finish is not None
+            },
+        )
     outcome = fleet_gate(
-        replace(mine, done=1.0 - remaining, running_on=None, running_gpus=0),
+        replace(mine, running_gpus=0),
         decision.workers * decision.gpus_per_worker,
         others,
         capacity,
@@ -666,6 +694,8 @@ def _joint_gate(
             continue
         if spec.gpu.shared is not None or not {t.name for t in spec.gpu_types} & mine_types:
             continue
+        if _has_gang(c.ops, job):
+            continue  # started a moment ago (its status is not in our view yet)
         ns = str(meta.get("namespace"))
         left = 1.0 - float((job.get("status") or {}).get("completedFraction") or 0.0)
         best = _decide(c.ops, ns, spec, capacity, c.now, remaining=left)

@@ -11,7 +11,8 @@ stay with the controller; this gate orders jobs of equal priority.
 
 Mapping: a job's work is `estimate.durationSeconds` on its reference type
 times the share not yet done; its speed on each type is
-`gpuTypes[].relativeSpeed` (1.0 when a model profile gives the speed); its
+`gpuTypes[].relativeSpeed` (for the job being decided with a model profile, the
+profile's predicted speed per type; for other profile jobs 1.0); its
 deadline is the utility's soft deadline, else its hard one; its gang is
 `replicas x gpu.count` GPUs (a running job: what its plan holds). Capacity per
 type is what is free now plus what the band's running jobs hold. Running jobs
@@ -21,7 +22,7 @@ for who starts next, not a preemption.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -46,6 +47,9 @@ class FleetJob:
     """Share of the work already done (0..1)."""
     running_on: str | None = None
     running_gpus: int = 0
+    speeds: Mapping[str, float] | None = None
+    """Speed per type relative to the estimate's reference; default `gpuTypes[].relativeSpeed`
+    (a job planned from a model profile passes the profile's predictions)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,8 @@ _NEVER = 1e-9
 
 
 def _job(i: int, f: FleetJob, now: datetime, types: set[str], gpus: int) -> JobState | None:
-    accepted = {t.name: (t.relative_speed or 1.0) for t in f.spec.gpu_types if t.name in types}
+    given = f.speeds or {t.name: (t.relative_speed or 1.0) for t in f.spec.gpu_types}
+    accepted = {t: v for t, v in given.items() if t in types and v > 0}
     if not accepted:
         return None
     speeds = dict.fromkeys(types, _NEVER) | accepted

@@ -63,3 +63,14 @@ def test_types_a_job_does_not_accept_are_never_given_to_it() -> None:
 def test_types_with_no_gpu_free_are_left_out_of_the_plan() -> None:
     mixed = [NodeCapacity("h0", "H100", 8, 8, True), NodeCapacity("v0", "V100", 8, 0, True)]
     assert fleet_gate(job("ns/h", 2), 8, [job("ns/g", 3)], mixed, NOW).starts
+
+
+def test_profile_speeds_replace_relative_speeds() -> None:
+    mixed = [NodeCapacity("h0", "H100", 8, 8, True), NodeCapacity("v0", "V100", 8, 8, True)]
+    both = [{"name": "H100"}, {"name": "V100"}]
+    spec = job("ns/p", 2, gpuTypes=both, parallelism={"modelProfile": "p"}).spec
+    slow_v100 = FleetJob("ns/p", spec, NOW, 0.0, speeds={"H100": 3.0, "V100": 1.0})
+    fast_v100 = FleetJob("ns/p", spec, NOW, 0.0, speeds={"H100": 1.0, "V100": 3.0})
+    other = job("ns/o", 2)
+    assert fleet_gate(slow_v100, 8, [other], mixed, NOW).gpu_type == "H100"
+    assert fleet_gate(fast_v100, 8, [other], mixed, NOW).gpu_type == "V100"

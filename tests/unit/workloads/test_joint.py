@@ -61,3 +61,15 @@ def test_the_more_valuable_job_wins_when_only_one_fits() -> None:
     won = arbitrate("ns/high", both, only_h100, NOW)
     assert not lost.starts and "gives the GPUs to ns/high" in lost.reason
     assert won.starts and won.gpu_type == "H100"
+
+
+def test_without_deadlines_each_job_gets_its_faster_type_when_both_fit() -> None:
+    two = [
+        NodeCapacity("h100-0", "H100", 8, 8, True),
+        NodeCapacity("v100-0", "V100", 8, 8, True),
+    ]
+    h_fast = spec([("H100", 2.0), ("V100", 1.0)])
+    v_fast = spec([("H100", 1.0), ("V100", 3.0)])
+    both = [contender("ns/h", h_fast, two), contender("ns/v", v_fast, two)]
+    assert arbitrate("ns/h", both, two, NOW).gpu_type == "H100"
+    assert arbitrate("ns/v", both, two, NOW).gpu_type == "V100"
