@@ -1,33 +1,45 @@
-"""Chronotope's own online policy: FGD's fragmentation score with explicit tie rules.
+"""Chronotope's own online policy: FGD, deviating only where it provably strands nothing.
 
 FGD (ATC'23) scores a node by the change in fragmentation a placement causes,
 squashed through a sigmoid and truncated to an integer 0..100. Many nodes tie
 after the truncation, and on openb the outcome turns on how ties are broken:
 with the reference scheduler's stable node order FGD reaches 95.4 % at 130 %
-demand, with uniform random ties only about 90 %. Measured alternatives
-(docs/solver.md): exact, untruncated fragmentation change loses 2 to 7
-points; best fit on CPU as the tie-breaker loses 9; memory-aware typical
-pods lose 0.3. What helps a little, and is kept here:
+demand, with uniform random ties only about 90 %. That order acts as a
+packing order, and every measured rule that overrides it for GPU pods (best
+fit on CPU or GPU share, dead capacity, exact fragmentation change, CPU
+reserve; docs/solver.md) loses on some trace. So the policy keeps FGD's
+decision everywhere except one place:
 
-1. the same saturated integer fragmentation score (large changes tie on
-   purpose, so big pods follow the stable node order and pack);
-2. CPU-only pods, among equal scores, go to the node with the least idle GPU
-   share, so CPU is spent where GPUs are already taken;
-3. a share goes to the tightest GPU among equal scores (FGD takes the lowest
-   index);
-4. then the stable node order (`Context.rank`).
+1. FGD's saturated integer fragmentation score, and for GPU pods exactly
+   FGD's choice (node of best score, first in the stable node order; a
+   share on the first GPU of best score);
+2. a CPU-only pod, among the nodes of best score, goes to a node whose GPUs
+   are all taken if there is one (then the stable order). Its CPU and memory
+   there can never serve a GPU pod, so this strands nothing; FGD's one-pod
+   fragmentation measure sees no difference and would take the first node
+   in order, often one with idle GPUs, whose CPU it thereby drains below
+   what those GPUs need (FGD checks only that one typical pod still fits).
 
-The policy is pure given its `Context`.
+This gains where CPU is what strands GPUs (+0.43 pp on `gpuspec10`, +0.15 on
+`multigpu20`, +0.06 on `default`) and otherwise stays on FGD's trajectory.
+Variants kept for measurement (`bench/chrono_variants.py`): `cpu_rule="idle"`
+(least idle GPU share, the previous rule: more on `default`, below FGD on
+`cpu100`), `"dead"` (nodes whose idle share is all fragmentation), `"fgd"`;
+`share_gpu="tight"` (tightest GPU among equal scores). The policy is pure
+given its `Context`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from chronotope.solver.policies import MAX_SPEC_GPU, Choice, Context, Policy, frag_after
+from chronotope.solver.policies import Choice, Context, Policy, frag_after
 from chronotope.solver.state import IntArray, PodSpec
 
-__all__ = ["Chronotope"]
+__all__ = ["CPU_RULES", "SHARE_RULES", "Chronotope"]
+
+CPU_RULES = ("zero", "idle", "dead", "fgd")
+SHARE_RULES = ("fgd", "tight")
 
 
 class Chronotope(Policy):
@@ -36,14 +48,33 @@ class Chronotope(Policy):
     name = "chronotope"
     needs_frag = True
 
-    def __init__(self, frag_bin: float = 0.0) -> None:
+    def __init__(
+        self, frag_bin: float = 0.0, cpu_rule: str = "zero", share_gpu: str = "fgd"
+    ) -> None:
+        if cpu_rule not in CPU_RULES or share_gpu not in SHARE_RULES:
+            raise ValueError(f"unknown rule {cpu_rule!r} / {share_gpu!r}")
         self.frag_bin = frag_bin
         """0: FGD's sigmoid score; > 0: exact change in bins of this many milli-GPU."""
+        self.cpu_rule = cpu_rule
+        self.share_gpu = share_gpu
 
     def _growth(self, delta: np.ndarray) -> np.ndarray:
         if self.frag_bin <= 0:
             return -np.floor(100.0 / (1.0 + np.exp(delta / 1000.0)))
         return np.floor(delta / self.frag_bin)
+
+    def _cpu_key(self, ctx: Context, nodes: IntArray) -> np.ndarray | None:
+        """Tie key for a CPU-only pod (lower first), None for the plain node order."""
+        st = ctx.state
+        if self.cpu_rule == "zero":
+            return st.total_left[nodes] > 0
+        if self.cpu_rule == "idle":
+            return st.total_left[nodes]
+        if self.cpu_rule == "dead":
+            assert ctx.frag is not None
+            full = st.total_left[nodes] * ctx.frag.model.freq_sum - 1e-6
+            return ctx.frag.node_frag[nodes] < full
+        return None
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
         assert ctx.frag is not None and ctx.rank is not None
@@ -53,10 +84,12 @@ class Chronotope(Policy):
         growth = self._growth(after - ctx.frag.node_frag[nodes])
         rank = ctx.rank[nodes]
         if pod.milli == 0:
-            idle_gpu = st.total_left[nodes] / MAX_SPEC_GPU
-            order = np.lexsort((rank, idle_gpu, growth))
+            key = self._cpu_key(ctx, nodes)
+            keys = (rank, growth) if key is None else (rank, key, growth)
+            order = np.lexsort(keys)
         elif pod.is_share:
-            order = np.lexsort((st.gpu_left[nodes, g_idx], rank, growth))
+            tie = st.gpu_left[nodes, g_idx] if self.share_gpu == "tight" else g_idx
+            order = np.lexsort((tie, rank, growth))
         else:
             order = np.lexsort((rank, growth))
         best = int(order[0])
