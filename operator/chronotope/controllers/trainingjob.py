@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -516,6 +516,33 @@ def _start_options(
     return options_for(per_type)
 
 
+def _whole_gpu_jobs(
+    ops: ClusterOps, jobs: Sequence[Mapping[str, Any]], me: str, phases: tuple[str | None, ...]
+) -> Iterator[tuple[Mapping[str, Any], TrainingJobSpec]]:
+    """The other live whole-GPU jobs in `phases`, in the given order, with their specs.
+
+    A job still "waiting" in our view that already has workers started a moment
+    ago (its status is not in the view yet): it is left out, its GPUs already
+    count as taken.
+    """
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        phase = (job.get("status") or {}).get("phase")
+        if (
+            f"{meta.get('namespace')}/{meta.get('name')}" == me
+            or meta.get("deletionTimestamp")
+            or phase not in phases
+        ):
+            continue
+        try:
+            spec = TrainingJobSpec.model_validate(job.get("spec") or {})
+        except ValueError:
+            continue
+        if spec.gpu.shared is not None or (phase in _CONTENDING and _has_gang(ops, job)):
+            continue
+        yield job, spec
+
+
 def _has_gang(ops: ClusterOps, job: Mapping[str, Any]) -> bool:
     """The job has live workers of its current gang (it started, whatever its status says)."""
     meta = job.get("metadata") or {}
@@ -595,26 +622,13 @@ def _fleet_verdict(
     meta = job.get("metadata") or {}
     namespace = str(meta.get("namespace"))
     me = f"{namespace}/{meta.get('name')}"
-    others = []
-    for other in jobs:
-        other_meta = other.get("metadata") or {}
-        phase = (other.get("status") or {}).get("phase")
-        if (
-            f"{other_meta.get('namespace')}/{other_meta.get('name')}" == me
-            or other_meta.get("deletionTimestamp")
-            or phase not in (*_CONTENDING, "Running", "Starting")
-            or int((other.get("spec") or {}).get("priority", 0)) != spec.priority
-        ):
-            continue
-        try:
-            other_spec = TrainingJobSpec.model_validate(other.get("spec") or {})
-        except ValueError:
-            continue
-        if other_spec.gpu.shared is not None:
-            continue
-        if phase in _CONTENDING and _has_gang(ops, other):
-            continue  # started a moment ago: its GPUs already count as taken
-        others.append(_fleet_job(other, other_spec, now))
+    others = [
+        _fleet_job(other, other_spec, now)
+        for other, other_spec in _whole_gpu_jobs(
+            ops, jobs, me, (*_CONTENDING, "Running", "Starting")
+        )
+        if other_spec.priority == spec.priority
+    ]
     if not others:
         return decision
     mine = replace(_fleet_job(job, spec, now), done=1.0 - remaining, running_on=None)
@@ -679,23 +693,10 @@ def _joint_gate(
     mine_types = {t.name for t in c.spec.gpu_types}
     served = {c.spec.queue}
     contenders = []
-    for job in sorted(jobs, key=queue_key):
-        meta = job.get("metadata") or {}
-        if (
-            f"{meta.get('namespace')}/{meta.get('name')}" == me
-            or meta.get("deletionTimestamp")
-            or (job.get("status") or {}).get("phase") not in _CONTENDING
-            or (job.get("spec") or {}).get("queue", "default") in served
-        ):
+    for job, spec in _whole_gpu_jobs(c.ops, sorted(jobs, key=queue_key), me, _CONTENDING):
+        if spec.queue in served or not {t.name for t in spec.gpu_types} & mine_types:
             continue
-        try:
-            spec = TrainingJobSpec.model_validate(job.get("spec") or {})
-        except ValueError:
-            continue
-        if spec.gpu.shared is not None or not {t.name for t in spec.gpu_types} & mine_types:
-            continue
-        if _has_gang(c.ops, job):
-            continue  # started a moment ago (its status is not in our view yet)
+        meta = job["metadata"]
         ns = str(meta.get("namespace"))
         left = 1.0 - float((job.get("status") or {}).get("completedFraction") or 0.0)
         best = _decide(c.ops, ns, spec, capacity, c.now, remaining=left)
