@@ -66,16 +66,11 @@ def _deadline(spec: TrainingJobSpec) -> datetime | None:
     return u.soft_deadline or u.deadline
 
 
-_NEVER = 1e-9
-"""Speed given to types a job does not accept: the policy wants a speed for every type."""
-
-
 def _job(i: int, f: FleetJob, now: datetime, types: set[str], gpus: int) -> JobState | None:
     given = f.speeds or {t.name: (t.relative_speed or 1.0) for t in f.spec.gpu_types}
-    accepted = {t: v for t, v in given.items() if t in types and v > 0}
-    if not accepted:
-        return None
-    speeds = dict.fromkeys(types, _NEVER) | accepted
+    speeds = {t: v for t, v in given.items() if t in types and v > 0}
+    if not speeds:
+        return None  # the policy skips types missing from a job's speeds
     deadline = _deadline(f.spec)
     work = f.spec.estimate.duration_seconds * max(0.0, 1.0 - f.done)
     job = Job(
@@ -116,22 +111,22 @@ def fleet_gate(
     keys: list[str] = []
     for f, gpus in entries:
         state = _job(len(states), f, now, types, gpus)
-        if state is not None and gpus <= max(free.get(t, 0) for t in _accepted(state)):
+        if state is not None and gpus <= max(free.get(t, 0) for t in state.job.speed):
             states.append(state)
             keys.append(f.key)
     if me.key not in keys:
         return FleetOutcome(True, None, "")
     mine = keys.index(me.key)
-    pools = {t: free[t] for t in types}  # the policy wants a speed for every pool
+    pools = {t: free[t] for t in types}  # types with GPUs to give
     alloc = ChronotopePolicy(round_s=ROUND_S).allocate(0.0, states, pools)
-    if mine in alloc and alloc[mine] in _accepted(states[mine]):
+    if mine in alloc:
         return FleetOutcome(
             True,
             alloc[mine],
             f"cluster policy (as simulated: deadlines at risk first, then shortest remaining "
             f"GPU-time, planned ahead per GPU type) runs it now on {alloc[mine]}",
         )
-    ahead = [keys[i] for i in sorted(alloc) if i != mine and alloc[i] in _accepted(states[i])]
+    ahead = [keys[i] for i in sorted(alloc) if i != mine]
     holders = ", ".join(ahead[:5]) + (" ..." if len(ahead) > 5 else "") if ahead else "no job"
     return FleetOutcome(
         False,
@@ -140,10 +135,6 @@ def fleet_gate(
         f"GPU-time, planned ahead per GPU type) gives the GPUs now to {holders} and plans "
         "this job later (possibly on a faster type once it frees up)",
     )
-
-
-def _accepted(state: JobState) -> set[str]:
-    return {t for t, v in state.job.speed.items() if v > _NEVER}
 
 
 def _gang(spec: TrainingJobSpec) -> int:

@@ -144,6 +144,8 @@ class ChronotopePolicy:
             urgent_job = js.job.job_id in urgent_ids
             best: tuple[float, float, float, str] | None = None
             for g in capacity:
+                if g not in js.job.speed:  # a type the job cannot use (the operator's jobs)
+                    continue
                 start = _earliest(pools[g], n)
                 if start is None or (urgent_job and start > 0):
                     continue
@@ -183,6 +185,8 @@ class ChronotopePolicy:
                 continue
             best = max(js.job.speed.values())
             for g in capacity:
+                if g not in js.job.speed:
+                    continue
                 eff = js.job.speed[g] / best
                 if js.gpu_type == g:
                     eff /= self.lease_discount
