@@ -29,7 +29,12 @@ from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import blocking_job, queue_key
-from chronotope.workloads.replan import better_plan, completed_fraction
+from chronotope.workloads.replan import (
+    better_plan,
+    completed_fraction,
+    parse_time,
+    remaining_work,
+)
 from chronotope.workloads.training import Action, Decision, decide
 from chronotope.workloads.training_status import (
     condition,
@@ -200,7 +205,8 @@ def _frees_at(jobs: Sequence[Mapping[str, Any]], me: str) -> dict[str, datetime]
             or not plan.get("gpuType")
         ):
             continue
-        t = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+        t = parse_time(when)
+        assert t is not None
         out[plan["gpuType"]] = min(out.get(plan["gpuType"], t), t)
     return out
 
@@ -319,8 +325,8 @@ def _availability_replan(
             return None
         mine = frozenset(f"{c.namespace}/{p['metadata']['name']}" for p in current)
         capacity = cluster_capacity(nodes, pods, ignore_pods=mine)
-        done = float((c.job.get("status") or {}).get("completedFraction") or 0.0)
-        decision = _decide(c.ops, c.namespace, c.spec, capacity, c.now, remaining=1.0 - done)
+        left = remaining_work(c.job.get("status") or {})
+        decision = _decide(c.ops, c.namespace, c.spec, capacity, c.now, remaining=left)
     if cordoned:
         if decision.action is not Action.START:
             return None  # nowhere to go now: keep running until the node is drained
@@ -352,7 +358,8 @@ def _stuck(current: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], now: d
     started = plan.get("startTime")
     if not started:
         return False
-    since = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    since = parse_time(started)
+    assert since is not None
     return (now - since).total_seconds() > STUCK_AFTER_S
 
 
@@ -419,7 +426,7 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     nodes, pods, jobs = c.ops.nodes(), c.ops.pods(), c.ops.training_jobs()
     me = f"{c.namespace}/{c.name}"
     capacity = cluster_capacity(nodes, pods)
-    remaining = 1.0 - float(status.get("completedFraction") or 0.0)
+    remaining = remaining_work(status)
     decision = _decide(
         c.ops,
         c.namespace,
@@ -578,11 +585,10 @@ def _fleet_job(job: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> 
     status = job.get("status") or {}
     plan = status.get("plan") or {}
     running = status.get("phase") in ("Running", "Starting") and plan.get("gpuType")
-    created = meta.get("creationTimestamp")
     return FleetJob(
         key=f"{meta.get('namespace')}/{meta.get('name')}",
         spec=spec,
-        arrival=datetime.fromisoformat(str(created).replace("Z", "+00:00")) if created else now,
+        arrival=parse_time(meta.get("creationTimestamp")) or now,
         done=completed_fraction(status, now),
         running_on=str(plan["gpuType"]) if running else None,
         running_gpus=int(float(plan.get("totalGpus") or 0)) if running else 0,
@@ -698,7 +704,7 @@ def _joint_gate(
             continue
         meta = job["metadata"]
         ns = str(meta.get("namespace"))
-        left = 1.0 - float((job.get("status") or {}).get("completedFraction") or 0.0)
+        left = remaining_work(job.get("status") or {})
         best = _decide(c.ops, ns, spec, capacity, c.now, remaining=left)
         if best.action is not Action.START:
             continue  # cannot start: it does not hold its queue back (backfilling)
@@ -731,7 +737,7 @@ def _queue_gate(
     def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
         """It could start now, and the cluster policy would start it (else it backfills)."""
         namespace = str(job["metadata"]["namespace"])
-        left = 1.0 - float((job.get("status") or {}).get("completedFraction") or 0.0)
+        left = remaining_work(job.get("status") or {})
         d = _decide(c.ops, namespace, other, capacity, c.now, remaining=left)
         if d.action is Action.START:
             d = _fleet_verdict(

@@ -16,7 +16,7 @@ from typing import Any
 
 from chronotope.workloads.training import Action, Decision
 
-__all__ = ["RESTART_COST", "better_plan", "completed_fraction"]
+__all__ = ["RESTART_COST", "better_plan", "completed_fraction", "parse_time", "remaining_work"]
 
 RESTART_COST = timedelta(seconds=60)
 """Checkpoint, stop and restart of a gang (a conservative guess)."""
@@ -24,10 +24,16 @@ MIN_GAIN = 0.10
 """A new plan must save at least this share of the remaining time (and the restart)."""
 
 
-def _time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as Kubernetes writes it (`...Z`), or None when empty."""
     if not value:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def remaining_work(status: Mapping[str, Any]) -> float:
+    """Share of the job's work still to do, from `status.completedFraction`."""
+    return 1.0 - float(status.get("completedFraction") or 0.0)
 
 
 def better_plan(plan: Mapping[str, Any], candidate: Decision, now: datetime) -> str | None:
@@ -39,7 +45,10 @@ def better_plan(plan: Mapping[str, Any], candidate: Decision, now: datetime) -> 
     """
     if candidate.action is not Action.START or candidate.finish is None:
         return None
-    start, finish = _time(plan.get("startTime")), _time(plan.get("predictedCompletionTime"))
+    start, finish = (
+        parse_time(plan.get("startTime")),
+        parse_time(plan.get("predictedCompletionTime")),
+    )
     if start is None or finish is None or finish <= now:
         return None
     old_full = (finish - start).total_seconds()
@@ -60,12 +69,12 @@ def better_plan(plan: Mapping[str, Any], candidate: Decision, now: datetime) -> 
 
 def completed_fraction(status: Mapping[str, Any], now: datetime) -> float:
     """Work done so far: the earlier share plus the running plan's elapsed share of the rest."""
-    before = float(status.get("completedFraction") or 0.0)
+    before = 1.0 - remaining_work(status)
     plan = status.get("plan") or {}
     start, finish = plan.get("startTime"), plan.get("predictedCompletionTime")
     if status.get("phase") != "Running" or not start or not finish:
         return before
-    t0, t1 = _time(start), _time(finish)
+    t0, t1 = parse_time(start), parse_time(finish)
     assert t0 is not None and t1 is not None
     span = (t1 - t0).total_seconds()
     if span <= 0:
