@@ -43,38 +43,52 @@ def parse_selector(selector: str | None) -> dict[str, str]:
 
 
 class Store:
-    """The current objects of one kind, by namespace/name."""
+    """The current objects of one kind, by namespace, then namespace/name.
+
+    Kept per namespace: a reconcile asks for one job's workers, and scanning
+    every pod of the cluster for that would be the list call moved in memory.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: dict[str, Obj] = {}
+        self._items: dict[str, dict[str, Obj]] = {}
+
+    @staticmethod
+    def _namespace(obj: Mapping[str, Any]) -> str:
+        return str((obj.get("metadata") or {}).get("namespace") or "")
 
     def on_event(self, kind: str, obj: Obj) -> None:
         with self._lock:
+            bucket = self._items.setdefault(self._namespace(obj), {})
             if kind == "DELETED":
-                self._items.pop(_key(obj), None)
+                bucket.pop(_key(obj), None)
             else:
-                self._items[_key(obj)] = obj
+                bucket[_key(obj)] = obj
 
     def on_sync(self, objs: list[Obj]) -> None:
+        items: dict[str, dict[str, Obj]] = {}
+        for obj in objs:
+            items.setdefault(self._namespace(obj), {})[_key(obj)] = obj
         with self._lock:
-            self._items = {_key(o): o for o in objs}
+            self._items = items
 
     def put(self, objs: Iterable[Obj]) -> None:
         """Overlay objects this process just created (the watch event may still be coming)."""
         with self._lock:
             for obj in objs:
-                self._items.setdefault(_key(obj), obj)
+                self._items.setdefault(self._namespace(obj), {}).setdefault(_key(obj), obj)
 
     def list(self, namespace: str | None = None, selector: str | None = None) -> list[Obj]:
         labels = parse_selector(selector)
         with self._lock:
-            items = list(self._items.values())
+            if namespace is None:
+                items = [o for bucket in self._items.values() for o in bucket.values()]
+            else:
+                items = list(self._items.get(namespace, {}).values())
         return [
             o
             for o in items
-            if (namespace is None or (o.get("metadata") or {}).get("namespace") == namespace)
-            and all(
+            if all(
                 ((o.get("metadata") or {}).get("labels") or {}).get(k) == v
                 for k, v in labels.items()
             )
