@@ -17,7 +17,7 @@ a job's whole gang on one GPU type.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from chronotope.sim.training.chronotope_policy import ChronotopePolicy
 from chronotope.sim.training.engine import JobState, Policy
@@ -36,6 +36,22 @@ def _agnostic(js: JobState, free: dict[str, int]) -> str | None:
 def _fastest(js: JobState, free: dict[str, int]) -> str | None:
     fits = [g for g, n in free.items() if n >= js.job.num_gpus]
     return max(fits, key=lambda g: js.job.speed[g]) if fits else None
+
+
+def _greedy(
+    order: Sequence[JobState],
+    capacity: Mapping[str, int],
+    choose: Callable[[JobState, dict[str, int]], str | None],
+) -> dict[int, str]:
+    """Jobs in `order` each take the type `choose` picks among what is still free."""
+    free = dict(capacity)
+    alloc: dict[int, str] = {}
+    for js in order:
+        g = choose(js, free)
+        if g is not None:
+            alloc[js.job.job_id] = g
+            free[g] -= js.job.num_gpus
+    return alloc
 
 
 class FifoPolicy:
@@ -69,16 +85,14 @@ class LasPolicy:
     def allocate(
         self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
     ) -> dict[int, str]:
-        free = dict(capacity)
-        alloc: dict[int, str] = {}
+        def keep_or_any(js: JobState, free: dict[str, int]) -> str | None:
+            # keep the current type when it still has room (lease renewal)
+            if js.gpu_type and free[js.gpu_type] >= js.job.num_gpus:
+                return js.gpu_type
+            return _agnostic(js, free)
+
         order = sorted(active, key=lambda s: (s.attained_gpu_s, s.job.arrival_s, s.job.job_id))
-        for js in order:  # keep the current type when it still has room (lease renewal)
-            g = js.gpu_type if js.gpu_type and free[js.gpu_type] >= js.job.num_gpus else None
-            g = g or _agnostic(js, free)
-            if g is not None:
-                alloc[js.job.job_id] = g
-                free[g] -= js.job.num_gpus
-        return alloc
+        return _greedy(order, capacity, keep_or_any)
 
 
 class EdfPolicy:
@@ -88,19 +102,11 @@ class EdfPolicy:
     def allocate(
         self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
     ) -> dict[int, str]:
-        free = dict(capacity)
-        alloc: dict[int, str] = {}
-
         def key(s: JobState) -> tuple[float, float, int]:
             d = s.job.deadline_s
             return (d if d is not None else float("inf"), s.job.arrival_s, s.job.job_id)
 
-        for js in sorted(active, key=key):
-            g = _fastest(js, free)
-            if g is not None:
-                alloc[js.job.job_id] = g
-                free[g] -= js.job.num_gpus
-        return alloc
+        return _greedy(sorted(active, key=key), capacity, _fastest)
 
 
 POLICY_NAMES = ("fifo", "las", "edf", "gavel", "chronotope")
