@@ -360,6 +360,23 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
     )
 
 
+def _not_placed(
+    w: Workload,
+    *,
+    snapshot: ClusterSnapshot,
+    early: dict[str, list[Reason]],
+    running: list[Workload],
+    outbid: str,
+) -> tuple[Unplaced, tuple[str, ...]]:
+    """Why `w` was not started (found before solving, per node, or outbid), and the
+    running preemptible lower-priority workloads that could make room for it."""
+    reasons = list(early.get(w.name, [])) or node_reasons(snapshot, w.pod)
+    if not reasons:
+        reasons = [Reason(code="OutbidInWindow", message=outbid)]
+    victims = tuple(v.name for v in running if v.preemptible and v.priority < w.priority)
+    return Unplaced(name=w.name, reasons=tuple(reasons)), victims
+
+
 def _greedy_within_gap(
     snapshot: ClusterSnapshot,
     *,
@@ -424,16 +441,14 @@ def _greedy_within_gap(
     for w in workloads:
         if w.name in picks:
             continue
-        reasons = list(early.get(w.name, [])) or node_reasons(snapshot, w.pod)
-        if not reasons:
-            reasons = [
-                Reason(
-                    code="OutbidInWindow",
-                    message="room exists, but the greedy fallback gave it to other workloads",
-                )
-            ]
-        unplaced.append(Unplaced(name=w.name, reasons=tuple(reasons)))
-        victims = tuple(v.name for v in running if v.preemptible and v.priority < w.priority)
+        why, victims = _not_placed(
+            w,
+            snapshot=snapshot,
+            early=early,
+            running=running,
+            outbid="room exists, but the greedy fallback gave it to other workloads",
+        )
+        unplaced.append(why)
         if victims:
             candidates[w.name] = victims
     return Plan(
@@ -587,20 +602,14 @@ def _extract(
     for w in workloads:
         if w.name in started:
             continue
-        reasons = list(early.get(w.name, []))
-        if not reasons:
-            per_node = node_reasons(snapshot, w.pod)
-            if per_node:
-                reasons += per_node
-            else:
-                reasons.append(
-                    Reason(
-                        code="OutbidInWindow",
-                        message="room exists, but higher-utility workloads took it in this window",
-                    )
-                )
-        unplaced.append(Unplaced(name=w.name, reasons=tuple(reasons)))
-        victims = tuple(v.name for v in running if v.preemptible and v.priority < w.priority)
+        why, victims = _not_placed(
+            w,
+            snapshot=snapshot,
+            early=early,
+            running=running,
+            outbid="room exists, but higher-utility workloads took it in this window",
+        )
+        unplaced.append(why)
         if victims:
             candidates[w.name] = victims
     return Plan(
