@@ -26,7 +26,8 @@ from chronotope.solver.policies import Fgd, Policy
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "openb"
 
 VARIANTS: dict[str, dict[str, str]] = {
-    "zero": {"cpu_rule": "zero", "share_gpu": "fgd"},  # the kept policy
+    "short": {"cpu_rule": "short", "share_gpu": "fgd"},  # the kept policy
+    "zero": {"cpu_rule": "zero", "share_gpu": "fgd"},  # the policy before short
     "previous": {"cpu_rule": "idle", "share_gpu": "tight"},  # the policy before zero
     "cpu_fgd": {"cpu_rule": "fgd", "share_gpu": "tight"},
     "share_fgd": {"cpu_rule": "idle", "share_gpu": "fgd"},
@@ -60,7 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", default="default")
     ap.add_argument("--seeds", default="42-43")
-    ap.add_argument("--variants", default="fgd,kept")
+    ap.add_argument("--variants", default="fgd,short")
     ap.add_argument("--out", default="out/var/results.csv")
     args = ap.parse_args()
     out = Path(args.out)

@@ -24,7 +24,7 @@ from chronotope.solver.model import ClusterSnapshot, PodRequest
 from chronotope.solver.policies import Context, Policy
 from chronotope.solver.state import ClusterState, IntArray
 
-__all__ = ["RunResult", "arrivals", "metric_at", "reference_rank", "simulate"]
+__all__ = ["RunResult", "TieOrder", "arrivals", "metric_at", "reference_rank", "simulate"]
 
 
 @dataclass
@@ -81,6 +81,10 @@ def arrivals(
     return order
 
 
+TieOrder = Callable[[int, np.random.Generator], IntArray]
+"""(number of nodes, generator) -> rank per node; lower rank wins a tie."""
+
+
 def reference_rank(n: int, rng: np.random.Generator, workers: int = 16) -> IntArray:
     """Tie-break order that mimics the reference scheduler (kube-scheduler 1.20 fork).
 
@@ -106,13 +110,22 @@ def simulate(
     *,
     tune_ratio: float = 1.3,
     on_pod: Callable[[int], None] | None = None,
+    tie_order: TieOrder = reference_rank,
+    redraw_order: bool = False,
 ) -> RunResult:
-    """Run one policy over the seed's arrivals and record the per-pod series."""
+    """Run one policy over the seed's arrivals and record the per-pod series.
+
+    `tie_order` makes the node order that breaks ties; with `redraw_order` it
+    is drawn anew for every pod (as if the reference scheduler's goroutines
+    interleaved differently each cycle) from a generator of its own, so the
+    policies' own randomness is unchanged. `bench/tie_order.py` compares models.
+    """
     state = ClusterState.from_snapshot(cluster)
     total = state.total_gpu_milli
     frag = FragTracker(FragModel(typical_pods(pods), state.models), state)
     rng = np.random.default_rng([seed, 7])
-    ctx = Context(state=state, frag=frag, rng=rng, rank=reference_rank(state.n, rng))
+    ctx = Context(state=state, frag=frag, rng=rng, rank=tie_order(state.n, rng))
+    order_rng = np.random.default_rng([seed, 99])
     specs = [state.spec(p) for p in pods]
     order = arrivals(pods, total, seed, tune_ratio)
     n = len(order)
@@ -130,6 +143,8 @@ def simulate(
         if len(cand) == 0:
             failed += 1
         else:
+            if redraw_order:
+                ctx.rank = tie_order(state.n, order_rng)
             node, gpus = policy.choose(ctx, spec, cand)
             state.assign(node, spec, gpus)
             frag.refresh(node)

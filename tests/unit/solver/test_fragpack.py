@@ -37,15 +37,28 @@ MIX = [
 
 def test_cpu_pod_goes_to_a_node_whose_gpus_are_all_taken() -> None:
     # "a" comes first in the node order and keeps room for one typical pod
-    # after the CPU pod, so FGD's score ties and FGD takes "a"; chronotope
-    # spends the CPU on "b", whose GPUs are all taken.
-    nodes = [_node("a", (1000, 1000)), _node("b", (0, 0))]
+    # after the CPU pod, so FGD's score ties and FGD takes "a". But the pod
+    # would leave "a" 14 cores for two idle GPUs, whose typical pods need 8
+    # cores per GPU (MIX: 6 cores per 0.75 GPU), so chronotope spends the CPU
+    # on "b", whose GPUs are all taken.
+    nodes = [_node("a", (1000, 1000), cpu=30000), _node("b", (0, 0))]
     ctx = _ctx(nodes, MIX)
     cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
     cand = ctx.state.feasible(cpu)
     assert Fgd().choose(ctx, cpu, cand) == (0, ())
     assert Chronotope().choose(ctx, cpu, cand) == (1, ())
     assert Chronotope(cpu_rule="fgd").choose(ctx, cpu, cand) == (0, ())
+
+
+def test_cpu_pod_keeps_fgd_node_while_its_cpu_is_ample() -> None:
+    # With 64 cores "a" keeps 48 after the pod, more than its two idle GPUs
+    # need, so rule "short" stays with FGD; rule "zero" still moves the pod.
+    nodes = [_node("a", (1000, 1000)), _node("b", (0, 0))]
+    ctx = _ctx(nodes, MIX)
+    cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
+    cand = ctx.state.feasible(cpu)
+    assert Chronotope().choose(ctx, cpu, cand) == Fgd().choose(ctx, cpu, cand) == (0, ())
+    assert Chronotope(cpu_rule="zero").choose(ctx, cpu, cand) == (1, ())
 
 
 def test_cpu_pod_keeps_fgd_choice_without_a_full_node() -> None:
