@@ -36,16 +36,16 @@ def main() -> None:
                 row["gpu_alloc_pct_at_130"]
             )
     bounds: dict[str, list[float]] = defaultdict(list)
-    pooled: dict[str, list[float]] = defaultdict(list)
+    offline: dict[str, list[float]] = defaultdict(list)
     if len(args) > 1:
         with open(args[1]) as fh:
             for row in csv.DictReader(fh):
                 bounds[row["trace"]].append(float(row["upper_bound_pct_at_130"]))
-                if row.get("offline_lp_pooled_pct"):
-                    pooled[row["trace"]].append(float(row["offline_lp_pooled_pct"]))
+                if row.get("offline_lp_per_gpu_pct"):
+                    offline[row["trace"]].append(float(row["offline_lp_per_gpu_pct"]))
     mean = {k: sum(v) / len(v) for k, v in ours.items()}
     if markdown:
-        _markdown(mean, pub, per_seed, bounds, pooled)
+        _markdown(mean, pub, per_seed, bounds, offline)
         return
     for trace in sorted({t for t, _ in mean}):
         print(f"== {trace}")
@@ -64,9 +64,9 @@ def main() -> None:
                 f" (per seed {lo:+.2f} .. {hi:+.2f})"
             )
         if bounds.get(trace):
-            print(f"  offline upper bound (per-GPU LP): {_avg(bounds[trace]):.2f}")
-        if pooled.get(trace):
-            print(f"  offline upper bound (pooled LP):  {_avg(pooled[trace]):.2f}")
+            print(f"  upper bound (smallest LP, protocol-aware): {_avg(bounds[trace]):.2f}")
+        if offline.get(trace):
+            print(f"  offline upper bound (per-GPU LP):          {_avg(offline[trace]):.2f}")
 
 
 def _avg(xs: list[float]) -> float:
@@ -86,11 +86,11 @@ def _markdown(
     pub: dict[tuple[str, str], float],
     per_seed: dict[tuple[str, str], dict[str, float]],
     bounds: dict[str, list[float]],
-    pooled: dict[str, list[float]],
+    offline: dict[str, list[float]],
 ) -> None:
     pols = list(NAMES.values())
     head = ["trace", *(f"{p} ours (pub)" for p in pols), "chronotope", "chrono - fgd (seed range)"]
-    head += ["offline bound per-GPU LP", "pooled LP"]
+    head += ["upper bound (protocol LP)", "offline per-GPU LP"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for trace in sorted({t for t, _ in mean}):
@@ -108,7 +108,7 @@ def _markdown(
         else:
             cells.append("-")
         cells.append(f"{_avg(bounds[trace]):.2f}" if bounds.get(trace) else "-")
-        cells.append(f"{_avg(pooled[trace]):.2f}" if pooled.get(trace) else "-")
+        cells.append(f"{_avg(offline[trace]):.2f}" if offline.get(trace) else "-")
         print("| " + " | ".join(cells) + " |")
 
 

@@ -27,9 +27,17 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from chronotope.solver.model import MILLI, ClusterSnapshot, PodRequest
 
-__all__ = ["allocation_upper_bound", "maximal_patterns", "pattern_upper_bound"]
+__all__ = [
+    "allocation_upper_bound",
+    "dominates",
+    "maximal_patterns",
+    "pattern_upper_bound",
+    "protocol_upper_bound",
+]
 
 
 def _solver() -> Any:
@@ -104,16 +112,22 @@ def maximal_patterns(sizes: Sequence[int], capacity: int = MILLI) -> list[Counte
     return out
 
 
-def pattern_upper_bound(cluster: ClusterSnapshot, arrived: Sequence[PodRequest]) -> float:
-    """Per-GPU configuration LP bound on allocated GPU share, in % of GPU capacity."""
+PodClass = tuple[int, int, int, int, tuple[str, ...]]
+"""(cpu milli, memory MiB, GPUs, milli per GPU, allowed models) of a GPU pod."""
+
+
+def _pod_class(p: PodRequest) -> PodClass:
+    return (p.cpu_milli, p.memory_mib, p.num_gpus, p.gpu_milli, p.gpu_models)
+
+
+def _pattern_lp(
+    cluster: ClusterSnapshot, pod_cls: Sequence[PodClass]
+) -> tuple[Any, Any, dict[int, list[Any]]]:
+    """The per-GPU configuration LP without the per-class limits: (solver, objective, take)."""
     node_cls: Counter[tuple[str, int, int, int]] = Counter(
         (n.gpu_model, len(n.gpus), n.cpu_milli, n.memory_mib) for n in cluster.nodes if n.gpus
     )
-    gpu_pods = [p for p in arrived if p.num_gpus]
-    pod_cls = Counter(
-        (p.cpu_milli, p.memory_mib, p.num_gpus, p.gpu_milli, p.gpu_models) for p in gpu_pods
-    )
-    sizes = sorted({p.gpu_milli for p in gpu_pods if p.is_share})
+    sizes = sorted({milli for _c, _m, num, milli, _s in pod_cls if num == 1 and milli < MILLI})
     patterns = maximal_patterns(sizes) if sizes else []
     solver = _solver()
     objective = solver.Objective()
@@ -128,7 +142,7 @@ def pattern_upper_bound(cluster: ClusterSnapshot, arrived: Sequence[PodRequest])
         for ci, (pcpu, pmem, num, milli, models) in enumerate(pod_cls):
             if width < num or (models and model not in models):
                 continue
-            var = solver.NumVar(0, pod_cls[pcpu, pmem, num, milli, models], f"take[{ci}|{ki}]")
+            var = solver.NumVar(0, solver.infinity(), f"take[{ci}|{ki}]")
             take.setdefault(ci, []).append(var)
             objective.SetCoefficient(var, num * milli)
             cpu_terms.append(pcpu * var)
@@ -153,9 +167,96 @@ def pattern_upper_bound(cluster: ClusterSnapshot, arrived: Sequence[PodRequest])
         solver.Add(sum(mem_terms) <= nodes * mem)
         for num, vars_ in by_num.items():
             solver.Add(sum(vars_) <= nodes * (width // num))
-    for ci, vars_ in take.items():
-        solver.Add(sum(vars_) <= list(pod_cls.values())[ci])
     objective.SetMaximization()
+    return solver, objective, take
+
+
+def _solve_pct(cluster: ClusterSnapshot, solver: Any, objective: Any) -> float:
     solver.Solve()
     total = cluster.total_gpus * MILLI
     return 100.0 * objective.Value() / total if total else 0.0
+
+
+def pattern_upper_bound(cluster: ClusterSnapshot, arrived: Sequence[PodRequest]) -> float:
+    """Per-GPU configuration LP bound on allocated GPU share, in % of GPU capacity."""
+    counts = Counter(_pod_class(p) for p in arrived if p.num_gpus)
+    pod_cls = list(counts)
+    solver, objective, take = _pattern_lp(cluster, pod_cls)
+    for ci, vars_ in take.items():
+        solver.Add(sum(vars_) <= counts[pod_cls[ci]])
+    return _solve_pct(cluster, solver, objective)
+
+
+def dominates(d: PodClass, c: PodClass) -> bool:
+    """Whether a pod of class d can never fit where a pod of class c does not."""
+    d_cpu, d_mem, d_num, d_milli, d_models = d
+    c_cpu, c_mem, c_num, c_milli, c_models = c
+    if c_models and (not d_models or not set(d_models) <= set(c_models)):
+        return False
+    return d_cpu >= c_cpu and d_mem >= c_mem and d_num >= c_num and d_milli >= c_milli
+
+
+def _cover_edges(pod_cls: Sequence[PodClass]) -> list[tuple[int, int]]:
+    """(d, c) pairs where d dominates c with no third class between them."""
+    n = len(pod_cls)
+    dom = np.array(
+        [[i != j and dominates(pod_cls[i], pod_cls[j]) for j in range(n)] for i in range(n)],
+        dtype=np.int64,
+    ).reshape(n, n)
+    cover = (dom > 0) & ((dom @ dom) == 0)
+    return [(int(d), int(c)) for d, c in zip(*np.nonzero(cover), strict=True)]
+
+
+def protocol_upper_bound(
+    cluster: ClusterSnapshot, arrived: Sequence[PodRequest], bucket_pct: float = 5.0
+) -> float:
+    """The per-GPU LP plus what the online protocol forces, in % of GPU capacity.
+
+    Arrivals (in order) are cut into buckets of `bucket_pct` % of GPU capacity
+    each; a[c, b] is the fraction of class c's pods in bucket b that is placed,
+    and z[c, b] relaxes "no pod of class c, nor of a class c dominates, has
+    failed before bucket b". Nothing departs, so free resources only shrink:
+    once a pod fails, every later pod of a class that dominates its class
+    (needs at least as much of every resource, on a subset of its GPU models)
+    fails too. Hence a[c, b] <= z[c, b], z[c, b + 1] <= z[c, b],
+    z[c, b + 1] <= a[c, b] where bucket b holds class c, and z[d, b] <= z[c, b]
+    when d dominates c (imposed along the covering pairs; the rest follows).
+    Every run of the protocol satisfies these, whatever the policy, so the
+    LP's optimum bounds every online policy. Unlike the offline LPs it cannot
+    drop the 810m shares (whose GPUs keep 190m that almost nothing fills)
+    without dropping the whole-GPU pods that arrive after them. CPU-only pods
+    are left out, which only loosens the bound.
+    """
+    total = cluster.total_gpus * MILLI
+    gpu_pods = [p for p in arrived if p.num_gpus]
+    width = bucket_pct / 100.0 * total
+    per_bucket: list[Counter[PodClass]] = []
+    acc = 0
+    for p in gpu_pods:
+        acc += p.total_gpu_milli
+        b = int(acc / width)
+        while len(per_bucket) <= b:
+            per_bucket.append(Counter())
+        per_bucket[b][_pod_class(p)] += 1
+    counts = Counter(_pod_class(p) for p in gpu_pods)
+    pod_cls = list(counts)
+    solver, objective, take = _pattern_lp(cluster, pod_cls)
+    nb = len(per_bucket)
+    alive = [
+        [solver.NumVar(0, 1, f"z[{ci}|{b}]") for b in range(nb + 1)] for ci in range(len(pod_cls))
+    ]
+    for ci, cls in enumerate(pod_cls):
+        z = alive[ci]
+        terms = []
+        for b, bucket in enumerate(per_bucket):
+            solver.Add(z[b + 1] <= z[b])
+            if bucket[cls]:
+                frac = solver.NumVar(0, 1, f"a[{ci}|{b}]")
+                terms.append(bucket[cls] * frac)
+                solver.Add(frac <= z[b])
+                solver.Add(z[b + 1] <= frac)
+        solver.Add(sum(take.get(ci, [])) == sum(terms))
+    for d, c in _cover_edges(pod_cls):
+        for b in range(nb + 1):
+            solver.Add(alive[d][b] <= alive[c][b])
+    return _solve_pct(cluster, solver, objective)

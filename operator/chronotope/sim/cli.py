@@ -1,8 +1,9 @@
 """`chronotope simulate openb`: replay openb traces with online policies.
 
 Writes DIR/summary.csv (one row per trace, policy and seed, the columns of
-the FGD artifact's published results), DIR/bounds.csv (the relaxation upper
-bound per trace and seed) and DIR/allocation.png. Heavy imports happen in
+the FGD artifact's published results), DIR/bounds.csv (the LP upper bounds
+per trace and seed: offline pooled, offline per-GPU and protocol-aware; see
+`sim.bound`) and DIR/allocation.png. `--bound-only` writes bounds.csv alone. Heavy imports happen in
 the handler so `chronotope --help` stays fast.
 """
 
@@ -56,7 +57,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--tune-ratio", type=float, default=1.3, help="arrived demand / capacity")
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
-    p.add_argument("--no-bound", action="store_true", help="skip the LP upper bound")
+    p.add_argument("--no-bound", action="store_true", help="skip the LP upper bounds")
+    p.add_argument(
+        "--bound-only", action="store_true", help="only the LP upper bounds (bounds.csv), no runs"
+    )
     p.set_defaults(func=_handle)
 
 
@@ -64,6 +68,10 @@ def _handle(args: argparse.Namespace) -> int:
     from chronotope.sim.runner import RunSpec, run_all
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.bound_only:
+        if args.no_bound:
+            raise SystemExit("--bound-only and --no-bound exclude each other")
+        policies = []
     unknown = sorted(set(policies) - set(POLICIES))
     if unknown:
         raise SystemExit(f"unknown policies: {', '.join(unknown)} (known: {', '.join(POLICIES)})")
