@@ -11,6 +11,8 @@ the published one:
   of the chunks of one wave interleaved at random (the engine's model);
 - `jitter`: every chunk's worker runs at its own speed (0.7-1.3) plus noise per
   node, so positions interleave continuously;
+- `staggered`: as jitter, and each chunk starts up to one chunk's processing
+  time late, so chunks run more nearly one after another;
 - `roundrobin`: the same waves, chunks interleaved in index order;
 - `uniform`: a uniformly random order, i.e. kube-scheduler's reservoir sampling.
 
@@ -50,6 +52,16 @@ def jitter_rank(n: int, rng: np.random.Generator) -> IntArray:
     return np.argsort(np.argsort(t)).astype(np.int64)
 
 
+def staggered_rank(n: int, rng: np.random.Generator) -> IntArray:
+    """Like jitter, and each chunk starts up to one chunk's time late (contiguous chunks)."""
+    chunk, c, pos = _waves(n)
+    nch = int(c.max()) + 1
+    speed = rng.uniform(0.7, 1.3, nch)
+    start = (c // WORKERS) * chunk + rng.uniform(0.0, chunk, nch)[c]
+    t = start + pos * speed[c] + rng.uniform(0.0, 0.5, n)
+    return np.argsort(np.argsort(t)).astype(np.int64)
+
+
 def roundrobin_rank(n: int, rng: np.random.Generator) -> IntArray:
     chunk, c, pos = _waves(n)
     return ((c // WORKERS) * chunk + pos) * n + c
@@ -62,6 +74,7 @@ def uniform_rank(n: int, rng: np.random.Generator) -> IntArray:
 MODELS: dict[str, TieOrder] = {
     "reference": reference_rank,
     "jitter": jitter_rank,
+    "staggered": staggered_rank,
     "roundrobin": roundrobin_rank,
     "uniform": uniform_rank,
 }

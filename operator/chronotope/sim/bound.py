@@ -125,7 +125,7 @@ def _pattern_lp(
 ) -> tuple[Any, Any, dict[int, list[Any]]]:
     """The per-GPU configuration LP without the per-class limits: (solver, objective, take)."""
     node_cls: Counter[tuple[str, int, int, int]] = Counter(
-        (n.gpu_model, len(n.gpus), n.cpu_milli, n.memory_mib) for n in cluster.nodes if n.gpus
+        (n.gpu_model, len(n.gpus), n.cpu_milli, n.memory_mib) for n in cluster.nodes
     )
     sizes = sorted({milli for _c, _m, num, milli, _s in pod_cls if num == 1 and milli < MILLI})
     patterns = maximal_patterns(sizes) if sizes else []
@@ -147,6 +147,8 @@ def _pattern_lp(
             objective.SetCoefficient(var, num * milli)
             cpu_terms.append(pcpu * var)
             mem_terms.append(pmem * var)
+            if num == 0:
+                continue
             if num == 1 and milli < MILLI:
                 by_size.setdefault(milli, []).append(var)
             else:
@@ -162,9 +164,11 @@ def _pattern_lp(
                     pat[size] * v for pat, v in zip(patterns, pat_vars, strict=True) if pat[size]
                 ]
                 solver.Add(sum(vars_) <= sum(slots))
-        solver.Add(sum(gpu_terms) <= nodes * width)
-        solver.Add(sum(cpu_terms) <= nodes * cpu)
-        solver.Add(sum(mem_terms) <= nodes * mem)
+        if gpu_terms:
+            solver.Add(sum(gpu_terms) <= nodes * width)
+        if cpu_terms:
+            solver.Add(sum(cpu_terms) <= nodes * cpu)
+            solver.Add(sum(mem_terms) <= nodes * mem)
         for num, vars_ in by_num.items():
             solver.Add(sum(vars_) <= nodes * (width // num))
     objective.SetMaximization()
@@ -224,22 +228,21 @@ def protocol_upper_bound(
     Every run of the protocol satisfies these, whatever the policy, so the
     LP's optimum bounds every online policy. Unlike the offline LPs it cannot
     drop the 810m shares (whose GPUs keep 190m that almost nothing fills)
-    without dropping the whole-GPU pods that arrive after them. CPU-only pods
-    are left out, which only loosens the bound.
+    without dropping the whole-GPU pods that arrive after them, nor CPU-only
+    pods (which it may place on any node class) without dropping the pods
+    needing as much CPU and memory after them.
     """
     total = cluster.total_gpus * MILLI
-    gpu_pods = [p for p in arrived if p.num_gpus]
     width = bucket_pct / 100.0 * total
     per_bucket: list[Counter[PodClass]] = []
     acc = 0
-    for p in gpu_pods:
+    for p in arrived:
         acc += p.total_gpu_milli
         b = int(acc / width)
         while len(per_bucket) <= b:
             per_bucket.append(Counter())
         per_bucket[b][_pod_class(p)] += 1
-    counts = Counter(_pod_class(p) for p in gpu_pods)
-    pod_cls = list(counts)
+    pod_cls = list(Counter(_pod_class(p) for p in arrived))
     solver, objective, take = _pattern_lp(cluster, pod_cls)
     nb = len(per_bucket)
     alive = [

@@ -158,9 +158,10 @@ def merge_dirs(out: Path, dirs: list[Path]) -> None:
     bounds: dict[tuple[str, str], dict[str, str]] = {}
     curves: dict[tuple[str, str, str], list[float]] = {}
     for d in dirs:
-        with (d / "summary.csv").open() as fh:
-            for r in csv.DictReader(fh):
-                rows[r["trace"], r["policy"], r["seed"]] = r
+        if (d / "summary.csv").exists():  # a --bound-only dir has none
+            with (d / "summary.csv").open() as fh:
+                for r in csv.DictReader(fh):
+                    rows[r["trace"], r["policy"], r["seed"]] = r
         if (d / "bounds.csv").exists():
             with (d / "bounds.csv").open() as fh:
                 for r in csv.DictReader(fh):

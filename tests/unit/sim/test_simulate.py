@@ -178,9 +178,15 @@ def test_merge_dirs_joins_split_runs(tmp_path: Path) -> None:
 
     write(tmp_path / "a", "fgd", 95.4)
     write(tmp_path / "b", "chronotope", 95.5)
-    merge_dirs(tmp_path / "out", [tmp_path / "a", tmp_path / "b"])
+    bound_only = tmp_path / "c"  # as `simulate openb --bound-only` leaves it
+    bound_only.mkdir()
+    (bound_only / "bounds.csv").write_text(
+        "trace,seed,protocol_lp_pct,upper_bound_pct_at_130\ndefault,42,96.6,96.6\n"
+    )
+    merge_dirs(tmp_path / "out", [tmp_path / "a", tmp_path / "b", bound_only])
     with (tmp_path / "out" / "summary.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [r["policy"] for r in rows] == ["chronotope", "fgd"]
     assert tuple(rows[0]) == SUMMARY_COLUMNS
+    assert "96.6" in (tmp_path / "out" / "bounds.csv").read_text()
     assert (tmp_path / "out" / "allocation.png").stat().st_size > 0
