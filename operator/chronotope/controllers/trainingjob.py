@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -85,8 +86,24 @@ class ClusterOps:
         # decide-and-start is one critical section across all jobs: the next decision
         # must see the workers the previous one created
         self.decide_lock = threading.Lock()
+        self.decisions: dict[tuple[Any, ...], tuple[Sequence[Any], Decision]] | None = None
+        """Decisions already made in the current critical section (see `memo_decisions`)."""
         self._profiles: dict[tuple[str, str], tuple[str, ModelProfile | str]] = {}
         self._profile_reads: dict[tuple[str, str], tuple[float, ModelProfile | str]] = {}
+
+    @contextmanager
+    def memo_decisions(self) -> Iterator[None]:
+        """Take `decide_lock`; inside, deciding the same job on the same capacity is done once.
+
+        One reconcile asks for the same other jobs' decisions in its queue, fleet and
+        joint gates; for a job planned from a model profile each is a planner run.
+        """
+        with self.decide_lock:
+            self.decisions = {}
+            try:
+                yield
+            finally:
+                self.decisions = None
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used.
@@ -409,15 +426,25 @@ def _decide(
     frees_at: Mapping[str, datetime] | None = None,
     remaining: float = 1.0,
 ) -> Decision:
+    memo, key = ops.decisions, None
+    if memo is not None and frees_at is None:
+        key = (namespace, spec.model_dump_json(), id(capacity), now, remaining)
+        hit = memo.get(key)
+        if hit is not None and hit[0] is capacity:  # the memo holds it: its id is not reused
+            return hit[1]
     planner = planner_for(ops, namespace, spec)
     if isinstance(planner, str):
         cause = "ProfileMissing" if "not found" in planner else "ProfileUnusable"
-        return Decision(Action.IMPOSSIBLE, planner, cause=cause)
-    return decide(spec, capacity, now, frees_at, planner=planner, remaining=remaining)
+        decision = Decision(Action.IMPOSSIBLE, planner, cause=cause)
+    else:
+        decision = decide(spec, capacity, now, frees_at, planner=planner, remaining=remaining)
+    if memo is not None and key is not None:
+        memo[key] = (capacity, decision)
+    return decision
 
 
 def _start_or_wait(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
-    with c.ops.decide_lock:
+    with c.ops.memo_decisions():
         return _start_or_wait_locked(c, status)
 
 
