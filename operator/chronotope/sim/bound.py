@@ -1,10 +1,10 @@
-"""Upper bounds on GPU allocation for a given arrival sequence (offline relaxations).
+"""Upper bounds on GPU allocation for a given arrival sequence (LP relaxations).
 
-Both bounds relax the *offline* problem over the same arrived pods: any
-placement of them, online or offline, allocates at most this much. Neither
-models the online protocol's "a pod that fits must be placed", which is
-what actually limits the online policies (docs/solver.md), so both are far
-from what an online policy can reach; they say where the offline limit is.
+The first two relax the *offline* problem over the same arrived pods: any
+placement of them, online or offline, allocates at most this much. They do
+not model the online protocol's "a pod that fits must be placed", which is
+what actually limits the online policies (docs/solver.md), so they say where
+the offline limit is. The third adds what that rule forces on every policy.
 
 `allocation_upper_bound` (pooled LP): forget node boundaries inside a group of
 identical nodes and pool its GPU share, CPU and memory; pods are taken
@@ -19,6 +19,9 @@ whole-GPU pods; CPU and memory are pooled per class; a pod of n whole GPUs
 fits at most floor(G/n) times on a node of G GPUs. Every integral placement
 gives a feasible point of this LP, so its optimum (GLOP) is a valid bound,
 and a tighter one than the pooled LP.
+
+`protocol_upper_bound`: the per-GPU LP plus the failure chains of the online
+protocol (see its docstring); it bounds every online policy.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def maximal_patterns(sizes: Sequence[int], capacity: int = MILLI) -> list[Counte
 
 
 PodClass = tuple[int, int, int, int, tuple[str, ...]]
-"""(cpu milli, memory MiB, GPUs, milli per GPU, allowed models) of a GPU pod."""
+"""(cpu milli, memory MiB, GPUs, milli per GPU, allowed models) of a pod."""
 
 
 def _pod_class(p: PodRequest) -> PodClass:

@@ -3,8 +3,8 @@
 Writes DIR/summary.csv (one row per trace, policy and seed, the columns of
 the FGD artifact's published results), DIR/bounds.csv (the LP upper bounds
 per trace and seed: offline pooled, offline per-GPU and protocol-aware; see
-`sim.bound`) and DIR/allocation.png. `--bound-only` writes bounds.csv alone. Heavy imports happen in
-the handler so `chronotope --help` stays fast.
+`sim.bound`) and DIR/allocation.png; `--bound-only` writes bounds.csv alone.
+Heavy imports happen in the handler so `chronotope --help` stays fast.
 """
 
 from __future__ import annotations
