@@ -1,6 +1,6 @@
 """The cluster-wide training policy in the operator: the simulator's `chronotope` policy (pure).
 
-`chronotope simulate training` measures `sim.training.chronotope_policy`
+`chronotope simulate training` measures `workloads.training_policy`
 (deadline-urgent jobs first, then shortest remaining GPU-time; a plan ahead
 per GPU type, so a job may wait for a faster type; idle GPUs backfilled).
 The operator runs the same code: the TrainingJobs of one priority band (the
@@ -27,10 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.sim.training.chronotope_policy import ChronotopePolicy
-from chronotope.sim.training.engine import JobState
-from chronotope.sim.training.workload import Job
 from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.training_policy import ChronotopePolicy, Job, JobState
 
 __all__ = ["FleetJob", "FleetOutcome", "fleet_gate"]
 

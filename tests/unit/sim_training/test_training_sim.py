@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from chronotope.sim.training.chronotope_policy import ChronotopePolicy
-from chronotope.sim.training.engine import EngineSettings, JobState, simulate
+from chronotope.sim.training.engine import EngineSettings, simulate
 from chronotope.sim.training.policies import POLICY_NAMES, make_policy
 from chronotope.sim.training.report import SUMMARY_COLUMNS, summary_row
-from chronotope.sim.training.workload import Job, TraceRow, WorkloadSettings, build_jobs
+from chronotope.sim.training.workload import TraceRow, WorkloadSettings, build_jobs
 from chronotope.sim.training_cli import run_training
+from chronotope.workloads.training_policy import ChronotopePolicy, Job, JobState
 
 NO_OVERHEAD = EngineSettings(round_s=100.0, restart_overhead_s=0.0)
 SPEED = {"k80": 0.5, "v100": 1.0}

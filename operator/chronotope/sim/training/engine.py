@@ -13,43 +13,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chronotope.sim.training.workload import Job
+from chronotope.workloads.training_policy import Job, JobState, Policy
 
-__all__ = ["EngineSettings", "JobState", "Policy", "SimResult", "simulate"]
+__all__ = ["EngineSettings", "SimResult", "simulate"]
 
 EPS = 1e-6
-
-
-@dataclass
-class JobState:
-    """Mutable progress of one job during a run."""
-
-    job: Job
-    remaining_s: float  # work left, in reference (V100) seconds
-    attained_gpu_s: float = 0.0
-    gpu_type: str | None = None
-    overhead_left_s: float = 0.0
-    finish_s: float | None = None
-    received_s: dict[str, float] = field(default_factory=dict)
-
-    def best_remaining_s(self) -> float:
-        return self.remaining_s / max(self.job.speed.values())
-
-
-class Policy(Protocol):
-    name: str
-    preemptive: bool
-
-    def allocate(
-        self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
-    ) -> dict[int, str]:
-        """job_id -> GPU type for every job that should hold GPUs from now on."""
-        ...
 
 
 class EngineSettings(BaseModel):

@@ -22,7 +22,7 @@ from typing import Any
 
 from ortools.linear_solver import pywraplp
 
-from chronotope.sim.training.engine import JobState
+from chronotope.workloads.training_policy import JobState
 
 __all__ = ["GavelPolicy", "max_min_fairness"]
 

@@ -12,16 +12,15 @@ a job's whole gang on one GPU type.
 - `gavel`: heterogeneity-aware max-min fairness (Gavel, OSDI'20): the
   `max_min_fairness` LP on normalised throughputs gives time fractions X[j][g];
   each round jobs are served in order of X[j][g] / share of time received.
-- `chronotope`: ours, see `chronotope_policy.py`.
+- `chronotope`: ours, `workloads/training_policy.py` (the operator runs the same code).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from chronotope.sim.training.chronotope_policy import ChronotopePolicy
-from chronotope.sim.training.engine import JobState, Policy
 from chronotope.sim.training.gavel import GavelPolicy
+from chronotope.workloads.training_policy import ChronotopePolicy, JobState, Policy
 
 __all__ = ["POLICY_NAMES", "EdfPolicy", "FifoPolicy", "LasPolicy", "make_policy"]
 

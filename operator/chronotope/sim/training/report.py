@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from chronotope.sim.training.engine import SimResult
-from chronotope.sim.training.workload import Job
+from chronotope.workloads.training_policy import Job
 
 __all__ = [
     "SUMMARY_COLUMNS",

@@ -26,9 +26,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chronotope.workloads.training_policy import Job
+
 __all__ = [
     "REFERENCE_TYPE",
-    "Job",
     "TraceRow",
     "WorkloadSettings",
     "build_jobs",
@@ -48,22 +49,6 @@ class TraceRow:
     submit_s: float
     duration_s: float
     num_gpus: int
-
-
-@dataclass(frozen=True)
-class Job:
-    """A simulated job. `speed[g]` is its progress rate on type g relative to a V100."""
-
-    job_id: int
-    arrival_s: float
-    num_gpus: int
-    work_s: float  # run time on the reference type
-    job_type: str
-    speed: Mapping[str, float]
-    deadline_s: float | None = None
-
-    def best_runtime_s(self) -> float:
-        return self.work_s / max(self.speed.values())
 
 
 class WorkloadSettings(BaseModel):

@@ -1,5 +1,9 @@
 """Chronotope's training policy: deadline-aware shortest-remaining-work on the right GPUs.
 
+The same code decides in the operator (`workloads.fleet`, over the waiting and
+running TrainingJobs) and in the training simulator (`sim.training`, over a
+trace); `Job`, `JobState` and the `Policy` protocol are what both hand it.
+
 Each decision (arrival, completion, lease round):
 
 1. Order. Jobs whose deadline is still reachable on their fastest type but
@@ -39,10 +43,53 @@ simulator the trace's duration), as SRTF-style schedulers assume.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from chronotope.sim.training.engine import JobState
+__all__ = ["ChronotopePolicy", "Job", "JobState", "Policy"]
 
-__all__ = ["ChronotopePolicy"]
+
+@dataclass(frozen=True)
+class Job:
+    """A simulated job. `speed[g]` is its progress rate on type g relative to a V100."""
+
+    job_id: int
+    arrival_s: float
+    num_gpus: int
+    work_s: float  # run time on the reference type
+    job_type: str
+    speed: Mapping[str, float]
+    deadline_s: float | None = None
+
+    def best_runtime_s(self) -> float:
+        return self.work_s / max(self.speed.values())
+
+
+@dataclass
+class JobState:
+    """Mutable progress of one job during a run."""
+
+    job: Job
+    remaining_s: float  # work left, in reference (V100) seconds
+    attained_gpu_s: float = 0.0
+    gpu_type: str | None = None
+    overhead_left_s: float = 0.0
+    finish_s: float | None = None
+    received_s: dict[str, float] = field(default_factory=dict)
+
+    def best_remaining_s(self) -> float:
+        return self.remaining_s / max(self.job.speed.values())
+
+
+class Policy(Protocol):
+    name: str
+    preemptive: bool
+
+    def allocate(
+        self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
+    ) -> dict[int, str]:
+        """job_id -> GPU type for every job that should hold GPUs from now on."""
+        ...
 
 
 class ChronotopePolicy:
