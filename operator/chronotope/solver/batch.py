@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,20 +362,30 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
 
 
 def _not_placed(
-    w: Workload,
+    workloads: list[Workload],
+    placed: Container[str],
     *,
     snapshot: ClusterSnapshot,
     early: dict[str, list[Reason]],
     running: list[Workload],
     outbid: str,
-) -> tuple[Unplaced, tuple[str, ...]]:
-    """Why `w` was not started (found before solving, per node, or outbid), and the
-    running preemptible lower-priority workloads that could make room for it."""
-    reasons = list(early.get(w.name, [])) or node_reasons(snapshot, w.pod)
-    if not reasons:
-        reasons = [Reason(code="OutbidInWindow", message=outbid)]
-    victims = tuple(v.name for v in running if v.preemptible and v.priority < w.priority)
-    return Unplaced(name=w.name, reasons=tuple(reasons)), victims
+) -> tuple[list[Unplaced], dict[str, tuple[str, ...]]]:
+    """Why each workload not in `placed` was not started (found before solving, per
+    node, or outbid), and the running preemptible lower-priority workloads that
+    could make room for it (only for those that have some)."""
+    unplaced: list[Unplaced] = []
+    candidates: dict[str, tuple[str, ...]] = {}
+    for w in workloads:
+        if w.name in placed:
+            continue
+        reasons = list(early.get(w.name, [])) or node_reasons(snapshot, w.pod)
+        if not reasons:
+            reasons = [Reason(code="OutbidInWindow", message=outbid)]
+        unplaced.append(Unplaced(name=w.name, reasons=tuple(reasons)))
+        victims = tuple(v.name for v in running if v.preemptible and v.priority < w.priority)
+        if victims:
+            candidates[w.name] = victims
+    return unplaced, candidates
 
 
 def _greedy_within_gap(
@@ -436,21 +447,14 @@ def _greedy_within_gap(
     if not force and got < upper:
         return None
     terms["utility"] = got / SCALE
-    unplaced: list[Unplaced] = []
-    candidates: dict[str, tuple[str, ...]] = {}
-    for w in workloads:
-        if w.name in picks:
-            continue
-        why, victims = _not_placed(
-            w,
-            snapshot=snapshot,
-            early=early,
-            running=running,
-            outbid="room exists, but the greedy fallback gave it to other workloads",
-        )
-        unplaced.append(why)
-        if victims:
-            candidates[w.name] = victims
+    unplaced, candidates = _not_placed(
+        workloads,
+        picks,
+        snapshot=snapshot,
+        early=early,
+        running=running,
+        outbid="room exists, but the greedy fallback gave it to other workloads",
+    )
     return Plan(
         placements=tuple(placements),
         chosen={name: pick.gpu_model for name, pick in picks.items()},
@@ -597,21 +601,14 @@ def _extract(
     for wt, v, label in penalties:
         terms[label.split("[")[0]] += wt * val(v)
     terms["utility"] = utility
-    unplaced: list[Unplaced] = []
-    candidates: dict[str, tuple[str, ...]] = {}
-    for w in workloads:
-        if w.name in started:
-            continue
-        why, victims = _not_placed(
-            w,
-            snapshot=snapshot,
-            early=early,
-            running=running,
-            outbid="room exists, but higher-utility workloads took it in this window",
-        )
-        unplaced.append(why)
-        if victims:
-            candidates[w.name] = victims
+    unplaced, candidates = _not_placed(
+        workloads,
+        started,
+        snapshot=snapshot,
+        early=early,
+        running=running,
+        outbid="room exists, but higher-utility workloads took it in this window",
+    )
     return Plan(
         placements=tuple(placements),
         chosen=chosen,
