@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from chronotope.solver.model import PodRequest
+from chronotope.solver.model import MILLI, PodRequest
 from chronotope.solver.state import ClusterState, IntArray
 
 __all__ = ["FragModel", "FragTracker", "TypicalPod", "typical_pods"]
@@ -99,6 +99,9 @@ class FragModel:
         self.t_mem: IntArray = np.array([t.mem for t in gpu_t], dtype=np.int64)
         self.uses_memory = bool(self.t_mem.any())
         self.t_freq: FloatArray = np.array([t.freq for t in gpu_t], dtype=np.float64)
+        gpus = float((self.t_freq * self.t_num * self.m_vals[self.t_m]).sum()) / MILLI
+        self.cpu_per_gpu = float((self.t_freq * self.t_cpu).sum()) / max(gpus, 1e-9)
+        """Mean CPU (milli) the typical GPU pods ask per GPU they take."""
         # acc[model, t]; the extra last row is CPU-only nodes (model index -1).
         rows = [*models, ""]
         self.acc = np.array(

@@ -91,10 +91,8 @@ class Chronotope(Policy):
         if idle == 0:
             return True
         assert ctx.frag is not None
-        fm = ctx.frag.model
-        gpus = fm.t_freq * fm.t_num * fm.m_vals[fm.t_m] / MILLI
-        per_gpu = float((fm.t_freq * fm.t_cpu).sum() / max(gpus.sum(), 1e-9))
-        return bool(st.cpu_left[node] - pod.cpu >= idle / MILLI * per_gpu)
+        need = idle / MILLI * ctx.frag.model.cpu_per_gpu
+        return bool(st.cpu_left[node] - pod.cpu >= need)
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
         assert ctx.frag is not None and ctx.rank is not None
