@@ -22,9 +22,9 @@ import numpy as np
 from chronotope.solver.frag import FloatArray, FragModel, FragTracker, typical_pods
 from chronotope.solver.model import ClusterSnapshot, PodRequest
 from chronotope.solver.policies import Context, Policy
-from chronotope.solver.state import ClusterState, IntArray
+from chronotope.solver.state import ClusterState, IntArray, PodSpec
 
-__all__ = ["RunResult", "TieOrder", "arrivals", "metric_at", "reference_rank", "simulate"]
+__all__ = ["Replay", "RunResult", "TieOrder", "arrivals", "metric_at", "reference_rank", "simulate"]
 
 
 @dataclass
@@ -102,6 +102,72 @@ def reference_rank(n: int, rng: np.random.Generator, workers: int = 16) -> IntAr
     return key * n + rng.permutation(n)
 
 
+@dataclass
+class Replay:
+    """One run's cluster state, tie order, arrivals and per-pod series, as it goes."""
+
+    seed: int
+    state: ClusterState
+    frag: FragTracker
+    ctx: Context
+    specs: list[PodSpec]
+    order: list[int]
+    arrived: IntArray
+    used: IntArray
+    frag_s: FloatArray
+    idle: IntArray
+    acc_arrived: int = 0
+    acc_used: int = 0
+    failed: int = 0
+
+    @classmethod
+    def start(
+        cls,
+        cluster: ClusterSnapshot,
+        pods: Sequence[PodRequest],
+        seed: int,
+        *,
+        tune_ratio: float = 1.3,
+        tie_order: TieOrder = reference_rank,
+    ) -> Replay:
+        state = ClusterState.from_snapshot(cluster)
+        frag = FragTracker(FragModel(typical_pods(pods), state.models), state)
+        rng = np.random.default_rng([seed, 7])
+        ctx = Context(state=state, frag=frag, rng=rng, rank=tie_order(state.n, rng))
+        order = arrivals(pods, state.total_gpu_milli, seed, tune_ratio)
+        n = len(order)
+        return cls(
+            seed=seed,
+            state=state,
+            frag=frag,
+            ctx=ctx,
+            specs=[state.spec(p) for p in pods],
+            order=order,
+            arrived=np.zeros(n, dtype=np.int64),
+            used=np.zeros(n, dtype=np.int64),
+            frag_s=np.zeros(n, dtype=np.float64),
+            idle=np.zeros(n, dtype=np.int64),
+        )
+
+    def record(self, e: int, spec: PodSpec, *, placed: bool) -> None:
+        """The series after arrival `e` (its placement, if any, already applied)."""
+        self.acc_arrived += spec.total_milli
+        if placed:
+            self.acc_used += spec.total_milli
+        else:
+            self.failed += 1
+        self.arrived[e] = self.acc_arrived
+        self.used[e] = self.acc_used
+        self.frag_s[e] = self.frag.node_frag.sum()
+        self.idle[e] = self.state.total_gpu_milli - self.acc_used
+
+    def result(self, policy: str) -> RunResult:
+        total = self.state.total_gpu_milli
+        return RunResult(
+            policy, self.seed, total, self.arrived, self.used, self.frag_s, self.idle, self.failed
+        )
+
+
 def simulate(
     cluster: ClusterSnapshot,
     pods: Sequence[PodRequest],
@@ -120,39 +186,21 @@ def simulate(
     interleaved differently each cycle) from a generator of its own, so the
     policies' own randomness is unchanged. `bench/tie_order.py` compares models.
     """
-    state = ClusterState.from_snapshot(cluster)
-    total = state.total_gpu_milli
-    frag = FragTracker(FragModel(typical_pods(pods), state.models), state)
-    rng = np.random.default_rng([seed, 7])
-    ctx = Context(state=state, frag=frag, rng=rng, rank=tie_order(state.n, rng))
+    run = Replay.start(cluster, pods, seed, tune_ratio=tune_ratio, tie_order=tie_order)
+    state, frag, ctx, specs = run.state, run.frag, run.ctx, run.specs
     order_rng = np.random.default_rng([seed, 99])
-    specs = [state.spec(p) for p in pods]
-    order = arrivals(pods, total, seed, tune_ratio)
-    n = len(order)
-    arrived = np.zeros(n, dtype=np.int64)
-    used = np.zeros(n, dtype=np.int64)
-    frag_s = np.zeros(n, dtype=np.float64)
-    idle = np.zeros(n, dtype=np.int64)
-    acc_arrived = 0
-    acc_used = 0
-    failed = 0
-    for e, i in enumerate(order):
+    for e, i in enumerate(run.order):
         spec = specs[i]
-        acc_arrived += spec.total_milli
         cand = state.feasible(spec)
         if len(cand) == 0:
-            failed += 1
+            run.record(e, spec, placed=False)
         else:
             if redraw_order:
                 ctx.rank = tie_order(state.n, order_rng)
             node, gpus = policy.choose(ctx, spec, cand)
             state.assign(node, spec, gpus)
             frag.refresh(node)
-            acc_used += spec.total_milli
-        arrived[e] = acc_arrived
-        used[e] = acc_used
-        frag_s[e] = frag.node_frag.sum()
-        idle[e] = total - acc_used
+            run.record(e, spec, placed=True)
         if on_pod is not None:
             on_pod(e)
-    return RunResult(policy.name, seed, total, arrived, used, frag_s, idle, failed)
+    return run.result(policy.name)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chronotope.sim.batched import simulate_batched
 from chronotope.sim.bound import (
     allocation_upper_bound,
     pattern_upper_bound,
@@ -23,9 +24,11 @@ from chronotope.sim.openb import load_nodes, load_pods, trace_name
 from chronotope.solver.fragpack import Chronotope
 from chronotope.solver.policies import BASELINES, Policy
 
-__all__ = ["RunSpec", "make_policy", "merge_dirs", "plot_curves", "run_all", "run_one"]
+__all__ = ["BATCHED", "RunSpec", "make_policy", "merge_dirs", "plot_curves", "run_all", "run_one"]
 
 CURVE_POINTS = tuple(range(1, 131))
+BATCHED = "batched"
+"""Not an online policy: the batched protocol's row (`sim.batched`), asked for by name."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class RunSpec:
     tune_ratio: float = 1.3
     jobs: int = 1
     bound: bool = True
+    bucket_pct: float = 5.0
+    """Arrival bucket of the protocol LP, in % of GPU capacity (smaller: tighter, slower)."""
 
 
 def make_policy(name: str) -> Policy:
@@ -51,7 +56,10 @@ def run_one(task: tuple[str, str, str, int, float]) -> dict[str, object]:
     nodes_path, pods_path, policy, seed, tune = task
     cluster = load_nodes(Path(nodes_path))
     pods = load_pods(Path(pods_path))
-    res = simulate(cluster, pods, make_policy(policy), seed, tune_ratio=tune)
+    if policy == BATCHED:
+        res = simulate_batched(cluster, pods, seed, tune_ratio=tune)
+    else:
+        res = simulate(cluster, pods, make_policy(policy), seed, tune_ratio=tune)
     gpus = res.total_milli // 1000
     alloc130 = res.alloc_pct_at(130)
     row = {
@@ -69,8 +77,8 @@ def run_one(task: tuple[str, str, str, int, float]) -> dict[str, object]:
     return {"row": row, "curve": curve}
 
 
-def _bound_one(task: tuple[str, str, int, float]) -> dict[str, object]:
-    nodes_path, pods_path, seed, tune = task
+def _bound_one(task: tuple[str, str, int, float, float]) -> dict[str, object]:
+    nodes_path, pods_path, seed, tune, bucket_pct = task
     cluster = load_nodes(Path(nodes_path))
     pods = load_pods(Path(pods_path))
     total = sum(len(n.gpus) for n in cluster.nodes) * 1000
@@ -78,7 +86,7 @@ def _bound_one(task: tuple[str, str, int, float]) -> dict[str, object]:
     arrived = [pods[i] for i in order]
     pooled = allocation_upper_bound(cluster, arrived)
     per_gpu = pattern_upper_bound(cluster, arrived)
-    protocol = protocol_upper_bound(cluster, arrived)
+    protocol = protocol_upper_bound(cluster, arrived, bucket_pct)
     return {
         "trace": trace_name(Path(pods_path)),
         "seed": seed,
@@ -112,7 +120,9 @@ def run_all(spec: RunSpec) -> list[dict[str, object]]:
         bounds: list[dict[str, object]] = []
         if spec.bound:
             btasks = [
-                (str(spec.nodes), str(p), s, spec.tune_ratio) for p in spec.pods for s in spec.seeds
+                (str(spec.nodes), str(p), s, spec.tune_ratio, spec.bucket_pct)
+                for p in spec.pods
+                for s in spec.seeds
             ]
             bbar = tqdm(total=len(btasks), desc="upper bounds", unit="LP")
             for b in pool.imap_unordered(_bound_one, btasks):
