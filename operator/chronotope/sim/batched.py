@@ -6,8 +6,10 @@ arrivals (the same seeded sequence as the online runs) are cut into windows
 of `window` pods. Each window is first placed by the online policy in
 arrival order (`chronotope` unless told otherwise). If that places every pod
 of the window, it is kept: until the cluster fills up the batched row is the
-online policy itself. If some pod of the window fails, the window is rolled
-back and solved with CP-SAT over the state at the window's start:
+online policy itself. If some pod of the window that fitted somewhere at the window's
+start fails, the window is rolled back and solved with CP-SAT over the state
+at the window's start (if only pods that fitted nowhere fail, the online
+placement already places everything that can be, and is kept):
 
 - `on[j|node]` per pod and candidate node (the node the online policy chose,
   then the nodes with the least fragmentation growth, up to `candidates`),
@@ -15,7 +17,7 @@ back and solved with CP-SAT over the state at the window's start:
   against the node's fully free GPUs less those a share of the window opens;
   per-node CPU and memory;
 - objective, lexicographic by weights: GPU share placed, then pods placed,
-  then agreement with the online policy's node (so the solver only departs
+  then agreement with the online policy's node and share GPU (so the solver only departs
   from it where that places more);
 - the online placement is the hint, so the result is never worse than it
   within the window.
@@ -118,7 +120,9 @@ def solve_window(
             elif pod.milli > 0:
                 whole_use.setdefault(node, []).append((pod.num_gpus, y))
             if first == node:
-                objective.append((1, y))
+                # Agreement with the online choice: its node, and for a share its GPU.
+                same = gpu[j, node, online[1][0]] if pod.is_share and online else y
+                objective.append((1, same))
         if not ys:
             continue
         p = m.new_bool_var(f"placed[{j}]")
@@ -198,6 +202,9 @@ def simulate_batched(
     for lo in range(0, len(run.order), window):
         chunk = [run.specs[i] for i in run.order[lo : lo + window]]
         stats.windows += 1
+        # Nothing departs, so a pod that fits nowhere at the window's start fits nowhere
+        # later; if only such pods fail, the online placement already places all it can.
+        could = [len(state.feasible(spec)) > 0 for spec in chunk]
         choices: list[Choice | None] = []
         for spec in chunk:
             cand = state.feasible(spec)
@@ -208,7 +215,7 @@ def simulate_batched(
             state.assign(node, spec, gpus)
             frag.refresh(node)
             choices.append((node, gpus))
-        if None in choices:
+        if any(c is None and ok for c, ok in zip(choices, could, strict=True)):
             for spec, choice in reversed(list(zip(chunk, choices, strict=True))):
                 if choice is not None:
                     state.release(choice[0], spec, choice[1])
