@@ -6,7 +6,9 @@ Prints, on the openb cluster (../shared/data/openb):
 - online decision latency per pod (p50/p99) for FGD and chronotope, replaying
   the default trace, on 1,213 nodes and on 1/4 and 1/2 of them;
 - batch plan latency (p50/p95 over a few draws) for 50, 200 and 1,000 pending
-  pods drawn from the trace as single-pod gangs, on the full cluster.
+  pods drawn from the trace as single-pod gangs, on the full cluster, and for
+  200 pending on 1/4 and 1/2 of it (how it grows with cluster size); each on
+  the empty cluster and on the cluster 95 % allocated by FGD.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def online(
         float(np.percentile(c, 50)),
         float(np.percentile(c, 99)),
     )
+
+
+def part(cluster: ClusterSnapshot, frac: float) -> ClusterSnapshot:
+    """The first `frac` of the cluster's nodes (for how latency grows with size)."""
+    return ClusterSnapshot(nodes=cluster.nodes[: int(len(cluster.nodes) * frac)])
 
 
 def filled(cluster: ClusterSnapshot, pods: list, pct: float) -> ClusterSnapshot:
@@ -126,7 +133,7 @@ def main() -> None:
     pods = load_pods(args.pods)
     print("online decision latency per pod (ms), first 6,000 pods of a shuffled trace")
     for frac in () if args.batch_only else (0.25, 0.5, 1.0):
-        sub = ClusterSnapshot(nodes=cluster.nodes[: int(len(cluster.nodes) * frac)])
+        sub = part(cluster, frac)
         limit = int(6000 * frac)
         for policy in ("bestfit", "fgd", "chronotope"):
             p50, p99, c50, c99 = online(sub, pods, policy, limit)
@@ -134,14 +141,25 @@ def main() -> None:
                 f"  nodes={len(sub.nodes):5d} {policy:10s} wall p50={p50:.2f} p99={p99:.2f}"
                 f"  cpu p50={c50:.2f} p99={c99:.2f}"
             )
-    for label, snap in (
-        ("empty cluster", cluster),
-        ("cluster 95 % allocated by FGD (contended)", filled(cluster, pods, 95.0)),
-    ):
-        print(f"batch plan latency (s), single-pod gangs from the trace, {label}")
-        for count in (50, 200) if args.quick else (50, 200, 1000):
-            p50, p95, notes = batch(snap, pods, count, draws=5 if count < 1000 else 2)
-            print(f"  pending={count:5d} p50={p50:.2f} p95={p95:.2f}  (now+later/pending: {notes})")
+    for frac in (0.25, 0.5, 1.0):
+        sub = part(cluster, frac)
+        full = frac == 1.0
+        counts = (200,) if not full else (50, 200) if args.quick else (50, 200, 1000)
+        for label, snap in (
+            ("empty", sub),
+            ("95 % allocated by FGD (contended)", filled(sub, pods, 95.0)),
+        ):
+            print(
+                f"batch plan latency (s), single-pod gangs from the trace, "
+                f"{len(sub.nodes)} nodes, {label}"
+            )
+            for count in counts:
+                p50, p95, notes = batch(snap, pods, count, draws=5 if count < 1000 else 2)
+                print(
+                    f"  pending={count:5d} p50={p50:.2f} p95={p95:.2f}  (now+later/pending: ",
+                    end="",
+                )
+                print(f"{notes})")
 
 
 if __name__ == "__main__":
