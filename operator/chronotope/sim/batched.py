@@ -19,8 +19,8 @@ placement already places everything that can be, and is kept):
 - objective, lexicographic by weights: GPU share placed, then pods placed,
   then agreement with the online policy's node and share GPU (so the solver only departs
   from it where that places more);
-- the online placement is the hint, so the result is never worse than it
-  within the window.
+- the online placement is the hint, and is kept if the solver's is not at
+  least as good, so a window never places less GPU share than online would.
 
 A pod the window does not place fails for good, as online. Unlike online, the
 solver may leave out a pod that fits (an 810m share) for one that is worth
@@ -221,13 +221,15 @@ def simulate_batched(
                     state.release(choice[0], spec, choice[1])
                     frag.refresh(choice[0])
             before = sum(s.total_milli for s, c in zip(chunk, choices, strict=True) if c)
-            choices, _ = solve_window(
+            joint, _ = solve_window(
                 ctx, chunk, choices, candidates=candidates, time_limit_s=time_limit_s, seed=seed
             )
-            after = sum(s.total_milli for s, c in zip(chunk, choices, strict=True) if c)
+            after = sum(s.total_milli for s, c in zip(chunk, joint, strict=True) if c)
             stats.solved += 1
-            stats.improved += int(after > before)
-            stats.gained_milli += after - before
+            if after >= before:  # a solver stopped by its limit may not even reach the hint
+                choices = joint
+                stats.improved += int(after > before)
+                stats.gained_milli += after - before
             for spec, choice in zip(chunk, choices, strict=True):
                 if choice is not None:
                     state.assign(choice[0], spec, choice[1])

@@ -286,8 +286,7 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
             for a in alts:
                 if a.alt.gpu_model != model_name:
                     continue
-                slots = max(1, int(-(-a.alt.duration_s // settings.slot_s)))
-                if a.slot <= slot < a.slot + slots:
+                if a.slot <= slot < a.slot + _span(a, settings):
                     terms.append(a.workload.pod.total_gpu_milli * a.workload.replicas * a.var)
             if terms:
                 m.add(sum(terms) <= free_by_model[model_name])
@@ -307,6 +306,7 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
             gpu_vars=gpu_vars,
             used_vars=used_vars,
             opened_vars=opened_vars,
+            later=_defer_greedily(alts, picks, settings, free_by_model),
         )
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = settings.time_limit_s
@@ -478,6 +478,54 @@ def _counted(w: Workload) -> bool:
     return w.pod.num_gpus > 0 and w.pod.gpu_milli == MILLI and not w.pod.gpu_memory_mib
 
 
+def _span(a: _Alt, settings: BatchSettings) -> int:
+    """Slots an alternative occupies from its start slot."""
+    return max(1, int(-(-a.alt.duration_s // settings.slot_s)))
+
+
+def _defer_greedily(
+    alts: list[_Alt],
+    picks: dict[str, GreedyPick],
+    settings: BatchSettings,
+    free_by_model: dict[str, int],
+) -> set[int]:
+    """Later-start alternatives for the workloads the greedy pass did not start now.
+
+    Most valuable first, each takes its best later alternative whose model still
+    has GPU share in every slot it spans (the per-model reservation of `plan`,
+    counting what the greedy pass started now). On a contended cluster most
+    pending work is deferred; hinting none of it left CP-SAT a hint worth a
+    quarter of the optimum and seconds of search (docs/solver.md). Returns the
+    ids of the chosen alternatives.
+    """
+    use: dict[tuple[str, int], int] = defaultdict(int)
+
+    def demand(a: _Alt) -> int:
+        return a.workload.pod.total_gpu_milli * a.workload.replicas
+
+    for a in alts:
+        pick = picks.get(a.workload.name)
+        if a.slot == 0 and pick is not None and pick.gpu_model == a.alt.gpu_model:
+            for t in range(_span(a, settings)):
+                use[a.alt.gpu_model, t] += demand(a)
+    later: dict[str, list[_Alt]] = defaultdict(list)
+    for a in alts:
+        if a.slot > 0 and a.workload.name not in picks:
+            later[a.workload.name].append(a)
+    chosen: set[int] = set()
+    order = sorted(later.values(), key=lambda opts: -max(a.value for a in opts))
+    for opts in order:
+        for a in sorted(opts, key=lambda x: -x.value):
+            window = range(a.slot, min(a.slot + _span(a, settings), settings.horizon_slots))
+            cap = free_by_model.get(a.alt.gpu_model, 0)
+            if all(use[a.alt.gpu_model, t] + demand(a) <= cap for t in window):
+                for t in window:
+                    use[a.alt.gpu_model, t] += demand(a)
+                chosen.add(id(a))
+                break
+    return chosen
+
+
 def _apply_greedy(
     m: Any,
     *,
@@ -488,8 +536,9 @@ def _apply_greedy(
     gpu_vars: dict[tuple[str, str, int], Any],
     used_vars: dict[tuple[str, str], Any],
     opened_vars: dict[tuple[str, int], Any],
+    later: set[int],
 ) -> None:
-    """Hint the greedy placement (a complete feasible solution) to CP-SAT."""
+    """Hint the greedy placement and deferrals (a complete feasible solution) to CP-SAT."""
     on_hint: set[tuple[str, str]] = set()
     gpu_hint: set[tuple[str, str, int]] = set()
     used_hint: set[tuple[str, str]] = set()
@@ -507,7 +556,8 @@ def _apply_greedy(
                     opened_hint.add((node.name, node.gpus[g].index))
     chosen = {name: pick.gpu_model for name, pick in picks.items()}
     for a in alts:
-        m.add_hint(a.var, int(a.slot == 0 and chosen.get(a.workload.name) == a.alt.gpu_model))
+        now = a.slot == 0 and chosen.get(a.workload.name) == a.alt.gpu_model
+        m.add_hint(a.var, int(now or id(a) in later))
     for key2, var in on_vars.items():
         m.add_hint(var, int(key2 in on_hint))
     for key3, var in gpu_vars.items():

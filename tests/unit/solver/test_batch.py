@@ -123,6 +123,18 @@ def test_waits_for_the_better_gpu_rather_than_running_slowly_now() -> None:
     assert {d.gpu_model for d in p.deferred} == {"A100"}
 
 
+def test_a_queue_longer_than_the_cluster_is_spread_over_later_slots() -> None:
+    # One node, two GPUs, six one-slot jobs: two start now and two in each later
+    # slot, within each slot's GPU share (the warm start defers them the same way).
+    snap = _cluster(n=1, gpus=2)
+    wl = [_gang(f"q{i}", 1, default_duration_s=600) for i in range(6)]
+    p = plan(snap, wl, BatchSettings(time_limit_s=1.0, seed=1, horizon_slots=3))
+    _check(snap, wl, p)
+    assert len(p.chosen) == 2
+    assert sorted(d.start_s for d in p.deferred) == [600.0, 600.0, 1200.0, 1200.0]
+    assert p.unplaced == ()
+
+
 def test_same_rack_and_warm_start_and_preemption_candidates() -> None:
     snap = _cluster(n=4, gpus=2, rack_of=2)
     wl = [_gang("ring", 4, same_topology="rack")]
