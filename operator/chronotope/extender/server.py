@@ -81,7 +81,10 @@ def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:
 
     async def filter_(request: web.Request) -> web.StreamResponse:
         args = wire.parse_extender_args(await _json(request))
-        out = service.filter(args.pod, args.node_names)
+        # Off the event loop: a filter may wait for an earlier pod's bind, which this
+        # same loop has to receive.
+        loop = asyncio.get_running_loop()
+        out = await loop.run_in_executor(None, service.filter, args.pod, args.node_names)
         metrics.decisions.labels("filter", "fits" if out.passed else "none").inc()
         return web.json_response(
             wire.filter_result(out.passed, out.failed, out.unresolvable, out.error)

@@ -3,7 +3,11 @@
 `ExtenderService` answers kube-scheduler's filter, prioritize and bind calls.
 Filter and prioritize only read the ledger (microseconds, under one lock);
 bind chooses the GPUs and holds them in the ledger *before* any API call
-(assume), so a concurrent filter or bind already sees them taken, then asks
+(assume), so a concurrent filter or bind already sees them taken. kube-scheduler
+binds asynchronously: it starts the next pod's cycle while the previous pod's
+bind is still on its way, so a filter first waits (up to `inflight_wait_s`)
+until every other GPU pod that passed filter has reached bind and its GPUs are
+assumed; otherwise two shares that belong on one GPU each open a GPU. It asks
 the binder to write the assignment and the Binding, and forgets the
 assumption if that fails. Node and pod events from the watch-fed cache keep
 the ledger true; on restart the ledger is rebuilt from bound pods' assignment
@@ -71,6 +75,14 @@ class ExtenderService:
     """resourceVersion of the pod kube-scheduler sent to filter: the binder's precondition."""
     _scores: dict[str, dict[str, int]] = field(default_factory=dict)
     """Scores of the nodes the last filter passed, per pod: prioritize only looks them up."""
+    inflight_wait_s: float = 1.0
+    """How long a filter waits for other pods between filter and bind (then gives up on them)."""
+    _inflight: dict[str, float] = field(default_factory=dict)
+    """GPU pods that passed filter and whose bind has not assumed GPUs yet -> give-up time."""
+    _settled: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._settled = threading.Condition(self._lock)
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
@@ -88,6 +100,46 @@ class ExtenderService:
             self._versions[key] = str(version)
         if req is None:
             return FilterOutcome(list(node_names), {}, {})
+        with self._lock:
+            self._await_inflight(key)
+        outcome = self._filter_gpu(key, req, gang, plan, node_names)
+        with self._lock:
+            # A gang member's GPUs are already held by its gang's reservation.
+            reserved = gang is not None and self.gangs.allowed_nodes(gang, key) is not None
+            if outcome.passed and not reserved:
+                self._inflight[key] = time.monotonic() + self.inflight_wait_s
+        return outcome
+
+    def _await_inflight(self, key: str) -> None:
+        """Wait (lock held; released while waiting) till no other pod is between filter and bind."""
+        while True:
+            now = time.monotonic()
+            for other, give_up in list(self._inflight.items()):
+                if other != key and give_up <= now:
+                    del self._inflight[other]
+                    log.info(
+                        "no bind came for %s within %.1fs; filtering on",
+                        other,
+                        self.inflight_wait_s,
+                    )
+            waits = [t - now for k, t in self._inflight.items() if k != key]
+            if not waits:
+                return
+            self._settled.wait(timeout=min(waits))
+
+    def _settle(self, key: str) -> None:
+        """The pod reached bind (its GPUs are assumed) or left: filters may go on (lock held)."""
+        if self._inflight.pop(key, None) is not None:
+            self._settled.notify_all()
+
+    def _filter_gpu(
+        self,
+        key: str,
+        req: GpuRequest,
+        gang: Gang | None,
+        plan: Plan | None,
+        node_names: list[str],
+    ) -> FilterOutcome:
         if plan is not None:
             self._plans[key] = plan
             return self._filter_planned(plan, req, node_names)
@@ -217,13 +269,15 @@ class ExtenderService:
                 return f"cannot read pod {key}: {exc}"
         gang = self._gang_of.get(key)
         assignment = None
-        if req is not None:
-            with self._lock:
+        with self._lock:
+            self._settle(key)  # below, under the same lock hold, its GPUs are assumed
+            if req is not None:
                 if gang is not None and not self.gangs.claim(self.ledger, gang, key, node):
                     return f"gang {gang.key} holds no slot on {node}"
                 plan = self._plans.get(key)
                 gpus = plan.gpus if plan is not None and plan.node == node else None
                 choice = self.ledger.assume(key, node, req, self.clock(), gpus)
+        if req is not None:
             if isinstance(choice, NoFit):
                 return f"node {node} can no longer take {key}: {choice.message}"
             assignment = _assignment(node, choice, req)
@@ -284,6 +338,7 @@ class ExtenderService:
         spec = pod.get("spec") or {}
         with self._lock:
             if event == "DELETED" or status.get("phase") in DONE_PHASES:
+                self._settle(key)
                 self.ledger.forget(key)
                 self._requests.pop(key, None)
                 self._plans.pop(key, None)

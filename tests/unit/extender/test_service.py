@@ -229,3 +229,33 @@ def test_prioritize_uses_the_scores_of_its_filter(
     assert scores["v"] > scores["a"]  # 2 of 4 V100s left beats 6 of 8 A100s
     svc.prioritize(p, ["a", "v"])  # a second call (no filter before it) refits
     assert sorted(calls) == ["a", "v"]
+
+
+def test_filter_waits_for_the_bind_of_the_pod_filtered_before_it() -> None:
+    # kube-scheduler binds asynchronously and starts the next pod's cycle at once.
+    # If the second share were scored before the first one's GPUs are assumed, it
+    # would open a second GPU instead of packing onto the first one's.
+    svc = service(Recorder())
+    first, second = pod("s1", share=(40, 6000)), pod("s2", share=(40, 6000))
+    nodes = ["a", "t", "v"]
+    assert svc.filter(first, nodes).passed == nodes
+    done: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: done.update(out=svc.filter(second, nodes)))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # held until s1's bind arrives
+    assert svc.bind("ns", "s1", "uid-1", "v") == ""
+    waiter.join(2.0)
+    assert not waiter.is_alive()
+    scores = svc.prioritize(second, done["out"].passed)
+    assert max(scores, key=lambda n: scores[n]) == "v"  # packs onto s1's GPU
+
+
+def test_filter_gives_up_on_a_pod_whose_bind_never_comes() -> None:
+    svc = service(Recorder())
+    svc.inflight_wait_s = 0.1
+    nodes = ["a", "t", "v"]
+    assert svc.filter(pod("lost", gpus=1), nodes).passed == nodes
+    assert svc.filter(pod("next", gpus=1), nodes).passed == nodes  # after 0.1 s, not forever
+    svc.on_pod("DELETED", pod("next", gpus=1))  # a deleted pod stops holding filters up
+    assert svc.filter(pod("third", gpus=1), nodes).passed == nodes
