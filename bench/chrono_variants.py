@@ -26,8 +26,9 @@ from chronotope.solver.policies import Fgd, Policy
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "openb"
 
 VARIANTS: dict[str, dict[str, str]] = {
-    "short": {"cpu_rule": "short", "share_gpu": "fgd"},  # the kept policy
+    "short": {"cpu_rule": "short", "share_gpu": "fgd"},  # the policy before usable
     "zero": {"cpu_rule": "zero", "share_gpu": "fgd"},  # the policy before short
+    "usable": {"cpu_rule": "usable", "share_gpu": "fgd"},  # the kept policy
     "previous": {"cpu_rule": "idle", "share_gpu": "tight"},  # the policy before zero
     "cpu_fgd": {"cpu_rule": "fgd", "share_gpu": "tight"},
     "share_fgd": {"cpu_rule": "idle", "share_gpu": "fgd"},

@@ -52,13 +52,25 @@ def test_cpu_pod_goes_to_a_node_whose_gpus_are_all_taken() -> None:
 
 def test_cpu_pod_keeps_fgd_node_while_its_cpu_is_ample() -> None:
     # With 64 cores "a" keeps 48 after the pod, more than its two idle GPUs
-    # need, so rule "short" stays with FGD; rule "zero" still moves the pod.
+    # need, so the kept rule stays with FGD; rule "zero" still moves the pod.
     nodes = [_node("a", (1000, 1000)), _node("b", (0, 0))]
     ctx = _ctx(nodes, MIX)
     cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
     cand = ctx.state.feasible(cpu)
     assert Chronotope().choose(ctx, cpu, cand) == Fgd().choose(ctx, cpu, cand) == (0, ())
     assert Chronotope(cpu_rule="zero").choose(ctx, cpu, cand) == (1, ())
+
+
+def test_dead_holes_need_no_cpu() -> None:
+    # "a" has only 60m holes (no typical pod fits one): draining its CPU strands
+    # nothing, so the pod stays with FGD; rule "short" counted the holes as idle
+    # GPUs short of CPU and moved it.
+    nodes = [_node("a", (60, 60), cpu=16500), _node("b", (0, 0))]
+    ctx = _ctx(nodes, MIX)
+    cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
+    cand = ctx.state.feasible(cpu)
+    assert Chronotope().choose(ctx, cpu, cand) == Fgd().choose(ctx, cpu, cand) == (0, ())
+    assert Chronotope(cpu_rule="short").choose(ctx, cpu, cand) == (1, ())
 
 
 def test_cpu_pod_keeps_fgd_choice_without_a_full_node() -> None:
