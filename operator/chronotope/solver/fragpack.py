@@ -29,8 +29,9 @@ This gains where CPU is what strands GPUs (+0.41 pp on `gpuspec10`, +0.15 on
 Deviating only when the CPU is short perturbs that trajectory less than
 deviating for every CPU-only pod (rule "zero"), and not counting dead holes
 (rule "usable", the default) less than counting all idle share (rule
-"short", which moved 939 CPU pods away from 30m-60m holes on one
-`gpushare20` seed and ended 0.10 below FGD there).
+"short", which moved 939 CPU pods on one `gpushare20` seed, mostly away
+from nodes whose only idle share was 30m-60m holes, and ended 0.10 below FGD
+there).
 Variants kept for measurement (`bench/chrono_variants.py`): `cpu_rule="short"`,
 `"zero"` (always prefer a node with no idle GPU), `"idle"` (least idle GPU share: more
 on `default`, below FGD on `cpu100`), `"dead"` (nodes whose idle share is all
