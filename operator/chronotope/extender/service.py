@@ -108,6 +108,8 @@ class ExtenderService:
             reserved = gang is not None and self.gangs.allowed_nodes(gang, key) is not None
             if outcome.passed and not reserved:
                 self._inflight[key] = time.monotonic() + self.inflight_wait_s
+            else:  # a retry that no longer fits holds nobody up
+                self._settle(key)
         return outcome
 
     def _await_inflight(self, key: str) -> None:
