@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from chronotope.sim.cli import parse_seeds
 from chronotope.sim.engine import simulate
 from chronotope.sim.openb import load_nodes, load_pods
 from chronotope.solver.fragpack import Chronotope
@@ -47,17 +48,6 @@ def make(name: str) -> Policy:
     return Chronotope(cpu_rule=cfg["cpu_rule"], share_gpu=cfg["share_gpu"])
 
 
-def seeds_of(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            a, b = part.split("-")
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", default="default")
@@ -80,7 +70,7 @@ def main() -> None:
             w.writerow(["trace", "variant", "seed", "alloc130"])
         for trace in args.traces.split(","):
             pods = load_pods(DATA / f"openb_pod_list_{trace}.csv")
-            for seed in seeds_of(args.seeds):
+            for seed in parse_seeds(args.seeds):
                 for v in args.variants.split(","):
                     if v == "fgd" and (trace, v, seed) in res:
                         continue
@@ -94,7 +84,7 @@ def main() -> None:
     by: dict[tuple[str, str], list[float]] = defaultdict(list)
     for trace in args.traces.split(","):
         for v in args.variants.split(","):
-            for seed in seeds_of(args.seeds):
+            for seed in parse_seeds(args.seeds):
                 f = res.get((trace, "fgd", seed))
                 x = res.get((trace, v, seed))
                 if f is not None and x is not None:

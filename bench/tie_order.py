@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chronotope.sim.cli import parse_seeds
 from chronotope.sim.engine import TieOrder, reference_rank, simulate
 from chronotope.sim.openb import load_nodes, load_pods
 from chronotope.sim.runner import make_policy
@@ -105,11 +106,6 @@ def run(task: tuple[str, str, str, int]) -> tuple[str, str, str, int, float]:
     return trace, policy, model, seed, res.alloc_pct_at(130)
 
 
-def seeds_of(text: str) -> list[int]:
-    a, _, b = text.partition("-")
-    return list(range(int(a), int(b or a) + 1))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", default="gpushare40")
@@ -123,7 +119,7 @@ def main() -> None:
         for t in args.traces.split(",")
         for p in args.policies.split(",")
         for m in args.models.split(",")
-        for s in seeds_of(args.seeds)
+        for s in parse_seeds(args.seeds)
     ]
     got: dict[tuple[str, str, str], list[float]] = {}
     t0 = time.time()
