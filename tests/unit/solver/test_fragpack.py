@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 from chronotope.solver.frag import FragModel, FragTracker, typical_pods
 from chronotope.solver.fragpack import Chronotope
 from chronotope.solver.model import ClusterSnapshot, Gpu, Node, PodRequest
-from chronotope.solver.policies import Context, Fgd
+from chronotope.solver.policies import Choice, Context, Fgd, Policy
 from chronotope.solver.state import ClusterState
 
 
@@ -29,6 +31,14 @@ def _ctx(nodes: list[Node], pods: list[PodRequest]) -> Context:
     return Context(state=state, frag=frag, rng=np.random.default_rng(0))
 
 
+def _cpu_pod_on(nodes: list[Node]) -> Callable[[Policy], Choice]:
+    """Where a policy puts a 16-core CPU-only pod on these nodes (typical pods: MIX)."""
+    ctx = _ctx(nodes, MIX)
+    cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
+    cand = ctx.state.feasible(cpu)
+    return lambda policy: policy.choose(ctx, cpu, cand)
+
+
 MIX = [
     PodRequest(name="s", cpu_milli=4000, num_gpus=1, gpu_milli=500),
     PodRequest(name="w", cpu_milli=8000, num_gpus=1, gpu_milli=1000),
@@ -42,23 +52,19 @@ def test_cpu_pod_goes_to_a_node_whose_gpus_are_all_taken() -> None:
     # cores per GPU (MIX: 6 cores per 0.75 GPU), so chronotope spends the CPU
     # on "b", whose GPUs are all taken.
     nodes = [_node("a", (1000, 1000), cpu=30000), _node("b", (0, 0))]
-    ctx = _ctx(nodes, MIX)
-    cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
-    cand = ctx.state.feasible(cpu)
-    assert Fgd().choose(ctx, cpu, cand) == (0, ())
-    assert Chronotope().choose(ctx, cpu, cand) == (1, ())
-    assert Chronotope(cpu_rule="fgd").choose(ctx, cpu, cand) == (0, ())
+    where = _cpu_pod_on(nodes)
+    assert where(Fgd()) == (0, ())
+    assert where(Chronotope()) == (1, ())
+    assert where(Chronotope(cpu_rule="fgd")) == (0, ())
 
 
 def test_cpu_pod_keeps_fgd_node_while_its_cpu_is_ample() -> None:
     # With 64 cores "a" keeps 48 after the pod, more than its two idle GPUs
     # need, so the kept rule stays with FGD; rule "zero" still moves the pod.
     nodes = [_node("a", (1000, 1000)), _node("b", (0, 0))]
-    ctx = _ctx(nodes, MIX)
-    cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
-    cand = ctx.state.feasible(cpu)
-    assert Chronotope().choose(ctx, cpu, cand) == Fgd().choose(ctx, cpu, cand) == (0, ())
-    assert Chronotope(cpu_rule="zero").choose(ctx, cpu, cand) == (1, ())
+    where = _cpu_pod_on(nodes)
+    assert where(Chronotope()) == where(Fgd()) == (0, ())
+    assert where(Chronotope(cpu_rule="zero")) == (1, ())
 
 
 def test_dead_holes_need_no_cpu() -> None:
@@ -66,19 +72,15 @@ def test_dead_holes_need_no_cpu() -> None:
     # nothing, so the pod stays with FGD; rule "short" counted the holes as idle
     # GPUs short of CPU and moved it.
     nodes = [_node("a", (60, 60), cpu=16500), _node("b", (0, 0))]
-    ctx = _ctx(nodes, MIX)
-    cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
-    cand = ctx.state.feasible(cpu)
-    assert Chronotope().choose(ctx, cpu, cand) == Fgd().choose(ctx, cpu, cand) == (0, ())
-    assert Chronotope(cpu_rule="short").choose(ctx, cpu, cand) == (1, ())
+    where = _cpu_pod_on(nodes)
+    assert where(Chronotope()) == where(Fgd()) == (0, ())
+    assert where(Chronotope(cpu_rule="short")) == (1, ())
 
 
 def test_cpu_pod_keeps_fgd_choice_without_a_full_node() -> None:
     nodes = [_node("a", (1000, 1000)), _node("b", (500, 0))]
-    ctx = _ctx(nodes, MIX)
-    cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
-    cand = ctx.state.feasible(cpu)
-    assert Chronotope().choose(ctx, cpu, cand) == Fgd().choose(ctx, cpu, cand)
+    where = _cpu_pod_on(nodes)
+    assert where(Chronotope()) == where(Fgd())
 
 
 def test_unknown_rule_is_rejected() -> None:
