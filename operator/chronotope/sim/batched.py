@@ -92,6 +92,8 @@ def solve_window(
     m = cp_model.CpModel()
     on: dict[tuple[int, int], Any] = {}
     gpu: dict[tuple[int, int, int], Any] = {}
+    gpus_of: dict[tuple[int, int], list[tuple[int, Any]]] = {}
+    """(pod, node) -> its share's GPU variables there, for reading the solution."""
     cpu_use: dict[int, list[tuple[int, Any]]] = {}
     mem_use: dict[int, list[tuple[int, Any]]] = {}
     whole_use: dict[int, list[tuple[int, Any]]] = {}
@@ -114,6 +116,7 @@ def solve_window(
                 for fit in np.flatnonzero(st.gpu_left[node] >= pod.milli):
                     z = m.new_bool_var(f"gpu[{j}|{st.names[node]}|{fit}]")
                     gpu[j, node, int(fit)] = z
+                    gpus_of.setdefault((j, node), []).append((int(fit), z))
                     share_use.setdefault((node, int(fit)), []).append((pod.milli, z))
                     zs.append(z)
                 m.add(sum(zs) == y)
@@ -160,9 +163,7 @@ def solve_window(
     out: list[Choice | None] = [None] * len(pods)
     for (j, node), y in on.items():
         if solver.value(y):
-            gpus = tuple(
-                g for (jj, n, g), z in gpu.items() if jj == j and n == node and solver.value(z)
-            )
+            gpus = tuple(g for g, z in gpus_of.get((j, node), ()) if solver.value(z))
             out[j] = (node, gpus)
     # Whole-GPU pods take fully free GPUs that no share of the window opened.
     taken: dict[int, set[int]] = {}
