@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from chronotope.solver.online import POLICY_NAMES
 
 __all__ = ["add_parser"]
 
@@ -25,6 +28,12 @@ def add_parser(sub: Any) -> None:
         default=60.0,
         help="seconds to wait for the first list of nodes and pods",
     )
+    parser.add_argument(
+        "--policy",
+        default="chronotope",
+        choices=POLICY_NAMES,
+        help="online placement policy (the one `chronotope simulate openb` measures)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -33,14 +42,24 @@ def _run(args: argparse.Namespace) -> int:
 
     from chronotope.extender.server import Metrics, build_app
     from chronotope.extender.service import ExtenderService
-    from chronotope.kube.binder import Binder, fetch_pod
+    from chronotope.kube.binder import Binder, fetch_pod, post_pod_event
     from chronotope.kube.client import connect, core_v1
     from chronotope.kube.informer import Informer, Resource
+    from chronotope.solver.online import make_policy
 
     api = connect(args.kubeconfig)
     binder = Binder(api)
+    events = ThreadPoolExecutor(1, thread_name_prefix="events")
+
+    def post_event(key: str, reason: str, message: str) -> None:
+        # on a worker thread: never an API call inside a filter
+        events.submit(post_pod_event, api, key, reason, message)
+
     service = ExtenderService(
-        bind_fn=binder.bind, fetch_pod=lambda ns, name: fetch_pod(api, ns, name)
+        bind_fn=binder.bind,
+        fetch_pod=lambda ns, name: fetch_pod(api, ns, name),
+        policy=make_policy(args.policy),
+        event_fn=post_event,
     )
     binder.runs_plugin = service.runs_plugin  # from the watch-fed cache, not a read per bind
     core = core_v1(api)
@@ -56,9 +75,10 @@ def _run(args: argparse.Namespace) -> int:
         log.error("could not list nodes and pods within %.0fs", args.sync_timeout)
         return 1
     log.info(
-        "cache synced: %d nodes, %d GPU holdings; listening on %s:%d",
-        len(service.ledger.nodes),
-        len(service.ledger.holdings),
+        "cache synced: %d nodes, %d holdings; policy %s; listening on %s:%d",
+        len(service.cache.nodes),
+        len(service.cache.holdings),
+        args.policy,
         args.host,
         args.port,
     )
@@ -71,4 +91,5 @@ def _run(args: argparse.Namespace) -> int:
         handle_signals=True,
     )
     informer.stop()
+    events.shutdown(wait=False)
     return 0

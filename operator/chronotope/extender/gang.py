@@ -4,7 +4,7 @@ kube-scheduler places pods one at a time, so a gang (the workers of one
 training job) could end half-bound, holding GPUs while it waits for the rest
 (the classic gang-scheduling deadlock). The extender prevents that: when the
 first member of a gang is filtered, the whole gang's placement is reserved in
-the ledger (synthetic holdings, one per member slot) or nothing is; members
+the cluster cache (synthetic holdings, one per member slot) or nothing is; members
 then pass the filter only on nodes where the gang holds a slot, and binding a
 member turns its slot into the pod's own holding. A reservation whose members
 do not all arrive expires and is released.
@@ -14,7 +14,7 @@ and annotation `chronotope.dev/pod-group-size` (how many members), optional
 `chronotope.dev/placement-strategy`: Pack (default), Spread, StrictPack,
 StrictSpread (Ray's placement-group strategies).
 
-Pure: plain values and the ledger.
+Pure: plain values and the cluster cache.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from chronotope.extender.ledger import GpuRequest, Ledger, NoFit
+from chronotope.solver.cache import ClusterCache, NoFit
+from chronotope.solver.model import PodRequest
 
 __all__ = [
     "GANG_LABEL",
@@ -113,7 +114,7 @@ class GangBook:
         return {res.slots[i] for i in res.free_slots()}
 
     def reserve(
-        self, ledger: Ledger, gang: Gang, req: GpuRequest, candidates: list[str], now: float
+        self, cache: ClusterCache, gang: Gang, req: PodRequest, candidates: list[str], now: float
     ) -> str | None:
         """Reserve every missing member's GPUs, or nothing; returns why not, or None on success."""
         needed = gang.size - len(self.members_bound.get(gang.key, set()))
@@ -121,23 +122,23 @@ class GangBook:
             return None
         res = Reservation(gang, [], expires_at=now + self.ttl_s)
         for i in range(needed):
-            node = self._pick(ledger, res, req, candidates)
-            if node is None or isinstance(ledger.assume(res.slot_key(i), node, req, now), NoFit):
-                self._release(ledger, res)
+            node = self._pick(cache, res, req, candidates)
+            if node is None or isinstance(cache.assume(res.slot_key(i), node, req, now), NoFit):
+                self._release(cache, res)
                 return (
                     f"gang {gang.key} ({gang.strategy.value}) needs {needed} member(s) with "
-                    f"{req.describe()} each; only {i} can be placed now"
+                    f"{req.describe_gpus()} each; only {i} can be placed now"
                 )
             res.slots.append(node)
-        ledger_hold_forever(ledger, res)
+        hold_for_reservation(cache, res)
         self.reservations[gang.key] = res
         return None
 
     def _pick(
-        self, ledger: Ledger, res: Reservation, req: GpuRequest, candidates: list[str]
+        self, cache: ClusterCache, res: Reservation, req: PodRequest, candidates: list[str]
     ) -> str | None:
         used = set(res.slots)
-        fitting = [n for n in candidates if not isinstance(ledger.fit(n, req), NoFit)]
+        fitting = [n for n in candidates if not isinstance(cache.fit(n, req), NoFit)]
         strategy = res.gang.strategy
         if strategy is Strategy.STRICT_SPREAD:
             fitting = [n for n in fitting if n not in used]
@@ -147,10 +148,10 @@ class GangBook:
             return None
         if strategy in (Strategy.PACK, Strategy.STRICT_PACK):
             # stay on nodes the gang already uses, else the one with most free GPUs
-            return max(fitting, key=lambda n: (n in used, len(ledger.nodes[n].free_whole()), n))
-        return max(fitting, key=lambda n: (n not in used, len(ledger.nodes[n].free_whole()), n))
+            return max(fitting, key=lambda n: (n in used, cache.free_whole(n), n))
+        return max(fitting, key=lambda n: (n not in used, cache.free_whole(n), n))
 
-    def claim(self, ledger: Ledger, gang: Gang, pod_key: str, node: str) -> bool:
+    def claim(self, cache: ClusterCache, gang: Gang, pod_key: str, node: str) -> bool:
         """Turn a slot on `node` into room for this member (the caller then assumes the pod)."""
         res = self.reservations.get(gang.key)
         if res is None:
@@ -163,19 +164,19 @@ class GangBook:
                 return False
             slot = free[0]
             res.claimed[pod_key] = slot
-        ledger.forget(res.slot_key(slot))
+        cache.forget(res.slot_key(slot))
         return True
 
     def unclaim(
-        self, ledger: Ledger, gang: Gang, pod_key: str, req: GpuRequest, now: float
+        self, cache: ClusterCache, gang: Gang, pod_key: str, req: PodRequest, now: float
     ) -> None:
         """A member's bind failed: hold its slot again for the next try."""
         res = self.reservations.get(gang.key)
         if res is None or pod_key not in res.claimed:
             return
         slot = res.claimed.pop(pod_key)
-        if not isinstance(ledger.assume(res.slot_key(slot), res.slots[slot], req, now), NoFit):
-            ledger.confirm(res.slot_key(slot))
+        if not isinstance(cache.assume(res.slot_key(slot), res.slots[slot], req, now), NoFit):
+            cache.confirm(res.slot_key(slot))
 
     def bound(self, gang: Gang, pod_key: str) -> None:
         self.members_bound.setdefault(gang.key, set()).add(pod_key)
@@ -187,26 +188,26 @@ class GangBook:
         ):
             del self.reservations[gang.key]
 
-    def forget_member(self, ledger: Ledger, gang: Gang, pod_key: str) -> None:
+    def forget_member(self, cache: ClusterCache, gang: Gang, pod_key: str) -> None:
         self.members_bound.get(gang.key, set()).discard(pod_key)
         res = self.reservations.get(gang.key)
         if res is not None:
             res.claimed.pop(pod_key, None)
 
-    def expire(self, ledger: Ledger, now: float) -> list[str]:
+    def expire(self, cache: ClusterCache, now: float) -> list[str]:
         stale = [k for k, r in self.reservations.items() if r.expires_at <= now]
         for key in stale:
-            self._release(ledger, self.reservations.pop(key))
+            self._release(cache, self.reservations.pop(key))
         return stale
 
     @staticmethod
-    def _release(ledger: Ledger, res: Reservation) -> None:
+    def _release(cache: ClusterCache, res: Reservation) -> None:
         for i in range(len(res.slots)):
             if i not in res.claimed.values():
-                ledger.forget(res.slot_key(i))
+                cache.forget(res.slot_key(i))
 
 
-def ledger_hold_forever(ledger: Ledger, res: Reservation) -> None:
-    """Slots live as long as their reservation, not the ledger's assume TTL."""
+def hold_for_reservation(cache: ClusterCache, res: Reservation) -> None:
+    """Slots live as long as their reservation, not the cache's assume TTL."""
     for i in range(len(res.slots)):
-        ledger.confirm(res.slot_key(i))
+        cache.confirm(res.slot_key(i))

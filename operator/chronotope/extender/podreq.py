@@ -22,8 +22,9 @@ from chronotope.api.annotations import (
     AnnotationError,
     parse_gpu_share,
 )
-from chronotope.extender.ledger import MILLI, GpuRequest
+from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
+from chronotope.solver.model import MILLI, PodRequest
 
 __all__ = [
     "GPU_MODELS_ANNOTATION",
@@ -37,6 +38,8 @@ __all__ = [
     "PodRequestError",
     "planned",
     "pod_gpu_request",
+    "pod_key",
+    "pod_resources",
 ]
 
 SHARE_MEMORY_ANNOTATION = GPU_MEMORY_MIB
@@ -72,18 +75,60 @@ def _limits(pod: Mapping[str, Any], resource: str) -> int:
     return total
 
 
-def pod_gpu_request(pod: Mapping[str, Any]) -> GpuRequest | None:
-    """The pod's GPU request, or None for a pod that asks for no GPU."""
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """ "namespace/name", the key the cache holds a pod under."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def pod_resources(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """The pod's CPU (milli) and memory (MiB) requests, as kube-scheduler sums them.
+
+    Containers add up; an init container runs alone, so the pod needs the larger
+    of that sum and the largest init container. A container that states only
+    limits requests its limits (the API server's default).
+    """
+    spec = pod.get("spec") or {}
+
+    def one(container: Mapping[str, Any]) -> tuple[int, int]:
+        res = container.get("resources") or {}
+        asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        where = f"containers[{container.get('name', '?')}].resources"
+        try:
+            cpu = cpu_milli(asked["cpu"]) if "cpu" in asked else 0
+            mem = memory_mib(asked["memory"]) if "memory" in asked else 0
+        except QuantityError as exc:
+            raise PodRequestError(f"{where}: {exc}") from None
+        return cpu, mem
+
+    running = [one(c) for c in spec.get("containers") or []]
+    init = [one(c) for c in spec.get("initContainers") or []]
+    cpu = max(sum(c for c, _ in running), max((c for c, _ in init), default=0))
+    mem = max(sum(m for _, m in running), max((m for _, m in init), default=0))
+    return cpu, mem
+
+
+def pod_gpu_request(pod: Mapping[str, Any]) -> PodRequest | None:
+    """The pod's request (GPUs, CPU, memory), or None for a pod that asks for no GPU."""
     annotations: Mapping[str, str] = pod.get("metadata", {}).get("annotations") or {}
     whole = _limits(pod, GPU_RESOURCE)
     shares = _limits(pod, SHARE_RESOURCE)
     models = _models(pod, annotations)
     if whole and shares:
         raise PodRequestError(f"a pod asks for either {GPU_RESOURCE} or {SHARE_RESOURCE}, not both")
-    if whole:
-        return GpuRequest(count=whole, models=models)
-    if not shares:
+    if not whole and not shares:
         return None
+    cpu, mem = pod_resources(pod)
+    key = pod_key(pod)
+    if whole:
+        return PodRequest(
+            name=key,
+            cpu_milli=cpu,
+            memory_mib=mem,
+            num_gpus=whole,
+            gpu_milli=MILLI,
+            gpu_models=models,
+        )
     if shares != 1:
         raise PodRequestError(f"{SHARE_RESOURCE}: a pod shares exactly one GPU, asked {shares}")
     try:
@@ -94,11 +139,14 @@ def pod_gpu_request(pod: Mapping[str, Any]) -> GpuRequest | None:
         raise PodRequestError(
             f"metadata.annotations[{SHARE_MEMORY_ANNOTATION}] is required for a GPU share"
         )
-    return GpuRequest(
-        count=1,
-        share_milli=share.compute_percent * MILLI // 100,
-        memory_mib=share.memory_mib,
-        models=models,
+    return PodRequest(
+        name=key,
+        cpu_milli=cpu,
+        memory_mib=mem,
+        num_gpus=1,
+        gpu_milli=share.compute_percent * MILLI // 100,
+        gpu_memory_mib=share.memory_mib,
+        gpu_models=models,
     )
 
 

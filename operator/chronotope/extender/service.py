@@ -1,17 +1,21 @@
-"""The extender's decisions, tied to the live ledger and a binder.
+"""The extender's decisions, on the one cluster model, with the policy the simulator measures.
 
 `ExtenderService` answers kube-scheduler's filter, prioritize and bind calls.
-Filter and prioritize only read the ledger (microseconds, under one lock);
-bind chooses the GPUs and holds them in the ledger *before* any API call
-(assume), so a concurrent filter or bind already sees them taken. kube-scheduler
-binds asynchronously: it starts the next pod's cycle while the previous pod's
-bind is still on its way, so a filter first waits (up to `inflight_wait_s`)
-until every other GPU pod that passed filter has reached bind and its GPUs are
-assumed; otherwise two shares that belong on one GPU each open a GPU. It asks
-the binder to write the assignment and the Binding, and forgets the
-assumption if that fails. Node and pod events from the watch-fed cache keep
-the ledger true; on restart the ledger is rebuilt from bound pods' assignment
-annotations, which are the truth.
+Filter is the whole decision: the online policy (`solver.policies`, default
+`chronotope`) chooses a node and GPUs among the nodes kube-scheduler sends,
+on the cluster cache (`solver.cache.ClusterCache`, the arrays the simulator
+uses), and the choice is assumed at once, as kube-scheduler's Reserve does.
+Filter then passes only the chosen node, so kube-scheduler's tie-break among
+equal scores never overrides the policy, and the next pod's filter already
+sees this pod's GPUs taken. Bind writes exactly the assumed GPUs; it asks the
+binder to write the assignment and the Binding, and forgets the assumption if
+that fails.
+
+Gang members pass only where their gang's reservation holds a slot; a pod
+the batch planner placed goes to its planned node and GPUs, or, when they no
+longer fit, wherever the policy puts it (and says so). Node and pod events
+from the watch-fed cache keep the model true; on restart it is rebuilt from
+bound pods, whose assignment annotations are the truth.
 
 No Kubernetes client here: the binder is a narrow seam (`BindFn`).
 """
@@ -25,9 +29,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
 from chronotope.extender.gang import Gang, GangBook, gang_of
-from chronotope.extender.ledger import MILLI, GpuRequest, Ledger, NoFit
-from chronotope.extender.podreq import Plan, PodRequestError, planned, pod_gpu_request
+from chronotope.extender.podreq import (
+    Plan,
+    PodRequestError,
+    planned,
+    pod_gpu_request,
+    pod_key,
+    pod_resources,
+)
 from chronotope.sharing.assignment import (
     DEVICE_PLUGIN,
     BindRequest,
@@ -41,8 +52,12 @@ from chronotope.sharing.labels import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
 )
+from chronotope.solver.cache import UNBOUNDED, ClusterCache, Holding, NodeInfo, NoFit, Placed
+from chronotope.solver.fragpack import Chronotope
+from chronotope.solver.model import MILLI, PodRequest
+from chronotope.solver.policies import Policy
 
-__all__ = ["BindFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
+__all__ = ["BindFn", "EventFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +65,8 @@ BindFn = Callable[[BindRequest], None]
 """Enact a binding; raises on failure."""
 PodFetchFn = Callable[[str, str], Mapping[str, Any]]
 """(namespace, name) -> pod dict, used when bind arrives for a pod never filtered here."""
+EventFn = Callable[[str, str, str], None]
+"""(pod key "namespace/name", reason, message): tell the pod's owner something (an Event)."""
 
 
 @dataclass(frozen=True)
@@ -60,33 +77,31 @@ class FilterOutcome:
     error: str = ""
 
 
+def _no_event(key: str, reason: str, message: str) -> None:
+    del key, reason, message
+
+
 @dataclass
 class ExtenderService:
     bind_fn: BindFn
     fetch_pod: PodFetchFn
-    ledger: Ledger = field(default_factory=Ledger)
+    cache: ClusterCache = field(default_factory=ClusterCache)
+    policy: Policy = field(default_factory=Chronotope)
     clock: Callable[[], float] = time.monotonic
+    event_fn: EventFn = _no_event
     _lock: threading.RLock = field(default_factory=threading.RLock)
     gangs: GangBook = field(default_factory=GangBook)
-    _requests: dict[str, GpuRequest | None] = field(default_factory=dict)
+    _requests: dict[str, PodRequest | None] = field(default_factory=dict)
     _gang_of: dict[str, Gang] = field(default_factory=dict)
     _plans: dict[str, Plan] = field(default_factory=dict)
     _versions: dict[str, str] = field(default_factory=dict)
     """resourceVersion of the pod kube-scheduler sent to filter: the binder's precondition."""
-    _scores: dict[str, dict[str, int]] = field(default_factory=dict)
-    """Scores of the nodes the last filter passed, per pod: prioritize only looks them up."""
-    inflight_wait_s: float = 1.0
-    """How long a filter waits for other pods between filter and bind (then gives up on them)."""
-    _inflight: dict[str, float] = field(default_factory=dict)
-    """GPU pods that passed filter and whose bind has not assumed GPUs yet -> give-up time."""
-    _settled: threading.Condition = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._settled = threading.Condition(self._lock)
+    _chosen: dict[str, str] = field(default_factory=dict)
+    """Node the policy chose for a pod at its last filter (prioritize scores it alone)."""
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
-        key = _key(pod)
+        key = pod_key(pod)
         try:
             req = pod_gpu_request(pod)
             gang = gang_of(pod)
@@ -101,167 +116,93 @@ class ExtenderService:
         if req is None:
             return FilterOutcome(list(node_names), {}, {})
         with self._lock:
-            self._await_inflight(key)
-        outcome = self._filter_gpu(key, req, gang, plan, node_names)
-        with self._lock:
-            # A gang member's GPUs are already held by its gang's reservation.
-            reserved = gang is not None and self.gangs.allowed_nodes(gang, key) is not None
-            if outcome.passed and not reserved:
-                self._inflight[key] = time.monotonic() + self.inflight_wait_s
-            else:  # a retry that no longer fits holds nobody up
-                self._settle(key)
-        return outcome
+            now = self.clock()
+            self.cache.expire(now)
+            self.gangs.expire(self.cache, now)
+            self.cache.observe(key, req)
+            if plan is not None:
+                self._plans[key] = plan
+                outcome = self._filter_planned(key, plan, req, node_names, now)
+                if outcome is not None:
+                    return outcome
+            if gang is not None:
+                self._gang_of[key] = gang
+                outcome = self._filter_gang(key, gang, req, node_names, now)
+                if outcome is not None:
+                    return outcome
+            placed = self.cache.place(key, req, node_names, self.policy, now)
+        return self._outcome(key, req, placed)
 
-    def _await_inflight(self, key: str) -> None:
-        """Wait (lock held; released while waiting) till no other pod is between filter and bind."""
-        while True:
-            now = time.monotonic()
-            for other, give_up in list(self._inflight.items()):
-                if other != key and give_up <= now:
-                    del self._inflight[other]
-                    log.info(
-                        "no bind came for %s within %.1fs; filtering on",
-                        other,
-                        self.inflight_wait_s,
-                    )
-            waits = [t - now for k, t in self._inflight.items() if k != key]
-            if not waits:
-                return
-            self._settled.wait(timeout=min(waits))
-
-    def _settle(self, key: str) -> None:
-        """The pod reached bind (its GPUs are assumed) or left: filters may go on (lock held)."""
-        if self._inflight.pop(key, None) is not None:
-            self._settled.notify_all()
-
-    def _filter_gpu(
-        self,
-        key: str,
-        req: GpuRequest,
-        gang: Gang | None,
-        plan: Plan | None,
-        node_names: list[str],
+    def _outcome(
+        self, key: str, req: PodRequest, placed: Placed | dict[str, NoFit]
     ) -> FilterOutcome:
-        if plan is not None:
-            self._plans[key] = plan
-            return self._filter_planned(plan, req, node_names)
-        if gang is not None:
-            self._gang_of[key] = gang
-            outcome = self._filter_gang(key, gang, req, node_names)
-            if outcome is not None:
-                return outcome
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
-        with self._lock:
-            self.ledger.expire(self.clock())
-            scores: dict[str, int] = {}
-            for name in node_names:
-                fit = self.ledger.fit(name, req)
-                if isinstance(fit, NoFit):
-                    (unresolvable if fit.unresolvable else failed)[name] = fit.message
-                else:
-                    passed.append(name)
-                    scores[name] = self._score(name, req)
-        if passed:
-            self._scores[key] = scores
-        else:
-            log.info(
-                "pod %s (%s) fits no node: %s",
-                key,
-                req.describe(),
-                _summarise({**failed, **unresolvable}),
-            )
-        return FilterOutcome(passed, failed, unresolvable)
+        if isinstance(placed, Placed):
+            self._chosen[key] = placed.node
+            return FilterOutcome([placed.node], {}, {})
+        self._chosen.pop(key, None)
+        failed = {n: f.message for n, f in placed.items() if not f.unresolvable}
+        unresolvable = {n: f.message for n, f in placed.items() if f.unresolvable}
+        log.info("pod %s (%s) fits no node: %s", key, req.describe_gpus(), _summarise(placed))
+        return FilterOutcome([], failed, unresolvable)
 
-    def _filter_planned(self, plan: Plan, req: GpuRequest, node_names: list[str]) -> FilterOutcome:
-        """A pod the batch planner placed goes to its planned node (and GPUs) or waits."""
-        elsewhere = f"the batch plan puts this pod on {plan.node}"
-        failed = {n: elsewhere for n in node_names if n != plan.node}
+    def _filter_planned(
+        self, key: str, plan: Plan, req: PodRequest, node_names: list[str], now: float
+    ) -> FilterOutcome | None:
+        """A pod the batch planner placed goes to its planned node and GPUs, if they still fit.
+
+        If they do not, returns None and the policy places the pod (with an event saying so).
+        """
         if plan.node not in node_names:
-            return FilterOutcome([], failed, {})
-        with self._lock:
-            self.ledger.expire(self.clock())
-            fit = (
-                self.ledger.fit(plan.node, req)
-                if plan.gpus is None
-                else self.ledger.fit_exact(plan.node, req, plan.gpus)
-            )
-        if isinstance(fit, NoFit):
-            failed[plan.node] = f"planned node: {fit.message}"
-            return FilterOutcome([], failed, {})
-        return FilterOutcome([plan.node], failed, {})
+            why = f"kube-scheduler ruled out the planned node {plan.node}"
+        else:
+            choice = self.cache.assume(key, plan.node, req, now, plan.gpus)
+            if not isinstance(choice, NoFit):
+                self._chosen[key] = plan.node
+                return FilterOutcome([plan.node], {}, {})
+            why = f"planned node {plan.node} no longer fits: {choice.message}"
+        self._plans.pop(key, None)
+        message = f"{why}; placed by the {self.policy.name} policy instead"
+        log.info("pod %s: %s", key, message)
+        self.event_fn(key, "PlanFallback", message)
+        return None
 
     def _filter_gang(
-        self, key: str, gang: Gang, req: GpuRequest, node_names: list[str]
+        self, key: str, gang: Gang, req: PodRequest, node_names: list[str], now: float
     ) -> FilterOutcome | None:
         """Members pass only where the gang holds a slot; the first member reserves them all."""
-        with self._lock:
-            now = self.clock()
-            self.ledger.expire(now)
-            self.gangs.expire(self.ledger, now)
+        allowed = self.gangs.allowed_nodes(gang, key)
+        if allowed is None:
+            why = self.gangs.reserve(self.cache, gang, req, node_names, now)
+            if why is not None:
+                log.info("pod %s waits: %s", key, why)
+                return FilterOutcome([], dict.fromkeys(node_names, why), {})
             allowed = self.gangs.allowed_nodes(gang, key)
             if allowed is None:
-                why = self.gangs.reserve(self.ledger, gang, req, node_names, now)
-                if why is not None:
-                    log.info("pod %s waits: %s", key, why)
-                    return FilterOutcome([], dict.fromkeys(node_names, why), {})
-                allowed = self.gangs.allowed_nodes(gang, key)
-                if allowed is None:
-                    return None  # the rest of the gang is bound: a plain placement
+                return None  # the rest of the gang is bound: a plain placement
+        self._chosen.pop(key, None)
         passed = [n for n in node_names if n in allowed]
         elsewhere = f"GPUs for gang {gang.key} are reserved on other nodes"
         return FilterOutcome(passed, {n: elsewhere for n in node_names if n not in allowed}, {})
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: Mapping[str, Any], node_names: list[str]) -> dict[str, int]:
-        """Scores 0..10: pack GPU work onto nodes already in use, keep whole GPUs whole."""
-        key = _key(pod)
-        req = self._requests.get(key)
-        if req is None:
-            try:
-                req = pod_gpu_request(pod)
-            except PodRequestError:
-                return dict.fromkeys(node_names, 0)
-        if req is None:
-            return dict.fromkeys(node_names, 0)
-        scores = self._scores.pop(key, None)
-        if scores is not None:  # scored while filtering, in the same scheduling cycle
-            return {name: scores.get(name, 0) for name in node_names}
+        """10 for the node the policy chose at filter (gang members: their reserved slots)."""
+        key = pod_key(pod)
+        chosen = self._chosen.get(key)
+        if chosen is not None:
+            return {n: 10 if n == chosen else 0 for n in node_names}
+        gang = self._gang_of.get(key)
         with self._lock:
-            return {
-                name: 0 if isinstance(self.ledger.fit(name, req), NoFit) else self._score(name, req)
-                for name in node_names
-            }
-
-    def _score(self, name: str, req: GpuRequest) -> int:
-        """Score of a node that fits `req`."""
-        node = self.ledger.nodes.get(name)
-        if node is None or not node.gpus:
-            return 0
-        total = len(node.gpus)
-        if req.is_share:
-            # a partly used GPU that fits is best (no whole GPU gets broken);
-            # the tighter the fit, the better
-            best = min(
-                (
-                    g.free_milli
-                    for g in node.gpus
-                    if g.used_milli > 0 and g.free_milli >= req.share_milli
-                ),
-                default=None,
-            )
-            if best is not None:
-                return 10 - min(4, (best - req.share_milli) * 4 // MILLI)
-            return 5 - min(5, 5 * len(node.free_whole()) // total)
-        free_after = len(node.free_whole()) - req.count
-        return 10 - (10 * free_after) // total
+            allowed = None if gang is None else self.gangs.allowed_nodes(gang, key)
+        if allowed is not None:
+            return {n: 10 if n in allowed else 0 for n in node_names}
+        return dict.fromkeys(node_names, 0)
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind the pod; returns '' on success or the error text for kube-scheduler."""
         key = f"{namespace}/{name}"
-        self._scores.pop(key, None)  # prioritize is skipped when one node passes
+        self._chosen.pop(key, None)
         if key in self._requests:
             req = self._requests.pop(key)
         else:  # filtered by an earlier extender process, or never filtered
@@ -271,18 +212,12 @@ class ExtenderService:
                 return f"cannot read pod {key}: {exc}"
         gang = self._gang_of.get(key)
         assignment = None
-        with self._lock:
-            self._settle(key)  # below, under the same lock hold, its GPUs are assumed
-            if req is not None:
-                if gang is not None and not self.gangs.claim(self.ledger, gang, key, node):
-                    return f"gang {gang.key} holds no slot on {node}"
-                plan = self._plans.get(key)
-                gpus = plan.gpus if plan is not None and plan.node == node else None
-                choice = self.ledger.assume(key, node, req, self.clock(), gpus)
         if req is not None:
-            if isinstance(choice, NoFit):
-                return f"node {node} can no longer take {key}: {choice.message}"
-            assignment = _assignment(node, choice, req)
+            with self._lock:
+                gpus = self._hold_for_bind(key, req, gang, node)
+            if isinstance(gpus, str):
+                return gpus
+            assignment = _assignment(node, gpus, req)
         try:
             self.bind_fn(
                 BindRequest(namespace, name, uid, node, assignment, self._versions.pop(key, None))
@@ -290,21 +225,43 @@ class ExtenderService:
         except Exception as exc:
             with self._lock:
                 if assignment is not None:  # only this try's GPUs, not a newer try's
-                    self.ledger.forget(key, only=(node, assignment.gpu_indices))
+                    self.cache.forget(key, only=(node, assignment.gpu_indices))
                 if gang is not None and req is not None:
-                    self.gangs.unclaim(self.ledger, gang, key, req, self.clock())
+                    self.gangs.unclaim(self.cache, gang, key, req, self.clock())
             log.warning("bind %s -> %s failed: %s", key, node, exc)
             return str(exc)
         with self._lock:
-            self.ledger.confirm(key)
+            self.cache.confirm(key)
             if gang is not None:
                 self.gangs.bound(gang, key)
         log.info("bound %s to %s GPUs %s", key, node, assignment.gpu_indices if assignment else ())
         return ""
 
+    def _hold_for_bind(
+        self, key: str, req: PodRequest, gang: Gang | None, node: str
+    ) -> tuple[int, ...] | str:
+        """The GPUs this bind writes (lock held): the filter's assumption, else chosen now."""
+        now = self.clock()
+        held = self.cache.holdings.get(key)
+        if held is not None and not held.bound and not held.binding and held.node == node:
+            self.cache.binding(key)
+            return held.gpu_indices
+        if gang is not None and not self.gangs.claim(self.cache, gang, key, node):
+            return f"gang {gang.key} holds no slot on {node}"
+        plan = self._plans.get(key)
+        if plan is not None and plan.node == node and plan.gpus is not None:
+            choice: tuple[int, ...] | NoFit = self.cache.assume(key, node, req, now, plan.gpus)
+        else:  # no assumption (a gang member, a restart since filter): the policy's GPUs there
+            placed = self.cache.place(key, req, [node], self.policy, now)
+            choice = placed.gpus if isinstance(placed, Placed) else placed[node]
+        if isinstance(choice, NoFit):
+            return f"node {node} can no longer take {key}: {choice.message}"
+        self.cache.binding(key)
+        return choice
+
     def runs_plugin(self, node: str) -> bool:
         with self._lock:
-            entry = self.ledger.nodes.get(node)
+            entry = self.cache.nodes.get(node)
             return entry is not None and entry.device_plugin
 
     # ------------------------------------------------------------------ cache feed
@@ -312,55 +269,40 @@ class ExtenderService:
         meta = node.get("metadata", {})
         with self._lock:
             if event == "DELETED":
-                self.ledger.remove_node(meta["name"])
+                self.cache.remove_node(meta["name"])
                 return
-            labels = meta.get("labels") or {}
-            capacity = (node.get("status") or {}).get("capacity") or {}
-            self.ledger.upsert_node(
-                meta["name"],
-                labels.get(GPU_PRODUCT_LABEL, ""),
-                int(capacity.get(GPU_RESOURCE, 0) or 0),
-                int(labels.get(GPU_MEMORY_LABEL, 0) or 0),
-                unschedulable=bool((node.get("spec") or {}).get("unschedulable", False)),
-                device_plugin=DEVICE_PLUGIN in (meta.get("annotations") or {}),
-            )
+            self.cache.upsert_node(_node_info(node))
 
     def sync_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:
             present = {n["metadata"]["name"] for n in nodes}
-            for name in list(self.ledger.nodes):
+            for name in list(self.cache.nodes):
                 if name not in present:
-                    self.ledger.remove_node(name)
+                    self.cache.remove_node(name)
             for node in nodes:
                 self.on_node("ADDED", node)
 
     def on_pod(self, event: str, pod: Mapping[str, Any]) -> None:
-        key = _key(pod)
+        key = pod_key(pod)
         status = pod.get("status") or {}
         spec = pod.get("spec") or {}
         with self._lock:
             if event == "DELETED" or status.get("phase") in DONE_PHASES:
-                self._settle(key)
-                self.ledger.forget(key)
+                self.cache.forget(key)
                 self._requests.pop(key, None)
                 self._plans.pop(key, None)
-                self._scores.pop(key, None)
+                self._chosen.pop(key, None)
                 gang = self._gang_of.pop(key, None)
                 if gang is not None:
-                    self.gangs.forget_member(self.ledger, gang, key)
+                    self.gangs.forget_member(self.cache, gang, key)
                 return
             node = spec.get("nodeName")
-            annotations = (pod.get("metadata") or {}).get("annotations") or {}
             if not node:
                 return
-            try:
-                assignment = GpuAssignment.from_annotations(annotations)
-            except ValueError:
-                return  # bound without a GPU assignment: not ours to account
-            milli = MILLI if assignment.compute_percent is None else assignment.compute_percent * 10
-            self.ledger.record_bound(
-                key, node, assignment.gpu_indices, milli, assignment.memory_mib or 0
-            )
+            held = self.cache.holdings.get(key)
+            if held is not None and held.bound and held.node == node:
+                return  # status updates of a pod already counted
+            self.cache.record_bound(key, self._holding_of(key, pod, node, held))
             try:
                 gang = gang_of(pod)
             except ValueError:
@@ -369,34 +311,96 @@ class ExtenderService:
                 self._gang_of[key] = gang
                 self.gangs.bound(gang, key)
 
+    def _holding_of(
+        self, key: str, pod: Mapping[str, Any], node: str, held: Holding | None
+    ) -> Holding:
+        """What a bound pod takes: its assignment, or whole GPUs by count (other schedulers)."""
+        try:
+            cpu, mem = pod_resources(pod)
+        except PodRequestError:
+            cpu, mem = 0, 0
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        try:
+            a = GpuAssignment.from_annotations(annotations)
+        except ValueError:
+            a = None
+        if a is not None:
+            milli = MILLI if a.compute_percent is None else a.compute_percent * MILLI // 100
+            return Holding(node, a.gpu_indices, milli, a.memory_mib or 0, cpu, mem)
+        try:
+            req = pod_gpu_request(pod)
+        except PodRequestError:
+            req = None
+        if req is None or req.is_share:  # a share without an assignment holds no known GPU
+            return Holding(node, (), 0, 0, cpu, mem)
+        self.cache.observe(key, req)
+        if held is not None and held.node == node and len(held.gpu_indices) == req.num_gpus:
+            gpus = held.gpu_indices
+        else:
+            gpus = self.cache.first_free(node, req.num_gpus)
+            if len(gpus) < req.num_gpus:
+                log.warning(
+                    "pod %s holds %d GPUs on %s, only %d are free there",
+                    key,
+                    req.num_gpus,
+                    node,
+                    len(gpus),
+                )
+        return Holding(node, gpus, MILLI, 0, cpu, mem)
+
     def sync_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:
-            present = {_key(p) for p in pods}
-            for key, holding in list(self.ledger.holdings.items()):
+            present = {pod_key(p) for p in pods}
+            for key, holding in list(self.cache.holdings.items()):
                 if holding.bound and key not in present and not key.startswith("gang:"):
-                    self.ledger.forget(key)
+                    self.cache.forget(key)
             for pod in pods:
                 self.on_pod("ADDED", pod)
 
 
-def _key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+def _node_info(node: Mapping[str, Any]) -> NodeInfo:
+    meta = node.get("metadata", {})
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    capacity = status.get("capacity") or {}
+    allocatable = status.get("allocatable") or capacity
+
+    def amount(resource: str, parse: Callable[[object], int]) -> int:
+        raw = allocatable.get(resource, capacity.get(resource))
+        if raw is None:
+            return UNBOUNDED
+        try:
+            return parse(raw)
+        except QuantityError:
+            log.warning("node %s: %s %r is not a quantity", meta.get("name"), resource, raw)
+            return UNBOUNDED
+
+    memory = str(labels.get(GPU_MEMORY_LABEL, "0") or "0")
+    return NodeInfo(
+        name=meta["name"],
+        gpu_model=labels.get(GPU_PRODUCT_LABEL, ""),
+        gpu_count=int(capacity.get(GPU_RESOURCE, 0) or 0),
+        gpu_memory_mib=int(memory) if memory.isdigit() else 0,
+        cpu_milli=amount("cpu", cpu_milli),
+        memory_mib=amount("memory", memory_mib),
+        unschedulable=bool((node.get("spec") or {}).get("unschedulable", False)),
+        device_plugin=DEVICE_PLUGIN in (meta.get("annotations") or {}),
+    )
 
 
-def _assignment(node: str, gpus: tuple[int, ...], req: GpuRequest) -> GpuAssignment:
+def _assignment(node: str, gpus: tuple[int, ...], req: PodRequest) -> GpuAssignment:
     return GpuAssignment(
         node=node,
         gpu_indices=gpus,
         gpu_uuids=tuple(gpu_uuid(node, i) for i in gpus),
-        memory_mib=req.memory_mib if req.is_share else None,
-        compute_percent=req.share_milli * 100 // MILLI if req.is_share else None,
+        memory_mib=req.gpu_memory_mib if req.is_share else None,
+        compute_percent=req.gpu_milli * 100 // MILLI if req.is_share else None,
         handshake=new_handshake(),
     )
 
 
-def _summarise(reasons: Mapping[str, str]) -> str:
+def _summarise(reasons: Mapping[str, NoFit]) -> str:
     counts: dict[str, int] = {}
-    for message in reasons.values():
-        counts[message] = counts.get(message, 0) + 1
+    for why in reasons.values():
+        counts[why.message] = counts.get(why.message, 0) + 1
     return "; ".join(f"{n} node(s): {m}" for m, n in sorted(counts.items(), key=lambda kv: -kv[1]))

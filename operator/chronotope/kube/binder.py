@@ -1,17 +1,21 @@
-"""Apply a placement: write the GPU assignment onto the pod, then bind it.
+"""Apply a placement: one Binding that carries the GPU assignment.
 
 Decide, then bind (kube-scheduler's own split): the extender has already
-chosen node and GPUs; this module only enacts the choice. Order matters: the
-assignment annotations go on the pod *before* the Binding, so a pod is never
-bound without them, and a node running the device plugin gets the node lock
-first, so its `Allocate` finds exactly this pod (see
-`chronotope.sharing.assignment`). Every step is idempotent, so kube-scheduler
-retrying a bind is safe; a failure is raised to the caller, which forgets its
-assumption.
+chosen node and GPUs; this module only enacts the choice. The assignment
+annotations travel on the Binding's own metadata, and the API server copies
+them onto the pod in the same write that sets `spec.nodeName`: one API call
+per bind, and no moment at which a pod is annotated but unbound or bound
+without its assignment. A Binding for a pod already bound fails (409), so a
+slow, superseded try can never overwrite the assignment of a pod a later try
+bound. A node running the device plugin gets its node lock first, so its
+`Allocate` finds exactly this pod (see `chronotope.sharing.assignment`).
+Every step is idempotent, so kube-scheduler retrying a bind is safe; a
+failure is raised to the caller, which forgets its assumption.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +34,7 @@ from chronotope.sharing.assignment import (
     parse_lock,
 )
 
-__all__ = ["BindError", "Binder", "fetch_pod"]
+__all__ = ["BindError", "Binder", "fetch_pod", "post_pod_event"]
 
 _CONFLICT = 409
 
@@ -54,87 +58,41 @@ class Binder:
 
     def bind(self, request: BindRequest) -> None:
         namespace, name, uid, node = request.namespace, request.name, request.uid, request.node
-        assignment, seen_version = request.assignment, request.seen_version
+        assignment = request.assignment
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
         if assignment is not None:
             if self.runs_plugin(node):
                 self._take_node_lock(node, assignment.handshake)
-            if not self._annotate_at(namespace, name, assignment, seen_version) and (
-                self._annotate_unbound(namespace, name, uid, node, assignment)
-            ):
-                return  # already bound to this node by an earlier try
+            metadata["annotations"] = assignment.to_annotations()
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
             # _preload_content=False: the client cannot deserialize the Binding response
             raw_json(self.core.create_namespaced_binding(namespace, body, _preload_content=False))
         except ApiException as exc:
-            if exc.status == _CONFLICT and self._already_on(namespace, name, node):
+            if exc.status == _CONFLICT and self._already_on(namespace, name, node, assignment):
                 return  # a retried bind that already happened
             raise BindError(f"binding {namespace}/{name} to {node} failed: {exc.reason}") from exc
 
-    def _annotate_at(
-        self, namespace: str, name: str, assignment: GpuAssignment, version: str | None
+    def _already_on(
+        self, namespace: str, name: str, node: str, assignment: GpuAssignment | None
     ) -> bool:
-        """Annotate with the resourceVersion kube-scheduler showed us, saving a read.
-
-        The pod was unbound at that version, so success proves it still is; any change
-        since (a bind by an earlier try included) fails with 409 and the caller falls
-        back to reading the pod.
-        """
-        if version is None:
+        """Whether an earlier try already bound the pod here, with these GPUs."""
+        pod = raw_json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+        if (pod.get("spec") or {}).get("nodeName") != node:
             return False
-        patch = {
-            "metadata": {"resourceVersion": version, "annotations": assignment.to_annotations()}
-        }
+        if assignment is None:
+            return True
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
         try:
-            raw_json(self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False))
-        except ApiException as exc:
-            if exc.status != _CONFLICT:
-                raise
+            held = GpuAssignment.from_annotations(annotations)
+        except ValueError:
             return False
-        return True
-
-    def _annotate_unbound(
-        self, namespace: str, name: str, uid: str, node: str, assignment: GpuAssignment
-    ) -> bool:
-        """Write the assignment only while the pod is unbound (resourceVersion precondition).
-
-        A slow, superseded bind must never overwrite the assignment of a pod that a
-        later try already bound elsewhere. Returns True if the pod is already on `node`.
-        """
-        for _ in range(5):
-            # raw JSON: client-model (de)serialization would dominate the bind's cost
-            pod = raw_json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
-            meta, bound_to = pod["metadata"], (pod.get("spec") or {}).get("nodeName")
-            if meta.get("uid") != uid:
-                raise BindError(f"pod {namespace}/{name} was replaced (uid {meta.get('uid')})")
-            if bound_to:
-                if bound_to == node:
-                    return True
-                raise BindError(f"pod {namespace}/{name} is already bound to {bound_to}")
-            patch = {
-                "metadata": {
-                    "resourceVersion": meta["resourceVersion"],
-                    "annotations": assignment.to_annotations(),
-                }
-            }
-            try:
-                raw_json(
-                    self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False)
-                )
-                return False
-            except ApiException as exc:
-                if exc.status != _CONFLICT:
-                    raise
-        raise BindError(f"pod {namespace}/{name} kept changing; not annotated")
-
-    def _already_on(self, namespace: str, name: str, node: str) -> bool:
-        pod = self.core.read_namespaced_pod(name, namespace)
-        return bool(pod.spec.node_name == node)
+        return held.gpu_indices == assignment.gpu_indices
 
     def _node_runs_plugin(self, node: str) -> bool:
         obj = self.core.read_node(node)
@@ -172,3 +130,26 @@ def fetch_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any
     pod = client.CoreV1Api(api).read_namespaced_pod(name, namespace)
     result: dict[str, Any] = api.sanitize_for_serialization(pod)
     return result
+
+
+def post_pod_event(api: client.ApiClient, key: str, reason: str, message: str) -> None:
+    """A Normal event on pod `key` ("namespace/name") from the chronotope scheduler."""
+    namespace, _, name = key.partition("/")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace},
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Normal",
+        "source": {"component": "chronotope-scheduler"},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    with contextlib.suppress(ApiException):  # an event is advice: never fail a decision over it
+        raw_json(
+            client.CoreV1Api(api).create_namespaced_event(namespace, body, _preload_content=False)
+        )

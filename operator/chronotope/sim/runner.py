@@ -21,8 +21,7 @@ from chronotope.sim.bound import (
 )
 from chronotope.sim.engine import arrivals, simulate
 from chronotope.sim.openb import load_nodes, load_pods, trace_name
-from chronotope.solver.fragpack import Chronotope
-from chronotope.solver.policies import BASELINES, Policy
+from chronotope.solver.online import make_policy
 
 __all__ = ["BATCHED", "RunSpec", "make_policy", "merge_dirs", "plot_curves", "run_all", "run_one"]
 
@@ -43,12 +42,6 @@ class RunSpec:
     bound: bool = True
     bucket_pct: float = 5.0
     """Arrival bucket of the protocol LP, in % of GPU capacity (smaller: tighter, slower)."""
-
-
-def make_policy(name: str) -> Policy:
-    if name == "chronotope":
-        return Chronotope()
-    return BASELINES[name]()
 
 
 def run_one(task: tuple[str, str, str, int, float]) -> dict[str, object]:

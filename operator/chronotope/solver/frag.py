@@ -25,9 +25,21 @@ import numpy.typing as npt
 from chronotope.solver.model import MILLI, PodRequest
 from chronotope.solver.state import ClusterState, IntArray
 
-__all__ = ["FragModel", "FragTracker", "TypicalPod", "typical_pods"]
+__all__ = [
+    "FragModel",
+    "FragTracker",
+    "Shape",
+    "TypicalPod",
+    "shape_of",
+    "typical_from_counts",
+    "typical_pods",
+]
 
 FloatArray = npt.NDArray[np.float64]
+
+
+Shape = tuple[int, int, int, str, int]
+"""A request shape: (CPU milli, milli-GPU per GPU, GPU count, '|'-joined models, memory)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -51,21 +63,27 @@ def typical_pods(
     (cpu, milli, num_gpus, models) first; shapes are added one at a time until
     the cumulative count reaches `coverage` of all pods.
     """
-    counts: Counter[tuple[int, int, int, str, int]] = Counter(
-        (
-            p.cpu_milli,
-            p.gpu_milli,
-            p.num_gpus,
-            "|".join(p.gpu_models),
-            p.memory_mib if with_memory else 0,
-        )
-        for p in pods
+    counts: Counter[Shape] = Counter(shape_of(p, with_memory=with_memory) for p in pods)
+    return typical_from_counts(counts, coverage)
+
+
+def shape_of(pod: PodRequest, *, with_memory: bool = False) -> Shape:
+    return (
+        pod.cpu_milli,
+        pod.gpu_milli,
+        pod.num_gpus,
+        "|".join(pod.gpu_models),
+        pod.memory_mib if with_memory else 0,
     )
+
+
+def typical_from_counts(counts: Counter[Shape], coverage: float = 0.95) -> list[TypicalPod]:
+    """`typical_pods` over shapes already counted (a live cache keeps such a counter)."""
     total = sum(counts.values())
     if total == 0:
         return []
     ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
-    chosen: list[tuple[tuple[int, int, int, str, int], int]] = []
+    chosen: list[tuple[Shape, int]] = []
     cum = 0
     for key, cnt in ranked:
         if cum >= coverage * total:

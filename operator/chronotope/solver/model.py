@@ -137,6 +137,14 @@ class PodRequest(_Frozen):
     def allows(self, model: str) -> bool:
         return not self.gpu_models or model in self.gpu_models
 
+    def describe_gpus(self) -> str:
+        """The GPU part of the request in words ("2 whole GPUs", "30 percent of one GPU")."""
+        if self.is_share:
+            mem = f", {self.gpu_memory_mib} MiB" if self.gpu_memory_mib else ""
+            # no "%": kube-scheduler passes extender reasons through Go fmt
+            return f"{self.gpu_milli / 10:g} percent of one GPU{mem}"
+        return f"{self.num_gpus} whole GPU{'s' if self.num_gpus != 1 else ''}"
+
 
 class PlacementStrategy(enum.StrEnum):
     """Ray placement-group strategies for the members of a gang."""

@@ -1,6 +1,9 @@
-"""The online fast path: place one pod on a frozen snapshot with a named policy.
+"""The online policies by name, and placing one pod on a pydantic snapshot.
 
-This is what the scheduler extender calls for each pod. `place` is pure: it
+`make_policy` is how the simulator, the benchmarks and the scheduler extender
+get a policy from its name. The extender decides on the live cache
+(`solver.cache.ClusterCache.place`); `place` here is the same decision on a
+frozen `ClusterSnapshot`, for callers that hold one. `place` is pure: it
 builds (and caches per snapshot) the array form of the cluster, asks the
 policy for a node and GPUs, and returns a `Placement`, or an `Unplaced` whose
 reasons count how many nodes each predicate ruled out.
@@ -10,13 +13,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from chronotope.solver.frag import FragModel, FragTracker, TypicalPod, typical_pods
 from chronotope.solver.model import ClusterSnapshot, Placement, PodRequest, Reason, Unplaced
 
-__all__ = ["POLICY_NAMES", "node_reasons", "place"]
+if TYPE_CHECKING:
+    from chronotope.solver.policies import Policy
+
+__all__ = ["POLICY_NAMES", "make_policy", "node_reasons", "place"]
 
 POLICY_NAMES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "chronotope")
 
@@ -65,6 +72,18 @@ def node_reasons(snapshot: ClusterSnapshot, pod: PodRequest) -> list[Reason]:
     ]
 
 
+def make_policy(name: str) -> Policy:
+    """The online policy called `name` (one of `POLICY_NAMES`)."""
+    from chronotope.solver.fragpack import Chronotope
+    from chronotope.solver.policies import BASELINES
+
+    if name == "chronotope":
+        return Chronotope()
+    if name not in BASELINES:
+        raise ValueError(f"unknown policy {name!r}; one of {', '.join(POLICY_NAMES)}")
+    return BASELINES[name]()
+
+
 def _arrays(
     snapshot: ClusterSnapshot, typical: Sequence[TypicalPod] | None
 ) -> tuple[object, object]:
@@ -97,12 +116,10 @@ def place(
     (build it with `frag.typical_pods` over recent pods); without it they fall
     back to the pod itself as the only typical shape.
     """
-    from chronotope.solver.fragpack import Chronotope
-    from chronotope.solver.policies import BASELINES, Context
+    from chronotope.solver.policies import Context
     from chronotope.solver.state import ClusterState
 
-    if policy not in POLICY_NAMES:
-        raise ValueError(f"unknown policy {policy!r}")
+    impl = make_policy(policy)
     mix = list(typical) if typical else typical_pods([pod])
     state, frag = _arrays(snapshot, mix)
     assert isinstance(state, ClusterState) and isinstance(frag, FragTracker)
@@ -115,7 +132,6 @@ def place(
             Reason(code="NoFit", message="no node fits the pod")
         ]
         return Unplaced(name=pod.name, reasons=tuple(reasons))
-    impl = Chronotope() if policy == "chronotope" else BASELINES[policy]()
     ctx = Context(state=state, frag=frag, rng=np.random.default_rng(seed))
     node, gpus = impl.choose(ctx, spec, cand)
     return Placement(

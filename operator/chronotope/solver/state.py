@@ -47,6 +47,8 @@ class PodSpec:
     """allowed[m] for each model index m, plus a last entry for CPU-only nodes."""
     gpu_models: str = ""
     """The raw '|'-joined allowed models ('' = any), as the fragmentation model keys it."""
+    gpu_mem: int = 0
+    """Device memory a share needs on its GPU, MiB (0: not constrained)."""
 
     @property
     def total_milli(self) -> int:
@@ -70,6 +72,8 @@ class ClusterState:
     cpu_left: IntArray
     mem_left: IntArray
     gpu_left: IntArray
+    gpu_mem_left: IntArray
+    """Free device memory per GPU, MiB (0 where unknown or padded)."""
     total_left: IntArray = field(init=False)
     max_left: IntArray = field(init=False)
     full_free: IntArray = field(init=False)
@@ -97,9 +101,11 @@ class ClusterState:
         width = max((len(n.gpus) for n in snapshot.nodes), default=0)
         n = len(snapshot.nodes)
         gpu_left = np.zeros((n, max(width, 1)), dtype=np.int64)
+        gpu_mem_left = np.zeros_like(gpu_left)
         for i, node in enumerate(snapshot.nodes):
             for j, gpu in enumerate(sorted(node.gpus, key=lambda g: g.index)):
                 gpu_left[i, j] = gpu.free_milli
+                gpu_mem_left[i, j] = gpu.free_mem
         return cls(
             names=[x.name for x in snapshot.nodes],
             models=models,
@@ -112,6 +118,7 @@ class ClusterState:
             cpu_left=np.array([x.free_cpu for x in snapshot.nodes], dtype=np.int64),
             mem_left=np.array([x.free_memory for x in snapshot.nodes], dtype=np.int64),
             gpu_left=gpu_left,
+            gpu_mem_left=gpu_mem_left,
         )
 
     def copy(self) -> ClusterState:
@@ -125,6 +132,7 @@ class ClusterState:
             cpu_left=self.cpu_left.copy(),
             mem_left=self.mem_left.copy(),
             gpu_left=self.gpu_left.copy(),
+            gpu_mem_left=self.gpu_mem_left.copy(),
         )
         out.affinity = self.affinity.copy()
         return out
@@ -141,6 +149,7 @@ class ClusterState:
             milli=pod.gpu_milli,
             allowed=allowed,
             gpu_models="|".join(pod.gpu_models),
+            gpu_mem=pod.gpu_memory_mib if pod.is_share else 0,
         )
 
     def feasible(self, pod: PodSpec) -> IntArray:
@@ -152,40 +161,67 @@ class ClusterState:
                 ok &= self.max_left >= pod.milli
             else:
                 ok &= self.full_free >= pod.num_gpus
+            if pod.gpu_mem > 0:
+                room = (self.gpu_left >= pod.milli) & (self.gpu_mem_left >= pod.gpu_mem)
+                ok &= room.any(axis=1)
         return np.flatnonzero(ok)
 
     def first_free_gpus(self, node: int, count: int) -> tuple[int, ...]:
         """The first `count` fully free GPUs of a node, by index (the open-gpu-share rule)."""
         return tuple(int(g) for g in np.flatnonzero(self.gpu_left[node] == MILLI)[:count])
 
-    def tightest_gpu(self, node: int, milli: int) -> int:
+    def tightest_gpu(self, node: int, milli: int, gpu_mem: int = 0) -> int:
         """The GPU with the least free share that still fits `milli` (first on ties)."""
         row = self.gpu_left[node, : self.gpu_count[node]]
-        masked = np.where(row >= milli, row, MILLI + 1)
+        fits = row >= milli
+        if gpu_mem > 0:
+            fits &= self.gpu_mem_left[node, : self.gpu_count[node]] >= gpu_mem
+        masked = np.where(fits, row, MILLI + 1)
         return int(np.argmin(masked))
+
+    def gpu_fits(self, node: int, gpu: int, pod: PodSpec) -> bool:
+        """Whether one GPU of `node` has the share and device memory `pod` needs."""
+        return bool(
+            self.gpu_left[node, gpu] >= pod.milli and self.gpu_mem_left[node, gpu] >= pod.gpu_mem
+        )
 
     def assign(self, node: int, pod: PodSpec, gpus: tuple[int, ...]) -> None:
         """Take the pod's resources on `node` (GPU indices from the policy)."""
-        self.cpu_left[node] -= pod.cpu
-        self.mem_left[node] -= pod.mem
         if pod.milli > 0:
             if len(gpus) != pod.num_gpus:
                 raise ValueError(f"pod {pod.name} needs {pod.num_gpus} GPUs, got {gpus}")
             for g in gpus:
                 if self.gpu_left[node, g] < pod.milli:
                     raise ValueError(f"GPU {g} on {self.names[node]} cannot take {pod.milli}m")
-                self.gpu_left[node, g] -= pod.milli
-            self.affinity[node, affinity_tag(pod.num_gpus, pod.milli)] += 1
-        self._refresh(node)
+        self.take(node, pod.cpu, pod.mem, gpus, milli=pod.milli, gpu_mem=pod.gpu_mem)
 
     def release(self, node: int, pod: PodSpec, gpus: tuple[int, ...]) -> None:
         """Give back what `assign` took (used by look-ahead and rollback)."""
-        self.cpu_left[node] += pod.cpu
-        self.mem_left[node] += pod.mem
-        if pod.milli > 0:
+        self.take(node, pod.cpu, pod.mem, gpus, milli=pod.milli, gpu_mem=pod.gpu_mem, sign=-1)
+
+    def take(
+        self,
+        node: int,
+        cpu: int,
+        mem: int,
+        gpus: tuple[int, ...],
+        *,
+        milli: int,
+        gpu_mem: int = 0,
+        sign: int = 1,
+    ) -> None:
+        """Take (sign 1) or give back (sign -1) resources on a node, unchecked.
+
+        `assign` checks a policy's choice first; a watch-fed cache records what
+        the cluster says is bound, which is the truth even when it over-commits.
+        """
+        self.cpu_left[node] -= sign * cpu
+        self.mem_left[node] -= sign * mem
+        if gpus and milli > 0:
             for g in gpus:
-                self.gpu_left[node, g] += pod.milli
-            self.affinity[node, affinity_tag(pod.num_gpus, pod.milli)] -= 1
+                self.gpu_left[node, g] -= sign * milli
+                self.gpu_mem_left[node, g] -= sign * gpu_mem
+            self.affinity[node, affinity_tag(len(gpus), milli)] += sign
         self._refresh(node)
 
     def _refresh(self, node: int) -> None:

@@ -1,4 +1,4 @@
-"""Extender decisions on the pure ledger: fit, reasons, assume/forget, rebuild from annotations."""
+"""Extender decisions on the cluster cache: the policy's choice, reasons, assume, bind, rebuild."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pytest
 
-from chronotope.extender.ledger import NoFit
 from chronotope.extender.podreq import (
     SHARE_COMPUTE_ANNOTATION,
     SHARE_MEMORY_ANNOTATION,
@@ -17,20 +17,35 @@ from chronotope.extender.podreq import (
 )
 from chronotope.extender.service import ExtenderService
 from chronotope.sharing.assignment import BindRequest, GpuAssignment
+from chronotope.solver.cache import ClusterCache
+from chronotope.solver.frag import FragModel, FragTracker, typical_pods
+from chronotope.solver.fragpack import Chronotope
+from chronotope.solver.model import ClusterSnapshot, Gpu, Node, PodRequest
+from chronotope.solver.policies import Context
+from chronotope.solver.state import ClusterState
 
 
-def node(name: str, model: str, gpus: int, mem: int = 16000) -> dict[str, Any]:
+def node(
+    name: str, model: str, gpus: int, mem: int = 16000, cpu: str | None = None
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"capacity": {"nvidia.com/gpu": str(gpus)}}
+    if cpu is not None:
+        status["allocatable"] = {"nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": "64Gi"}
     return {
         "metadata": {
             "name": name,
             "labels": {"nvidia.com/gpu.product": model, "nvidia.com/gpu.memory": str(mem)},
         },
-        "status": {"capacity": {"nvidia.com/gpu": str(gpus)}},
+        "status": status,
     }
 
 
 def pod(
-    name: str, gpus: int = 0, share: tuple[int, int] | None = None, model: str | None = None
+    name: str,
+    gpus: int = 0,
+    share: tuple[int, int] | None = None,
+    model: str | None = None,
+    cpu: str | None = None,
 ) -> dict[str, Any]:
     limits: dict[str, str] = {}
     annotations: dict[str, str] = {}
@@ -42,10 +57,19 @@ def pod(
             SHARE_COMPUTE_ANNOTATION: str(share[0]),
             SHARE_MEMORY_ANNOTATION: str(share[1]),
         }
+    if cpu:
+        limits["cpu"] = cpu
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
     if model:
         spec["nodeSelector"] = {"nvidia.com/gpu.product": model}
     return {"metadata": {"name": name, "namespace": "ns", "annotations": annotations}, "spec": spec}
+
+
+def bound(p: dict[str, Any], node_name: str, assignment: GpuAssignment | None) -> dict[str, Any]:
+    p["spec"]["nodeName"] = node_name
+    if assignment is not None:
+        p["metadata"]["annotations"] = assignment.to_annotations()
+    return p
 
 
 class Recorder:
@@ -61,32 +85,72 @@ class Recorder:
             self.bound[f"{req.namespace}/{req.name}"] = (req.node, req.assignment)
 
 
-def service(recorder: Recorder, pods: dict[str, dict[str, Any]] | None = None) -> ExtenderService:
-    svc = ExtenderService(bind_fn=recorder, fetch_pod=lambda ns, n: (pods or {})[f"{ns}/{n}"])
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def service(
+    recorder: Recorder,
+    pods: dict[str, dict[str, Any]] | None = None,
+    clock: Clock | None = None,
+) -> ExtenderService:
+    svc = ExtenderService(
+        bind_fn=recorder,
+        fetch_pod=lambda ns, n: (pods or {})[f"{ns}/{n}"],
+        clock=clock or Clock(),
+    )
     svc.sync_nodes([node("a", "A100", 8, 80000), node("t", "T4", 1), node("v", "V100", 4)])
     return svc
 
 
-def test_filter_reports_reasons_per_node() -> None:
+def place(svc: ExtenderService, p: dict[str, Any], nodes: list[str]) -> str:
+    """Filter then bind, as kube-scheduler does; returns the node."""
+    out = svc.filter(p, nodes)
+    assert len(out.passed) == 1, out
+    name = p["metadata"]["name"]
+    assert svc.bind("ns", name, f"uid-{name}", out.passed[0]) == ""
+    return out.passed[0]
+
+
+def test_filter_passes_only_the_policys_node() -> None:
     svc = service(Recorder())
     out = svc.filter(pod("p", gpus=4), ["a", "t", "v", "ghost"])
-    assert out.passed == ["a", "v"]
+    assert len(out.passed) == 1 and out.passed[0] in {"a", "v"}
+    assert svc.prioritize(pod("p", gpus=4), ["a", "v"]) == {
+        n: 10 if n == out.passed[0] else 0 for n in ("a", "v")
+    }
+
+
+def test_a_pod_that_fits_nowhere_gets_a_reason_per_node() -> None:
+    svc = service(Recorder())
+    out = svc.filter(pod("p", gpus=6), ["a", "t", "v", "ghost"])
+    assert out.passed == ["a"]
+    out = svc.filter(pod("q", gpus=4), ["a", "t", "v", "ghost"])  # a keeps 2 after p
+    assert out.passed == ["v"]
+    out = svc.filter(pod("r", gpus=4), ["a", "t", "v", "ghost"])
+    assert out.passed == []
+    assert "2 of 8 GPUs free, pod needs 4" in out.failed["a"]
+    assert "0 of 4 GPUs free" in out.failed["v"]
     assert "1 GPU(s) in total" in out.unresolvable["t"]
     assert "not known" in out.unresolvable["ghost"]
 
 
 def test_model_selector_is_unresolvable_elsewhere() -> None:
-    out = service(Recorder()).filter(pod("p", gpus=1, model="T4"), ["a", "t"])
-    assert out.passed == ["t"]
+    svc = service(Recorder())
+    assert svc.filter(pod("p", gpus=1, model="T4"), ["a", "t"]).passed == ["t"]
+    out = svc.filter(pod("q", gpus=1, model="T4"), ["a", "t"])
     assert "not one of T4" in out.unresolvable["a"]
+    assert "0 of 1 GPUs free" in out.failed["t"]
 
 
-def test_bind_writes_assignment_and_holds_gpus() -> None:
+def test_bind_writes_the_gpus_assumed_at_filter() -> None:
     rec = Recorder()
     svc = service(rec)
-    p = pod("p", gpus=3)
-    svc.filter(p, ["v"])
-    assert svc.bind("ns", "p", "uid", "v") == ""
+    assert place(svc, pod("p", gpus=3), ["v"]) == "v"
     node_name, assignment = rec.bound["ns/p"]
     assert node_name == "v"
     assert assignment is not None
@@ -97,13 +161,23 @@ def test_bind_writes_assignment_and_holds_gpus() -> None:
     assert "1 of 4 GPUs free" in out.failed["v"]
 
 
+def test_the_next_filter_sees_the_previous_pod_before_its_bind() -> None:
+    # kube-scheduler binds asynchronously and filters the next pod at once; the
+    # first share is assumed at filter, so the second cannot take the same room
+    rec = Recorder()
+    svc = service(rec)
+    assert svc.filter(pod("s1", share=(60, 6000)), ["t"]).passed == ["t"]
+    out = svc.filter(pod("s2", share=(60, 6000)), ["t"])
+    assert "no GPU has 60 percent of one GPU, 6000 MiB free" in out.failed["t"]
+    assert svc.bind("ns", "s1", "u1", "t") == ""
+    assert svc.filter(pod("s3", share=(40, 6000)), ["t"]).passed == ["t"]
+
+
 def test_shares_pack_onto_one_gpu_until_full() -> None:
     rec = Recorder()
     svc = service(rec)
     for i in range(3):
-        p = pod(f"s{i}", share=(30, 4000))
-        svc.filter(p, ["t"])
-        assert svc.bind("ns", f"s{i}", "u", "t") == ""
+        assert place(svc, pod(f"s{i}", share=(30, 4000)), ["t"]) == "t"
     a = rec.bound["ns/s0"][1]
     assert a is not None
     assert (a.compute_percent, a.memory_mib) == (30, 4000)
@@ -111,11 +185,30 @@ def test_shares_pack_onto_one_gpu_until_full() -> None:
     assert "no GPU has 30 percent of one GPU, 4000 MiB free" in out.failed["t"]
 
 
+def test_a_share_needs_device_memory_on_its_gpu() -> None:
+    svc = service(Recorder())
+    assert place(svc, pod("big", share=(20, 12000)), ["t"]) == "t"
+    out = svc.filter(pod("more", share=(20, 6000)), ["t"])  # share left, memory not
+    assert "no GPU has 20 percent of one GPU, 6000 MiB free" in out.failed["t"]
+    out = svc.filter(pod("huge", share=(10, 20000)), ["t"])
+    assert "GPU memory 16000 MiB < requested 20000 MiB" in out.unresolvable["t"]
+
+
 def test_failed_bind_forgets_the_assumption() -> None:
     svc = service(Recorder(fail=True))
-    svc.filter(pod("p", gpus=8), ["a"])
+    out = svc.filter(pod("p", gpus=8), ["a"])
+    assert out.passed == ["a"]
     assert "apiserver said no" in svc.bind("ns", "p", "uid", "a")
     assert svc.filter(pod("q", gpus=8), ["a"]).passed == ["a"]
+
+
+def test_an_assumption_whose_bind_never_comes_expires() -> None:
+    clock = Clock()
+    svc = service(Recorder(), clock=clock)
+    assert svc.filter(pod("lost", gpus=8), ["a"]).passed == ["a"]
+    assert svc.filter(pod("next", gpus=8), ["a"]).passed == []
+    clock.now += svc.cache.assume_ttl_s + 1
+    assert svc.filter(pod("next", gpus=8), ["a"]).passed == ["a"]
 
 
 def test_concurrent_binds_never_share_a_gpu() -> None:
@@ -132,28 +225,38 @@ def test_concurrent_binds_never_share_a_gpu() -> None:
     assert all(total <= 100 for total in per_gpu.values())
 
 
-def test_ledger_is_rebuilt_from_bound_pods_annotations() -> None:
+def test_cache_is_rebuilt_from_bound_pods_annotations() -> None:
     rec = Recorder()
     svc = service(rec)
-    svc.filter(pod("p", gpus=2), ["v"])
-    svc.bind("ns", "p", "u", "v")
+    place(svc, pod("p", gpus=2), ["v"])
     _, assignment = rec.bound["ns/p"]
-    assert assignment is not None
-    bound = pod("p", gpus=2)
-    bound["metadata"]["annotations"] = assignment.to_annotations()
-    bound["spec"]["nodeName"] = "v"
+    running = bound(pod("p", gpus=2), "v", assignment)
     fresh = service(Recorder())  # a restarted extender
-    fresh.sync_pods([bound])
+    fresh.sync_pods([running])
     assert "2 of 4 GPUs free" in fresh.filter(pod("q", gpus=3), ["v"]).failed["v"]
-    fresh.on_pod("DELETED", bound)
+    fresh.on_pod("DELETED", running)
     assert fresh.filter(pod("q", gpus=3), ["v"]).passed == ["v"]
+
+
+def test_pods_of_other_schedulers_hold_gpus_and_cpu() -> None:
+    svc = ExtenderService(bind_fn=Recorder(), fetch_pod=lambda ns, n: {}, clock=Clock())
+    svc.sync_nodes([node("g", "L4", 4, cpu="8")])
+    # bound by another scheduler: whole GPUs by count (no indices), CPU by request
+    svc.on_pod("ADDED", bound(pod("theirs", gpus=3, cpu="1"), "g", None))
+    out = svc.filter(pod("two", gpus=2), ["g"])
+    assert "1 of 4 GPUs free, pod needs 2" in out.failed["g"]
+    svc.on_pod("ADDED", bound(pod("cpu-hog", cpu="6"), "g", None))
+    out = svc.filter(pod("one", gpus=1, cpu="2"), ["g"])
+    assert "less than the pod's 2000m CPU is free" in out.failed["g"]
+    svc.on_pod("DELETED", bound(pod("cpu-hog", cpu="6"), "g", None))
+    assert svc.filter(pod("one", gpus=1, cpu="2"), ["g"]).passed == ["g"]
 
 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (pod("x", gpus=1, share=(10, 10)), "not both"),
-        (
+        pytest.param(pod("x", gpus=1, share=(10, 10)), "not both", id="whole-and-share"),
+        pytest.param(
             {
                 "metadata": {"name": "x", "annotations": {}},
                 "spec": {
@@ -163,8 +266,10 @@ def test_ledger_is_rebuilt_from_bound_pods_annotations() -> None:
                 },
             },
             "gpu-memory-mib",
+            id="share-without-memory",
         ),
-        (pod("x", share=(150, 10)), "less than or equal to 100"),
+        pytest.param(pod("x", share=(150, 10)), "less than or equal to 100", id="share-over-100"),
+        pytest.param(pod("x", gpus=1, cpu="lots"), "not a Kubernetes quantity", id="bad-cpu"),
     ],
 )
 def test_bad_pod_requests_name_the_field(spec: dict[str, Any], message: str) -> None:
@@ -174,7 +279,7 @@ def test_bad_pod_requests_name_the_field(spec: dict[str, Any], message: str) -> 
     assert message in out.unresolvable["a"]
 
 
-def test_planned_pod_goes_only_to_its_planned_node_and_gpus() -> None:
+def test_planned_pod_goes_to_its_planned_node_and_gpus() -> None:
     rec = Recorder()
     svc = service(rec)
     p = pod("planned", gpus=2)
@@ -182,80 +287,111 @@ def test_planned_pod_goes_only_to_its_planned_node_and_gpus() -> None:
         "chronotope.dev/planned-node": "a",
         "chronotope.dev/planned-gpus": "5,6",
     }
-    out = svc.filter(p, ["a", "v"])
-    assert out.passed == ["a"]
-    assert "batch plan puts this pod on a" in out.failed["v"]
-    assert svc.bind("ns", "planned", "u", "a") == ""
-    assert rec.bound["ns/planned"][1] is not None
-    assert rec.bound["ns/planned"][1].gpu_indices == (5, 6)
+    assert place(svc, p, ["a", "v"]) == "a"
+    assignment = rec.bound["ns/planned"][1]
+    assert assignment is not None and assignment.gpu_indices == (5, 6)
+
+
+def test_a_plan_that_no_longer_fits_falls_back_to_the_policy_and_says_so() -> None:
+    events: list[tuple[str, str, str]] = []
+    svc = service(Recorder())
+    svc.event_fn = lambda key, reason, message: events.append((key, reason, message))
+    first = pod("first", gpus=1)
+    first["metadata"]["annotations"] = {
+        "chronotope.dev/planned-node": "a",
+        "chronotope.dev/planned-gpus": "6",
+    }
+    place(svc, first, ["a"])
     clash = pod("clash", gpus=1)
     clash["metadata"]["annotations"] = {
         "chronotope.dev/planned-node": "a",
         "chronotope.dev/planned-gpus": "6",
     }
-    out = svc.filter(clash, ["a"])
+    out = svc.filter(clash, ["a", "v"])
+    assert len(out.passed) == 1
+    assert events == [
+        (
+            "ns/clash",
+            "PlanFallback",
+            "planned node a no longer fits: planned GPU 6 is in use; "
+            "placed by the chronotope policy instead",
+        )
+    ]
+    assert svc.bind("ns", "clash", "u", out.passed[0]) == ""
+
+
+def test_a_refilter_during_an_earlier_bind_of_the_same_pod_waits_for_it() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow_bind(req: BindRequest) -> None:
+        started.set()
+        release.wait(5)
+
+    svc = service(Recorder())
+    svc.bind_fn = slow_bind
+    assert svc.filter(pod("p", gpus=2), ["v"]).passed == ["v"]
+    binder = threading.Thread(target=svc.bind, args=("ns", "p", "u", "v"))
+    binder.start()
+    assert started.wait(5)
+    # kube-scheduler gave up waiting and retried: the first try may still succeed,
+    # so its GPUs stay held and the retry waits
+    out = svc.filter(pod("p", gpus=2), ["a", "v"])
     assert out.passed == []
-    assert "planned GPU 6 is in use" in out.failed["a"]
+    assert "still in flight" in out.failed["a"]
+    release.set()
+    binder.join(5)
+    assert svc.cache.holdings["ns/p"].bound
 
 
-def test_a_retried_bind_waits_for_the_earlier_try_of_the_same_pod() -> None:
-    svc = service(Recorder())
-    req = pod_gpu_request(pod("p", gpus=2))
-    assert req is not None
-    first = svc.ledger.assume("ns/p", "a", req)
-    assert first == (0, 1)
-    # kube-scheduler gave up waiting and retried elsewhere: the first try may still
-    # succeed, so its GPUs must stay held and the retry must wait
-    retry = svc.ledger.assume("ns/p", "v", req)
-    assert isinstance(retry, NoFit) and "still in flight" in retry.message
-    svc.ledger.forget("ns/p", only=("v", (0, 1)))  # a failing retry releases nothing else
-    assert svc.ledger.holdings["ns/p"].node == "a"
-    svc.ledger.confirm("ns/p")
-    again = svc.ledger.assume("ns/p", "v", req)
-    assert isinstance(again, NoFit) and again.unresolvable
-
-
-def test_prioritize_uses_the_scores_of_its_filter(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    svc = service(Recorder())
-    p = pod("p", gpus=2)
-    assert svc.filter(p, ["a", "t", "v"]).passed == ["a", "v"]
-    calls: list[str] = []
-    real_fit = svc.ledger.fit
-    monkeypatch.setattr(svc.ledger, "fit", lambda n, r: calls.append(n) or real_fit(n, r))
-    scores = svc.prioritize(p, ["a", "v"])
-    assert calls == []  # scored while filtering
-    assert scores["v"] > scores["a"]  # 2 of 4 V100s left beats 6 of 8 A100s
-    svc.prioritize(p, ["a", "v"])  # a second call (no filter before it) refits
-    assert sorted(calls) == ["a", "v"]
-
-
-def test_filter_waits_for_the_bind_of_the_pod_filtered_before_it() -> None:
-    # kube-scheduler binds asynchronously and starts the next pod's cycle at once.
-    # If the second share were scored before the first one's GPUs are assumed, it
-    # would open a second GPU instead of packing onto the first one's.
-    svc = service(Recorder())
-    first, second = pod("s1", share=(40, 6000)), pod("s2", share=(40, 6000))
-    nodes = ["a", "t", "v"]
-    assert svc.filter(first, nodes).passed == nodes
-    done: dict[str, Any] = {}
-    waiter = threading.Thread(target=lambda: done.update(out=svc.filter(second, nodes)))
-    waiter.start()
-    waiter.join(0.3)
-    assert waiter.is_alive()  # held until s1's bind arrives
-    assert svc.bind("ns", "s1", "uid-1", "v") == ""
-    waiter.join(2.0)
-    assert not waiter.is_alive()
-    scores = svc.prioritize(second, done["out"].passed)
-    assert max(scores, key=lambda n: scores[n]) == "v"  # packs onto s1's GPU
-
-
-def test_filter_gives_up_on_a_pod_whose_bind_never_comes() -> None:
-    svc = service(Recorder())
-    svc.inflight_wait_s = 0.1
-    nodes = ["a", "t", "v"]
-    assert svc.filter(pod("lost", gpus=1), nodes).passed == nodes
-    assert svc.filter(pod("next", gpus=1), nodes).passed == nodes  # after 0.1 s, not forever
-    svc.on_pod("DELETED", pod("next", gpus=1))  # a deleted pod stops holding filters up
-    assert svc.filter(pod("third", gpus=1), nodes).passed == nodes
+def test_the_extender_chooses_what_the_simulator_chooses() -> None:
+    """Same policy, same arrays: a stream of pods lands where the simulator puts it."""
+    rng = np.random.default_rng(3)
+    shapes = [(0, (30, 1000)), (0, (60, 1000)), (1, None), (2, None), (0, (25, 1000)), (4, None)]
+    stream = [shapes[int(i)] for i in rng.integers(len(shapes), size=60)]
+    requests = [
+        PodRequest(
+            name=f"ns/p{i}",
+            num_gpus=max(g, 1),
+            gpu_milli=1000 if share is None else share[0] * 10,
+        )
+        for i, (g, share) in enumerate(stream)
+    ]
+    mix = typical_pods(requests)
+    # the simulator's side: its arrays, fragmentation tables and default tie order
+    snapshot = ClusterSnapshot(
+        nodes=tuple(
+            Node(
+                name=name,
+                cpu_milli=1 << 40,
+                memory_mib=1 << 40,
+                gpus=tuple(Gpu(index=j, model=model, memory_mib=mem) for j in range(count)),
+            )
+            for name, model, count, mem in sorted(
+                [("a", "A100", 8, 80000), ("t", "T4", 1, 16000), ("v", "V100", 4, 16000)]
+            )
+        )
+    )
+    state = ClusterState.from_snapshot(snapshot)
+    frag = FragTracker(FragModel(mix, state.models), state)
+    ctx = Context(state=state, frag=frag, rng=np.random.default_rng(0))
+    policy = Chronotope()
+    rec = Recorder()
+    svc = ExtenderService(
+        bind_fn=rec, fetch_pod=lambda ns, n: {}, cache=ClusterCache(typical=mix), clock=Clock()
+    )
+    svc.sync_nodes([node("a", "A100", 8, 80000), node("t", "T4", 1), node("v", "V100", 4)])
+    for i, ((g, share), req) in enumerate(zip(stream, requests, strict=True)):
+        spec = state.spec(req)
+        cand = state.feasible(spec)
+        out = svc.filter(pod(f"p{i}", gpus=g, share=share), ["a", "t", "v"])
+        if len(cand) == 0:
+            assert out.passed == []
+            continue
+        where, gpus = policy.choose(ctx, spec, cand)
+        state.assign(where, spec, gpus)
+        frag.refresh(where)
+        assert out.passed == [state.names[where]], f"pod {i}"
+        assert svc.bind("ns", f"p{i}", "u", out.passed[0]) == ""
+        assignment = rec.bound[f"ns/p{i}"][1]
+        assert assignment is not None and assignment.gpu_indices == gpus, f"pod {i}"

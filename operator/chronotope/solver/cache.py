@@ -1,0 +1,483 @@
+"""The live cluster model: a watch-fed cache with assume, confirm, forget and expire.
+
+kube-scheduler keeps one cache of nodes and pods and hands each scheduling
+cycle a snapshot of it. This is Chronotope's: nodes (GPU model and count,
+device memory, allocatable CPU and memory) and holdings (what each pod takes:
+node, GPU indices, share per GPU, device memory, CPU, memory), kept in the
+array form the online policies and the simulator read (`ClusterState`), with
+the fragmentation tables (`FragTracker`) kept in step. A decision reads the
+arrays under its caller's lock, so each decision sees one consistent state;
+`snapshot` copies them for callers that keep a state beyond that.
+
+A holding is *assumed* when a policy chooses a node (kube-scheduler's
+Reserve), *binding* while the binder writes it, *bound* once confirmed or once
+the cluster shows the pod bound, and forgotten when the pod leaves or the
+bind fails. An assumption whose bind never comes expires. After a restart the
+cache is rebuilt from bound pods (their assignment annotations are the
+truth), so nothing is lost and nothing is given out twice.
+
+Pure: plain values in, plain values out; the caller serialises access.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from chronotope.solver.frag import (
+    FragModel,
+    FragTracker,
+    Shape,
+    TypicalPod,
+    shape_of,
+    typical_from_counts,
+)
+from chronotope.solver.model import MILLI, PodRequest
+from chronotope.solver.policies import Context, Policy
+from chronotope.solver.state import ClusterState, IntArray, PodSpec
+
+__all__ = ["UNBOUNDED", "ClusterCache", "Holding", "NoFit", "NodeInfo", "Placed"]
+
+UNBOUNDED = 1 << 40
+"""CPU (milli) or memory (MiB) of a node that does not state it: no constraint."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as the cache knows it: capacity and scheduling flags."""
+
+    name: str
+    gpu_model: str = ""
+    gpu_count: int = 0
+    gpu_memory_mib: int = 0
+    """Device memory of one GPU (0: unknown)."""
+    cpu_milli: int = UNBOUNDED
+    memory_mib: int = UNBOUNDED
+    unschedulable: bool = False
+    device_plugin: bool = False
+    """The node runs Chronotope's device plugin (binds then take its allocation lock)."""
+
+    def shape(self) -> tuple[str, int, int, int, int]:
+        return (
+            self.gpu_model,
+            self.gpu_count,
+            self.gpu_memory_mib,
+            self.cpu_milli,
+            self.memory_mib,
+        )
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one pod (or one reserved gang slot) takes on a node."""
+
+    node: str
+    gpu_indices: tuple[int, ...] = ()
+    gpu_milli: int = 0
+    """Share taken on each GPU (1000 for whole GPUs)."""
+    gpu_memory_mib: int = 0
+    """Device memory taken on each GPU (shares only)."""
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    bound: bool = False
+    expires_at: float = 0.0
+    binding: bool = False
+    """A bind for this assumption is under way: it neither expires nor is replaced."""
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Why a node cannot take a request, in words kube-scheduler shows users."""
+
+    message: str
+    unresolvable: bool = False
+    """True when no amount of waiting helps (wrong GPU model, too few GPUs in total)."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A policy's choice for one pod, already assumed in the cache."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+class ClusterCache:
+    """Nodes and holdings, in the arrays every decision reads; see the module docstring."""
+
+    def __init__(
+        self,
+        assume_ttl_s: float = 30.0,
+        *,
+        typical: Sequence[TypicalPod] | None = None,
+        tie_rank: IntArray | None = None,
+    ) -> None:
+        self.assume_ttl_s = assume_ttl_s
+        self.nodes: dict[str, NodeInfo] = {}
+        self.holdings: dict[str, Holding] = {}
+        self._pending: set[str] = set()
+        self._state: ClusterState | None = None
+        self._index: dict[str, int] = {}
+        self._gpu_mem_cap: IntArray = np.zeros(0, dtype=np.int64)
+        self._frag: FragTracker | None = None
+        self._fixed_typical = list(typical) if typical else None
+        self._shapes: Counter[Shape] = Counter()
+        self._seen: set[str] = set()
+        self._mix: list[TypicalPod] = []
+        self._mix_at = 0
+        self._tie_rank = tie_rank
+        self._rng = np.random.default_rng(0)
+
+    # ------------------------------------------------------------------ nodes
+    def upsert_node(self, info: NodeInfo) -> None:
+        old = self.nodes.get(info.name)
+        self.nodes[info.name] = info
+        if old is None or old.shape() != info.shape():
+            self._state = None  # rebuilt, with every holding re-applied, on next read
+
+    def remove_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self._state = None
+
+    # ------------------------------------------------------------------ arrays
+    def state(self) -> ClusterState:
+        """The live arrays (valid while the caller holds its lock); rebuilt when nodes change."""
+        if self._state is None:
+            self._rebuild()
+        assert self._state is not None
+        return self._state
+
+    def snapshot(self) -> ClusterState:
+        """A frozen copy of the arrays, for a decision that outlives the caller's lock."""
+        return self.state().copy()
+
+    def index(self, name: str) -> int | None:
+        self.state()
+        return self._index.get(name)
+
+    def _rebuild(self) -> None:
+        infos = [self.nodes[n] for n in sorted(self.nodes)]
+        models = sorted({x.gpu_model for x in infos if x.gpu_count})
+        index = {m: i for i, m in enumerate(models)}
+        width = max((x.gpu_count for x in infos), default=0)
+        count = np.array([x.gpu_count for x in infos], dtype=np.int64)
+        gpu_left = np.zeros((len(infos), max(width, 1)), dtype=np.int64)
+        gpu_left[np.arange(max(width, 1))[None, :] < count[:, None]] = MILLI
+        mem_cap = np.array([x.gpu_memory_mib for x in infos], dtype=np.int64)
+        gpu_mem_left = np.where(gpu_left > 0, mem_cap[:, None], 0)
+        cpu = np.array([x.cpu_milli for x in infos], dtype=np.int64)
+        mem = np.array([x.memory_mib for x in infos], dtype=np.int64)
+        self._state = ClusterState(
+            names=[x.name for x in infos],
+            models=models,
+            model_idx=np.array(
+                [index[x.gpu_model] if x.gpu_count else -1 for x in infos], dtype=np.int64
+            ),
+            gpu_count=count,
+            cpu_cap=cpu,
+            mem_cap=mem,
+            cpu_left=cpu.copy(),
+            mem_left=mem.copy(),
+            gpu_left=gpu_left,
+            gpu_mem_left=gpu_mem_left,
+        )
+        self._index = {x.name: i for i, x in enumerate(infos)}
+        self._gpu_mem_cap = mem_cap
+        self._frag = None
+        for holding in self.holdings.values():
+            self._take(holding, 1)
+
+    def _take(self, h: Holding, sign: int) -> None:
+        st = self._state
+        if st is None:
+            return  # applied when the arrays are next built
+        i = self._index.get(h.node)
+        if i is None:
+            return  # the node's own event re-applies it when the node arrives
+        gpus = tuple(g for g in h.gpu_indices if 0 <= g < st.gpu_count[i])
+        st.take(
+            i,
+            h.cpu_milli,
+            h.memory_mib,
+            gpus,
+            milli=h.gpu_milli,
+            gpu_mem=h.gpu_memory_mib,
+            sign=sign,
+        )
+        if self._frag is not None:
+            self._frag.refresh(i)
+
+    # ------------------------------------------------------------------ typical mix
+    def observe(self, key: str, req: PodRequest) -> None:
+        """Count a GPU pod's request shape (once per pod) toward the expected mix."""
+        if req.num_gpus == 0 or key in self._seen:
+            return
+        if len(self._seen) > 200_000:
+            self._seen.clear()
+        self._seen.add(key)
+        self._shapes[shape_of(req)] += 1
+
+    def typical(self, fallback: PodRequest | None = None) -> list[TypicalPod]:
+        """The expected request mix: fixed at start, or learned from the pods seen."""
+        if self._fixed_typical is not None:
+            return self._fixed_typical
+        seen = sum(self._shapes.values())
+        if not self._mix or seen - self._mix_at >= max(8, self._mix_at // 10):
+            self._mix = typical_from_counts(self._shapes)
+            self._mix_at = seen
+        if not self._mix and fallback is not None:
+            return typical_from_counts(Counter([shape_of(fallback)]))
+        return self._mix
+
+    def context(self, fallback: PodRequest | None = None) -> Context:
+        """What a policy reads: the arrays, fragmentation tables, randomness, tie order."""
+        st = self.state()
+        mix = self.typical(fallback)
+        if self._frag is None or self._frag.model.typical != mix:
+            self._frag = FragTracker(FragModel(mix, st.models), st)
+        rank = (
+            self._tie_rank if self._tie_rank is not None and len(self._tie_rank) == st.n else None
+        )
+        return Context(state=st, frag=self._frag, rng=self._rng, rank=rank)
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, node: str, req: PodRequest) -> tuple[int, ...] | NoFit:
+        """The GPUs this node would give the request now (tightest / first free), or why not."""
+        st = self.state()
+        i = self._index.get(node)
+        if i is None:
+            return NoFit(f"node {node} is not known to the chronotope extender", True)
+        spec = st.spec(req)
+        why = self._why_not(st, spec, req, i)
+        if why is not None:
+            return why
+        if spec.milli == 0:
+            return ()
+        if spec.is_share:
+            return (st.tightest_gpu(i, spec.milli, spec.gpu_mem),)
+        return st.first_free_gpus(i, spec.num_gpus)
+
+    def _why_not(self, st: ClusterState, spec: PodSpec, req: PodRequest, i: int) -> NoFit | None:
+        info = self.nodes[st.names[i]]
+        if spec.num_gpus:
+            if info.gpu_count == 0:
+                return NoFit("node has no GPUs", True)
+            if not req.allows(info.gpu_model):
+                return NoFit(
+                    f"GPU model {info.gpu_model or 'none'} is not one of "
+                    f"{', '.join(req.gpu_models)}",
+                    True,
+                )
+            if info.gpu_count < spec.num_gpus:
+                return NoFit(
+                    f"node has {info.gpu_count} GPU(s) in total, pod needs {req.describe_gpus()}",
+                    True,
+                )
+            if spec.gpu_mem and info.gpu_memory_mib < spec.gpu_mem:
+                return NoFit(
+                    f"GPU memory {info.gpu_memory_mib} MiB < requested {spec.gpu_mem} MiB", True
+                )
+        if st.cpu_left[i] < spec.cpu:
+            return NoFit(f"less than the pod's {spec.cpu}m CPU is free")
+        if st.mem_left[i] < spec.mem:
+            return NoFit(f"less than the pod's {spec.mem} MiB memory is free")
+        if spec.is_share:
+            if not any(st.gpu_fits(i, g, spec) for g in range(int(st.gpu_count[i]))):
+                return NoFit(f"no GPU has {req.describe_gpus()} free")
+        elif spec.num_gpus and st.full_free[i] < spec.num_gpus:
+            return NoFit(
+                f"{int(st.full_free[i])} of {info.gpu_count} GPUs free, pod needs {spec.num_gpus}"
+            )
+        return None
+
+    def fit_exact(
+        self, node: str, req: PodRequest, gpus: tuple[int, ...]
+    ) -> tuple[int, ...] | NoFit:
+        """These exact GPUs for the request (a batch plan's choice), or why not."""
+        first = self.fit(node, req)
+        if isinstance(first, NoFit):
+            return first
+        st = self.state()
+        i = self._index[node]
+        count = int(st.gpu_count[i])
+        if len(gpus) != req.num_gpus or not all(0 <= g < count for g in gpus):
+            return NoFit(f"planned GPUs {list(gpus)} do not match the request on {node}", True)
+        spec = st.spec(req)
+        for g in gpus:
+            if spec.is_share:
+                if not st.gpu_fits(i, g, spec):
+                    return NoFit(f"planned GPU {g} has not {req.describe_gpus()} free")
+            elif st.gpu_left[i, g] < MILLI:
+                return NoFit(f"planned GPU {g} is in use")
+        return gpus
+
+    def free_whole(self, node: str) -> int:
+        """How many GPUs of the node are untouched."""
+        i = self.index(node)
+        return 0 if i is None else int(self.state().full_free[i])
+
+    # ------------------------------------------------------------------ decide
+    def place(
+        self,
+        key: str,
+        req: PodRequest,
+        node_names: Sequence[str],
+        policy: Policy,
+        now: float,
+    ) -> Placed | dict[str, NoFit]:
+        """Let `policy` choose among `node_names` and assume its choice; else why each fails.
+
+        The candidates are the nodes of `node_names` where the pod fits now, as
+        the simulator's `feasible`; the policy picks exactly as in the
+        simulator. Where the policy's share GPU lacks device memory (openb has
+        none, so the policies do not look), the tightest GPU with room is taken.
+        """
+        st = self.state()
+        spec = st.spec(req)
+        idx = np.fromiter((self._index.get(n, -1) for n in node_names), np.int64, len(node_names))
+        mask = np.zeros(st.n + 1, dtype=np.bool_)
+        mask[st.feasible(spec)] = True
+        cand = np.unique(idx[mask[idx] & (idx >= 0)])
+        if len(cand) == 0:
+            return self.reasons(req, node_names)
+        ctx = self.context(req)
+        node, gpus = policy.choose(ctx, spec, cand)
+        if spec.is_share and not st.gpu_fits(node, gpus[0], spec):
+            gpus = (st.tightest_gpu(node, spec.milli, spec.gpu_mem),)
+        choice = self.assume(key, st.names[node], req, now, gpus)
+        if isinstance(choice, NoFit):  # an earlier bind of the same pod is under way
+            return {n: choice for n in node_names}
+        return Placed(st.names[node], choice)
+
+    def reasons(self, req: PodRequest, node_names: Sequence[str]) -> dict[str, NoFit]:
+        """Why each of `node_names` cannot take the request now."""
+        st = self.state()
+        spec = st.spec(req)
+        out: dict[str, NoFit] = {}
+        memo: dict[tuple[int, ...], NoFit] = {}
+        for name in node_names:
+            i = self._index.get(name)
+            if i is None:
+                out[name] = NoFit(f"node {name} is not known to the chronotope extender", True)
+                continue
+            # nodes in the same state get the same words: compute them once
+            sig = (
+                int(st.model_idx[i]),
+                int(st.gpu_count[i]),
+                int(st.full_free[i]),
+                int(st.cpu_left[i] >= spec.cpu),
+                int(st.mem_left[i] >= spec.mem),
+                int(st.max_left[i]),
+            )
+            hit = memo.get(sig) if not spec.is_share else None
+            why = hit or self._why_not(st, spec, req, i)
+            if why is None:
+                why = NoFit("the chronotope policy chose another node")
+            if not spec.is_share:
+                memo[sig] = why
+            out[name] = why
+        return out
+
+    # ------------------------------------------------------------------ holdings
+    def assume(
+        self,
+        key: str,
+        node: str,
+        req: PodRequest,
+        now: float,
+        gpus: tuple[int, ...] | None = None,
+    ) -> tuple[int, ...] | NoFit:
+        """Hold a pod's resources on `node` (the given GPUs, or the node's own pick).
+
+        A pod already bound is refused. So is one whose earlier bind is still
+        under way: that bind may yet succeed, so its GPUs stay held. An older
+        assumption with no bind under way (a filter whose cycle ended) is replaced.
+        """
+        existing = self.holdings.get(key)
+        if existing is not None:
+            if existing.bound:
+                return NoFit(f"pod is already bound to {existing.node}", unresolvable=True)
+            if existing.binding:
+                return NoFit(f"an earlier bind of this pod to {existing.node} is still in flight")
+            self.forget(key)
+        choice = self.fit(node, req) if gpus is None else self.fit_exact(node, req, gpus)
+        if isinstance(choice, NoFit):
+            return choice
+        self._apply(
+            key,
+            Holding(
+                node,
+                choice,
+                req.gpu_milli,
+                req.gpu_memory_mib if req.is_share else 0,
+                req.cpu_milli,
+                req.memory_mib,
+                bound=False,
+                expires_at=now + self.assume_ttl_s,
+            ),
+        )
+        return choice
+
+    def binding(self, key: str) -> Holding | None:
+        """Mark an assumption as being bound (it no longer expires); returns it."""
+        holding = self.holdings.get(key)
+        if holding is None or holding.bound:
+            return holding
+        self.holdings[key] = replace(holding, binding=True)
+        return self.holdings[key]
+
+    def confirm(self, key: str) -> None:
+        """The binding succeeded: the holding no longer expires."""
+        holding = self.holdings.get(key)
+        if holding is not None and not holding.bound:
+            self.holdings[key] = replace(holding, bound=True, binding=False, expires_at=0.0)
+            self._pending.discard(key)
+
+    def record_bound(self, key: str, holding: Holding) -> None:
+        """A pod the cluster shows bound (cache rebuild, watch events): the truth."""
+        holding = replace(holding, bound=True, binding=False, expires_at=0.0)
+        existing = self.holdings.get(key)
+        if existing is not None:
+            if replace(existing, bound=True, binding=False, expires_at=0.0) == holding:
+                self.confirm(key)
+                return
+            self.forget(key)
+        self._apply(key, holding)
+
+    def forget(self, key: str, *, only: tuple[str, tuple[int, ...]] | None = None) -> None:
+        """Release a pod's holding; with `only` (node, gpus), only if it holds exactly those."""
+        holding = self.holdings.get(key)
+        if holding is None:
+            return
+        if only is not None and (holding.node, holding.gpu_indices) != only:
+            return  # a newer try of the same pod holds other GPUs: keep them
+        del self.holdings[key]
+        self._pending.discard(key)
+        self._take(holding, -1)
+
+    def expire(self, now: float) -> list[str]:
+        """Drop assumptions whose bind never came; returns the keys forgotten."""
+        stale = [
+            k
+            for k in self._pending
+            if not self.holdings[k].binding and self.holdings[k].expires_at <= now
+        ]
+        for key in stale:
+            self.forget(key)
+        return stale
+
+    def first_free(self, node: str, count: int) -> tuple[int, ...]:
+        """Up to `count` untouched GPUs of the node, by index (for pods bound without indices)."""
+        i = self.index(node)
+        return () if i is None else self.state().first_free_gpus(i, count)
+
+    def _apply(self, key: str, holding: Holding) -> None:
+        self.holdings[key] = holding
+        if holding.bound:
+            self._pending.discard(key)
+        else:
+            self._pending.add(key)
+        self._take(holding, 1)
