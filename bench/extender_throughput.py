@@ -4,12 +4,14 @@
 Same kwok cluster, same run: POD_COUNT one-GPU pods go to the default
 scheduler, then the same number to the `chronotope` scheduler (kube-scheduler
 + extender over HTTP); throughput is pods bound per second from the first
-create to the last binding, and the figure that matters is the ratio. Then
-filter and prioritize latency over HTTP with every node of the cluster as
+create to the last binding, and the figure that matters is the ratio. With
+`--mix mixed` the chronotope pods alternate whole GPUs (1 or 2) and GPU shares
+(the default scheduler cannot place shares, so its run stays one-GPU pods).
+Then filter and prioritize latency over HTTP with every node of the cluster as
 candidates (p50/p99, client side, so HTTP and JSON costs are included).
 
 Figures only; nothing here gates. Usage:
-    .venv/bin/python bench/extender_throughput.py [--spec SPEC.yaml] [--pods 500]
+    .venv/bin/python bench/extender_throughput.py [--spec SPEC.yaml] [--pods 500] [--mix mixed]
 """
 
 from __future__ import annotations
@@ -34,25 +36,36 @@ from chronotope.kube.client import api_client
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _pod(name: str, scheduler: str) -> dict[str, Any]:
+SHARES = ((30, 4000), (50, 8000), (20, 2000))
+
+
+def _pod(name: str, scheduler: str, kind: int = 0) -> dict[str, Any]:
+    """Kind 0: one whole GPU; odd kinds: a GPU share; other even kinds: two whole GPUs."""
+    limits: dict[str, str] = {"nvidia.com/gpu": "2" if kind and kind % 2 == 0 else "1"}
+    annotations: dict[str, str] = {}
+    if kind % 2 == 1:
+        percent, mib = SHARES[(kind // 2) % len(SHARES)]
+        limits = {"chronotope.dev/gpu-share": "1"}
+        annotations = {
+            "chronotope.dev/gpu-compute-percent": str(percent),
+            "chronotope.dev/gpu-memory-mib": str(mib),
+        }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "annotations": annotations},
         "spec": {
             "schedulerName": scheduler,
             "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.example/x:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }
+                {"name": "c", "image": "registry.example/x:1", "resources": {"limits": limits}}
             ],
         },
     }
 
 
-def _throughput(core: client.CoreV1Api, ns: str, scheduler: str, count: int) -> float:
+def _throughput(
+    core: client.CoreV1Api, ns: str, scheduler: str, count: int, mixed: bool = False
+) -> float:
     core.create_namespace({"metadata": {"name": ns}})
     while not core.list_namespaced_service_account(ns).items:
         time.sleep(0.2)
@@ -60,7 +73,10 @@ def _throughput(core: client.CoreV1Api, ns: str, scheduler: str, count: int) -> 
     with ThreadPoolExecutor(16) as pool:
         list(
             pool.map(
-                lambda i: core.create_namespaced_pod(ns, _pod(f"p-{i}", scheduler)), range(count)
+                lambda i: core.create_namespaced_pod(
+                    ns, _pod(f"p-{i}", scheduler, i % 6 if mixed else 0)
+                ),
+                range(count),
             )
         )
     while True:
@@ -92,6 +108,8 @@ def main() -> int:
     parser.add_argument("--spec", type=Path, default=ROOT / "manifests/clusters/openb.yaml")
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--mix", choices=("whole", "mixed"), default="whole")
+    parser.add_argument("--policy", default="chronotope", help="the extender's online policy")
     args = parser.parse_args()
     spec = load_spec(args.spec)
     base = ClusterSettings.from_env()
@@ -103,18 +121,21 @@ def main() -> int:
         print(f"cluster: {spec.node_count} nodes, {spec.gpu_count} GPUs ({args.spec.name})")
         cluster.up(spec)
         try:
-            port = cluster.start_chronotope_scheduler()
+            port = cluster.start_chronotope_scheduler(extender_args=("--policy", args.policy))
             state_ = cluster.load_state()
             assert state_ is not None
             with api_client(state_.kubeconfig, qps_connections=16) as api:
                 core = client.CoreV1Api(api)
                 alone = _throughput(core, "bench-default", "default-scheduler", args.pods)
-                ours = _throughput(core, "bench-chronotope", "chronotope", args.pods)
+                ours = _throughput(
+                    core, "bench-chronotope", "chronotope", args.pods, args.mix == "mixed"
+                )
                 nodes = [n.metadata.name for n in core.list_node().items]
             f50, f99 = _latency(port, "filter", nodes, args.samples)
             p50, p99 = _latency(port, "prioritize", nodes, args.samples)
         finally:
             cluster.down()
+    print(f"pods: {args.pods} per scheduler, mix {args.mix}, policy {args.policy}")
     print(f"{'metric':<44}{'value':>12}")
     print(f"{'kube-scheduler alone (pods/s)':<44}{alone:>12.1f}")
     print(f"{'kube-scheduler + chronotope extender (pods/s)':<44}{ours:>12.1f}")

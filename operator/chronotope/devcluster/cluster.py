@@ -82,6 +82,7 @@ class LocalCluster:
         self.name = name
         self.directory = settings.state_root / name
         self.state_file = self.directory / "state.json"
+        self._extender_args: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ state
     def load_state(self) -> ClusterState | None:
@@ -241,16 +242,20 @@ class LocalCluster:
         self._save(state)
         return stopped
 
-    def start_chronotope_scheduler(self, extender_port: int | None = None) -> int:
+    def start_chronotope_scheduler(
+        self, extender_port: int | None = None, extender_args: tuple[str, ...] = ()
+    ) -> int:
         """Run the Chronotope extender and a kube-scheduler with the `chronotope` profile.
 
         Returns the extender's port. The extender runs as `python -m chronotope
-        scheduler` from this interpreter, so it is the code under test.
+        scheduler` from this interpreter, so it is the code under test;
+        `extender_args` go on its command line (`--policy fgd`, ...).
         """
         state = self.load_state()
         if state is None:
             raise ClusterError(f"cluster {self.name!r} is not running")
         port = extender_port or process.free_port()
+        self._extender_args = extender_args
         self._start_extender(state, port)
         binaries = ensure_binaries(self.settings, build=False)
         config = yaml.safe_load(self.settings.chronotope_scheduler_config.read_text())
@@ -322,6 +327,7 @@ class LocalCluster:
                 str(state.kubeconfig),
                 "--port",
                 str(port),
+                *self._extender_args,
             ],
             f"http://127.0.0.1:{port}/healthz",
         )

@@ -37,7 +37,7 @@ from chronotope.solver.frag import (
 )
 from chronotope.solver.model import MILLI, PodRequest
 from chronotope.solver.policies import Context, Policy
-from chronotope.solver.state import ClusterState, IntArray, PodSpec
+from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec
 
 __all__ = ["UNBOUNDED", "ClusterCache", "Holding", "NoFit", "NodeInfo", "Placed"]
 
@@ -129,6 +129,7 @@ class ClusterCache:
         self._mix: list[TypicalPod] = []
         self._mix_at = 0
         self._tie_rank = tie_rank
+        self._offer_key: tuple[ClusterState, list[str], BoolArray] | None = None
         self._rng = np.random.default_rng(0)
 
     # ------------------------------------------------------------------ nodes
@@ -225,7 +226,8 @@ class ClusterCache:
         if self._fixed_typical is not None:
             return self._fixed_typical
         seen = sum(self._shapes.values())
-        if not self._mix or seen - self._mix_at >= max(8, self._mix_at // 10):
+        # every new pod while the sample is small, then every 10 % more pods
+        if seen != self._mix_at and seen - self._mix_at >= max(1, self._mix_at // 10):
             self._mix = typical_from_counts(self._shapes)
             self._mix_at = seen
         if not self._mix and fallback is not None:
@@ -337,10 +339,7 @@ class ClusterCache:
         """
         st = self.state()
         spec = st.spec(req)
-        idx = np.fromiter((self._index.get(n, -1) for n in node_names), np.int64, len(node_names))
-        mask = np.zeros(st.n + 1, dtype=np.bool_)
-        mask[st.feasible(spec)] = True
-        cand = np.unique(idx[mask[idx] & (idx >= 0)])
+        cand = np.flatnonzero(st.feasible_mask(spec) & self._offered(node_names))
         if len(cand) == 0:
             return self.reasons(req, node_names)
         ctx = self.context(req)
@@ -351,6 +350,20 @@ class ClusterCache:
         if isinstance(choice, NoFit):  # an earlier bind of the same pod is under way
             return {n: choice for n in node_names}
         return Placed(st.names[node], choice)
+
+    def _offered(self, node_names: Sequence[str]) -> BoolArray:
+        """Per node: is it among `node_names` (the last list is kept: it rarely changes)."""
+        last = self._offer_key
+        if last is not None and last[0] is self._state and last[1] == node_names:
+            return last[2]
+        st = self.state()
+        mask = np.zeros(st.n, dtype=np.bool_)
+        for name in node_names:
+            i = self._index.get(name)
+            if i is not None:
+                mask[i] = True
+        self._offer_key = (st, list(node_names), mask)
+        return mask
 
     def reasons(self, req: PodRequest, node_names: Sequence[str]) -> dict[str, NoFit]:
         """Why each of `node_names` cannot take the request now."""

@@ -154,6 +154,10 @@ class ClusterState:
 
     def feasible(self, pod: PodSpec) -> IntArray:
         """Indices of nodes where the pod fits now (CPU, memory, model, GPU share)."""
+        return np.flatnonzero(self.feasible_mask(pod))
+
+    def feasible_mask(self, pod: PodSpec) -> BoolArray:
+        """Per node: does the pod fit now (see `feasible`)."""
         ok = (self.cpu_left >= pod.cpu) & (self.mem_left >= pod.mem)
         if pod.milli > 0:
             ok &= pod.allowed[self.model_idx]
@@ -164,7 +168,7 @@ class ClusterState:
             if pod.gpu_mem > 0:
                 room = (self.gpu_left >= pod.milli) & (self.gpu_mem_left >= pod.gpu_mem)
                 ok &= room.any(axis=1)
-        return np.flatnonzero(ok)
+        return ok
 
     def first_free_gpus(self, node: int, count: int) -> tuple[int, ...]:
         """The first `count` fully free GPUs of a node, by index (the open-gpu-share rule)."""
