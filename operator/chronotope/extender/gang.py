@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
+from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
 from chronotope.solver.cache import ClusterCache, NoFit
 from chronotope.solver.model import PodRequest
 
@@ -37,16 +38,7 @@ __all__ = [
     "gang_of",
 ]
 
-GANG_LABEL = "chronotope.dev/pod-group"
-GANG_SIZE_ANNOTATION = "chronotope.dev/pod-group-size"
-STRATEGY_ANNOTATION = "chronotope.dev/placement-strategy"
-
-
-class Strategy(StrEnum):
-    PACK = "Pack"
-    SPREAD = "Spread"
-    STRICT_PACK = "StrictPack"
-    STRICT_SPREAD = "StrictSpread"
+Strategy = PlacementStrategy
 
 
 @dataclass(frozen=True)

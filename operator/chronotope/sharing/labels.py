@@ -9,11 +9,14 @@ from __future__ import annotations
 
 __all__ = [
     "DONE_PHASES",
+    "GANG_LABEL",
+    "GANG_SIZE_ANNOTATION",
     "GPU_COUNT_LABEL",
     "GPU_MEMORY_LABEL",
     "GPU_PRODUCT_LABEL",
     "GPU_RESOURCE",
     "SHARE_RESOURCE",
+    "STRATEGY_ANNOTATION",
     "ZONE_LABEL",
 ]
 
@@ -23,5 +26,11 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+GANG_LABEL = "chronotope.dev/pod-group"
+"""Pod label: the gang (pod group) a pod belongs to."""
+GANG_SIZE_ANNOTATION = "chronotope.dev/pod-group-size"
+"""Pod annotation: how many members the gang has."""
+STRATEGY_ANNOTATION = "chronotope.dev/placement-strategy"
+"""Pod annotation: the gang's placement strategy (`PlacementStrategy` values)."""
 DONE_PHASES = ("Succeeded", "Failed")
 """Pod phases after which a pod holds no resources."""

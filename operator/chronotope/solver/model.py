@@ -10,11 +10,12 @@ milli-cores and memory in MiB, as in Kubernetes requests and the openb trace.
 
 from __future__ import annotations
 
-import enum
 from functools import cached_property
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 
 __all__ = [
     "MILLI",
@@ -144,15 +145,6 @@ class PodRequest(_Frozen):
             # no "%": kube-scheduler passes extender reasons through Go fmt
             return f"{self.gpu_milli / 10:g} percent of one GPU{mem}"
         return f"{self.num_gpus} whole GPU{'s' if self.num_gpus != 1 else ''}"
-
-
-class PlacementStrategy(enum.StrEnum):
-    """Ray placement-group strategies for the members of a gang."""
-
-    PACK = "PACK"
-    SPREAD = "SPREAD"
-    STRICT_PACK = "STRICT_PACK"
-    STRICT_SPREAD = "STRICT_SPREAD"
 
 
 class Alternative(_Frozen):

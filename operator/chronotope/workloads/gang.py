@@ -14,6 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.sharing.labels import (
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    GPU_PRODUCT_LABEL,
+    STRATEGY_ANNOTATION,
+)
 from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.training import Decision
 
@@ -29,9 +35,6 @@ JOB_LABEL = "chronotope.dev/job"
 GENERATION_LABEL = "chronotope.dev/gang-generation"
 """Bumped on every (re)start of the gang, so a resize never mixes old and new workers."""
 MASTER_PORT = 29500
-_GANG_LABEL = "chronotope.dev/pod-group"
-_GANG_SIZE = "chronotope.dev/pod-group-size"
-_STRATEGY = "chronotope.dev/placement-strategy"
 
 
 def _owner(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,13 +117,13 @@ def worker_pods(
         spec_copy["subdomain"] = name
         spec_copy["restartPolicy"] = "Never"
         selector = dict(spec_copy.get("nodeSelector") or {})
-        selector["nvidia.com/gpu.product"] = decision.gpu_type
+        selector[GPU_PRODUCT_LABEL] = decision.gpu_type
         spec_copy["nodeSelector"] = selector
         labels = dict(pod_meta.get("labels") or {})
-        labels |= {JOB_LABEL: name, GENERATION_LABEL: str(generation), _GANG_LABEL: gang}
+        labels |= {JOB_LABEL: name, GENERATION_LABEL: str(generation), GANG_LABEL: gang}
         annotations |= {
-            _GANG_SIZE: str(decision.workers),
-            _STRATEGY: spec.placement.strategy.value,
+            GANG_SIZE_ANNOTATION: str(decision.workers),
+            STRATEGY_ANNOTATION: spec.placement.strategy.value,
         }
         pods.append(
             {

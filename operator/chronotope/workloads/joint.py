@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from chronotope.api.v1alpha1.trainingjob import PlacementStrategy as ApiStrategy
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec, UtilityFunction
 from chronotope.solver.batch import BatchSettings, plan
 from chronotope.solver.model import (
@@ -30,7 +29,6 @@ from chronotope.solver.model import (
     ClusterSnapshot,
     Gpu,
     Node,
-    PlacementStrategy,
     PodRequest,
     Workload,
 )
@@ -42,12 +40,6 @@ __all__ = ["Contender", "JointOutcome", "arbitrate"]
 _BIG = 1 << 40  # CPU and memory are not modelled here
 SPEED_BONUS = 0.1
 """Share of a job's utility added for running on its fastest type (scaled by speed)."""
-_STRATEGY = {
-    ApiStrategy.PACK: PlacementStrategy.PACK,
-    ApiStrategy.SPREAD: PlacementStrategy.SPREAD,
-    ApiStrategy.STRICT_PACK: PlacementStrategy.STRICT_PACK,
-    ApiStrategy.STRICT_SPREAD: PlacementStrategy.STRICT_SPREAD,
-}
 
 
 @dataclass(frozen=True)
@@ -118,7 +110,7 @@ def _workload(c: Contender, now: datetime) -> Workload:
         replicas=first.workers,
         alternatives=alternatives,
         deadline_s=_deadline_s(c.spec, now),
-        strategy=_STRATEGY[c.spec.placement.strategy],
+        strategy=c.spec.placement.strategy,
         priority=c.spec.priority,
     )
 
