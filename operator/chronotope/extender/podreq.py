@@ -39,6 +39,7 @@ __all__ = [
     "planned",
     "pod_gpu_request",
     "pod_key",
+    "pod_request",
     "pod_resources",
 ]
 
@@ -110,16 +111,22 @@ def pod_resources(pod: Mapping[str, Any]) -> tuple[int, int]:
 
 def pod_gpu_request(pod: Mapping[str, Any]) -> PodRequest | None:
     """The pod's request (GPUs, CPU, memory), or None for a pod that asks for no GPU."""
+    req = pod_request(pod)
+    return req if req.num_gpus else None
+
+
+def pod_request(pod: Mapping[str, Any]) -> PodRequest:
+    """The pod's request: GPUs (whole or a share, allowed models), CPU and memory."""
     annotations: Mapping[str, str] = pod.get("metadata", {}).get("annotations") or {}
     whole = _limits(pod, GPU_RESOURCE)
     shares = _limits(pod, SHARE_RESOURCE)
     models = _models(pod, annotations)
     if whole and shares:
         raise PodRequestError(f"a pod asks for either {GPU_RESOURCE} or {SHARE_RESOURCE}, not both")
-    if not whole and not shares:
-        return None
     cpu, mem = pod_resources(pod)
     key = pod_key(pod)
+    if not whole and not shares:
+        return PodRequest(name=key, cpu_milli=cpu, memory_mib=mem)
     if whole:
         return PodRequest(
             name=key,

@@ -35,9 +35,8 @@ from chronotope.extender.podreq import (
     Plan,
     PodRequestError,
     planned,
-    pod_gpu_request,
     pod_key,
-    pod_resources,
+    pod_request,
 )
 from chronotope.sharing.assignment import (
     DEVICE_PLUGIN,
@@ -91,7 +90,7 @@ class ExtenderService:
     event_fn: EventFn = _no_event
     _lock: threading.RLock = field(default_factory=threading.RLock)
     gangs: GangBook = field(default_factory=GangBook)
-    _requests: dict[str, PodRequest | None] = field(default_factory=dict)
+    _requests: dict[str, PodRequest] = field(default_factory=dict)
     _gang_of: dict[str, Gang] = field(default_factory=dict)
     _plans: dict[str, Plan] = field(default_factory=dict)
     _versions: dict[str, str] = field(default_factory=dict)
@@ -103,7 +102,7 @@ class ExtenderService:
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
         key = pod_key(pod)
         try:
-            req = pod_gpu_request(pod)
+            req = pod_request(pod)
             gang = gang_of(pod)
             plan = planned(pod)
         except ValueError as exc:  # PodRequestError is a ValueError too
@@ -113,8 +112,6 @@ class ExtenderService:
         version = (pod.get("metadata") or {}).get("resourceVersion")
         if version:
             self._versions[key] = str(version)
-        if req is None:
-            return FilterOutcome(list(node_names), {}, {})
         with self._lock:
             now = self.clock()
             self.cache.expire(now)
@@ -207,26 +204,23 @@ class ExtenderService:
             req = self._requests.pop(key)
         else:  # filtered by an earlier extender process, or never filtered
             try:
-                req = pod_gpu_request(self.fetch_pod(namespace, name))
+                req = pod_request(self.fetch_pod(namespace, name))
             except Exception as exc:
                 return f"cannot read pod {key}: {exc}"
         gang = self._gang_of.get(key)
-        assignment = None
-        if req is not None:
-            with self._lock:
-                gpus = self._hold_for_bind(key, req, gang, node)
-            if isinstance(gpus, str):
-                return gpus
-            assignment = _assignment(node, gpus, req)
+        with self._lock:
+            gpus = self._hold_for_bind(key, req, gang, node)
+        if isinstance(gpus, str):
+            return gpus
+        assignment = _assignment(node, gpus, req) if req.num_gpus else None
         try:
             self.bind_fn(
                 BindRequest(namespace, name, uid, node, assignment, self._versions.pop(key, None))
             )
         except Exception as exc:
-            with self._lock:
-                if assignment is not None:  # only this try's GPUs, not a newer try's
-                    self.cache.forget(key, only=(node, assignment.gpu_indices))
-                if gang is not None and req is not None:
+            with self._lock:  # only this try's holding, not a newer try's
+                self.cache.forget(key, only=(node, gpus))
+                if gang is not None:
                     self.gangs.unclaim(self.cache, gang, key, req, self.clock())
             log.warning("bind %s -> %s failed: %s", key, node, exc)
             return str(exc)
@@ -316,9 +310,12 @@ class ExtenderService:
     ) -> Holding:
         """What a bound pod takes: its assignment, or whole GPUs by count (other schedulers)."""
         try:
-            cpu, mem = pod_resources(pod)
+            req: PodRequest | None = pod_request(pod)
         except PodRequestError:
-            cpu, mem = 0, 0
+            req = None
+        cpu, mem = (req.cpu_milli, req.memory_mib) if req is not None else (0, 0)
+        if req is not None:
+            self.cache.observe(key, req)  # a restarted extender relearns the mix
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         try:
             a = GpuAssignment.from_annotations(annotations)
@@ -327,13 +324,8 @@ class ExtenderService:
         if a is not None:
             milli = MILLI if a.compute_percent is None else a.compute_percent * MILLI // 100
             return Holding(node, a.gpu_indices, milli, a.memory_mib or 0, cpu, mem)
-        try:
-            req = pod_gpu_request(pod)
-        except PodRequestError:
-            req = None
-        if req is None or req.is_share:  # a share without an assignment holds no known GPU
+        if req is None or req.num_gpus == 0 or req.is_share:  # no GPU we know of
             return Holding(node, (), 0, 0, cpu, mem)
-        self.cache.observe(key, req)
         if held is not None and held.node == node and len(held.gpu_indices) == req.num_gpus:
             gpus = held.gpu_indices
         else:

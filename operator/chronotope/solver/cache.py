@@ -213,8 +213,8 @@ class ClusterCache:
 
     # ------------------------------------------------------------------ typical mix
     def observe(self, key: str, req: PodRequest) -> None:
-        """Count a GPU pod's request shape (once per pod) toward the expected mix."""
-        if req.num_gpus == 0 or key in self._seen:
+        """Count a pod's request shape (once per pod) toward the expected mix."""
+        if key in self._seen:
             return
         if len(self._seen) > 200_000:
             self._seen.clear()

@@ -347,29 +347,39 @@ def test_a_refilter_during_an_earlier_bind_of_the_same_pod_waits_for_it() -> Non
 def test_the_extender_chooses_what_the_simulator_chooses() -> None:
     """Same policy, same arrays: a stream of pods lands where the simulator puts it."""
     rng = np.random.default_rng(3)
-    shapes = [(0, (30, 1000)), (0, (60, 1000)), (1, None), (2, None), (0, (25, 1000)), (4, None)]
-    stream = [shapes[int(i)] for i in rng.integers(len(shapes), size=60)]
+    # (whole GPUs, share (percent, MiB), CPU cores): shares, 1-4 GPUs, CPU-only pods
+    shapes = [
+        (0, (30, 1000), 2),
+        (0, (60, 1000), 4),
+        (1, None, 4),
+        (2, None, 8),
+        (0, (25, 1000), 1),
+        (4, None, 2),
+        (0, None, 6),
+        (0, None, 3),
+    ]
+    stream = [shapes[int(i)] for i in rng.integers(len(shapes), size=80)]
     requests = [
         PodRequest(
             name=f"ns/p{i}",
-            num_gpus=max(g, 1),
-            gpu_milli=1000 if share is None else share[0] * 10,
+            cpu_milli=cpu * 1000,
+            num_gpus=max(g, 1) if g or share else 0,
+            gpu_milli=0 if not (g or share) else 1000 if share is None else share[0] * 10,
         )
-        for i, (g, share) in enumerate(stream)
+        for i, (g, share, cpu) in enumerate(stream)
     ]
     mix = typical_pods(requests)
+    cluster = [("a", "A100", 8, 80000, 32), ("t", "T4", 1, 16000, 8), ("v", "V100", 4, 16000, 16)]
     # the simulator's side: its arrays, fragmentation tables and default tie order
     snapshot = ClusterSnapshot(
         nodes=tuple(
             Node(
                 name=name,
-                cpu_milli=1 << 40,
-                memory_mib=1 << 40,
+                cpu_milli=cores * 1000,
+                memory_mib=65536,
                 gpus=tuple(Gpu(index=j, model=model, memory_mib=mem) for j in range(count)),
             )
-            for name, model, count, mem in sorted(
-                [("a", "A100", 8, 80000), ("t", "T4", 1, 16000), ("v", "V100", 4, 16000)]
-            )
+            for name, model, count, mem, cores in cluster
         )
     )
     state = ClusterState.from_snapshot(snapshot)
@@ -380,13 +390,14 @@ def test_the_extender_chooses_what_the_simulator_chooses() -> None:
     svc = ExtenderService(
         bind_fn=rec, fetch_pod=lambda ns, n: {}, cache=ClusterCache(typical=mix), clock=Clock()
     )
-    svc.sync_nodes([node("a", "A100", 8, 80000), node("t", "T4", 1), node("v", "V100", 4)])
-    for i, ((g, share), req) in enumerate(zip(stream, requests, strict=True)):
+    svc.sync_nodes([node(n, m, c, mem, cpu=str(cores)) for n, m, c, mem, cores in cluster])
+    placed = 0
+    for i, ((g, share, cpu), req) in enumerate(zip(stream, requests, strict=True)):
         spec = state.spec(req)
         cand = state.feasible(spec)
-        out = svc.filter(pod(f"p{i}", gpus=g, share=share), ["a", "t", "v"])
+        out = svc.filter(pod(f"p{i}", gpus=g, share=share, cpu=str(cpu)), ["a", "t", "v"])
         if len(cand) == 0:
-            assert out.passed == []
+            assert out.passed == [], f"pod {i}"
             continue
         where, gpus = policy.choose(ctx, spec, cand)
         state.assign(where, spec, gpus)
@@ -394,4 +405,6 @@ def test_the_extender_chooses_what_the_simulator_chooses() -> None:
         assert out.passed == [state.names[where]], f"pod {i}"
         assert svc.bind("ns", f"p{i}", "u", out.passed[0]) == ""
         assignment = rec.bound[f"ns/p{i}"][1]
-        assert assignment is not None and assignment.gpu_indices == gpus, f"pod {i}"
+        assert (assignment.gpu_indices if assignment else ()) == gpus, f"pod {i}"
+        placed += 1
+    assert 10 < placed < len(stream)  # the stream fills the cluster: both outcomes occur
