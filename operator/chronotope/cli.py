@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "chronotope.extender.cli",
     "chronotope.controllers.cli",
     "chronotope.sim.cli",
+    "chronotope.devcluster.replay",
     "chronotope.planners.cli",
 )
 

@@ -6,9 +6,12 @@ import argparse
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chronotope.solver.online import POLICY_NAMES
+
+if TYPE_CHECKING:
+    from chronotope.solver.frag import TypicalPod
 
 __all__ = ["add_parser"]
 
@@ -34,6 +37,18 @@ def add_parser(sub: Any) -> None:
         choices=POLICY_NAMES,
         help="online placement policy (the one `chronotope simulate openb` measures)",
     )
+    parser.add_argument(
+        "--typical-pods",
+        type=Path,
+        help="openb-style pod list CSV whose request mix the fragmentation-aware policies "
+        "expect (default: learned from the pods the extender sees)",
+    )
+    parser.add_argument(
+        "--tie-order",
+        type=Path,
+        help="file of node names, one a line: among equal scores the earlier node wins "
+        "(default: by name); `chronotope replay` passes the simulator's order",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -45,6 +60,7 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.kube.binder import Binder, fetch_pod, post_pod_event
     from chronotope.kube.client import connect, core_v1
     from chronotope.kube.informer import Informer, Resource
+    from chronotope.solver.cache import ClusterCache
     from chronotope.solver.online import make_policy
 
     api = connect(args.kubeconfig)
@@ -59,6 +75,9 @@ def _run(args: argparse.Namespace) -> int:
         bind_fn=binder.bind,
         fetch_pod=lambda ns, name: fetch_pod(api, ns, name),
         policy=make_policy(args.policy),
+        cache=ClusterCache(
+            typical=_typical(args.typical_pods), tie_order=_tie_order(args.tie_order)
+        ),
         event_fn=post_event,
     )
     binder.runs_plugin = service.runs_plugin  # from the watch-fed cache, not a read per bind
@@ -93,3 +112,18 @@ def _run(args: argparse.Namespace) -> int:
     informer.stop()
     events.shutdown(wait=False)
     return 0
+
+
+def _typical(path: Path | None) -> list[TypicalPod] | None:
+    if path is None:
+        return None
+    from chronotope.sim.openb import load_pods
+    from chronotope.solver.frag import typical_pods
+
+    return typical_pods(load_pods(path))
+
+
+def _tie_order(path: Path | None) -> list[str] | None:
+    if path is None:
+        return None
+    return [line.strip() for line in path.read_text().splitlines() if line.strip()]

@@ -26,6 +26,7 @@ SUMMARY_COLUMNS = (
     "frag_amount_pct_at_100",
     "frag_ratio_pct_at_100",
     "failed_pods",
+    "gpu_alloc_pct_final",
 )
 
 
@@ -72,6 +73,12 @@ def add_parser(subparsers: Any) -> None:
         default=5.0,
         help="arrival bucket of the protocol-aware LP bound, in %% of GPU capacity",
     )
+    p.add_argument(
+        "--placements",
+        type=Path,
+        help="also write this placements.csv (pod,node,gpus) for the one trace, policy and "
+        "seed given (compare with `chronotope replay openb`)",
+    )
     p.set_defaults(func=_handle)
 
 
@@ -98,5 +105,21 @@ def _handle(args: argparse.Namespace) -> int:
         bound=not args.no_bound,
         bucket_pct=args.bucket_pct,
     )
+    if args.placements is not None:
+        if len(spec.pods) != 1 or len(policies) != 1 or len(spec.seeds) != 1:
+            raise SystemExit("--placements needs exactly one pod list, one policy and one seed")
+        if policies[0] == BATCHED:
+            raise SystemExit("--placements is for online policies, not 'batched'")
     run_all(spec)
+    if args.placements is not None:
+        from chronotope.sim.runner import write_simulated_placements
+
+        write_simulated_placements(
+            spec.nodes,
+            spec.pods[0],
+            policies[0],
+            spec.seeds[0],
+            tune_ratio=spec.tune_ratio,
+            out=args.placements,
+        )
     return 0

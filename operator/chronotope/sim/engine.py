@@ -21,7 +21,7 @@ import numpy as np
 
 from chronotope.solver.frag import FloatArray, FragModel, FragTracker, typical_pods
 from chronotope.solver.model import ClusterSnapshot, PodRequest
-from chronotope.solver.policies import Context, Policy
+from chronotope.solver.policies import Choice, Context, Policy
 from chronotope.solver.state import ClusterState, IntArray, PodSpec
 
 __all__ = ["Replay", "RunResult", "TieOrder", "arrivals", "metric_at", "reference_rank", "simulate"]
@@ -39,6 +39,10 @@ class RunResult:
     frag: FloatArray
     idle: IntArray
     failed: int
+
+    def alloc_pct_final(self) -> float:
+        """Allocated GPU share after the last arrival, in % of capacity."""
+        return round(float(self.used[-1]) / self.total_milli * 100, 2) if len(self.used) else 0.0
 
     def alloc_pct_at(self, pct: int) -> float:
         return metric_at(self, pct, np.round(self.used / self.total_milli * 100, 2))
@@ -178,6 +182,7 @@ def simulate(
     on_pod: Callable[[int], None] | None = None,
     tie_order: TieOrder = reference_rank,
     redraw_order: bool = False,
+    placements: list[Choice | None] | None = None,
 ) -> RunResult:
     """Run one policy over the seed's arrivals and record the per-pod series.
 
@@ -185,6 +190,7 @@ def simulate(
     is drawn anew for every pod (as if the reference scheduler's goroutines
     interleaved differently each cycle) from a generator of its own, so the
     policies' own randomness is unchanged. `bench/tie_order.py` compares models.
+    `placements`, when given, receives each arrival's (node, GPUs), None if it failed.
     """
     run = Replay.start(cluster, pods, seed, tune_ratio=tune_ratio, tie_order=tie_order)
     state, frag, ctx, specs = run.state, run.frag, run.ctx, run.specs
@@ -194,6 +200,8 @@ def simulate(
         cand = state.feasible(spec)
         if len(cand) == 0:
             run.record(e, spec, placed=False)
+            if placements is not None:
+                placements.append(None)
         else:
             if redraw_order:
                 ctx.rank = tie_order(state.n, order_rng)
@@ -201,6 +209,8 @@ def simulate(
             state.assign(node, spec, gpus)
             frag.refresh(node)
             run.record(e, spec, placed=True)
+            if placements is not None:
+                placements.append((node, gpus))
         if on_pod is not None:
             on_pod(e)
     return run.result(policy.name)

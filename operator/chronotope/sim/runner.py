@@ -22,8 +22,18 @@ from chronotope.sim.bound import (
 from chronotope.sim.engine import arrivals, simulate
 from chronotope.sim.openb import load_nodes, load_pods, trace_name
 from chronotope.solver.online import make_policy
+from chronotope.solver.policies import Choice
 
-__all__ = ["BATCHED", "RunSpec", "make_policy", "merge_dirs", "plot_curves", "run_all", "run_one"]
+__all__ = [
+    "BATCHED",
+    "RunSpec",
+    "make_policy",
+    "merge_dirs",
+    "plot_curves",
+    "run_all",
+    "run_one",
+    "write_simulated_placements",
+]
 
 CURVE_POINTS = tuple(range(1, 131))
 BATCHED = "batched"
@@ -65,9 +75,27 @@ def run_one(task: tuple[str, str, str, int, float]) -> dict[str, object]:
         "frag_amount_pct_at_100": round(res.frag_amount_pct_at(100), 2),
         "frag_ratio_pct_at_100": round(res.frag_ratio_pct_at(100), 2),
         "failed_pods": res.failed,
+        "gpu_alloc_pct_final": res.alloc_pct_final(),
     }
     curve = [res.alloc_pct_at(p) for p in CURVE_POINTS]
     return {"row": row, "curve": curve}
+
+
+def write_simulated_placements(
+    nodes: Path, pods: Path, policy: str, seed: int, *, tune_ratio: float, out: Path
+) -> None:
+    """Run one (trace, policy, seed) and write its `placements.csv` (as `replay` does)."""
+    from chronotope.sim.replay import arrivals_of, simulated_placements, write_placements
+
+    cluster = load_nodes(nodes)
+    trace = load_pods(pods)
+    choices: list[Choice | None] = []
+    simulate(cluster, trace, make_policy(policy), seed, tune_ratio=tune_ratio, placements=choices)
+    write_placements(
+        out,
+        arrivals_of(cluster, trace, seed, tune_ratio),
+        simulated_placements(cluster, choices),
+    )
 
 
 def _bound_one(task: tuple[str, str, int, float, float]) -> dict[str, object]:

@@ -113,7 +113,7 @@ class ClusterCache:
         assume_ttl_s: float = 30.0,
         *,
         typical: Sequence[TypicalPod] | None = None,
-        tie_rank: IntArray | None = None,
+        tie_order: Sequence[str] | None = None,
     ) -> None:
         self.assume_ttl_s = assume_ttl_s
         self.nodes: dict[str, NodeInfo] = {}
@@ -128,7 +128,8 @@ class ClusterCache:
         self._seen: set[str] = set()
         self._mix: list[TypicalPod] = []
         self._mix_at = 0
-        self._tie_rank = tie_rank
+        self._tie_order = {name: i for i, name in enumerate(tie_order or ())}
+        self._rank: IntArray | None = None
         self._offer_key: tuple[ClusterState, list[str], BoolArray] | None = None
         self._rng = np.random.default_rng(0)
 
@@ -186,6 +187,12 @@ class ClusterCache:
             gpu_mem_left=gpu_mem_left,
         )
         self._index = {x.name: i for i, x in enumerate(infos)}
+        if self._tie_order:  # named nodes first, in the given order; the rest by name
+            big = len(self._tie_order)
+            self._rank = np.array(
+                [self._tie_order.get(x.name, big + i) for i, x in enumerate(infos)],
+                dtype=np.int64,
+            )
         self._gpu_mem_cap = mem_cap
         self._frag = None
         for holding in self.holdings.values():
@@ -240,10 +247,7 @@ class ClusterCache:
         mix = self.typical(fallback)
         if self._frag is None or self._frag.model.typical != mix:
             self._frag = FragTracker(FragModel(mix, st.models), st)
-        rank = (
-            self._tie_rank if self._tie_rank is not None and len(self._tie_rank) == st.n else None
-        )
-        return Context(state=st, frag=self._frag, rng=self._rng, rank=rank)
+        return Context(state=st, frag=self._frag, rng=self._rng, rank=self._rank)
 
     # ------------------------------------------------------------------ fit
     def fit(self, node: str, req: PodRequest) -> tuple[int, ...] | NoFit:
