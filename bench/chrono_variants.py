@@ -2,6 +2,11 @@
 
 Usage: python bench/chrono_variants.py --traces default,cpu100 --seeds 42-44 \
            --variants fgd,zero,previous [--out out/var/results.csv]
+       python bench/chrono_variants.py --traces "gen:cpu=0.2;gen:share=0.5" ...
+
+A trace `gen:MIX` is the `default` trace resampled to that mix of pod kinds
+(`chronotope.sim.variants.resample`, generator seed 7, 8,152 pods): workloads
+of our own, off the published variants. Traces are separated by ';'.
 
 Each variant is a `Chronotope` configuration (see VARIANTS). Runs are
 sequential in one process (the machine is shared). Results are appended to
@@ -21,7 +26,9 @@ from pathlib import Path
 from chronotope.sim.cli import parse_seeds
 from chronotope.sim.engine import simulate
 from chronotope.sim.openb import load_nodes, load_pods
+from chronotope.sim.variants import parse_mix, resample
 from chronotope.solver.fragpack import Chronotope
+from chronotope.solver.model import PodRequest
 from chronotope.solver.policies import Fgd, Policy
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "openb"
@@ -30,6 +37,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "short": {"cpu_rule": "short", "share_gpu": "fgd"},  # the policy before usable
     "zero": {"cpu_rule": "zero", "share_gpu": "fgd"},  # the policy before short
     "usable": {"cpu_rule": "usable", "share_gpu": "fgd"},  # the kept policy
+    "safe": {"cpu_rule": "safe", "share_gpu": "fgd"},  # usable's trigger, zero's target
     "previous": {"cpu_rule": "idle", "share_gpu": "tight"},  # the policy before zero
     "cpu_fgd": {"cpu_rule": "fgd", "share_gpu": "tight"},
     "share_fgd": {"cpu_rule": "idle", "share_gpu": "fgd"},
@@ -46,6 +54,13 @@ def make(name: str) -> Policy:
         return Chronotope()
     cfg = VARIANTS[name]
     return Chronotope(cpu_rule=cfg["cpu_rule"], share_gpu=cfg["share_gpu"])
+
+
+def _pods(trace: str) -> list[PodRequest]:
+    if not trace.startswith("gen:"):
+        return load_pods(DATA / f"openb_pod_list_{trace}.csv")
+    base = load_pods(DATA / "openb_pod_list_default.csv")
+    return resample(base, parse_mix(trace[4:]), seed=7, count=len(base))
 
 
 def main() -> None:
@@ -68,8 +83,8 @@ def main() -> None:
         w = csv.writer(fh)
         if new:
             w.writerow(["trace", "variant", "seed", "alloc130"])
-        for trace in args.traces.split(","):
-            pods = load_pods(DATA / f"openb_pod_list_{trace}.csv")
+        for trace in args.traces.split(";"):
+            pods = _pods(trace)
             for seed in parse_seeds(args.seeds):
                 for v in args.variants.split(","):
                     if v == "fgd" and (trace, v, seed) in res:
@@ -82,7 +97,7 @@ def main() -> None:
                     fh.flush()
                     print(f"{trace} {v} {seed} {a} ({time.time() - t0:.0f}s)", flush=True)
     by: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for trace in args.traces.split(","):
+    for trace in args.traces.split(";"):
         for v in args.variants.split(","):
             for seed in parse_seeds(args.seeds):
                 f = res.get((trace, "fgd", seed))

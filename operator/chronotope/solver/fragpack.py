@@ -32,7 +32,9 @@ deviating for every CPU-only pod (rule "zero"), and not counting dead holes
 "short", which moved 939 CPU pods on one `gpushare20` seed, mostly away
 from nodes whose only idle share was 30m-60m holes, and ended 0.10 below FGD
 there).
-Variants kept for measurement (`bench/chrono_variants.py`): `cpu_rule="short"`,
+Variants kept for measurement (`bench/chrono_variants.py`): `cpu_rule="safe"`
+(trigger of "usable", but moves the pod only to a node with no idle GPU share at
+all, whose CPU no GPU pod can ever use while nothing departs), `"short"`,
 `"zero"` (always prefer a node with no idle GPU), `"idle"` (least idle GPU share: more
 on `default`, below FGD on `cpu100`), `"dead"` (nodes whose idle share is all
 fragmentation), `"fgd"`; `share_gpu="tight"` (tightest GPU among equal
@@ -49,7 +51,7 @@ from chronotope.solver.state import IntArray, PodSpec
 
 __all__ = ["CPU_RULES", "SHARE_RULES", "Chronotope"]
 
-CPU_RULES = ("usable", "short", "zero", "idle", "dead", "fgd")
+CPU_RULES = ("usable", "safe", "short", "zero", "idle", "dead", "fgd")
 SHARE_RULES = ("fgd", "tight")
 
 
@@ -77,7 +79,7 @@ class Chronotope(Policy):
     def _cpu_key(self, ctx: Context, nodes: IntArray) -> np.ndarray | None:
         """Tie key for a CPU-only pod (lower first), None for the plain node order."""
         st = ctx.state
-        if self.cpu_rule in ("zero", "short"):
+        if self.cpu_rule in ("zero", "short", "safe"):
             return st.total_left[nodes] > 0
         if self.cpu_rule == "usable":
             return self._usable(ctx, nodes) > 0
@@ -100,7 +102,7 @@ class Chronotope(Policy):
 
     def _cpu_ample(self, ctx: Context, pod: PodSpec, node: int) -> bool:
         """Rules "usable"/"short": whether FGD's node keeps the CPU its idle share needs."""
-        if self.cpu_rule not in ("short", "usable"):
+        if self.cpu_rule not in ("short", "usable", "safe"):
             return False
         st = ctx.state
         idle = int(
