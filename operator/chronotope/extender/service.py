@@ -29,32 +29,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
 from chronotope.extender.gang import Gang, GangBook, gang_of
-from chronotope.extender.podreq import (
+from chronotope.sharing.assignment import BindRequest, GpuAssignment, gpu_uuid, new_handshake
+from chronotope.sharing.labels import DONE_PHASES
+from chronotope.solver.cache import ClusterCache, NoFit, Placed
+from chronotope.solver.fragpack import Chronotope
+from chronotope.solver.model import MILLI, PodRequest
+from chronotope.solver.policies import Policy
+from chronotope.workloads.cluster_feed import node_info, pod_holding
+from chronotope.workloads.podreq import (
     Plan,
-    PodRequestError,
     planned,
     pod_key,
     pod_request,
 )
-from chronotope.sharing.assignment import (
-    DEVICE_PLUGIN,
-    BindRequest,
-    GpuAssignment,
-    gpu_uuid,
-    new_handshake,
-)
-from chronotope.sharing.labels import (
-    DONE_PHASES,
-    GPU_MEMORY_LABEL,
-    GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
-)
-from chronotope.solver.cache import UNBOUNDED, ClusterCache, Holding, NodeInfo, NoFit, Placed
-from chronotope.solver.fragpack import Chronotope
-from chronotope.solver.model import MILLI, PodRequest
-from chronotope.solver.policies import Policy
 
 __all__ = ["BindFn", "EventFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
 
@@ -265,7 +253,7 @@ class ExtenderService:
             if event == "DELETED":
                 self.cache.remove_node(meta["name"])
                 return
-            self.cache.upsert_node(_node_info(node))
+            self.cache.upsert_node(node_info(node))
 
     def sync_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:
@@ -296,7 +284,7 @@ class ExtenderService:
             held = self.cache.holdings.get(key)
             if held is not None and held.bound and held.node == node:
                 return  # status updates of a pod already counted
-            self.cache.record_bound(key, self._holding_of(key, pod, node, held))
+            self.cache.record_bound(key, pod_holding(self.cache, key, pod, node))
             try:
                 gang = gang_of(pod)
             except ValueError:
@@ -304,41 +292,6 @@ class ExtenderService:
             if gang is not None:  # a restarted extender still knows who is bound
                 self._gang_of[key] = gang
                 self.gangs.bound(gang, key)
-
-    def _holding_of(
-        self, key: str, pod: Mapping[str, Any], node: str, held: Holding | None
-    ) -> Holding:
-        """What a bound pod takes: its assignment, or whole GPUs by count (other schedulers)."""
-        try:
-            req: PodRequest | None = pod_request(pod)
-        except PodRequestError:
-            req = None
-        cpu, mem = (req.cpu_milli, req.memory_mib) if req is not None else (0, 0)
-        if req is not None:
-            self.cache.observe(key, req)  # a restarted extender relearns the mix
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        try:
-            a = GpuAssignment.from_annotations(annotations)
-        except ValueError:
-            a = None
-        if a is not None:
-            milli = MILLI if a.compute_percent is None else a.compute_percent * MILLI // 100
-            return Holding(node, a.gpu_indices, milli, a.memory_mib or 0, cpu, mem)
-        if req is None or req.num_gpus == 0 or req.is_share:  # no GPU we know of
-            return Holding(node, (), 0, 0, cpu, mem)
-        if held is not None and held.node == node and len(held.gpu_indices) == req.num_gpus:
-            gpus = held.gpu_indices
-        else:
-            gpus = self.cache.first_free(node, req.num_gpus)
-            if len(gpus) < req.num_gpus:
-                log.warning(
-                    "pod %s holds %d GPUs on %s, only %d are free there",
-                    key,
-                    req.num_gpus,
-                    node,
-                    len(gpus),
-                )
-        return Holding(node, gpus, MILLI, 0, cpu, mem)
 
     def sync_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:
@@ -348,36 +301,6 @@ class ExtenderService:
                     self.cache.forget(key)
             for pod in pods:
                 self.on_pod("ADDED", pod)
-
-
-def _node_info(node: Mapping[str, Any]) -> NodeInfo:
-    meta = node.get("metadata", {})
-    labels = meta.get("labels") or {}
-    status = node.get("status") or {}
-    capacity = status.get("capacity") or {}
-    allocatable = status.get("allocatable") or capacity
-
-    def amount(resource: str, parse: Callable[[object], int]) -> int:
-        raw = allocatable.get(resource, capacity.get(resource))
-        if raw is None:
-            return UNBOUNDED
-        try:
-            return parse(raw)
-        except QuantityError:
-            log.warning("node %s: %s %r is not a quantity", meta.get("name"), resource, raw)
-            return UNBOUNDED
-
-    memory = str(labels.get(GPU_MEMORY_LABEL, "0") or "0")
-    return NodeInfo(
-        name=meta["name"],
-        gpu_model=labels.get(GPU_PRODUCT_LABEL, ""),
-        gpu_count=int(capacity.get(GPU_RESOURCE, 0) or 0),
-        gpu_memory_mib=int(memory) if memory.isdigit() else 0,
-        cpu_milli=amount("cpu", cpu_milli),
-        memory_mib=amount("memory", memory_mib),
-        unschedulable=bool((node.get("spec") or {}).get("unschedulable", False)),
-        device_plugin=DEVICE_PLUGIN in (meta.get("annotations") or {}),
-    )
 
 
 def _assignment(node: str, gpus: tuple[int, ...], req: PodRequest) -> GpuAssignment:

@@ -1,8 +1,10 @@
 """What GPUs the cluster has, and which are free, from plain node and pod objects.
 
-Bound pods are the truth: a GPU is taken when a live pod's assignment
-annotations name it (whole GPUs and shares alike); pods bound by another
-scheduler without annotations take `nvidia.com/gpu` GPUs by count. Workers
+A view of the one cluster model: the nodes and bound pods go into a
+`ClusterCache` exactly as the extender's watch feeds its own
+(`workloads.cluster_feed`: assignment annotations are the truth; pods bound by
+another scheduler take `nvidia.com/gpu` GPUs by count), and each GPU node is
+summed up as a `NodeCapacity` with the indices of its untouched GPUs. Workers
 created for a gang but not yet bound are promised GPUs of their type, so two
 jobs decided in a row do not both count on the same free GPUs.
 """
@@ -13,14 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chronotope.sharing.assignment import ASSIGNED_GPUS, ASSIGNED_NODE
-from chronotope.sharing.labels import (
-    DONE_PHASES,
-    GPU_MEMORY_LABEL,
-    GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
-    ZONE_LABEL,
-)
+from chronotope.sharing.labels import DONE_PHASES, GPU_PRODUCT_LABEL, GPU_RESOURCE, ZONE_LABEL
+from chronotope.solver.cache import ClusterCache
+from chronotope.workloads.cluster_feed import node_info, pod_holding
 
 __all__ = ["NodeCapacity", "cluster_capacity"]
 
@@ -35,6 +32,8 @@ class NodeCapacity:
     memory_mib: int = 0
     """Memory of one GPU (the `nvidia.com/gpu.memory` label); 0 when unknown."""
     zone: str = ""
+    free_gpus: tuple[int, ...] = ()
+    """Indices of the untouched GPUs (empty when built by hand: the first `free`)."""
 
 
 def _gpu_count(pod: Mapping[str, Any]) -> int:
@@ -50,55 +49,51 @@ def cluster_capacity(
     pods: Iterable[Mapping[str, Any]],
     ignore_pods: frozenset[str] = frozenset(),
 ) -> list[NodeCapacity]:
-    """Per node: GPU model, total and free whole GPUs. `ignore_pods` ("ns/name") count as free."""
-    used: dict[str, set[int]] = {}
-    unannotated: dict[str, int] = {}
+    """Per GPU node: model, total and free whole GPUs. `ignore_pods` ("ns/name") count as free."""
+    nodes = list(nodes)
+    cache = ClusterCache()
+    for node in nodes:
+        cache.upsert_node(node_info(node))
     promised: dict[str, int] = {}  # GPU model -> GPUs of created but not yet bound workers
     for pod in pods:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         spec = pod.get("spec") or {}
-        node = spec.get("nodeName")
+        bound_to = spec.get("nodeName")
         if key in ignore_pods or (pod.get("status") or {}).get("phase") in DONE_PHASES:
             continue
         if meta.get("deletionTimestamp"):
             continue
-        if not node:
+        if not bound_to:
             model = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
             if model and spec.get("schedulerName") == "chronotope":
                 promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
             continue
-        annotations = meta.get("annotations") or {}
-        gpus = annotations.get(ASSIGNED_GPUS)
-        if gpus and annotations.get(ASSIGNED_NODE) == node:
-            used.setdefault(node, set()).update(int(g) for g in gpus.split(",") if g.strip())
-        else:
-            unannotated[node] = unannotated.get(node, 0) + _gpu_count(pod)
+        cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
+    state = cache.state()
     out: list[NodeCapacity] = []
     for node in nodes:
         meta = node.get("metadata") or {}
-        name = meta["name"]
-        total = int(
-            str(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE, 0)) or 0
-        )
-        if total == 0:
+        info = cache.nodes[meta["name"]]
+        if info.gpu_count == 0:
             continue
-        free = max(0, total - len(used.get(name, set())) - unannotated.get(name, 0))
+        i = cache.index(info.name)
+        assert i is not None
+        free_gpus = state.first_free_gpus(i, info.gpu_count)
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in (node.get("status") or {}).get("conditions") or []
         )
-        labels = meta.get("labels") or {}
-        memory = str(labels.get(GPU_MEMORY_LABEL, "0"))
         out.append(
             NodeCapacity(
-                name=name,
-                gpu_model=labels.get(GPU_PRODUCT_LABEL, ""),
-                total=total,
-                free=free,
-                schedulable=ready and not (node.get("spec") or {}).get("unschedulable", False),
-                memory_mib=int(memory) if memory.isdigit() else 0,
-                zone=labels.get(ZONE_LABEL, ""),
+                name=info.name,
+                gpu_model=info.gpu_model,
+                total=info.gpu_count,
+                free=len(free_gpus),
+                schedulable=ready and not info.unschedulable,
+                memory_mib=info.gpu_memory_mib,
+                zone=(meta.get("labels") or {}).get(ZONE_LABEL, ""),
+                free_gpus=free_gpus,
             )
         )
     return _minus_promised(out, promised)
@@ -112,5 +107,5 @@ def _minus_promised(nodes: list[NodeCapacity], promised: dict[str, int]) -> list
         take = min(node.free, left.get(node.gpu_model, 0))
         if take:
             left[node.gpu_model] -= take
-        result.append(replace(node, free=node.free - take))
+        result.append(replace(node, free=node.free - take, free_gpus=node.free_gpus[take:]))
     return result

@@ -63,13 +63,13 @@ class JointOutcome:
 def _snapshot(capacity: Sequence[NodeCapacity]) -> ClusterSnapshot:
     nodes = []
     for n in sorted(capacity, key=lambda n: n.name):
-        free = n.free if n.schedulable else 0
+        free = set(n.free_gpus or range(n.free)) if n.schedulable else set()
         gpus = tuple(
             Gpu(
                 index=i,
                 model=n.gpu_model,
                 memory_mib=n.memory_mib,
-                free_milli=MILLI if i < free else 0,
+                free_milli=MILLI if i in free else 0,
             )
             for i in range(n.total)
         )

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chronotope.extender.podreq import (
+from chronotope.workloads.podreq import (
     SHARE_COMPUTE_ANNOTATION,
     SHARE_MEMORY_ANNOTATION,
     PodRequestError,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.sharing.assignment import GpuAssignment
 from chronotope.workloads.capacity import NodeCapacity, cluster_capacity
 from chronotope.workloads.gang import worker_pods
 from chronotope.workloads.training import Action, decide, utility_at
@@ -118,10 +119,14 @@ def test_capacity_counts_bound_assignments_and_promised_workers() -> None:
         "metadata": {
             "name": "a",
             "namespace": "n",
-            "annotations": {
-                "chronotope.dev/assigned-node": "h",
-                "chronotope.dev/assigned-gpus": "0,1,2",
-            },
+            "annotations": GpuAssignment(
+                node="h",
+                gpu_indices=(0, 2, 5),
+                gpu_uuids=("GPU-h-0", "GPU-h-2", "GPU-h-5"),
+                memory_mib=None,
+                compute_percent=None,
+                handshake="hs",
+            ).to_annotations(),
         },
         "spec": {"nodeName": "h", "containers": []},
     }
@@ -135,6 +140,7 @@ def test_capacity_counts_bound_assignments_and_promised_workers() -> None:
     }
     (cap,) = cluster_capacity([node], [bound, pending])
     assert (cap.total, cap.free) == (8, 1)
+    assert cap.free_gpus == (7,)  # untouched: 1, 3, 4, 6, 7; four promised to the pending gang
 
 
 def test_worker_pods_carry_gang_labels_and_launcher_env() -> None:

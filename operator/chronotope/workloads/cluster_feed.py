@@ -1,0 +1,91 @@
+"""Node and pod objects into the one cluster model (`solver.cache.ClusterCache`).
+
+The extender's watch and the operator's capacity view read the same objects
+the same way: a node's GPU model and count, GPU memory, allocatable CPU and
+memory; a bound pod's assignment annotations (the truth), or, for a pod bound
+without one (another scheduler), its whole GPUs by count and its CPU and
+memory requests. Pure: plain dicts in, cache updates out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
+from chronotope.sharing.assignment import DEVICE_PLUGIN, GpuAssignment
+from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
+from chronotope.solver.cache import UNBOUNDED, ClusterCache, Holding, NodeInfo
+from chronotope.solver.model import MILLI, PodRequest
+from chronotope.workloads.podreq import PodRequestError, pod_request
+
+__all__ = ["node_info", "pod_holding"]
+
+log = logging.getLogger(__name__)
+
+
+def node_info(node: Mapping[str, Any]) -> NodeInfo:
+    """What the cache keeps of a node object."""
+    meta = node.get("metadata", {})
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    capacity = status.get("capacity") or {}
+    allocatable = status.get("allocatable") or capacity
+
+    def amount(resource: str, parse: Callable[[object], int]) -> int:
+        raw = allocatable.get(resource, capacity.get(resource))
+        if raw is None:
+            return UNBOUNDED
+        try:
+            return parse(raw)
+        except QuantityError:
+            log.warning("node %s: %s %r is not a quantity", meta.get("name"), resource, raw)
+            return UNBOUNDED
+
+    memory = str(labels.get(GPU_MEMORY_LABEL, "0") or "0")
+    return NodeInfo(
+        name=meta["name"],
+        gpu_model=labels.get(GPU_PRODUCT_LABEL, ""),
+        gpu_count=int(capacity.get(GPU_RESOURCE, 0) or 0),
+        gpu_memory_mib=int(memory) if memory.isdigit() else 0,
+        cpu_milli=amount("cpu", cpu_milli),
+        memory_mib=amount("memory", memory_mib),
+        unschedulable=bool((node.get("spec") or {}).get("unschedulable", False)),
+        device_plugin=DEVICE_PLUGIN in (meta.get("annotations") or {}),
+    )
+
+
+def pod_holding(cache: ClusterCache, key: str, pod: Mapping[str, Any], node: str) -> Holding:
+    """What a pod bound to `node` takes: its assignment, or whole GPUs by count."""
+    try:
+        req: PodRequest | None = pod_request(pod)
+    except PodRequestError:
+        req = None
+    cpu, mem = (req.cpu_milli, req.memory_mib) if req is not None else (0, 0)
+    if req is not None:
+        cache.observe(key, req)  # a restarted reader relearns the request mix
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        a = GpuAssignment.from_annotations(annotations)
+    except ValueError:
+        a = None
+    if a is not None and a.node == node:
+        milli = MILLI if a.compute_percent is None else a.compute_percent * MILLI // 100
+        return Holding(node, a.gpu_indices, milli, a.memory_mib or 0, cpu, mem)
+    if req is None or req.num_gpus == 0 or req.is_share:  # no GPU we know of
+        return Holding(node, (), 0, 0, cpu, mem)
+    held = cache.holdings.get(key)
+    if held is not None and held.node == node and len(held.gpu_indices) == req.num_gpus:
+        gpus = held.gpu_indices
+    else:
+        gpus = cache.first_free(node, req.num_gpus)
+        if len(gpus) < req.num_gpus:
+            log.warning(
+                "pod %s holds %d GPUs on %s, only %d are free there",
+                key,
+                req.num_gpus,
+                node,
+                len(gpus),
+            )
+    return Holding(node, gpus, MILLI, 0, cpu, mem)
