@@ -9,12 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chronotope.workloads.podreq import (
-    SHARE_COMPUTE_ANNOTATION,
-    SHARE_MEMORY_ANNOTATION,
-    PodRequestError,
-    pod_gpu_request,
-)
 from chronotope.extender.service import ExtenderService
 from chronotope.sharing.assignment import BindRequest, GpuAssignment
 from chronotope.solver.cache import ClusterCache
@@ -23,6 +17,12 @@ from chronotope.solver.fragpack import Chronotope
 from chronotope.solver.model import ClusterSnapshot, Gpu, Node, PodRequest
 from chronotope.solver.policies import Context
 from chronotope.solver.state import ClusterState
+from chronotope.workloads.podreq import (
+    SHARE_COMPUTE_ANNOTATION,
+    SHARE_MEMORY_ANNOTATION,
+    PodRequestError,
+    pod_gpu_request,
+)
 
 
 def node(
