@@ -17,6 +17,7 @@ from kubernetes import client
 from chronotope.devcluster.spec import ClusterSpec, node_manifests
 from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
 from chronotope.planners.profile import profile_to_data
+from chronotope.sharing.assignment import GpuAssignment
 from tests.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -490,3 +491,22 @@ def test_jobs_that_could_both_start_are_planned_jointly(
             e.message for e in core.list_namespaced_event(namespace).items if e.reason == "Started"
         ]
         assert any("joint plan over 2 job(s)" in m for m in started), started
+        # the plan's nodes and GPUs reach the workers of a job it started, and the
+        # extender honours them
+        planned_jobs = {
+            e.involved_object.name
+            for e in core.list_namespaced_event(namespace).items
+            if e.reason == "Started" and "joint plan over 2 job(s)" in (e.message or "")
+        }
+        workers = [
+            p
+            for p in core.list_namespaced_pod(namespace).items
+            if (p.metadata.labels or {}).get("chronotope.dev/job") in planned_jobs
+        ]
+        assert workers
+        for pod in workers:
+            annotations = pod.metadata.annotations or {}
+            assert pod.spec.node_name == annotations["chronotope.dev/planned-node"]
+            assigned = GpuAssignment.from_annotations(annotations).gpu_indices
+            planned = tuple(int(g) for g in annotations["chronotope.dev/planned-gpus"].split(","))
+            assert assigned == planned

@@ -753,7 +753,10 @@ def _joint_gate(
     if not outcome.starts:
         return Decision(Action.WAIT, outcome.reason)
     chosen = next((d for d in mine.options if d.gpu_type == outcome.gpu_type), decision)
-    return replace(chosen, reason=f"{chosen.reason}; {outcome.reason}")
+    # the plan's nodes and GPUs go on the workers; the extender honours them
+    return replace(
+        chosen, reason=f"{chosen.reason}; {outcome.reason}", placements=outcome.placements
+    )
 
 
 def _queue_gate(

@@ -105,13 +105,14 @@ class ExtenderService:
             self.cache.expire(now)
             self.gangs.expire(self.cache, now)
             self.cache.observe(key, req)
+            if gang is not None:
+                self._gang_of[key] = gang
             if plan is not None:
                 self._plans[key] = plan
                 outcome = self._filter_planned(key, plan, req, node_names, now)
                 if outcome is not None:
                     return outcome
             if gang is not None:
-                self._gang_of[key] = gang
                 outcome = self._filter_gang(key, gang, req, node_names, now)
                 if outcome is not None:
                     return outcome

@@ -21,6 +21,7 @@ from chronotope.sharing.labels import (
     STRATEGY_ANNOTATION,
 )
 from chronotope.workloads.parallelism import Degrees, choose_degrees
+from chronotope.workloads.podreq import PLANNED_GPUS_ANNOTATION, PLANNED_NODE_ANNOTATION
 from chronotope.workloads.training import Decision
 
 __all__ = [
@@ -125,6 +126,12 @@ def worker_pods(
             GANG_SIZE_ANNOTATION: str(decision.workers),
             STRATEGY_ANNOTATION: spec.placement.strategy.value,
         }
+        if len(decision.placements) == decision.workers:  # a joint plan's node and GPUs
+            node, gpus = decision.placements[rank]
+            annotations |= {
+                PLANNED_NODE_ANNOTATION: node,
+                PLANNED_GPUS_ANNOTATION: ",".join(map(str, gpus)),
+            }
         pods.append(
             {
                 "apiVersion": "v1",

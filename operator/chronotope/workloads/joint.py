@@ -58,6 +58,8 @@ class JointOutcome:
     starts: bool
     gpu_type: str | None
     reason: str
+    placements: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Per member, in member order: the plan's node and GPUs (when it starts now)."""
 
 
 def _snapshot(capacity: Sequence[NodeCapacity]) -> ClusterSnapshot:
@@ -134,11 +136,15 @@ def arbitrate(
     others = [k for k in starting if k != me]
     if me in joint.chosen:
         with_whom = f" beside {', '.join(others)}" if others else ""
+        members = {p.pod: (p.node, p.gpu_indices) for p in joint.placements}
+        mine = next(w for w in workloads if w.name == me).member_names()
+        placed = tuple(members[m] for m in mine if m in members)
         return JointOutcome(
             True,
             joint.chosen[me],
             f"joint plan over {len(ordered)} job(s) that could start (CP-SAT, {joint.status}) "
             f"starts it now on {joint.chosen[me]}{with_whom}",
+            placed if len(placed) == len(mine) else (),
         )
     later = next((d for d in joint.deferred if d.workload == me), None)
     unplaced = next((u for u in joint.unplaced if u.name == me), None)

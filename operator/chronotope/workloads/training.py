@@ -57,6 +57,8 @@ class Decision:
     planner_note: str = ""
     cause: str = ""
     """A CamelCase condition reason for a job that cannot run (default Unschedulable)."""
+    placements: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Per worker (rank order): the node and GPUs a joint plan put it on; empty otherwise."""
 
 
 def utility_at(utility: Utility | None, finish: datetime) -> float:

@@ -50,6 +50,19 @@ def test_flexible_job_takes_the_slower_type_so_a_deadline_job_gets_the_fast_one(
     assert (a.starts, a.gpu_type) == (True, "V100")
     assert (b.starts, b.gpu_type) == (True, "H100")
     assert "beside ns/urgent" in a.reason
+    # the plan's node and GPUs for each member reach the outcome (then the worker pods)
+    assert a.placements == (("v100-0", tuple(range(8))),)
+    assert b.placements == (("h100-0", tuple(range(8))),)
+
+
+def test_the_plan_uses_the_real_free_gpus() -> None:
+    half = [NodeCapacity("h100-0", "H100", 8, 4, True, free_gpus=(1, 3, 5, 7))]
+    s = spec([("H100", 1.0)], gpu={"count": 2})  # two jobs of 2 GPUs on the 4 free ones
+    both = [contender("ns/a", s, half), contender("ns/b", s, half)]
+    a, b = arbitrate("ns/a", both, half, NOW), arbitrate("ns/b", both, half, NOW)
+    assert a.starts and b.starts
+    gpus = [g for outcome in (a, b) for _, held in outcome.placements for g in held]
+    assert sorted(gpus) == [1, 3, 5, 7]
 
 
 def test_the_more_valuable_job_wins_when_only_one_fits() -> None:

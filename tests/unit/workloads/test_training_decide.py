@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -164,6 +165,14 @@ def test_worker_pods_carry_gang_labels_and_launcher_env() -> None:
     assert env["MASTER_ADDR"] == "j-0.j.ns.svc"
     assert first["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert first["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert "chronotope.dev/planned-node" not in first["metadata"]["annotations"]
+    planned = replace(d, placements=(("h-0", (0, 1, 2, 3)), ("h-1", (4, 5, 6, 7))))
+    for pod, (node, gpus) in zip(
+        worker_pods(job, s, planned, generation=3), planned.placements, strict=True
+    ):
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["chronotope.dev/planned-node"] == node
+        assert annotations["chronotope.dev/planned-gpus"] == ",".join(map(str, gpus))
 
 
 def test_on_equal_utility_the_job_starts_now() -> None:
