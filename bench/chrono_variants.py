@@ -38,6 +38,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "zero": {"cpu_rule": "zero", "share_gpu": "fgd"},  # the policy before short
     "usable": {"cpu_rule": "usable", "share_gpu": "fgd"},  # the kept policy
     "safe": {"cpu_rule": "safe", "share_gpu": "fgd"},  # usable's trigger, zero's target
+    "budget": {"cpu_rule": "budget", "share_gpu": "fgd"},  # usable, while dead CPU outlasts demand
     "previous": {"cpu_rule": "idle", "share_gpu": "tight"},  # the policy before zero
     "cpu_fgd": {"cpu_rule": "fgd", "share_gpu": "tight"},
     "share_fgd": {"cpu_rule": "idle", "share_gpu": "fgd"},

@@ -120,6 +120,14 @@ class FragModel:
         gpus = float((self.t_freq * self.t_num * self.m_vals[self.t_m]).sum()) / MILLI
         self.cpu_per_gpu = float((self.t_freq * self.t_cpu).sum()) / max(gpus, 1e-9)
         """Mean CPU (milli) the typical GPU pods ask per GPU they take."""
+        cpu_t = [t for t in typical if t.milli == 0]
+        total_freq = max(self.freq_sum, 1e-9)
+        self.gpu_milli_per_pod = float(
+            sum(t.freq * t.milli * t.num_gpus for t in gpu_t) / total_freq
+        )
+        """Mean GPU share (milli) one arriving pod of the mix asks (CPU-only pods count 0)."""
+        self.cpu_only_cpu_per_pod = float(sum(t.freq * t.cpu for t in cpu_t) / total_freq)
+        """Mean CPU (milli) one arriving pod of the mix asks as a CPU-only pod."""
         # acc[model, t]; the extra last row is CPU-only nodes (model index -1).
         rows = [*models, ""]
         self.acc = np.array(

@@ -1,44 +1,31 @@
-"""Chronotope's own online policy: FGD, deviating only where it provably strands nothing.
+"""Chronotope's own online policy: FGD, deviating only where the CPU budget allows.
 
 FGD (ATC'23) scores a node by the change in fragmentation a placement causes,
-squashed through a sigmoid and truncated to an integer 0..100. Many nodes tie
-after the truncation, and on openb the outcome turns on how ties are broken:
-with the reference scheduler's stable node order FGD reaches 95.4 % at 130 %
-demand, with uniform random ties only about 90 %. That order acts as a
-packing order, and every measured rule that overrides it for GPU pods (best
-fit on CPU or GPU share, dead capacity, exact fragmentation change, CPU
-reserve, GPU-type specialisation; docs/solver.md) loses on some trace. So the
-policy keeps FGD's decision everywhere except one place:
+squashed through a sigmoid and truncated to an integer 0..100; many nodes
+tie, and the stable node order breaks the ties. Rules that override that
+order for GPU pods lose on some trace (docs/solver.md), so GPU pods get
+exactly FGD's choice (node of best score, first in the node order; a share on
+the first GPU of best score). One deviation, for CPU-only pods (rule
+"budget", the default):
 
-1. FGD's saturated integer fragmentation score, and for GPU pods exactly
-   FGD's choice (node of best score, first in the stable node order; a
-   share on the first GPU of best score);
-2. a CPU-only pod keeps FGD's node unless that node has *usable* idle GPU
-   share (on GPUs with room for the smallest typical share; a 60m hole next
-   to an 810m share takes no pod and needs no CPU) and the pod would leave
-   it less CPU than that share needs (the typical GPU pods' mean CPU per
-   GPU); then, among the nodes of best score, it goes to a node with no
-   usable idle share if there is one (then the stable order). Its CPU and
-   memory there can never serve a GPU pod, so this strands nothing; FGD's
-   one-pod fragmentation measure sees no difference and would drain the
-   first node's CPU below what its GPUs need (FGD checks only that one
-   typical pod still fits).
+* trigger: FGD's node has *usable* idle GPU share (on GPUs with room for the
+  smallest typical share) and the pod would leave it less CPU than that share
+  needs (the typical GPU pods' mean CPU per GPU), a shortage FGD's one-pod
+  measure cannot see;
+* guard: the CPU on nodes with no usable idle share ("dead" CPU, which no GPU
+  pod can use) is more than the CPU-only pods of the mix are expected to ask
+  before the idle GPU share fills up (idle share / GPU share per arriving pod
+  x CPU-only CPU per arriving pod). Without it, moving CPU-only pods onto dead
+  CPU only uses it up early and later ones land on GPU nodes anyway, which
+  cost up to 0.6 pp on workloads with more CPU-only pods;
+* move: among the nodes of best score, to one with no usable idle share (then
+  the node order).
 
-This gains where CPU is what strands GPUs (+0.41 pp on `gpuspec10`, +0.15 on
-`multigpu20`, +0.06 on `default`) and otherwise stays on FGD's trajectory.
-Deviating only when the CPU is short perturbs that trajectory less than
-deviating for every CPU-only pod (rule "zero"), and not counting dead holes
-(rule "usable", the default) less than counting all idle share (rule
-"short", which moved 939 CPU pods on one `gpushare20` seed, mostly away
-from nodes whose only idle share was 30m-60m holes, and ended 0.10 below FGD
-there).
-Variants kept for measurement (`bench/chrono_variants.py`): `cpu_rule="safe"`
-(trigger of "usable", but moves the pod only to a node with no idle GPU share at
-all, whose CPU no GPU pod can ever use while nothing departs), `"short"`,
-`"zero"` (always prefer a node with no idle GPU), `"idle"` (least idle GPU share: more
-on `default`, below FGD on `cpu100`), `"dead"` (nodes whose idle share is all
-fragmentation), `"fgd"`; `share_gpu="tight"` (tightest GPU among equal
-scores). The policy is pure given its `Context`.
+Variants kept for measurement (`bench/chrono_variants.py`): `cpu_rule="usable"`
+(no guard), `"safe"` (only to nodes with no idle share at all), `"short"` (all
+idle share counts), `"zero"` (always prefer a node with no idle GPU),
+`"idle"`, `"dead"`, `"fgd"`; `share_gpu="tight"`. The policy is pure given its
+`Context`.
 """
 
 from __future__ import annotations
@@ -51,7 +38,7 @@ from chronotope.solver.state import IntArray, PodSpec
 
 __all__ = ["CPU_RULES", "SHARE_RULES", "Chronotope"]
 
-CPU_RULES = ("usable", "safe", "short", "zero", "idle", "dead", "fgd")
+CPU_RULES = ("usable", "budget", "safe", "short", "zero", "idle", "dead", "fgd")
 SHARE_RULES = ("fgd", "tight")
 
 
@@ -62,7 +49,7 @@ class Chronotope(Policy):
     needs_frag = True
 
     def __init__(
-        self, frag_bin: float = 0.0, cpu_rule: str = "usable", share_gpu: str = "fgd"
+        self, frag_bin: float = 0.0, cpu_rule: str = "budget", share_gpu: str = "fgd"
     ) -> None:
         if cpu_rule not in CPU_RULES or share_gpu not in SHARE_RULES:
             raise ValueError(f"unknown rule {cpu_rule!r} / {share_gpu!r}")
@@ -81,7 +68,7 @@ class Chronotope(Policy):
         st = ctx.state
         if self.cpu_rule in ("zero", "short", "safe"):
             return st.total_left[nodes] > 0
-        if self.cpu_rule == "usable":
+        if self.cpu_rule in ("usable", "budget"):
             return self._usable(ctx, nodes) > 0
         if self.cpu_rule == "idle":
             return st.total_left[nodes]
@@ -100,10 +87,32 @@ class Chronotope(Policy):
         usable: IntArray = np.where(left >= smallest, left, 0).sum(axis=1)
         return usable
 
+    @staticmethod
+    def _spare_dead_cpu(ctx: Context) -> bool:
+        """Rule "budget": CPU on nodes without usable idle GPU share outlasts CPU-only demand.
+
+        Until the idle GPU share is used up, about idle / (GPU share per arriving
+        pod) more pods arrive, and the mix says how much CPU the CPU-only ones among
+        them ask. Moving a CPU-only pod onto CPU that no GPU pod can use only pays
+        while that CPU is more than they will need; otherwise they end up on GPU
+        nodes anyway, and FGD's choice is kept.
+        """
+        assert ctx.frag is not None
+        st, model = ctx.state, ctx.frag.model
+        if model.gpu_milli_per_pod <= 0:
+            return False
+        usable = Chronotope._usable(ctx, np.arange(st.n, dtype=np.int64))
+        arrivals = float(usable.sum()) / model.gpu_milli_per_pod
+        demand = arrivals * model.cpu_only_cpu_per_pod
+        dead = float(np.maximum(st.cpu_left[usable == 0], 0).sum())
+        return dead > demand
+
     def _cpu_ample(self, ctx: Context, pod: PodSpec, node: int) -> bool:
         """Rules "usable"/"short": whether FGD's node keeps the CPU its idle share needs."""
-        if self.cpu_rule not in ("short", "usable", "safe"):
+        if self.cpu_rule not in ("short", "usable", "safe", "budget"):
             return False
+        if self.cpu_rule == "budget" and not self._spare_dead_cpu(ctx):
+            return True  # CPU no GPU can use is not plentiful: do what FGD does
         st = ctx.state
         idle = int(
             st.total_left[node]

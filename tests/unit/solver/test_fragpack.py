@@ -130,3 +130,25 @@ def test_gpu_pods_follow_fgd_exactly(
         assert choice == fgd.choose(ctx, spec, cand)
         ctx.state.assign(choice[0], spec, choice[1])
         ctx.frag.refresh(choice[0])
+
+
+@pytest.mark.parametrize(
+    ("b_cpu", "expected"),
+    [
+        # b's 64 cores outlast what the CPU-only pods expected before a's idle GPUs
+        # fill (2 GPUs / 0.5 GPU per pod x 1/3 CPU-only x 16 cores = 21.3 cores)
+        pytest.param(64000, (1, ()), id="spare-dead-cpu-deviates"),
+        # 20 cores do not: CPU-only pods would end up on GPU nodes anyway, so FGD's node
+        pytest.param(20000, (0, ()), id="scarce-dead-cpu-keeps-fgd"),
+    ],
+)
+def test_budget_rule_deviates_only_while_dead_cpu_outlasts_cpu_only_demand(
+    b_cpu: int, expected: Choice
+) -> None:
+    nodes = [_node("a", (1000, 1000), cpu=30000), _node("b", (0, 0), cpu=b_cpu)]
+    ctx = _ctx(nodes, [*MIX, PodRequest(name="c", cpu_milli=16000)])
+    cpu = ctx.state.spec(PodRequest(name="c", cpu_milli=16000))
+    cand = ctx.state.feasible(cpu)
+    assert Fgd().choose(ctx, cpu, cand) == (0, ())
+    assert Chronotope(cpu_rule="usable").choose(ctx, cpu, cand) == (1, ())
+    assert Chronotope(cpu_rule="budget").choose(ctx, cpu, cand) == expected
