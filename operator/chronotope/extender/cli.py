@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,10 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.solver.cache import ClusterCache
     from chronotope.solver.online import make_policy
 
+    # The watch and bind threads share the GIL with the event loop that answers
+    # kube-scheduler; at the default 5 ms switch interval a filter can wait several
+    # intervals behind a burst of watch events. Filters are short, so switch often.
+    sys.setswitchinterval(0.0005)
     api = connect(args.kubeconfig)
     binder = Binder(api)
     events = ThreadPoolExecutor(1, thread_name_prefix="events")
