@@ -53,7 +53,8 @@ BindFn = Callable[[BindRequest], None]
 PodFetchFn = Callable[[str, str], Mapping[str, Any]]
 """(namespace, name) -> pod dict, used when bind arrives for a pod never filtered here."""
 EventFn = Callable[[str, str, str], None]
-"""(pod key "namespace/name", reason, message): tell the pod's owner something (an Event)."""
+"""(pod key "namespace/name", reason, message): post an Event; called under the lock, must
+not block (the CLI hands it to a worker thread)."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,6 @@ class ExtenderService:
     _requests: dict[str, PodRequest] = field(default_factory=dict)
     _gang_of: dict[str, Gang] = field(default_factory=dict)
     _plans: dict[str, Plan] = field(default_factory=dict)
-    _versions: dict[str, str] = field(default_factory=dict)
-    """resourceVersion of the pod kube-scheduler sent to filter: the binder's precondition."""
     _chosen: dict[str, str] = field(default_factory=dict)
     """Node the policy chose for a pod at its last filter (prioritize scores it alone)."""
 
@@ -94,12 +93,9 @@ class ExtenderService:
             gang = gang_of(pod)
             plan = planned(pod)
         except ValueError as exc:  # PodRequestError is a ValueError too
-            reason = f"invalid GPU request: {exc}"
+            reason = f"invalid pod request: {exc}"
             return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
         self._requests[key] = req
-        version = (pod.get("metadata") or {}).get("resourceVersion")
-        if version:
-            self._versions[key] = str(version)
         with self._lock:
             now = self.clock()
             self.cache.expire(now)
@@ -203,9 +199,7 @@ class ExtenderService:
             return gpus
         assignment = _assignment(node, gpus, req) if req.num_gpus else None
         try:
-            self.bind_fn(
-                BindRequest(namespace, name, uid, node, assignment, self._versions.pop(key, None))
-            )
+            self.bind_fn(BindRequest(namespace, name, uid, node, assignment))
         except Exception as exc:
             with self._lock:  # only this try's holding, not a newer try's
                 self.cache.forget(key, only=(node, gpus))

@@ -272,5 +272,3 @@ class BindRequest:
     uid: str
     node: str
     assignment: GpuAssignment | None
-    seen_version: str | None = None
-    """The pod's resourceVersion when it was filtered: a precondition that saves a read."""

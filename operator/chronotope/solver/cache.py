@@ -121,11 +121,11 @@ class ClusterCache:
         self._pending: set[str] = set()
         self._state: ClusterState | None = None
         self._index: dict[str, int] = {}
-        self._gpu_mem_cap: IntArray = np.zeros(0, dtype=np.int64)
         self._frag: FragTracker | None = None
         self._fixed_typical = list(typical) if typical else None
         self._shapes: Counter[Shape] = Counter()
         self._seen: set[str] = set()
+        self._observed = 0
         self._mix: list[TypicalPod] = []
         self._mix_at = 0
         self._tie_order = {name: i for i, name in enumerate(tie_order or ())}
@@ -193,7 +193,6 @@ class ClusterCache:
                 [self._tie_order.get(x.name, big + i) for i, x in enumerate(infos)],
                 dtype=np.int64,
             )
-        self._gpu_mem_cap = mem_cap
         self._frag = None
         for holding in self.holdings.values():
             self._take(holding, 1)
@@ -227,12 +226,13 @@ class ClusterCache:
             self._seen.clear()
         self._seen.add(key)
         self._shapes[shape_of(req)] += 1
+        self._observed += 1
 
     def typical(self, fallback: PodRequest | None = None) -> list[TypicalPod]:
         """The expected request mix: fixed at start, or learned from the pods seen."""
         if self._fixed_typical is not None:
             return self._fixed_typical
-        seen = sum(self._shapes.values())
+        seen = self._observed
         # every new pod while the sample is small, then every 10 % more pods
         if seen != self._mix_at and seen - self._mix_at >= max(1, self._mix_at // 10):
             self._mix = typical_from_counts(self._shapes)
