@@ -51,3 +51,20 @@ def test_replay_places_pods_where_the_simulator_does(
     )
     assert diff <= 0.3, (sim_summary, real_summary)
     assert int(real_summary["placed_pods"]) == sum(1 for r in real if r["node"])
+
+
+@pytest.mark.timeout(600)
+def test_a_partial_replay_writes_what_it_placed(
+    tmp_path: Path, cluster_settings: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del cluster_settings
+    monkeypatch.setenv("CHRONOTOPE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    out = tmp_path / "partial"
+    args = ["replay", "openb", "--nodes", str(NODES), "--pods", str(PODS), "--seed", "43"]
+    assert main([*args, "--policy", "fgd", "--limit", "25", "--out", str(out)]) == 0
+    rows = _rows(out / "placements.csv")
+    assert len(rows) == 25
+    summary = _rows(out / "summary.csv")[0]
+    assert summary["gpu_alloc_pct_at_130"] == ""  # 25 pods never reach 130 % of demand
+    assert int(summary["placed_pods"]) == sum(1 for r in rows if r["node"]) > 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -105,20 +106,21 @@ def _handle(args: argparse.Namespace) -> int:
     finally:
         if cluster is not None and not args.keep:
             cluster.down()
+    write_placements(args.out / "placements.csv", arrivals, placed)
     result = score(
         snapshot, pods, args.seed, placed, tune_ratio=args.tune_ratio, policy=args.policy
     )
     gpus = result.total_milli // 1000
     alloc130 = result.alloc_pct_at(130)
-    row: dict[str, object] = {
+    row: dict[str, object] = {  # a partial replay (--limit) may not reach 100 or 130 %: blank
         "trace": trace_name(args.pods),
         "policy": args.policy,
         "seed": args.seed,
-        "gpu_alloc_pct_at_100": round(result.alloc_pct_at(100), 2),
-        "gpu_alloc_pct_at_130": round(alloc130, 2),
-        "unalloc_gpus_at_130": round(gpus * (1 - alloc130 / 100)),
-        "frag_amount_pct_at_100": round(result.frag_amount_pct_at(100), 2),
-        "frag_ratio_pct_at_100": round(result.frag_ratio_pct_at(100), 2),
+        "gpu_alloc_pct_at_100": _pct(result.alloc_pct_at(100)),
+        "gpu_alloc_pct_at_130": _pct(alloc130),
+        "unalloc_gpus_at_130": "" if math.isnan(alloc130) else round(gpus * (1 - alloc130 / 100)),
+        "frag_amount_pct_at_100": _pct(result.frag_amount_pct_at(100)),
+        "frag_ratio_pct_at_100": _pct(result.frag_ratio_pct_at(100)),
         "failed_pods": result.failed,
         "gpu_alloc_pct_final": result.alloc_pct_final(),
         "placed_pods": sum(p is not None for p in placed),
@@ -127,9 +129,12 @@ def _handle(args: argparse.Namespace) -> int:
         writer = csv.DictWriter(fh, fieldnames=[*SUMMARY_COLUMNS, "placed_pods"])
         writer.writeheader()
         writer.writerow(row)
-    write_placements(args.out / "placements.csv", arrivals, placed)
     print(
         f"{row['placed_pods']} of {len(arrivals)} pods placed; "
         f"GPU allocation {row['gpu_alloc_pct_final']} %; written to {args.out}"
     )
     return 0
+
+
+def _pct(value: float) -> object:
+    return "" if math.isnan(value) else round(value, 2)
