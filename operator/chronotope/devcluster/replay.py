@@ -48,6 +48,7 @@ def _handle(args: argparse.Namespace) -> int:
     from chronotope.devcluster.cluster import LocalCluster
     from chronotope.devcluster.settings import ClusterSettings
     from chronotope.kube.client import api_client
+    from chronotope.kube.nodes import wait_nodes_untainted
     from chronotope.kube.replay import ensure_namespace, place_one
     from chronotope.sim.cli import SUMMARY_COLUMNS
     from chronotope.sim.openb import load_nodes, load_pods, trace_name
@@ -100,6 +101,8 @@ def _handle(args: argparse.Namespace) -> int:
     placed: list[tuple[str, tuple[int, ...]] | None] = []
     try:
         with api_client(config) as api:
+            # kube-scheduler skips nodes still tainted not-ready: wait for every node
+            wait_nodes_untainted(api, {n.name for n in snapshot.nodes}, timeout=600)
             ensure_namespace(api, namespace)
             for manifest in tqdm(manifests, desc="replay", unit="pod"):
                 placed.append(place_one(api, namespace, manifest))

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-__all__ = ["apply_nodes", "wait_nodes_ready"]
+__all__ = ["apply_nodes", "wait_nodes_ready", "wait_nodes_untainted"]
 
 _CONFLICT = 409
 
@@ -58,3 +58,29 @@ def wait_nodes_ready(api: client.ApiClient, names: set[str], timeout: float) -> 
     if pending:
         sample = ", ".join(sorted(pending)[:5])
         raise TimeoutError(f"{len(pending)} node(s) not Ready after {timeout:.0f}s: {sample}")
+
+
+def wait_nodes_untainted(api: client.ApiClient, names: set[str], timeout: float) -> None:
+    """Block until none of the named nodes has a NoSchedule/NoExecute taint.
+
+    New nodes carry `node.kubernetes.io/not-ready` until the node lifecycle
+    controller, at its own pace, sees them Ready; until then kube-scheduler
+    leaves them out, so a replay started early would see fewer nodes.
+    """
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    while True:
+        tainted = {
+            n.metadata.name
+            for n in core.list_node().items
+            if n.metadata.name in names
+            and any(t.effect in ("NoSchedule", "NoExecute") for t in n.spec.taints or [])
+        }
+        if not tainted:
+            return
+        if time.monotonic() > deadline:
+            sample = ", ".join(sorted(tainted)[:5])
+            raise TimeoutError(
+                f"{len(tainted)} node(s) still tainted after {timeout:.0f}s: {sample}"
+            )
+        time.sleep(0.5)
