@@ -32,6 +32,7 @@ from chronotope.devcluster.cluster import LocalCluster
 from chronotope.devcluster.settings import ClusterSettings
 from chronotope.devcluster.spec import load_spec
 from chronotope.kube.client import api_client
+from chronotope.kube.nodes import wait_nodes_untainted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,6 +127,9 @@ def main() -> int:
             assert state_ is not None
             with api_client(state_.kubeconfig, qps_connections=16) as api:
                 core = client.CoreV1Api(api)
+                # both schedulers see the same nodes: none still tainted not-ready
+                names = {n.metadata.name for n in core.list_node().items}
+                wait_nodes_untainted(api, names, timeout=600)
                 alone = _throughput(core, "bench-default", "default-scheduler", args.pods)
                 ours = _throughput(
                     core, "bench-chronotope", "chronotope", args.pods, args.mix == "mixed"
