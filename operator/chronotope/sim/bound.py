@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from chronotope.solver.model import MILLI, ClusterSnapshot, PodRequest
+from chronotope.solver.model import MILLI, ClusterSnapshot, PodRequest, is_share
 
 __all__ = [
     "allocation_upper_bound",
@@ -130,7 +130,7 @@ def _pattern_lp(
     node_cls: Counter[tuple[str, int, int, int]] = Counter(
         (n.gpu_model, len(n.gpus), n.cpu_milli, n.memory_mib) for n in cluster.nodes
     )
-    sizes = sorted({milli for _c, _m, num, milli, _s in pod_cls if num == 1 and milli < MILLI})
+    sizes = sorted({milli for _c, _m, num, milli, _s in pod_cls if is_share(num, milli)})
     patterns = maximal_patterns(sizes) if sizes else []
     solver = _solver()
     objective = solver.Objective()
@@ -152,7 +152,7 @@ def _pattern_lp(
             mem_terms.append(pmem * var)
             if num == 0:
                 continue
-            if num == 1 and milli < MILLI:
+            if is_share(num, milli):
                 by_size.setdefault(milli, []).append(var)
             else:
                 gpu_terms.append(num * var)

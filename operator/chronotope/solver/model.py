@@ -29,10 +29,17 @@ __all__ = [
     "Reason",
     "Unplaced",
     "Workload",
+    "is_share",
 ]
 
 MILLI = 1000
 """Milli-GPU in one whole GPU."""
+
+
+def is_share(num_gpus: int, gpu_milli: int) -> bool:
+    """A request for part of one GPU (the one definition every layer uses)."""
+    return num_gpus == 1 and 0 < gpu_milli < MILLI
+
 
 NonNeg = Annotated[int, Field(ge=0)]
 
@@ -133,7 +140,7 @@ class PodRequest(_Frozen):
 
     @property
     def is_share(self) -> bool:
-        return self.num_gpus == 1 and self.gpu_milli < MILLI
+        return is_share(self.num_gpus, self.gpu_milli)
 
     def allows(self, model: str) -> bool:
         return not self.gpu_models or model in self.gpu_models

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from chronotope.solver.model import MILLI, ClusterSnapshot, PodRequest
+from chronotope.solver.model import MILLI, ClusterSnapshot, PodRequest, is_share
 
 __all__ = ["ClusterState", "PodSpec", "affinity_tag"]
 
@@ -29,7 +29,7 @@ def affinity_tag(num_gpus: int, gpu_milli: int) -> int:
     """GpuClustering's pod class: -1 no GPU, 0 a share, n for n whole GPUs."""
     if num_gpus == 0:
         return -1
-    if num_gpus == 1 and gpu_milli < MILLI:
+    if is_share(num_gpus, gpu_milli):
         return 0
     return num_gpus
 
@@ -56,7 +56,7 @@ class PodSpec:
 
     @property
     def is_share(self) -> bool:
-        return self.num_gpus == 1 and self.milli < MILLI
+        return is_share(self.num_gpus, self.milli)
 
 
 @dataclass
