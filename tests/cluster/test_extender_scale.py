@@ -2,7 +2,7 @@
 
 Checks what a user relies on: no GPU is ever over-allocated (summing the
 assignment annotations per GPU), every pod that fits is placed, and killing
-the extender mid-stream loses nothing (its ledger is rebuilt from the bound
+the extender mid-stream loses nothing (its cluster cache is rebuilt from the bound
 pods' annotations and placement resumes).
 """
 
