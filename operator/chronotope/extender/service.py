@@ -32,9 +32,9 @@ from typing import Any
 from chronotope.extender.gang import Gang, GangBook, gang_of
 from chronotope.sharing.assignment import BindRequest, GpuAssignment, gpu_uuid, new_handshake
 from chronotope.sharing.labels import DONE_PHASES
-from chronotope.solver.cache import ClusterCache, NoFit, Placed
+from chronotope.solver.cache import ClusterCache, NoFit
 from chronotope.solver.fragpack import Chronotope
-from chronotope.solver.model import MILLI, PodRequest
+from chronotope.solver.model import MILLI, Placement, PodRequest
 from chronotope.solver.policies import Policy
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 from chronotope.workloads.podreq import (
@@ -116,9 +116,9 @@ class ExtenderService:
         return self._outcome(key, req, placed)
 
     def _outcome(
-        self, key: str, req: PodRequest, placed: Placed | dict[str, NoFit]
+        self, key: str, req: PodRequest, placed: Placement | dict[str, NoFit]
     ) -> FilterOutcome:
-        if isinstance(placed, Placed):
+        if isinstance(placed, Placement):
             self._chosen[key] = placed.node
             return FilterOutcome([placed.node], {}, {})
         self._chosen.pop(key, None)
@@ -230,7 +230,7 @@ class ExtenderService:
             choice: tuple[int, ...] | NoFit = self.cache.assume(key, node, req, now, plan.gpus)
         else:  # no assumption (a gang member, a restart since filter): the policy's GPUs there
             placed = self.cache.place(key, req, [node], self.policy, now)
-            choice = placed.gpus if isinstance(placed, Placed) else placed[node]
+            choice = placed.gpu_indices if isinstance(placed, Placement) else placed[node]
         if isinstance(choice, NoFit):
             return f"node {node} can no longer take {key}: {choice.message}"
         self.cache.binding(key)

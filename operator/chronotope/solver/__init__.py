@@ -1,7 +1,9 @@
 """Pure placement core: snapshot in, decision out.
 
-Public entry points: `online.place` (one pod, the extender's fast path),
-`batch.plan` (pending gangs, CP-SAT) and `validate.validate`. Nothing here
+Public entry points: `cache.ClusterCache.place` (one pod on the live cluster
+model, the extender's path; the simulator calls the same policies on the same
+arrays), `online.place` (one pod on a frozen snapshot), `batch.plan` (pending
+gangs, CP-SAT) and `validate.validate`. Nothing here
 imports `kubernetes` or `kopf`.
 """
 

@@ -35,11 +35,11 @@ from chronotope.solver.frag import (
     shape_of,
     typical_from_counts,
 )
-from chronotope.solver.model import MILLI, PodRequest
+from chronotope.solver.model import MILLI, Placement, PodRequest
 from chronotope.solver.policies import Context, Policy
 from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec
 
-__all__ = ["UNBOUNDED", "ClusterCache", "Holding", "NoFit", "NodeInfo", "Placed"]
+__all__ = ["UNBOUNDED", "ClusterCache", "Holding", "NoFit", "NodeInfo"]
 
 UNBOUNDED = 1 << 40
 """CPU (milli) or memory (MiB) of a node that does not state it: no constraint."""
@@ -95,14 +95,6 @@ class NoFit:
     message: str
     unresolvable: bool = False
     """True when no amount of waiting helps (wrong GPU model, too few GPUs in total)."""
-
-
-@dataclass(frozen=True)
-class Placed:
-    """A policy's choice for one pod, already assumed in the cache."""
-
-    node: str
-    gpus: tuple[int, ...]
 
 
 class ClusterCache:
@@ -333,7 +325,7 @@ class ClusterCache:
         node_names: Sequence[str],
         policy: Policy,
         now: float,
-    ) -> Placed | dict[str, NoFit]:
+    ) -> Placement | dict[str, NoFit]:
         """Let `policy` choose among `node_names` and assume its choice; else why each fails.
 
         The candidates are the nodes of `node_names` where the pod fits now, as
@@ -353,7 +345,7 @@ class ClusterCache:
         choice = self.assume(key, st.names[node], req, now, gpus)
         if isinstance(choice, NoFit):  # an earlier bind of the same pod is under way
             return {n: choice for n in node_names}
-        return Placed(st.names[node], choice)
+        return Placement(pod=key, node=st.names[node], gpu_indices=choice, gpu_milli=req.gpu_milli)
 
     def _offered(self, node_names: Sequence[str]) -> BoolArray:
         """Per node: is it among `node_names` (the last list is kept: it rarely changes)."""
