@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import csv
 import logging
-import math
 import os
 import sys
 from pathlib import Path
@@ -60,6 +59,7 @@ def _handle(args: argparse.Namespace) -> int:
         tie_order,
         write_placements,
     )
+    from chronotope.sim.runner import summary_row
     from chronotope.solver.online import POLICY_NAMES
 
     if args.policy not in POLICY_NAMES:
@@ -113,21 +113,8 @@ def _handle(args: argparse.Namespace) -> int:
     result = score(
         snapshot, pods, args.seed, placed, tune_ratio=args.tune_ratio, policy=args.policy
     )
-    gpus = result.total_milli // 1000
-    alloc130 = result.alloc_pct_at(130)
-    row: dict[str, object] = {  # a partial replay (--limit) may not reach 100 or 130 %: blank
-        "trace": trace_name(args.pods),
-        "policy": args.policy,
-        "seed": args.seed,
-        "gpu_alloc_pct_at_100": _pct(result.alloc_pct_at(100)),
-        "gpu_alloc_pct_at_130": _pct(alloc130),
-        "unalloc_gpus_at_130": "" if math.isnan(alloc130) else round(gpus * (1 - alloc130 / 100)),
-        "frag_amount_pct_at_100": _pct(result.frag_amount_pct_at(100)),
-        "frag_ratio_pct_at_100": _pct(result.frag_ratio_pct_at(100)),
-        "failed_pods": result.failed,
-        "gpu_alloc_pct_final": result.alloc_pct_final(),
-        "placed_pods": sum(p is not None for p in placed),
-    }
+    row = summary_row(trace_name(args.pods), args.policy, args.seed, result)
+    row["placed_pods"] = sum(p is not None for p in placed)
     with (args.out / "summary.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=[*SUMMARY_COLUMNS, "placed_pods"])
         writer.writeheader()
@@ -137,7 +124,3 @@ def _handle(args: argparse.Namespace) -> int:
         f"GPU allocation {row['gpu_alloc_pct_final']} %; written to {args.out}"
     )
     return 0
-
-
-def _pct(value: float) -> object:
-    return "" if math.isnan(value) else round(value, 2)

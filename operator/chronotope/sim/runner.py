@@ -7,6 +7,7 @@ shows one progress bar over runs and writes the files when all are done.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -19,7 +20,7 @@ from chronotope.sim.bound import (
     pattern_upper_bound,
     protocol_upper_bound,
 )
-from chronotope.sim.engine import arrivals, simulate
+from chronotope.sim.engine import RunResult, arrivals, simulate
 from chronotope.sim.openb import load_nodes, load_pods, trace_name
 from chronotope.solver.online import make_policy
 from chronotope.solver.policies import Choice
@@ -63,22 +64,32 @@ def run_one(task: tuple[str, str, str, int, float]) -> dict[str, object]:
         res = simulate_batched(cluster, pods, seed, tune_ratio=tune)
     else:
         res = simulate(cluster, pods, make_policy(policy), seed, tune_ratio=tune)
-    gpus = res.total_milli // 1000
+    row = summary_row(trace_name(Path(pods_path)), policy, seed, res)
+    curve = [res.alloc_pct_at(p) for p in CURVE_POINTS]
+    return {"row": row, "curve": curve}
+
+
+def summary_row(trace: str, policy: str, seed: int, res: RunResult) -> dict[str, object]:
+    """One row of summary.csv (`sim.cli.SUMMARY_COLUMNS`); a figure the run never
+    reached (a partial replay stops before 100 or 130 % of demand) is left blank."""
+
+    def pct(value: float) -> object:
+        return "" if math.isnan(value) else round(value, 2)
+
     alloc130 = res.alloc_pct_at(130)
-    row = {
-        "trace": trace_name(Path(pods_path)),
+    gpus = res.total_milli // 1000
+    return {
+        "trace": trace,
         "policy": policy,
         "seed": seed,
-        "gpu_alloc_pct_at_100": round(res.alloc_pct_at(100), 2),
-        "gpu_alloc_pct_at_130": round(alloc130, 2),
-        "unalloc_gpus_at_130": round(gpus * (1 - alloc130 / 100)),
-        "frag_amount_pct_at_100": round(res.frag_amount_pct_at(100), 2),
-        "frag_ratio_pct_at_100": round(res.frag_ratio_pct_at(100), 2),
+        "gpu_alloc_pct_at_100": pct(res.alloc_pct_at(100)),
+        "gpu_alloc_pct_at_130": pct(alloc130),
+        "unalloc_gpus_at_130": "" if math.isnan(alloc130) else round(gpus * (1 - alloc130 / 100)),
+        "frag_amount_pct_at_100": pct(res.frag_amount_pct_at(100)),
+        "frag_ratio_pct_at_100": pct(res.frag_ratio_pct_at(100)),
         "failed_pods": res.failed,
         "gpu_alloc_pct_final": res.alloc_pct_final(),
     }
-    curve = [res.alloc_pct_at(p) for p in CURVE_POINTS]
-    return {"row": row, "curve": curve}
 
 
 def write_simulated_placements(
