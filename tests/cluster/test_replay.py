@@ -13,12 +13,9 @@ from pathlib import Path
 import pytest
 
 from chronotope.cli import main
+from tests.openb_fixture import NODES, PODS
 
 pytestmark = pytest.mark.cluster
-
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "openb"
-NODES = FIX / "openb_node_list_gpu_node_slice.csv"
-PODS = FIX / "openb_pod_list_default_slice.csv"
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from chronotope.sim.batched import WindowStats, simulate_batched, solve_window
@@ -14,8 +12,7 @@ from chronotope.solver.frag import FragModel, FragTracker, typical_pods
 from chronotope.solver.model import ClusterSnapshot, Gpu, Node, PodRequest
 from chronotope.solver.policies import Choice, Context
 from chronotope.solver.state import ClusterState
-
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "openb"
+from tests.openb_fixture import NODES, PODS
 
 
 def _ctx(free: tuple[int, ...], pods: list[PodRequest], cpu: int = 64000) -> Context:
@@ -80,8 +77,8 @@ def test_window_respects_cpu_and_opened_gpus() -> None:
 
 
 def test_batched_run_on_the_openb_slice_stays_within_the_offline_bound() -> None:
-    cluster = load_nodes(FIX / "openb_node_list_gpu_node_slice.csv")
-    pods = load_pods(FIX / "openb_pod_list_default_slice.csv")
+    cluster = load_nodes(NODES)
+    pods = load_pods(PODS)
     stats = WindowStats()
     res = simulate_batched(cluster, pods, 42, window=32, stats=stats)
     assert res.policy == "batched"

@@ -24,10 +24,7 @@ from chronotope.sim.replay import (
 from chronotope.solver.model import PodRequest
 from chronotope.solver.online import make_policy
 from chronotope.solver.policies import Choice
-
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "openb"
-NODES = FIX / "openb_node_list_gpu_node_slice.csv"
-PODS = FIX / "openb_pod_list_default_slice.csv"
+from tests.openb_fixture import NODES, PODS
 
 
 def test_kwok_nodes_are_the_trace_nodes() -> None:

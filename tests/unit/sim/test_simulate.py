@@ -20,10 +20,7 @@ from chronotope.sim.cli import SUMMARY_COLUMNS, parse_seeds
 from chronotope.sim.engine import arrivals, simulate
 from chronotope.sim.openb import load_nodes, load_pods, trace_name
 from chronotope.sim.runner import make_policy
-
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "openb"
-NODES = FIX / "openb_node_list_gpu_node_slice.csv"
-PODS = FIX / "openb_pod_list_default_slice.csv"
+from tests.openb_fixture import NODES, PODS
 
 
 def test_parse_seeds_and_trace_name() -> None:

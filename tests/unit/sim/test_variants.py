@@ -9,10 +9,7 @@ import pytest
 
 from chronotope.sim.openb import load_pods
 from chronotope.sim.variants import kind_of, parse_mix, resample, write_pods
-
-PODS = (
-    Path(__file__).resolve().parents[2] / "fixtures" / "openb" / "openb_pod_list_default_slice.csv"
-)
+from tests.openb_fixture import PODS
 
 
 def test_resampling_follows_the_mix_with_the_traces_own_shapes(tmp_path: Path) -> None:

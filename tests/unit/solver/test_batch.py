@@ -16,6 +16,7 @@ from chronotope.solver.model import (
     Workload,
 )
 from chronotope.solver.validate import validate
+from tests.openb_fixture import NODES, PODS
 
 FAST = BatchSettings(time_limit_s=5.0, seed=1, horizon_slots=3)
 
@@ -183,14 +184,12 @@ def test_plans_are_always_feasible(case: tuple[ClusterSnapshot, list[Workload]])
 
 
 def test_openb_slice_batch_places_what_fits_and_validates() -> None:
-    from pathlib import Path
 
     from chronotope.sim.openb import load_nodes, load_pods
     from chronotope.solver.batch_greedy import greedy_candidates
 
-    fix = Path(__file__).resolve().parents[2] / "fixtures" / "openb"
-    snap = load_nodes(fix / "openb_node_list_gpu_node_slice.csv")
-    pods = load_pods(fix / "openb_pod_list_default_slice.csv")[:80]
+    snap = load_nodes(NODES)
+    pods = load_pods(PODS)[:80]
     wl = [Workload(name=f"w{i}", pod=p) for i, p in enumerate(pods)]
     p = plan(snap, wl, BatchSettings(time_limit_s=5.0, seed=0, horizon_slots=2))
     _check(snap, wl, p)

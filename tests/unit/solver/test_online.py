@@ -8,10 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chronotope.solver.frag import FragModel, FragTracker, typical_pods
-from chronotope.solver.fragpack import Chronotope
 from chronotope.solver.model import ClusterSnapshot, Gpu, Node, Placement, PodRequest, Unplaced
-from chronotope.solver.online import POLICY_NAMES, place
-from chronotope.solver.policies import BASELINES, Context, Policy
+from chronotope.solver.online import POLICY_NAMES, make_policy, place
+from chronotope.solver.policies import Context
 from chronotope.solver.state import ClusterState
 from chronotope.solver.validate import validate
 
@@ -26,10 +25,6 @@ def _node(
         memory_mib=262144,
         gpus=tuple(Gpu(index=i, model=model, free_milli=left[i]) for i in range(gpus)),
     )
-
-
-def _policy(name: str) -> Policy:
-    return Chronotope() if name == "chronotope" else BASELINES[name]()
 
 
 SCENARIOS = [
@@ -179,7 +174,7 @@ def test_sequences_never_overcommit(
     state = ClusterState.from_snapshot(snap)
     frag = FragTracker(FragModel(typical_pods(pods), state.models), state)
     ctx = Context(state=state, frag=frag, rng=np.random.default_rng(0))
-    impl = _policy(policy)
+    impl = make_policy(policy)
     placements = []
     for pod in pods:
         spec = state.spec(pod)
