@@ -97,8 +97,9 @@ def _configmap(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     import yaml
 
-    from chronotope.planners.elastic import GpuNode, PlannerSettings, plan_elastic
+    from chronotope.planners.elastic import PlannerSettings, plan_elastic
     from chronotope.planners.profile import profile_from_data
+    from chronotope.solver.model import Node
 
     doc = yaml.safe_load(args.file.read_text())
     profile = profile_from_data(doc.get("data") or {}, source=str(args.file))
@@ -108,11 +109,11 @@ def _plan(args: argparse.Namespace) -> int:
         count, gpus, product = shape.split("x", 2)
         for i in range(int(count)):
             nodes.append(
-                GpuNode(
-                    name=f"{product}-{i}",
-                    gpu_type=product,
-                    gpus=int(gpus),
-                    memory_bytes=int(float(memory) * 1024**3),
+                Node.with_gpus(
+                    f"{product}-{i}",
+                    product,
+                    int(gpus),
+                    gpu_memory_mib=int(float(memory) * 1024),
                 )
             )
     prices = {k: float(v) for k, _, v in (p.partition("=") for p in args.price)}

@@ -37,11 +37,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chronotope.planners.partition import partition_layers
 from chronotope.planners.profile import BYTES_PER_PARAM_TRAINING, LayerTimes, ModelProfile
+from chronotope.solver.model import Node
 
 __all__ = [
     "DEFAULT_PRICES_PER_GPU_HOUR",
     "ElasticPlan",
-    "GpuNode",
     "Objective",
     "PlanResult",
     "PlannerSettings",
@@ -50,6 +50,7 @@ __all__ = [
 
 Objective = Literal["throughput", "throughput_per_dollar"]
 GIB = 1024**3
+MIB = 1024**2
 
 # On-demand list prices (USD per GPU-hour, 2024 cloud ballpark); override per call.
 DEFAULT_PRICES_PER_GPU_HOUR: dict[str, float] = {
@@ -63,16 +64,20 @@ DEFAULT_PRICES_PER_GPU_HOUR: dict[str, float] = {
 }
 
 
-class GpuNode(BaseModel):
-    """GPUs of one node that the job may use now."""
-
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True)
+class _Offer:
+    """What one node offers the job: its untouched GPUs and their memory."""
 
     name: str
     gpu_type: str
-    gpus: int = Field(ge=0)
-    memory_bytes: int = Field(gt=0, description="memory of one GPU")
-    zone: str = "zone-a"
+    gpus: int
+    memory_bytes: int
+    zone: str
+
+    @classmethod
+    def of(cls, node: Node) -> _Offer:
+        memory = node.gpus[0].memory_mib * MIB if node.gpus else 0
+        return cls(node.name, node.gpu_model, node.free_whole_gpus, memory, node.zone)
 
 
 class PlannerSettings(BaseModel):
@@ -132,10 +137,10 @@ class _Placement:
     link: Literal["intra-node", "inter-node", "cross-zone"]
 
 
-def _place_groups(nodes: Sequence[GpuNode], tp: int, groups: int) -> _Placement | None:
+def _place_groups(nodes: Sequence[_Offer], tp: int, groups: int) -> _Placement | None:
     """Put `groups` TP groups of `tp` GPUs on nodes, preferring one node, then one zone."""
 
-    def pack(cands: Sequence[GpuNode]) -> tuple[tuple[str, int], ...] | None:
+    def pack(cands: Sequence[_Offer]) -> tuple[tuple[str, int], ...] | None:
         left, used = groups, []
         for n in sorted(cands, key=lambda n: (-(n.gpus // tp), n.name)):
             take = min(left, n.gpus // tp)
@@ -190,7 +195,7 @@ def _allowed(values: Collection[int], value: int) -> bool:
 
 def plan_elastic(
     profile: ModelProfile,
-    available: Sequence[GpuNode],
+    available: Sequence[Node],
     settings: PlannerSettings,
     *,
     objective: Objective = "throughput",
@@ -201,7 +206,10 @@ def plan_elastic(
     pipeline_degrees: Collection[int] = (),
     data_degrees: Collection[int] = (),
 ) -> PlanResult:
-    """Best configuration on `available` GPUs, or the reasons none fits. Pure.
+    """Best configuration on the untouched GPUs of `available`, or the reasons none fits. Pure.
+
+    `available` are nodes of the one cluster model (`solver.model.Node`); a node's
+    GPU memory is its first GPU's (nodes carry one model).
 
     `gpu_multiple`: the total GPU count must be a multiple of it (whole workers).
     `*_degrees`: allowed degrees (empty: any), e.g. tensor degrees that divide a
@@ -210,10 +218,11 @@ def plan_elastic(
     cfg = profile.config
     gbs = cfg.global_batch_size
     reasons: list[str] = []
-    by_type: dict[str, list[GpuNode]] = {}
-    for node in available:
-        if node.gpus > 0:
-            by_type.setdefault(node.gpu_type, []).append(node)
+    offers = [_Offer.of(n) for n in available]
+    by_type: dict[str, list[_Offer]] = {}
+    for offer in offers:
+        if offer.gpus > 0:
+            by_type.setdefault(offer.gpu_type, []).append(offer)
     if not by_type:
         return PlanResult(plan=None, reasons=("no GPUs are available",))
     best: ElasticPlan | None = None
@@ -310,7 +319,7 @@ def plan_elastic(
                 f"with the GPUs offered, but only {mem_limit / GIB:.1f} GiB is usable"
             )
     if best is None:
-        total = sum(n.gpus for n in available)
+        total = sum(n.gpus for n in offers)
         if min_gpus > total:
             reasons.append(f"job needs at least {min_gpus} GPUs but only {total} are available")
         if not reasons:

@@ -550,10 +550,11 @@ def _apply_greedy(
             key = member + "|" + pick.gpu_model
             on_hint.add((key, node.name))
             used_hint.add((f"{name}|{pick.gpu_model}", node.name))
+            free = {g.index: g.free_milli for g in node.gpus}
             for g in gpus:
-                gpu_hint.add((key, node.name, node.gpus[g].index))
-                if name in shares and node.gpus[g].free_milli == MILLI:
-                    opened_hint.add((node.name, node.gpus[g].index))
+                gpu_hint.add((key, node.name, g))
+                if name in shares and free[g] == MILLI:
+                    opened_hint.add((node.name, g))
     chosen = {name: pick.gpu_model for name, pick in picks.items()}
     for a in alts:
         now = a.slot == 0 and chosen.get(a.workload.name) == a.alt.gpu_model

@@ -35,14 +35,11 @@ from chronotope.solver.frag import (
     shape_of,
     typical_from_counts,
 )
-from chronotope.solver.model import MILLI, Placement, PodRequest
+from chronotope.solver.model import MILLI, UNBOUNDED, Placement, PodRequest
 from chronotope.solver.policies import Context, Policy
 from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec
 
-__all__ = ["UNBOUNDED", "ClusterCache", "Holding", "NoFit", "NodeInfo"]
-
-UNBOUNDED = 1 << 40
-"""CPU (milli) or memory (MiB) of a node that does not state it: no constraint."""
+__all__ = ["ClusterCache", "Holding", "NoFit", "NodeInfo"]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 
 __all__ = [
     "MILLI",
+    "UNBOUNDED",
     "Alternative",
     "ClusterSnapshot",
     "Gpu",
@@ -34,6 +35,9 @@ __all__ = [
 
 MILLI = 1000
 """Milli-GPU in one whole GPU."""
+
+UNBOUNDED = 1 << 40
+"""CPU (milli) or memory (MiB) of a node that does not state it: no constraint."""
 
 
 def is_share(num_gpus: int, gpu_milli: int) -> bool:
@@ -76,6 +80,33 @@ class Node(_Frozen):
     rack: str = ""
     nvlink_domain: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def with_gpus(
+        cls,
+        name: str,
+        model: str,
+        count: int,
+        *,
+        gpu_memory_mib: int = 0,
+        free: int | None = None,
+        zone: str = "",
+    ) -> Node:
+        """A node of `count` GPUs of one model, the first `free` (default all) untouched,
+        the rest fully taken; CPU and memory unconstrained."""
+        free = count if free is None else free
+        gpus = tuple(
+            Gpu(
+                index=i, model=model, memory_mib=gpu_memory_mib, free_milli=MILLI if i < free else 0
+            )
+            for i in range(count)
+        )
+        return cls(name=name, cpu_milli=UNBOUNDED, memory_mib=UNBOUNDED, gpus=gpus, zone=zone)
+
+    @property
+    def free_whole_gpus(self) -> int:
+        """GPUs nobody holds any share of."""
+        return sum(1 for g in self.gpus if g.free_milli == MILLI)
 
     @property
     def free_cpu(self) -> int:

@@ -49,7 +49,7 @@ class PodSpec:
     gpu_models: str = ""
     """The raw '|'-joined allowed models ('' = any), as the fragmentation model keys it."""
     gpu_mem: int = 0
-    """Device memory a share needs on its GPU, MiB (0: not constrained)."""
+    """Device memory the pod needs on each GPU it uses, MiB (0: not constrained)."""
 
     @property
     def total_milli(self) -> int:
@@ -150,7 +150,7 @@ class ClusterState:
             milli=pod.gpu_milli,
             allowed=allowed,
             gpu_models="|".join(pod.gpu_models),
-            gpu_mem=pod.gpu_memory_mib if pod.is_share else 0,
+            gpu_mem=pod.gpu_memory_mib,
         )
 
     def feasible(self, pod: PodSpec) -> IntArray:
@@ -168,7 +168,7 @@ class ClusterState:
                 ok &= self.full_free >= pod.num_gpus
             if pod.gpu_mem > 0:
                 room = (self.gpu_left >= pod.milli) & (self.gpu_mem_left >= pod.gpu_mem)
-                ok &= room.any(axis=1)
+                ok &= room.sum(axis=1) >= pod.num_gpus
         return ok
 
     def first_free_gpus(self, node: int, count: int) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from chronotope.sharing.labels import DONE_PHASES, GPU_PRODUCT_LABEL, GPU_RESOURCE, ZONE_LABEL
 from chronotope.solver.cache import ClusterCache
+from chronotope.solver.model import UNBOUNDED
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 
 __all__ = ["NodeCapacity", "cluster_capacity"]
@@ -34,6 +35,10 @@ class NodeCapacity:
     zone: str = ""
     free_gpus: tuple[int, ...] = ()
     """Indices of the untouched GPUs (empty when built by hand: the first `free`)."""
+    cpu_free_milli: int = UNBOUNDED
+    """Allocatable CPU not requested by bound pods (UNBOUNDED: the node states none)."""
+    memory_free_mib: int = UNBOUNDED
+    """Allocatable memory not requested by bound pods (UNBOUNDED: the node states none)."""
 
 
 def _gpu_count(pod: Mapping[str, Any]) -> int:
@@ -94,6 +99,8 @@ def cluster_capacity(
                 memory_mib=info.gpu_memory_mib,
                 zone=(meta.get("labels") or {}).get(ZONE_LABEL, ""),
                 free_gpus=free_gpus,
+                cpu_free_milli=max(0, int(state.cpu_left[i])),
+                memory_free_mib=max(0, int(state.mem_left[i])),
             )
         )
     return _minus_promised(out, promised)

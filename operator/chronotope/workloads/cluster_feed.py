@@ -16,8 +16,8 @@ from typing import Any
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
 from chronotope.sharing.assignment import DEVICE_PLUGIN, GpuAssignment
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
-from chronotope.solver.cache import UNBOUNDED, ClusterCache, Holding, NodeInfo
-from chronotope.solver.model import MILLI, PodRequest
+from chronotope.solver.cache import ClusterCache, Holding, NodeInfo
+from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
 from chronotope.workloads.podreq import PodRequestError, pod_request
 
 __all__ = ["node_info", "pod_holding"]

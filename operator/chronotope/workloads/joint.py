@@ -12,7 +12,8 @@ with the plan's reason. The plan is deterministic (fixed seed, one worker),
 so every contender's reconcile reaches the same answer.
 
 Whole GPUs only: shared-GPU jobs are left to `decide` (the extender packs
-them). Node CPU and memory are not modelled here (the extender checks them).
+them). Each node offers its untouched GPUs (by index) and the CPU and memory
+its bound pods leave; each worker asks for its template's CPU and memory.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from chronotope.solver.model import (
     Workload,
 )
 from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.podreq import PodRequestError, pod_resources
 from chronotope.workloads.training import Action, Decision
 
 __all__ = ["Contender", "JointOutcome", "arbitrate"]
 
-_BIG = 1 << 40  # CPU and memory are not modelled here
 SPEED_BONUS = 0.1
 """Share of a job's utility added for running on its fastest type (scaled by speed)."""
 
@@ -75,7 +76,15 @@ def _snapshot(capacity: Sequence[NodeCapacity]) -> ClusterSnapshot:
             )
             for i in range(n.total)
         )
-        nodes.append(Node(name=n.name, cpu_milli=_BIG, memory_mib=_BIG, gpus=gpus, zone=n.zone))
+        nodes.append(
+            Node(
+                name=n.name,
+                cpu_milli=n.cpu_free_milli,
+                memory_mib=n.memory_free_mib,
+                gpus=gpus,
+                zone=n.zone,
+            )
+        )
     return ClusterSnapshot(nodes=tuple(nodes), time_s=0.0)
 
 
@@ -101,10 +110,16 @@ def _workload(c: Contender, now: datetime) -> Workload:
         )
         for d, duration in zip(c.options, durations, strict=True)
     )
+    try:
+        cpu, memory = pod_resources({"spec": (c.spec.template or {}).get("spec") or {}})
+    except PodRequestError:
+        cpu, memory = 0, 0  # the extender reports the bad request when a worker is scheduled
     return Workload(
         name=c.key,
         pod=PodRequest(
             name=c.key,
+            cpu_milli=cpu,
+            memory_mib=memory,
             num_gpus=per_worker,
             gpu_milli=MILLI,
             gpu_models=tuple(a.gpu_model for a in alternatives),

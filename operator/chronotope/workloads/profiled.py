@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from chronotope.api.v1alpha1.trainingjob import GpuTypeOption, PlanObjective, TrainingJobSpec
-from chronotope.planners.elastic import ElasticPlan, GpuNode, PlannerSettings, plan_elastic
+from chronotope.planners.elastic import ElasticPlan, PlannerSettings, plan_elastic
 from chronotope.planners.profile import ModelProfile
+from chronotope.solver.model import Node
 from chronotope.workloads.capacity import NodeCapacity
 from chronotope.workloads.parallelism import Degrees
 
@@ -90,17 +91,11 @@ class ProfilePlanner:
             usable = (n.free if free else n.total) // per_worker * per_worker
             if usable > 0 and (n.schedulable or not free):
                 gpu_nodes.append(
-                    GpuNode(
-                        name=n.name,
-                        gpu_type=gpu_type,
-                        gpus=usable,
-                        memory_bytes=memory * _MIB,
-                        zone=n.zone or "zone-a",
-                    )
+                    Node.with_gpus(n.name, gpu_type, usable, gpu_memory_mib=memory, zone=n.zone)
                 )
         return self._best(gpu_type, gpu_nodes, least, most)
 
-    def _best(self, gpu_type: str, nodes: list[GpuNode], least: int, most: int) -> GangPlan | str:
+    def _best(self, gpu_type: str, nodes: list[Node], least: int, most: int) -> GangPlan | str:
         per_worker = self.spec.gpu.count or 1
         hints = self.spec.parallelism
         profile = self.profile

@@ -9,13 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chronotope.planners.elastic import GpuNode, PlannerSettings, plan_elastic
+from chronotope.planners.elastic import PlannerSettings, plan_elastic
 from chronotope.planners.partition import partition_layers
 from chronotope.planners.profile import ModelProfile, load_model_profile
+from chronotope.solver.model import Node
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "sailor" / "OPT-350"
 GIB = 1024**3
-MEM = {"A100-40": 40 * GIB, "V100-16": 16 * GIB}
+MEM = {"A100-40": 40 * 1024, "V100-16": 16 * 1024}  # MiB per GPU
 
 
 @lru_cache(maxsize=1)
@@ -23,13 +24,13 @@ def _profile() -> ModelProfile:
     return load_model_profile(FIXTURE, FIXTURE / "training_config.json")
 
 
-def _nodes(a100: list[int], v100: list[int]) -> list[GpuNode]:
+def _nodes(a100: list[int], v100: list[int]) -> list[Node]:
     out = [
-        GpuNode(name=f"a{i}", gpu_type="A100-40", gpus=n, memory_bytes=MEM["A100-40"])
+        Node.with_gpus(f"a{i}", "A100-40", n, gpu_memory_mib=MEM["A100-40"])
         for i, n in enumerate(a100)
     ]
     out += [
-        GpuNode(name=f"v{i}", gpu_type="V100-16", gpus=n, memory_bytes=MEM["V100-16"])
+        Node.with_gpus(f"v{i}", "V100-16", n, gpu_memory_mib=MEM["V100-16"])
         for i, n in enumerate(v100)
     ]
     return out
@@ -74,10 +75,10 @@ def test_per_dollar_objective_can_choose_fewer_gpus() -> None:
 def test_unplaced_is_a_value_with_reasons() -> None:
     none = plan_elastic(_profile(), [], PlannerSettings())
     assert none.plan is None and none.reasons == ("no GPUs are available",)
-    unknown = [GpuNode(name="h", gpu_type="H100", gpus=8, memory_bytes=80 * GIB)]
+    unknown = [Node.with_gpus("h", "H100", 8, gpu_memory_mib=80 * 1024)]
     res = plan_elastic(_profile(), unknown, PlannerSettings())
     assert res.plan is None and "no profile for GPU type H100" in res.reasons[0]
-    tiny = [GpuNode(name="t", gpu_type="V100-16", gpus=1, memory_bytes=4 * GIB)]
+    tiny = [Node.with_gpus("t", "V100-16", 1, gpu_memory_mib=4 * 1024)]
     res = plan_elastic(_profile(), tiny, PlannerSettings())
     assert res.plan is None and any("GiB" in r for r in res.reasons)
     res = plan_elastic(_profile(), _nodes([2], []), PlannerSettings(), min_gpus=8)
