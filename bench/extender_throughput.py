@@ -8,7 +8,9 @@ create to the last binding, and the figure that matters is the ratio. With
 `--mix mixed` the chronotope pods alternate whole GPUs (1 or 2) and GPU shares
 (the default scheduler cannot place shares, so its run stays one-GPU pods).
 Then filter and prioritize latency over HTTP with every node of the cluster as
-candidates (p50/p99, client side, so HTTP and JSON costs are included).
+candidates (p50/p99, client side over one kept-alive connection as
+kube-scheduler's, so HTTP and JSON costs are included), and the calls of
+each verb the extender served during the chronotope run.
 
 Figures only; nothing here gates. Usage:
     .venv/bin/python bench/extender_throughput.py [--spec SPEC.yaml] [--pods 500] [--mix mixed]
@@ -17,7 +19,9 @@ Figures only; nothing here gates. Usage:
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -89,17 +93,39 @@ def _throughput(
         time.sleep(0.2)
 
 
+def _cpu_seconds(processes: list[dict[str, Any]]) -> dict[str, float]:
+    """User + system CPU seconds so far of each cluster process, by name (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for proc in processes:
+        try:
+            fields = Path(f"/proc/{proc['pid']}/stat").read_text().rsplit(") ", 1)[1].split()
+        except OSError:
+            continue
+        out[str(proc["name"])] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _cpu_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
+    return {k: (after[k] - before.get(k, 0.0)) * 1000 / pods for k in after}
+
+
 def _latency(port: int, verb: str, nodes: list[str], samples: int) -> tuple[float, float]:
+    """p50 and p99 in ms over one kept-alive connection, as kube-scheduler's client calls."""
     pod = _pod("probe", "chronotope")
     pod["metadata"]["namespace"] = "default"
     body = json.dumps({"Pod": pod, "NodeNames": nodes}).encode()
+    headers = {"Content-Type": "application/json"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     times = []
-    for _ in range(samples):
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/{verb}", data=body)
-        start = time.perf_counter()
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            resp.read()
-        times.append((time.perf_counter() - start) * 1000)
+    try:
+        for _ in range(samples):
+            start = time.perf_counter()
+            conn.request("POST", f"/{verb}", body=body, headers=headers)
+            conn.getresponse().read()
+            times.append((time.perf_counter() - start) * 1000)
+    finally:
+        conn.close()
     times.sort()
     return statistics.median(times), times[int(0.99 * (len(times) - 1))]
 
@@ -151,10 +177,21 @@ def main() -> int:
                 # both schedulers see the same nodes: none still tainted not-ready
                 names = {n.metadata.name for n in core.list_node().items}
                 wait_nodes_untainted(api, names, timeout=600)
+                procs = (cluster.load_state() or state_).processes
+                cpu0 = _cpu_seconds(procs)
                 alone = _throughput(core, "bench-default", "default-scheduler", args.pods)
+                cpu1 = _cpu_seconds(procs)
+                calls0 = {v: _server_buckets(port, v) for v in ("filter", "prioritize", "bind")}
                 ours = _throughput(
                     core, "bench-chronotope", "chronotope", args.pods, args.mix == "mixed"
                 )
+                cpu2 = _cpu_seconds(procs)
+                calls = {
+                    v: int(
+                        _server_buckets(port, v).get(float("inf"), 0.0) - b.get(float("inf"), 0.0)
+                    )
+                    for v, b in calls0.items()
+                }
                 nodes = [n.metadata.name for n in core.list_node().items]
             hist0 = _server_buckets(port, "filter")
             f50, f99 = _latency(port, "filter", nodes, args.samples)
@@ -170,6 +207,11 @@ def main() -> int:
     print(f"{f'filter p50 / p99 ms ({len(nodes)} nodes)':<44}{f50:>6.2f} / {f99:.2f}")
     print(f"{f'prioritize p50 / p99 ms ({len(nodes)} nodes)':<44}{p50:>6.2f} / {p99:.2f}")
     print(f"{'filters answered within 10 ms, server side':<44}{server10:>12.1%}")
+    print("CPU ms per pod by process (default run / chronotope run):")
+    for name, ms in sorted(_cpu_per_pod(cpu1, cpu2, args.pods).items()):
+        print(f"  {name:<42}{_cpu_per_pod(cpu0, cpu1, args.pods).get(name, 0.0):>6.1f} / {ms:.1f}")
+    served = ", ".join(f"{v} {n}" for v, n in calls.items())
+    print(f"{'calls served in the chronotope run':<44}{served:>12}")
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Public entry points: `cache.ClusterCache.place` (one pod on the live cluster
 model, the extender's path; the simulator calls the same policies on the same
-arrays), `online.place` (one pod on a frozen snapshot), `batch.plan` (pending
-gangs, CP-SAT) and `validate.validate`. Nothing here
+arrays), `batch.plan` (pending gangs, CP-SAT, with a greedy warm start on the
+same arrays) and `validate.validate`. Nothing here
 imports `kubernetes` or `kopf`.
 """
 

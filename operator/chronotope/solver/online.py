@@ -1,34 +1,24 @@
-"""The online policies by name, and placing one pod on a pydantic snapshot.
+"""The online policies by name, and why no node of a snapshot fits a pod.
 
 `make_policy` is how the simulator, the benchmarks and the scheduler extender
-get a policy from its name. The extender decides on the live cache
-(`solver.cache.ClusterCache.place`); `place` here is the same decision on a
-frozen `ClusterSnapshot`, for callers that hold one. `place` is pure: it
-builds (and caches per snapshot) the array form of the cluster, asks the
-policy for a node and GPUs, and returns a `Placement`, or an `Unplaced` whose
-reasons count how many nodes each predicate ruled out.
+get a policy from its name. A policy decides on the arrays (`ClusterState`):
+the simulator's own, or the live cache's (`solver.cache.ClusterCache.place`).
+`node_reasons` counts how many nodes each predicate ruled out, for the batch
+planner's `Unplaced`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from chronotope.solver.frag import FragModel, FragTracker, TypicalPod, typical_pods
-from chronotope.solver.model import ClusterSnapshot, Placement, PodRequest, Reason, Unplaced
+from chronotope.solver.model import ClusterSnapshot, PodRequest, Reason
 
 if TYPE_CHECKING:
     from chronotope.solver.policies import Policy
 
-__all__ = ["POLICY_NAMES", "make_policy", "node_reasons", "place"]
+__all__ = ["POLICY_NAMES", "make_policy", "node_reasons"]
 
 POLICY_NAMES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "chronotope")
-
-_CACHE: OrderedDict[int, tuple[ClusterSnapshot, object, object]] = OrderedDict()
-_CACHE_SIZE = 4
 
 
 def node_reasons(snapshot: ClusterSnapshot, pod: PodRequest) -> list[Reason]:
@@ -82,58 +72,3 @@ def make_policy(name: str) -> Policy:
     if name not in BASELINES:
         raise ValueError(f"unknown policy {name!r}; one of {', '.join(POLICY_NAMES)}")
     return BASELINES[name]()
-
-
-def _arrays(
-    snapshot: ClusterSnapshot, typical: Sequence[TypicalPod] | None
-) -> tuple[object, object]:
-    from chronotope.solver.state import ClusterState
-
-    key = id(snapshot)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is snapshot:
-        _CACHE.move_to_end(key)
-        return hit[1], hit[2]
-    state = ClusterState.from_snapshot(snapshot)
-    frag = FragTracker(FragModel(list(typical or []), state.models), state)
-    _CACHE[key] = (snapshot, state, frag)
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return state, frag
-
-
-def place(
-    snapshot: ClusterSnapshot,
-    pod: PodRequest,
-    policy: str = "chronotope",
-    *,
-    typical: Sequence[TypicalPod] | None = None,
-    seed: int = 0,
-) -> Placement | Unplaced:
-    """Choose a node and GPUs for `pod` on `snapshot`. Pure; never mutates the snapshot.
-
-    `typical` is the expected request mix for the fragmentation-aware policies
-    (build it with `frag.typical_pods` over recent pods); without it they fall
-    back to the pod itself as the only typical shape.
-    """
-    from chronotope.solver.policies import Context
-    from chronotope.solver.state import ClusterState
-
-    impl = make_policy(policy)
-    mix = list(typical) if typical else typical_pods([pod])
-    state, frag = _arrays(snapshot, mix)
-    assert isinstance(state, ClusterState) and isinstance(frag, FragTracker)
-    if frag.model.typical != mix:
-        frag = FragTracker(FragModel(mix, state.models), state)
-    spec = state.spec(pod)
-    cand = state.feasible(spec)
-    if len(cand) == 0:
-        reasons = node_reasons(snapshot, pod) or [
-            Reason(code="NoFit", message="no node fits the pod")
-        ]
-        return Unplaced(name=pod.name, reasons=tuple(reasons))
-    ctx = Context(state=state, frag=frag, rng=np.random.default_rng(seed))
-    node, gpus = impl.choose(ctx, spec, cand)
-    return Placement(
-        pod=pod.name, node=state.names[node], gpu_indices=gpus, gpu_milli=pod.gpu_milli
-    )

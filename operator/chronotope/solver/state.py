@@ -5,7 +5,7 @@ pydantic objects would cost milliseconds. `ClusterState` holds the same facts
 as a `ClusterSnapshot` in numpy arrays (one row per node, GPUs padded to the
 widest node with zero free share) plus per-node aggregates that policies read
 often (total free share, fully free GPUs, the largest free share). It is
-mutable on purpose: the simulator and `online.place` apply one placement at a
+mutable on purpose: the simulator and the batch planner's greedy pass apply one placement at a
 time with `assign`, and the cluster cache (`solver.cache`) applies what pods
 hold with `take`; both keep the aggregates in step. Build one from a
 snapshot with `ClusterState.from_snapshot`; the snapshot itself never changes.

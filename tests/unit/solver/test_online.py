@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chronotope.solver.frag import FragModel, FragTracker, typical_pods
+from chronotope.solver.frag import FragModel, FragTracker, TypicalPod, typical_pods
 from chronotope.solver.model import ClusterSnapshot, Gpu, Node, Placement, PodRequest, Unplaced
-from chronotope.solver.online import POLICY_NAMES, make_policy, place
+from chronotope.solver.online import POLICY_NAMES, make_policy, node_reasons
 from chronotope.solver.policies import Context
 from chronotope.solver.state import ClusterState
 from chronotope.solver.validate import validate
@@ -60,6 +60,23 @@ SCENARIOS = [
 ]
 
 
+def _place(
+    snap: ClusterSnapshot, pod: PodRequest, policy: str, typical: list[TypicalPod]
+) -> Placement | Unplaced:
+    """One simulator step: the feasible nodes, the policy's choice (as `sim.engine`)."""
+    state = ClusterState.from_snapshot(snap)
+    frag = FragTracker(FragModel(typical, state.models), state)
+    spec = state.spec(pod)
+    cand = state.feasible(spec)
+    if len(cand) == 0:
+        return Unplaced(name=pod.name, reasons=tuple(node_reasons(snap, pod)))
+    ctx = Context(state=state, frag=frag, rng=np.random.default_rng(0))
+    node, gpus = make_policy(policy).choose(ctx, spec, cand)
+    return Placement(
+        pod=pod.name, node=state.names[node], gpu_indices=gpus, gpu_milli=pod.gpu_milli
+    )
+
+
 @pytest.mark.parametrize(("title", "nodes", "pod", "policies", "expected"), SCENARIOS)
 def test_scenarios(
     title: str, nodes: list[Node], pod: PodRequest, policies: tuple[str, ...], expected: str | None
@@ -67,7 +84,7 @@ def test_scenarios(
     snap = ClusterSnapshot(nodes=tuple(nodes))
     for name in policies:
         big = PodRequest(name="big", cpu_milli=1000, num_gpus=1, gpu_milli=800)
-        out = place(snap, pod, name, typical=typical_pods([pod, big]))
+        out = _place(snap, pod, name, typical_pods([pod, big]))
         if expected is None:
             assert isinstance(out, Unplaced), (title, name)
             assert out.reasons and out.reasons[0].nodes >= 1
