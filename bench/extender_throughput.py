@@ -34,9 +34,9 @@ from kubernetes import client
 
 from chronotope.devcluster.cluster import LocalCluster
 from chronotope.devcluster.settings import ClusterSettings
-from chronotope.devcluster.spec import load_spec
 from chronotope.kube.client import api_client
 from chronotope.kube.nodes import wait_nodes_untainted
+from chronotope.sim.clusterspec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -49,7 +49,7 @@ def kube_cluster(cluster_settings: Any) -> Iterator[KubeCluster]:
         yield KubeCluster(kubeconfig=path, server="", kubectl=[kubectl, "--kubeconfig", str(path)])
         return
     from chronotope.devcluster.cluster import LocalCluster
-    from chronotope.devcluster.spec import load_spec
+    from chronotope.sim.clusterspec import load_spec
 
     cluster = LocalCluster(cluster_settings, name=f"test-{os.getpid()}")
     state = cluster.up(load_spec(DEMO_SPEC))

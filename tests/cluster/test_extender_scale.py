@@ -21,9 +21,9 @@ import pytest
 from kubernetes import client
 
 from chronotope.devcluster.cluster import LocalCluster
-from chronotope.devcluster.spec import ClusterSpec
 from chronotope.kube.client import api_client
 from chronotope.sharing.assignment import GpuAssignment
+from chronotope.sim.clusterspec import ClusterSpec
 from tests.cluster.test_extender import gpu_pod
 from tests.kubetest import wait_for
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from chronotope.devcluster.spec import ClusterSpec, node_manifests
 from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
 from chronotope.planners.profile import profile_to_data
 from chronotope.sharing.assignment import GpuAssignment
+from chronotope.sim.clusterspec import ClusterSpec, node_manifests
 from tests.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -40,9 +40,9 @@ def _run(args: argparse.Namespace) -> int:
 
     from chronotope.controllers.metrics import OperatorMetrics
     from chronotope.controllers.operator import build_registry
-    from chronotope.controllers.trainingjob import ClusterOps
     from chronotope.kube.client import connect
     from chronotope.kube.store import OperatorCache
+    from chronotope.kube.trainingjob_ops import KubeClusterOps
 
     if args.kubeconfig:
         # kopf logs in through the kubernetes client, which reads KUBECONFIG (the edge
@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
     metrics = OperatorMetrics(stale_after_s=max(30.0, 10 * args.interval))
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_address)
-    registry = build_registry(ClusterOps(api, cache), interval=args.interval, metrics=metrics)
+    registry = build_registry(KubeClusterOps(api, cache), interval=args.interval, metrics=metrics)
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None
     kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness)

@@ -3,65 +3,47 @@
 One function, `reconcile`, is the whole loop for one job, in the KAI-Scheduler
 `runOnce` spirit: read the job and the cluster, keep a running gang as it is,
 restart it (from its checkpoint) when the user scaled it or it lost workers,
-and otherwise decide where and when it starts. It returns the status to show
-and the events to post; the kopf handler applies them. Because status is
-recomputed from the cluster each time, an operator restart mid-resize
-converges on the same state.
+and otherwise decide where and when it starts: `workloads.training.decide`,
+then the start gates (`workloads.gates.START_GATES`) or, for a job that must
+wait, the preemption step. It returns the status to show and the events to
+post; the kopf handler applies them. Because status is recomputed from the
+cluster each time, an operator restart mid-resize converges on the same state.
+
+`ClusterOps` is the seam to the API server (`kube.trainingjob_ops` implements
+it); everything else here is the order of the steps.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.planners.profile import ModelProfile, profile_from_data
-from chronotope.workloads.capacity import cluster_capacity
-from chronotope.workloads.fleet import FleetJob, fleet_gate
-from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
-from chronotope.workloads.joint import Contender, arbitrate, options_for
-from chronotope.workloads.parallelism import Degrees, choose_degrees
-from chronotope.workloads.preemption import plan_preemption
-from chronotope.workloads.profiled import ProfilePlanner
-from chronotope.workloads.queueing import blocking_job, queue_key
-from chronotope.workloads.replan import (
-    better_plan,
-    completed_fraction,
-    parse_time,
-    remaining_work,
+from chronotope.planners.profile import ModelProfile
+from chronotope.sharing.labels import (
+    GENERATION_ANNOTATION,
+    PLANNED_FOR_ANNOTATION,
+    PREEMPTED_BY_ANNOTATION,
 )
-from chronotope.workloads.training import Action, Decision, decide
+from chronotope.workloads.capacity import cluster_capacity
+from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
+from chronotope.workloads.gates import START_GATES, Cycle, Decider, frees_at, preempt, run_gates
+from chronotope.workloads.parallelism import choose_degrees
+from chronotope.workloads.replan import better_plan, parse_time, remaining_work
+from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_status import (
-    condition,
     merge_conditions,
     pods_status,
+    resizing_status,
+    started_status,
     waiting_status,
 )
 
-if TYPE_CHECKING:
-    from chronotope.kube.store import OperatorCache
+__all__ = ["ClusterOps", "Outcome", "merged_status", "reconcile"]
 
-__all__ = [
-    "GENERATION_ANNOTATION",
-    "PLANNED_FOR_ANNOTATION",
-    "PREEMPTED_BY_ANNOTATION",
-    "ClusterOps",
-    "Outcome",
-    "reconcile",
-]
-
-log = logging.getLogger(__name__)
-
-GENERATION_ANNOTATION = "chronotope.dev/gang-generation"
-PLANNED_FOR_ANNOTATION = "chronotope.dev/planned-for-replicas"
-PREEMPTED_BY_ANNOTATION = "chronotope.dev/preempted-by"
-PROFILE_TTL_S = 5.0
 _DONE = ("Succeeded", "Failed")
 
 
@@ -73,108 +55,36 @@ class Outcome:
     """(Normal | Warning, reason, message)"""
 
 
-class ClusterOps:
-    """The API calls `reconcile` needs (a seam: tests and the operator pass real ones)."""
+class ClusterOps(Protocol):
+    """What `reconcile` reads from and writes to the cluster."""
 
-    def __init__(self, api: Any, cache: OperatorCache | None = None) -> None:
-        from chronotope.kube import workloads as kw
+    decide_lock: threading.Lock
+    """Deciding and starting is one critical section across all jobs: the next
+    decision must see the workers the previous one created."""
 
-        self.api = api
-        self._kw = kw
-        self.cache = cache
-        """Watch-fed nodes, pods and TrainingJobs; without it every read lists from the API."""
-        # decide-and-start is one critical section across all jobs: the next decision
-        # must see the workers the previous one created
-        self.decide_lock = threading.Lock()
-        self.decisions: dict[tuple[Any, ...], tuple[Sequence[Any], Decision]] | None = None
-        """Decisions already made in the current critical section (see `memo_decisions`)."""
-        self._profiles: dict[tuple[str, str], tuple[str, ModelProfile | str]] = {}
-        self._profile_reads: dict[tuple[str, str], tuple[float, ModelProfile | str]] = {}
-
-    @contextmanager
-    def memo_decisions(self) -> Iterator[None]:
-        """Take `decide_lock`; inside, deciding the same job on the same capacity is done once.
-
-        One reconcile asks for the same other jobs' decisions in its queue, fleet and
-        joint gates; for a job planned from a model profile each is a planner run.
-        """
-        with self.decide_lock:
-            self.decisions = {}
-            try:
-                yield
-            finally:
-                self.decisions = None
-
-    def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
-        """The model profile in ConfigMap `namespace/name`, or why it cannot be used.
-
-        Read at most once per `PROFILE_TTL_S` (one reconcile plans many jobs), and
-        parsed again only when the ConfigMap's resourceVersion changed.
-        """
-        recent = self._profile_reads.get((namespace, name))
-        if recent is not None and time.monotonic() - recent[0] < PROFILE_TTL_S:
-            return recent[1]
-        result = self._read_profile(namespace, name)
-        self._profile_reads[(namespace, name)] = (time.monotonic(), result)
-        return result
-
-    def _read_profile(self, namespace: str, name: str) -> ModelProfile | str:
-        cm = self._kw.read_config_map(self.api, namespace, name)
-        if cm is None:
-            return (
-                f"model profile {name} not found: no ConfigMap {namespace}/{name} "
-                "(create it with `chronotope profile configmap`)"
-            )
-        version = str(cm["metadata"].get("resourceVersion", ""))
-        cached = self._profiles.get((namespace, name))
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        parsed: ModelProfile | str
-        try:
-            parsed = profile_from_data(cm.get("data") or {}, source=f"ConfigMap {namespace}/{name}")
-        except ValueError as exc:
-            parsed = f"model profile {name} is unusable: {exc}"
-        self._profiles[(namespace, name)] = (version, parsed)
-        return parsed
-
-    def nodes(self) -> list[dict[str, Any]]:
-        if self.cache is not None:
-            return self.cache.nodes.list()
-        return self._kw.list_nodes(self.api)
+    def nodes(self) -> list[dict[str, Any]]: ...
 
     def pods(
         self, namespace: str | None = None, selector: str | None = None
-    ) -> list[dict[str, Any]]:
-        if self.cache is not None:
-            return self.cache.pods.list(namespace, selector)
-        return self._kw.list_pods(self.api, namespace, selector)
+    ) -> list[dict[str, Any]]: ...
 
-    def training_jobs(self) -> list[dict[str, Any]]:
-        if self.cache is not None:
-            return self.cache.training_jobs.list()
-        return self._kw.list_custom(self.api, "chronotope.dev", "v1alpha1", "trainingjobs")
+    def training_jobs(self) -> list[dict[str, Any]]: ...
 
-    def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        self._kw.ensure_service(self.api, namespace, service)
-        self._kw.create_pods(self.api, pods)
-        if self.cache is not None:  # the next decision must count them (watch may lag)
-            self.cache.pods.put(pods)
+    def model_profile(self, namespace: str, name: str) -> ModelProfile | str: ...
 
-    def stop(self, namespace: str, names: Sequence[str]) -> None:
-        self._kw.delete_pods(self.api, namespace, names)
+    def start(
+        self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]
+    ) -> None: ...
+
+    def stop(self, namespace: str, names: Sequence[str]) -> None: ...
 
     def preempt(self, job_key: str, by: str) -> None:
-        """Mark the victim (its own reconcile reports it) and stop its workers gracefully."""
-        namespace, name = job_key.split("/", 1)
-        self._kw.annotate_custom(
-            self.api,
-            ("chronotope.dev", "v1alpha1", "trainingjobs"),
-            namespace,
-            name,
-            {PREEMPTED_BY_ANNOTATION: by},
-        )
-        workers = self.pods(namespace, f"{JOB_LABEL}={name}")
-        self.stop(namespace, [p["metadata"]["name"] for p in workers])
+        """Mark `job_key` preempted by `by` and stop its workers gracefully."""
+        ...
+
+
+def _decider(ops: ClusterOps) -> Decider:
+    return Decider(ops.model_profile, ops.pods)
 
 
 @dataclass
@@ -200,32 +110,6 @@ class _Cycle:
     def generation(self) -> int | None:
         value = self.job["metadata"].get("generation")
         return int(value) if value is not None else None
-
-
-def _iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _frees_at(jobs: Sequence[Mapping[str, Any]], me: str) -> dict[str, datetime]:
-    """Earliest predicted completion per GPU type among running jobs (when a type frees up)."""
-    out: dict[str, datetime] = {}
-    for job in jobs:
-        meta = job.get("metadata") or {}
-        if f"{meta.get('namespace')}/{meta.get('name')}" == me:
-            continue
-        status = job.get("status") or {}
-        plan = status.get("plan") or {}
-        when = plan.get("predictedCompletionTime")
-        if (
-            status.get("phase") not in ("Running", "Starting")
-            or not when
-            or not plan.get("gpuType")
-        ):
-            continue
-        t = parse_time(when)
-        assert t is not None
-        out[plan["gpuType"]] = min(out.get(plan["gpuType"], t), t)
-    return out
 
 
 def reconcile(job: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome:
@@ -343,7 +227,7 @@ def _availability_replan(
         mine = frozenset(f"{c.namespace}/{p['metadata']['name']}" for p in current)
         capacity = cluster_capacity(nodes, pods, ignore_pods=mine)
         left = remaining_work(c.job.get("status") or {})
-        decision = _decide(c.ops, c.namespace, c.spec, capacity, c.now, remaining=left)
+        decision = _decider(c.ops).decide(c.namespace, c.spec, capacity, c.now, remaining=left)
     if cordoned:
         if decision.action is not Action.START:
             return None  # nowhere to go now: keep running until the node is drained
@@ -390,100 +274,49 @@ def _restart(
         c.out.events.append(("Warning", reason, why))
     c.out.annotations[GENERATION_ANNOTATION] = str(c.gen + 1)
     c.out.annotations[PREEMPTED_BY_ANNOTATION] = ""
-    status = c.job.get("status") or {}
-    c.out.status = {
-        "phase": "Resizing",
-        "whyWaiting": why,
-        "plan": None,
-        "placement": [],
-        "replicas": 0,
-        "restarts": int(status.get("restarts", 0)) + 1,
-        "completedFraction": completed_fraction(status, c.now),
-    }
+    c.out.status = resizing_status(c.job.get("status") or {}, why, c.now)
     return c.out
 
 
-def planner_for(
-    ops: ClusterOps, namespace: str, spec: TrainingJobSpec
-) -> ProfilePlanner | str | None:
-    """The job's profile planner; None without a model profile; a reason when it is unusable."""
-    name = spec.parallelism.model_profile if spec.parallelism is not None else None
-    if name is None:
-        return None
-    profile = ops.model_profile(namespace, name)
-    if isinstance(profile, str):
-        return profile
-    return ProfilePlanner(profile, name, spec)
-
-
-def _decide(
-    ops: ClusterOps,
-    namespace: str,
-    spec: TrainingJobSpec,
-    capacity: Sequence[Any],
-    now: datetime,
-    *,
-    frees_at: Mapping[str, datetime] | None = None,
-    remaining: float = 1.0,
-) -> Decision:
-    memo, key = ops.decisions, None
-    if memo is not None and frees_at is None:
-        key = (namespace, spec.model_dump_json(), id(capacity), now, remaining)
-        hit = memo.get(key)
-        if hit is not None and hit[0] is capacity:  # the memo holds it: its id is not reused
-            return hit[1]
-    planner = planner_for(ops, namespace, spec)
-    if isinstance(planner, str):
-        cause = "ProfileMissing" if "not found" in planner else "ProfileUnusable"
-        decision = Decision(Action.IMPOSSIBLE, planner, cause=cause)
-    else:
-        decision = decide(spec, capacity, now, frees_at, planner=planner, remaining=remaining)
-    if memo is not None and key is not None:
-        memo[key] = (capacity, decision)
-    return decision
-
-
 def _start_or_wait(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
-    with c.ops.memo_decisions():
+    with c.ops.decide_lock:
         return _start_or_wait_locked(c, status)
 
 
 def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     out = c.out
     nodes, pods, jobs = c.ops.nodes(), c.ops.pods(), c.ops.training_jobs()
-    me = f"{c.namespace}/{c.name}"
-    capacity = cluster_capacity(nodes, pods)
-    remaining = remaining_work(status)
-    decision = _decide(
-        c.ops,
+    cycle = Cycle(
+        job=c.job,
+        spec=c.spec,
+        now=c.now,
+        capacity=cluster_capacity(nodes, pods),
+        jobs=jobs,
+        decider=_decider(c.ops),
+        remaining=remaining_work(status),
+        nodes=nodes,
+        pods=pods,
+    )
+    decision = cycle.decider.decide(
         c.namespace,
         c.spec,
-        capacity,
+        cycle.capacity,
         c.now,
-        frees_at=_frees_at(jobs, me),
-        remaining=remaining,
+        frees_at=frees_at(jobs, cycle.key),
+        remaining=cycle.remaining,
     )
     if decision.action is Action.START:
-        decision = _queue_gate(c, capacity, jobs, decision)
-        for gate in (_fleet_gate, _joint_gate):
-            if decision.action is Action.START:
-                decision = _advisory(
-                    gate, c, capacity, jobs, decision=decision, remaining=remaining
-                )
+        decision = run_gates(START_GATES, cycle, decision)
     elif decision.action is Action.WAIT:
-        decision = _try_preempt(c, jobs, nodes, pods, decision)
+        decision = _try_preempt(c, cycle, decision)
     if decision.action is not Action.START:
         out.status = waiting_status(decision, c.now, c.generation)
         if decision.reason != status.get("whyWaiting"):
-            kind = "Warning" if decision.action is Action.IMPOSSIBLE else "Normal"
-            reason = (
-                (decision.cause or "Unschedulable")
-                if decision.action is Action.IMPOSSIBLE
-                else "Waiting"
-            )
+            impossible = decision.action is Action.IMPOSSIBLE
+            kind = "Warning" if impossible else "Normal"
+            reason = (decision.cause or "Unschedulable") if impossible else "Waiting"
             out.events.append((kind, reason, decision.reason))
         return out
-    assert decision.finish is not None
     degrees = decision.degrees or choose_degrees(
         c.spec.parallelism, decision.workers, decision.gpus_per_worker
     )
@@ -492,316 +325,21 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
         headless_service(c.job),
         worker_pods(c.job, c.spec, decision, c.gen, degrees),
     )
-    total = decision.workers * decision.gpus_per_worker
     out.annotations[PLANNED_FOR_ANNOTATION] = str(c.spec.replicas)
-    out.status = {
-        "phase": "Starting",
-        "whyWaiting": None,
-        "selector": f"{JOB_LABEL}={c.name}",
-        "plan": {
-            "gpuType": decision.gpu_type,
-            "workers": decision.workers,
-            "totalGpus": total,
-            "parallelism": _parallelism(degrees),
-            "startTime": _iso(c.now),
-            "predictedCompletionTime": _iso(decision.finish),
-            "expectedUtility": decision.utility,
-            "predictedSamplesPerSecond": decision.samples_per_second,
-            "planner": decision.planner_note
-            or "parallelism hints (no model profile): " + _degrees_text(degrees),
-        },
-        "conditions": [
-            condition(
-                "Schedulable",
-                True,
-                "Planned",
-                decision.reason,
-                now=c.now,
-                generation=c.generation,
-            )
-        ],
-    }
+    out.status = started_status(c.name, decision, degrees, c.now, c.generation)
     out.events.append(("Normal", "Started", decision.reason))
     if degrees.note:
         out.events.append(("Warning", "ParallelismHints", degrees.note))
     return out
 
 
-_CONTENDING = (None, "", "Waiting", "Resizing")
-
-
-def _start_options(
-    ops: ClusterOps,
-    namespace: str,
-    spec: TrainingJobSpec,
-    capacity: Sequence[Any],
-    now: datetime,
-    *,
-    best: Decision,
-    remaining: float,
-) -> tuple[Decision, ...]:
-    """`best` plus the start decision on each other GPU type, at `best`'s gang size."""
-    per_type = [best]
-    for option in spec.gpu_types:
-        if option.name == best.gpu_type:
-            continue
-        only = spec.model_copy(update={"gpu_types": [option]})
-        per_type.append(_decide(ops, namespace, only, capacity, now, remaining=remaining))
-    return options_for(per_type)
-
-
-def _whole_gpu_jobs(
-    ops: ClusterOps, jobs: Sequence[Mapping[str, Any]], me: str, phases: tuple[str | None, ...]
-) -> Iterator[tuple[Mapping[str, Any], TrainingJobSpec]]:
-    """The other live whole-GPU jobs in `phases`, in the given order, with their specs.
-
-    A job still "waiting" in our view that already has workers started a moment
-    ago (its status is not in the view yet): it is left out, its GPUs already
-    count as taken.
-    """
-    for job in jobs:
-        meta = job.get("metadata") or {}
-        phase = (job.get("status") or {}).get("phase")
-        if (
-            f"{meta.get('namespace')}/{meta.get('name')}" == me
-            or meta.get("deletionTimestamp")
-            or phase not in phases
-        ):
-            continue
-        try:
-            spec = TrainingJobSpec.model_validate(job.get("spec") or {})
-        except ValueError:
-            continue
-        if spec.gpu.shared is not None or (phase in _CONTENDING and _has_gang(ops, job)):
-            continue
-        yield job, spec
-
-
-def _has_gang(ops: ClusterOps, job: Mapping[str, Any]) -> bool:
-    """The job has live workers of its current gang (it started, whatever its status says)."""
-    meta = job.get("metadata") or {}
-    gen = str((meta.get("annotations") or {}).get(GENERATION_ANNOTATION, "0"))
-    return any(
-        not p["metadata"].get("deletionTimestamp")
-        and (p["metadata"].get("labels") or {}).get(GENERATION_LABEL) == gen
-        for p in ops.pods(str(meta.get("namespace")), f"{JOB_LABEL}={meta.get('name')}")
-    )
-
-
-def _advisory(
-    gate: Callable[[_Cycle, Sequence[Any], Sequence[Mapping[str, Any]], Decision, float], Decision],
-    c: _Cycle,
-    capacity: Sequence[Any],
-    jobs: Sequence[Mapping[str, Any]],
-    *,
-    decision: Decision,
-    remaining: float,
-) -> Decision:
-    """Run a gate that may only hold a start back; a fault in it must not stall the job."""
-    try:
-        return gate(c, capacity, jobs, decision, remaining)
-    except Exception:
-        log.exception(
-            "%s failed for %s/%s; deciding without it", gate.__name__, c.namespace, c.name
-        )
-        return decision
-
-
-def _fleet_job(job: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> FleetJob:
-    meta = job.get("metadata") or {}
-    status = job.get("status") or {}
-    plan = status.get("plan") or {}
-    running = status.get("phase") in ("Running", "Starting") and plan.get("gpuType")
-    return FleetJob(
-        key=f"{meta.get('namespace')}/{meta.get('name')}",
-        spec=spec,
-        arrival=parse_time(meta.get("creationTimestamp")) or now,
-        done=completed_fraction(status, now),
-        running_on=str(plan["gpuType"]) if running else None,
-        running_gpus=int(float(plan.get("totalGpus") or 0)) if running else 0,
-    )
-
-
-def _fleet_gate(
-    c: _Cycle,
-    capacity: Sequence[Any],
-    jobs: Sequence[Mapping[str, Any]],
-    decision: Decision,
-    remaining: float,
-) -> Decision:
-    """Among jobs of this job's priority, start it only if the simulated policy would."""
-    return _fleet_verdict(
-        c.ops, c.job, c.spec, capacity, jobs, decision=decision, remaining=remaining, now=c.now
-    )
-
-
-def _fleet_verdict(
-    ops: ClusterOps,
-    job: Mapping[str, Any],
-    spec: TrainingJobSpec,
-    capacity: Sequence[Any],
-    jobs: Sequence[Mapping[str, Any]],
-    *,
-    decision: Decision,
-    remaining: float,
-    now: datetime,
-) -> Decision:
-    """`decision` for `job` (a start) as held back or moved by `workloads.fleet`.
-
-    `workloads.fleet` runs the same code as `chronotope simulate training`'s policy.
-    """
-    if spec.gpu.shared is not None:
-        return decision
-    meta = job.get("metadata") or {}
-    namespace = str(meta.get("namespace"))
-    me = f"{namespace}/{meta.get('name')}"
-    others = [
-        _fleet_job(other, other_spec, now)
-        for other, other_spec in _whole_gpu_jobs(
-            ops, jobs, me, (*_CONTENDING, "Running", "Starting")
-        )
-        if other_spec.priority == spec.priority
-    ]
-    if not others:
-        return decision
-    mine = replace(_fleet_job(job, spec, now), done=1.0 - remaining, running_on=None)
-    if spec.parallelism is not None and spec.parallelism.model_profile is not None:
-        # the profile, not relativeSpeed, says how fast each type is: speed = work / run time
-        options = _start_options(
-            ops, namespace, spec, capacity, now, best=decision, remaining=remaining
-        )
-        work = spec.estimate.duration_seconds * remaining
-        mine = replace(
-            mine,
-            speeds={
-                str(d.gpu_type): work / max(1.0, (d.finish - now).total_seconds())
-                for d in options
-                if d.finish is not None
-            },
-        )
-    outcome = fleet_gate(
-        replace(mine, running_gpus=0),
-        decision.workers * decision.gpus_per_worker,
-        others,
-        capacity,
-        now,
-    )
-    if not outcome.starts:
-        return Decision(Action.WAIT, outcome.reason)
-    if outcome.gpu_type is None:
-        return decision
-    if outcome.gpu_type != decision.gpu_type:
-        option = next(t for t in spec.gpu_types if t.name == outcome.gpu_type)
-        only = spec.model_copy(update={"gpu_types": [option]})
-        there = _decide(ops, namespace, only, capacity, now, remaining=remaining)
-        if there.action is not Action.START:
-            return Decision(
-                Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
-            )
-        decision = there
-    return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
-
-
-MAX_CONTENDERS = 8
-"""Other jobs in one joint plan at most (queue heads, in queue order)."""
-
-
-def _joint_gate(
-    c: _Cycle,
-    capacity: Sequence[Any],
-    jobs: Sequence[Mapping[str, Any]],
-    decision: Decision,
-    remaining: float,
-) -> Decision:
-    """Start only if the joint CP-SAT plan of the jobs that could start now starts this one.
-
-    The contenders are the heads of the other queues: in each queue, the first
-    job (policy order) wanting an overlapping GPU type that could start now;
-    jobs behind it wait for it anyway (the queue gate), and so do the jobs
-    behind this one in its own queue.
-    """
-    if c.spec.gpu.shared is not None:
-        return decision
-    me = f"{c.namespace}/{c.name}"
-    mine_types = {t.name for t in c.spec.gpu_types}
-    served = {c.spec.queue}
-    contenders = []
-    for job, spec in _whole_gpu_jobs(c.ops, sorted(jobs, key=queue_key), me, _CONTENDING):
-        if spec.queue in served or not {t.name for t in spec.gpu_types} & mine_types:
-            continue
-        meta = job["metadata"]
-        ns = str(meta.get("namespace"))
-        left = remaining_work(job.get("status") or {})
-        best = _decide(c.ops, ns, spec, capacity, c.now, remaining=left)
-        if best.action is not Action.START:
-            continue  # cannot start: it does not hold its queue back (backfilling)
-        served.add(spec.queue)
-        options = _start_options(c.ops, ns, spec, capacity, c.now, best=best, remaining=left)
-        contenders.append(Contender(f"{ns}/{meta.get('name')}", spec, options))
-        if len(contenders) >= MAX_CONTENDERS:
-            break
-    if not contenders:
-        return decision
-    mine = Contender(
-        me,
-        c.spec,
-        _start_options(
-            c.ops, c.namespace, c.spec, capacity, c.now, best=decision, remaining=remaining
-        ),
-    )
-    outcome = arbitrate(me, [mine, *contenders], capacity, c.now)
-    if not outcome.starts:
-        return Decision(Action.WAIT, outcome.reason)
-    chosen = next((d for d in mine.options if d.gpu_type == outcome.gpu_type), decision)
-    # the plan's nodes and GPUs go on the workers; the extender honours them
-    return replace(
-        chosen, reason=f"{chosen.reason}; {outcome.reason}", placements=outcome.placements
-    )
-
-
-def _queue_gate(
-    c: _Cycle, capacity: Sequence[Any], jobs: Sequence[Mapping[str, Any]], decision: Decision
-) -> Decision:
-    """Hold a startable job back while a job ahead of it in its queue could start now."""
-
-    def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
-        """It could start now, and the cluster policy would start it (else it backfills)."""
-        namespace = str(job["metadata"]["namespace"])
-        left = remaining_work(job.get("status") or {})
-        d = _decide(c.ops, namespace, other, capacity, c.now, remaining=left)
-        if d.action is Action.START:
-            d = _fleet_verdict(
-                c.ops, job, other, capacity, jobs, decision=d, remaining=left, now=c.now
-            )
-        return d.action is Action.START
-
-    ahead = blocking_job(c.job, c.spec, jobs, could_start)
-    if ahead is None:
-        return decision
-    return Decision(
-        Action.WAIT,
-        f"queued behind {ahead} in queue {c.spec.queue} "
-        "(policy order: priority, then deadline, then age)",
-    )
-
-
-def _try_preempt(
-    c: _Cycle,
-    jobs: Sequence[Mapping[str, Any]],
-    nodes: Sequence[Mapping[str, Any]],
-    pods: Sequence[Mapping[str, Any]],
-    decision: Decision,
-) -> Decision:
+def _try_preempt(c: _Cycle, cycle: Cycle, decision: Decision) -> Decision:
     """Stop lower-priority preemptible jobs if that lets this one start now."""
-    me = f"{c.namespace}/{c.name}"
-    planner = planner_for(c.ops, c.namespace, c.spec)
-    if isinstance(planner, str):
-        return decision
-    preemption = plan_preemption(me, c.spec, jobs, nodes, pods, now=c.now, planner=planner)
+    preemption = preempt(cycle, decision)
     if preemption is None:
         return decision
     for victim in preemption.victims:
-        c.ops.preempt(victim, by=me)
+        c.ops.preempt(victim, by=cycle.key)
     c.out.events.append(
         (
             "Normal",
@@ -811,22 +349,6 @@ def _try_preempt(
         )
     )
     return preemption.decision
-
-
-def _parallelism(degrees: Degrees) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "data": degrees.data,
-        "tensor": degrees.tensor,
-        "pipeline": degrees.pipeline,
-    }
-    if degrees.micro_batch_size is not None:
-        out["microBatchSize"] = degrees.micro_batch_size
-    return out
-
-
-def _degrees_text(d: Degrees) -> str:
-    text = f"data {d.data} x tensor {d.tensor} x pipeline {d.pipeline}"
-    return text + (f", microbatch {d.micro_batch_size}" if d.micro_batch_size else "")
 
 
 def merged_status(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def _up(args: argparse.Namespace) -> int:
     from chronotope.devcluster.binaries import BinaryError
     from chronotope.devcluster.cluster import ClusterError
     from chronotope.devcluster.process import ComponentError
-    from chronotope.devcluster.spec import load_spec
+    from chronotope.sim.clusterspec import load_spec
 
     try:
         spec = load_spec(args.spec) if args.spec else None
@@ -137,7 +137,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _nodes(args: argparse.Namespace) -> int:
     from chronotope.devcluster.cluster import ClusterError
-    from chronotope.devcluster.spec import load_spec
+    from chronotope.sim.clusterspec import load_spec
 
     try:
         count = _cluster(args).add_nodes(load_spec(args.spec))

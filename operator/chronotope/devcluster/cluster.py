@@ -33,9 +33,9 @@ from chronotope.devcluster.binaries import Binaries, ensure_binaries
 from chronotope.devcluster.kubeconfig import write_kubeconfig
 from chronotope.devcluster.pki import Pki, generate_pki
 from chronotope.devcluster.settings import ClusterSettings
-from chronotope.devcluster.spec import ClusterSpec, node_manifests
+from chronotope.sim.clusterspec import ClusterSpec, node_manifests
 
-__all__ = ["ClusterError", "ClusterState", "LocalCluster"]
+__all__ = ["ClusterError", "ClusterRecord", "LocalCluster"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ClusterError(RuntimeError):
 
 
 @dataclass
-class ClusterState:
+class ClusterRecord:
     name: str
     directory: str
     ports: dict[str, int]
@@ -85,14 +85,14 @@ class LocalCluster:
         self._extender_args: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ state
-    def load_state(self) -> ClusterState | None:
+    def load_state(self) -> ClusterRecord | None:
         try:
             data = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             return None
-        return ClusterState(**data)
+        return ClusterRecord(**data)
 
-    def _save(self, state: ClusterState) -> None:
+    def _save(self, state: ClusterRecord) -> None:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(state), indent=2))
         tmp.replace(self.state_file)
@@ -106,7 +106,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ up
     def up(
         self, spec: ClusterSpec | None = None, apiserver_port: int | None = None
-    ) -> ClusterState:
+    ) -> ClusterRecord:
         """Start every component and wait for it to be ready; on failure leave nothing running."""
         alive = self.running()
         if alive and all(alive.values()):
@@ -129,7 +129,7 @@ class LocalCluster:
             scheduler=process.free_port(),
             kwok=process.free_port(),
         )
-        state = ClusterState(
+        state = ClusterRecord(
             name=self.name,
             directory=str(self.directory),
             ports=asdict(ports),
@@ -145,13 +145,13 @@ class LocalCluster:
             raise
         return state
 
-    def _start(self, state: ClusterState, name: str, argv: list[str]) -> process.Started:
+    def _start(self, state: ClusterRecord, name: str, argv: list[str]) -> process.Started:
         started = process.start(name, argv, self.directory / "logs" / f"{name}.log")
         state.processes.append(started.record())
         self._save(state)
         return started
 
-    def _start_all(self, state: ClusterState, ports: components.Ports, b: Binaries) -> None:
+    def _start_all(self, state: ClusterRecord, ports: components.Ports, b: Binaries) -> None:
         timeout = self.settings.ready_timeout
         pki = generate_pki(self.directory / "pki")
         kubeconfig = write_kubeconfig(state.kubeconfig, self.name, state.server, pki)
@@ -192,7 +192,7 @@ class LocalCluster:
             process.wait_until(started, lambda u=url, c=ctx: _get(u, c), timeout)  # type: ignore[misc]
         log.info("cluster %s is up at %s", self.name, state.server)
 
-    def _apiserver_ready(self, state: ClusterState, pki: Pki) -> bool:
+    def _apiserver_ready(self, state: ClusterRecord, pki: Pki) -> bool:
         ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
         ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
         return _get(f"{state.server}/readyz", ctx)
@@ -315,7 +315,7 @@ class LocalCluster:
             f"http://127.0.0.1:{port}/healthz",
         )
 
-    def _start_extender(self, state: ClusterState, port: int) -> None:
+    def _start_extender(self, state: ClusterRecord, port: int) -> None:
         self.start_component(
             "chronotope-extender",
             [

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chronotope.devcluster.pki import Pki
-from chronotope.devcluster.spec import KWOK_ANNOTATION
+from chronotope.sim.clusterspec import KWOK_ANNOTATION
 
 __all__ = [
     "Ports",

@@ -38,7 +38,7 @@ from chronotope.solver.model import MILLI, Placement, PodRequest
 from chronotope.solver.policies import Policy
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 from chronotope.workloads.podreq import (
-    Plan,
+    PlannedPlacement,
     planned,
     pod_key,
     pod_request,
@@ -81,7 +81,7 @@ class ExtenderService:
     gangs: GangBook = field(default_factory=GangBook)
     _requests: dict[str, PodRequest] = field(default_factory=dict)
     _gang_of: dict[str, Gang] = field(default_factory=dict)
-    _plans: dict[str, Plan] = field(default_factory=dict)
+    _plans: dict[str, PlannedPlacement] = field(default_factory=dict)
     _chosen: dict[str, str] = field(default_factory=dict)
     """Node the policy chose for a pod at its last filter (prioritize scores it alone)."""
 
@@ -128,7 +128,7 @@ class ExtenderService:
         return FilterOutcome([], failed, unresolvable)
 
     def _filter_planned(
-        self, key: str, plan: Plan, req: PodRequest, node_names: list[str], now: float
+        self, key: str, plan: PlannedPlacement, req: PodRequest, node_names: list[str], now: float
     ) -> FilterOutcome | None:
         """A pod the batch planner placed goes to its planned node and GPUs, if they still fit.
 

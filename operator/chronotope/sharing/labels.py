@@ -11,10 +11,13 @@ __all__ = [
     "DONE_PHASES",
     "GANG_LABEL",
     "GANG_SIZE_ANNOTATION",
+    "GENERATION_ANNOTATION",
     "GPU_COUNT_LABEL",
     "GPU_MEMORY_LABEL",
     "GPU_PRODUCT_LABEL",
     "GPU_RESOURCE",
+    "PLANNED_FOR_ANNOTATION",
+    "PREEMPTED_BY_ANNOTATION",
     "SHARE_RESOURCE",
     "STRATEGY_ANNOTATION",
     "ZONE_LABEL",
@@ -34,3 +37,9 @@ STRATEGY_ANNOTATION = "chronotope.dev/placement-strategy"
 """Pod annotation: the gang's placement strategy (`PlacementStrategy` values)."""
 DONE_PHASES = ("Succeeded", "Failed")
 """Pod phases after which a pod holds no resources."""
+GENERATION_ANNOTATION = "chronotope.dev/gang-generation"
+"""TrainingJob annotation: the generation of its current gang (bumped on every restart)."""
+PLANNED_FOR_ANNOTATION = "chronotope.dev/planned-for-replicas"
+"""TrainingJob annotation: the `replicas` its current gang was planned for."""
+PREEMPTED_BY_ANNOTATION = "chronotope.dev/preempted-by"
+"""TrainingJob annotation: the job that preempted it ("namespace/name"; empty once re-queued)."""

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from chronotope.api.annotations import GPU_COMPUTE_PERCENT, GPU_MEMORY_MIB
-from chronotope.devcluster.spec import ClusterSpec
 from chronotope.sharing.labels import GPU_RESOURCE, SHARE_RESOURCE
+from chronotope.sim.clusterspec import ClusterSpec
 from chronotope.sim.engine import Replay, RunResult, arrivals, reference_rank
 from chronotope.solver.model import MILLI, ClusterSnapshot, PodRequest
 from chronotope.solver.policies import Choice

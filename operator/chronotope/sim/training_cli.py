@@ -38,9 +38,9 @@ def add_parser(traces: Any) -> None:
 def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
     from tqdm import tqdm
 
-    from chronotope.devcluster.spec import load_spec
+    from chronotope.sim.clusterspec import load_spec
     from chronotope.sim.training.engine import EngineSettings, simulate
-    from chronotope.sim.training.policies import POLICY_NAMES, make_policy
+    from chronotope.sim.training.policies import TRAINING_POLICY_NAMES, make_training_policy
     from chronotope.sim.training.report import (
         jcts_h,
         plot_jct_cdf,
@@ -57,10 +57,10 @@ def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
     )
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = sorted(set(policies) - set(POLICY_NAMES))
+    unknown = sorted(set(policies) - set(TRAINING_POLICY_NAMES))
     if unknown:
         raise SystemExit(
-            f"unknown policies: {', '.join(unknown)} (known: {', '.join(POLICY_NAMES)})"
+            f"unknown policies: {', '.join(unknown)} (known: {', '.join(TRAINING_POLICY_NAMES)})"
         )
     spec = load_spec(args.cluster)
     capacity = capacity_from_spec(
@@ -82,7 +82,7 @@ def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
             result = simulate(
                 jobs,
                 capacity,
-                make_policy(name, args.round_s, args.restart_overhead_s),
+                make_training_policy(name, args.round_s, args.restart_overhead_s),
                 engine,
                 bar.update,
             )

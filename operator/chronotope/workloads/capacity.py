@@ -11,16 +11,16 @@ jobs decided in a row do not both count on the same free GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeAlias
 
 from chronotope.sharing.labels import DONE_PHASES, GPU_PRODUCT_LABEL, GPU_RESOURCE, ZONE_LABEL
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import UNBOUNDED
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 
-__all__ = ["NodeCapacity", "cluster_capacity"]
+__all__ = ["Capacity", "NodeCapacity", "cluster_capacity"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class NodeCapacity:
     """Allocatable CPU not requested by bound pods (UNBOUNDED: the node states none)."""
     memory_free_mib: int = UNBOUNDED
     """Allocatable memory not requested by bound pods (UNBOUNDED: the node states none)."""
+
+
+Capacity: TypeAlias = Sequence[NodeCapacity]
+"""The cluster's GPU nodes as the TrainingJob decisions see them (`cluster_capacity`)."""
 
 
 def _gpu_count(pod: Mapping[str, Any]) -> int:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.capacity import Capacity
 from chronotope.workloads.training_policy import ChronotopePolicy, Job, JobState
 
 __all__ = ["FleetJob", "FleetOutcome", "fleet_gate"]
@@ -87,7 +87,7 @@ def fleet_gate(
     me: FleetJob,
     my_gpus: int,
     others: Sequence[FleetJob],
-    capacity: Sequence[NodeCapacity],
+    capacity: Capacity,
     now: datetime,
 ) -> FleetOutcome:
     """Whether the simulator's policy, over `me` and `others`, starts `me` now, and where."""

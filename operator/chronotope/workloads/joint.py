@@ -33,7 +33,7 @@ from chronotope.solver.model import (
     PodRequest,
     Workload,
 )
-from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.capacity import Capacity
 from chronotope.workloads.podreq import PodRequestError, pod_resources
 from chronotope.workloads.training import Action, Decision
 
@@ -63,7 +63,7 @@ class JointOutcome:
     """Per member, in member order: the plan's node and GPUs (when it starts now)."""
 
 
-def _snapshot(capacity: Sequence[NodeCapacity]) -> ClusterSnapshot:
+def _snapshot(capacity: Capacity) -> ClusterSnapshot:
     nodes = []
     for n in sorted(capacity, key=lambda n: n.name):
         free = set(n.free_gpus or range(n.free)) if n.schedulable else set()
@@ -135,7 +135,7 @@ def _workload(c: Contender, now: datetime) -> Workload:
 def arbitrate(
     me: str,
     contenders: Sequence[Contender],
-    capacity: Sequence[NodeCapacity],
+    capacity: Capacity,
     now: datetime,
     *,
     time_limit_s: float = 1.0,

@@ -34,7 +34,7 @@ __all__ = [
     "SHARE_COMPUTE_ANNOTATION",
     "SHARE_MEMORY_ANNOTATION",
     "SHARE_RESOURCE",
-    "Plan",
+    "PlannedPlacement",
     "PodRequestError",
     "planned",
     "pod_gpu_request",
@@ -166,14 +166,14 @@ def _models(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[str
 
 
 @dataclass(frozen=True)
-class Plan:
+class PlannedPlacement:
     """Where the batch planner put this pod: a node and, optionally, exact GPUs."""
 
     node: str
     gpus: tuple[int, ...] | None
 
 
-def planned(pod: Mapping[str, Any]) -> Plan | None:
+def planned(pod: Mapping[str, Any]) -> PlannedPlacement | None:
     """The batch plan written on the pod by a controller, or None (online placement)."""
     annotations: Mapping[str, str] = pod.get("metadata", {}).get("annotations") or {}
     node = annotations.get(PLANNED_NODE_ANNOTATION, "").strip()
@@ -181,11 +181,11 @@ def planned(pod: Mapping[str, Any]) -> Plan | None:
         return None
     raw = annotations.get(PLANNED_GPUS_ANNOTATION, "").strip()
     if not raw:
-        return Plan(node, None)
+        return PlannedPlacement(node, None)
     try:
         gpus = tuple(int(part) for part in raw.split(","))
     except ValueError:
         raise PodRequestError(
             f"metadata.annotations[{PLANNED_GPUS_ANNOTATION}]: {raw!r} is not a list of indices"
         ) from None
-    return Plan(node, gpus)
+    return PlannedPlacement(node, gpus)

@@ -24,7 +24,7 @@ from chronotope.api.v1alpha1.trainingjob import GpuTypeOption, PlanObjective, Tr
 from chronotope.planners.elastic import ElasticPlan, PlannerSettings, plan_elastic
 from chronotope.planners.profile import ModelProfile
 from chronotope.solver.model import Node
-from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.capacity import Capacity, NodeCapacity
 from chronotope.workloads.parallelism import Degrees
 
 __all__ = ["GangPlan", "ProfilePlanner"]
@@ -147,7 +147,7 @@ class ProfilePlanner:
             note=note,
         )
 
-    def reference(self, capacity: Sequence[NodeCapacity]) -> GangPlan | str:
+    def reference(self, capacity: Capacity) -> GangPlan | str:
         """The plan the duration estimate describes: the reference type at `spec.replicas`.
 
         Uses the cluster's nodes of that type as if free; without any, one

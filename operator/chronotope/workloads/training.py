@@ -25,7 +25,7 @@ from chronotope.api.v1alpha1.trainingjob import (
     Utility,
     UtilityFunction,
 )
-from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.capacity import Capacity, NodeCapacity
 from chronotope.workloads.parallelism import Degrees
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _duration(spec: TrainingJobSpec, gpu_type: str, workers: int) -> timedelta:
 
 def decide(
     spec: TrainingJobSpec,
-    capacity: Sequence[NodeCapacity],
+    capacity: Capacity,
     now: datetime,
     frees_at: Mapping[str, datetime] | None = None,
     *,

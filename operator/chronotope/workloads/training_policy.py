@@ -2,7 +2,7 @@
 
 The same code decides in the operator (`workloads.fleet`, over the waiting and
 running TrainingJobs) and in the training simulator (`sim.training`, over a
-trace); `Job`, `JobState` and the `Policy` protocol are what both hand it.
+trace); `Job`, `JobState` and the `TrainingPolicy` protocol are what both hand it.
 
 Each decision (arrival, completion, lease round):
 
@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["ChronotopePolicy", "Job", "JobState", "Policy"]
+__all__ = ["ChronotopePolicy", "Job", "JobState", "TrainingPolicy"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class JobState:
         return self.remaining_s / max(self.job.speed.values())
 
 
-class Policy(Protocol):
+class TrainingPolicy(Protocol):
     name: str
     preemptive: bool
 

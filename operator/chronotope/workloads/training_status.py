@@ -11,9 +11,19 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.parallelism import Degrees
+from chronotope.workloads.replan import completed_fraction
 from chronotope.workloads.training import Action, Decision
 
-__all__ = ["condition", "merge_conditions", "pods_status", "waiting_status"]
+__all__ = [
+    "condition",
+    "merge_conditions",
+    "pods_status",
+    "resizing_status",
+    "started_status",
+    "waiting_status",
+]
 
 
 def condition(
@@ -128,4 +138,66 @@ def pods_status(
                 generation=generation,
             ),
         ],
+    }
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parallelism(degrees: Degrees) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "data": degrees.data,
+        "tensor": degrees.tensor,
+        "pipeline": degrees.pipeline,
+    }
+    if degrees.micro_batch_size is not None:
+        out["microBatchSize"] = degrees.micro_batch_size
+    return out
+
+
+def _degrees_text(d: Degrees) -> str:
+    text = f"data {d.data} x tensor {d.tensor} x pipeline {d.pipeline}"
+    return text + (f", microbatch {d.micro_batch_size}" if d.micro_batch_size else "")
+
+
+def started_status(
+    name: str, decision: Decision, degrees: Degrees, now: datetime, generation: int | None
+) -> dict[str, Any]:
+    """Status of job `name` whose gang was just created for `decision` (a START)."""
+    assert decision.finish is not None
+    return {
+        "phase": "Starting",
+        "whyWaiting": None,
+        "selector": f"{JOB_LABEL}={name}",
+        "plan": {
+            "gpuType": decision.gpu_type,
+            "workers": decision.workers,
+            "totalGpus": decision.workers * decision.gpus_per_worker,
+            "parallelism": _parallelism(degrees),
+            "startTime": _iso(now),
+            "predictedCompletionTime": _iso(decision.finish),
+            "expectedUtility": decision.utility,
+            "predictedSamplesPerSecond": decision.samples_per_second,
+            "planner": decision.planner_note
+            or "parallelism hints (no model profile): " + _degrees_text(degrees),
+        },
+        "conditions": [
+            condition(
+                "Schedulable", True, "Planned", decision.reason, now=now, generation=generation
+            )
+        ],
+    }
+
+
+def resizing_status(status: Mapping[str, Any], why: str, now: datetime) -> dict[str, Any]:
+    """Status of a job whose gang is being stopped to re-plan (checkpoint kept)."""
+    return {
+        "phase": "Resizing",
+        "whyWaiting": why,
+        "plan": None,
+        "placement": [],
+        "replicas": 0,
+        "restarts": int(status.get("restarts", 0)) + 1,
+        "completedFraction": completed_fraction(status, now),
     }

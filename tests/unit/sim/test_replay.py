@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from chronotope.cli import main
-from chronotope.devcluster.spec import node_manifests
+from chronotope.sim.clusterspec import node_manifests
 from chronotope.sim.engine import reference_rank, simulate
 from chronotope.sim.openb import load_nodes, load_pods
 from chronotope.sim.replay import (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chronotope.sim.training.engine import EngineSettings, simulate
-from chronotope.sim.training.policies import POLICY_NAMES, make_policy
+from chronotope.sim.training.policies import TRAINING_POLICY_NAMES, make_training_policy
 from chronotope.sim.training.report import SUMMARY_COLUMNS, summary_row
 from chronotope.sim.training.workload import TraceRow, WorkloadSettings, build_jobs
 from chronotope.sim.training_cli import run_training
@@ -27,7 +27,7 @@ def test_fifo_hand_checked() -> None:
     # capacity: 2 K80 (spec order first), 2 V100. FIFO is heterogeneity-agnostic.
     cap = {"k80": 2, "v100": 2}
     jobs = [_job(0, 0, 2, 100), _job(1, 0, 2, 100), _job(2, 10, 2, 50)]
-    res = simulate(jobs, cap, make_policy("fifo", 100.0, 0.0), NO_OVERHEAD)
+    res = simulate(jobs, cap, make_training_policy("fifo", 100.0, 0.0), NO_OVERHEAD)
     # job 0 on K80 at half speed: 200 s; job 1 on V100: 100 s; job 2 waits for V100 at 100
     assert res.finish_s == {0: 200.0, 1: 100.0, 2: 150.0}
     row = summary_row(jobs, res, cap, seed=7)
@@ -38,7 +38,7 @@ def test_fifo_hand_checked() -> None:
 def test_fifo_head_of_line_blocks() -> None:
     cap = {"v100": 4}
     jobs = [_job(0, 0, 3, 100), _job(1, 1, 4, 10), _job(2, 2, 1, 10)]
-    res = simulate(jobs, cap, make_policy("fifo", 100.0, 0.0), NO_OVERHEAD)
+    res = simulate(jobs, cap, make_training_policy("fifo", 100.0, 0.0), NO_OVERHEAD)
     assert res.finish_s == {0: 100.0, 1: 110.0, 2: 120.0}
 
 
@@ -54,14 +54,14 @@ def _random_jobs(seed: int) -> list[Job]:
     return build_jobs(rows, speeds, 4, WorkloadSettings(deadline_share=0.5), seed)
 
 
-@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("policy", TRAINING_POLICY_NAMES)
 def test_invariants_every_policy(policy: str) -> None:
     cap = {"k80": 4, "p100": 4, "v100": 4}
     jobs = _random_jobs(3)
     res = simulate(
         jobs,
         cap,
-        make_policy(policy, 100.0, 5.0),
+        make_training_policy(policy, 100.0, 5.0),
         EngineSettings(round_s=100.0, restart_overhead_s=5.0),
     )
     assert set(res.finish_s) == {j.job_id for j in jobs}  # every job finishes
@@ -85,7 +85,7 @@ def test_cli_writes_exact_columns(tmp_path: Path) -> None:
         start="2017-10-09 06:00:00",
         end="2017-10-09 07:00:00",
         cluster=root / "manifests" / "clusters" / "gavel-96.yaml",
-        policies=",".join(POLICY_NAMES),
+        policies=",".join(TRAINING_POLICY_NAMES),
         seed=1,
         out=tmp_path / "out",
         throughputs=root.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json",
@@ -105,7 +105,7 @@ def test_cli_writes_exact_columns(tmp_path: Path) -> None:
         "policy,seed,jobs,avg_jct_h,p50_jct_h,p99_jct_h,makespan_h,deadline_met_pct,gpu_util_pct"
     )
     assert ",".join(header) == expected
-    assert [r[0] for r in body] == list(POLICY_NAMES)
+    assert [r[0] for r in body] == list(TRAINING_POLICY_NAMES)
     assert all(r[2] == "3" for r in body)
     assert (tmp_path / "out" / "jct_cdf.png").stat().st_size > 0
     with (tmp_path / "out" / "bounds.csv").open() as fh:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chronotope.workloads.training_policy import Job, JobState, Policy
+from chronotope.workloads.training_policy import Job, JobState, TrainingPolicy
 
 __all__ = ["EngineSettings", "SimResult", "simulate"]
 
@@ -43,7 +43,7 @@ class SimResult:
 def simulate(
     jobs: Sequence[Job],
     capacity: Mapping[str, int],
-    policy: Policy,
+    policy: TrainingPolicy,
     settings: EngineSettings,
     on_progress: object = None,
 ) -> SimResult:

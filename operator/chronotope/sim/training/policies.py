@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from chronotope.sim.training.gavel import GavelPolicy
-from chronotope.workloads.training_policy import ChronotopePolicy, JobState, Policy
+from chronotope.workloads.training_policy import ChronotopePolicy, JobState, TrainingPolicy
 
-__all__ = ["POLICY_NAMES", "EdfPolicy", "FifoPolicy", "LasPolicy", "make_policy"]
+__all__ = ["TRAINING_POLICY_NAMES", "EdfPolicy", "FifoPolicy", "LasPolicy", "make_training_policy"]
 
 
 def _agnostic(js: JobState, free: dict[str, int]) -> str | None:
@@ -108,10 +108,10 @@ class EdfPolicy:
         return _greedy(sorted(active, key=key), capacity, _fastest)
 
 
-POLICY_NAMES = ("fifo", "las", "edf", "gavel", "chronotope")
+TRAINING_POLICY_NAMES = ("fifo", "las", "edf", "gavel", "chronotope")
 
 
-def make_policy(name: str, round_s: float, restart_s: float = 30.0) -> Policy:
+def make_training_policy(name: str, round_s: float, restart_s: float = 30.0) -> TrainingPolicy:
     """A fresh policy instance (policies may keep state across decisions)."""
     if name == "fifo":
         return FifoPolicy()
@@ -123,4 +123,4 @@ def make_policy(name: str, round_s: float, restart_s: float = 30.0) -> Policy:
         return GavelPolicy(round_s=round_s)
     if name == "chronotope":
         return ChronotopePolicy(round_s=round_s, restart_s=restart_s)
-    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+    raise ValueError(f"unknown policy {name!r} (known: {', '.join(TRAINING_POLICY_NAMES)})")

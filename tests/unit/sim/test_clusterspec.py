@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from chronotope.devcluster.spec import (
+from chronotope.sim.clusterspec import (
     GPU_RESOURCE,
     KWOK_ANNOTATION,
     NVLINK_LABEL,

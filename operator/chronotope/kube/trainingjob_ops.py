@@ -1,0 +1,111 @@
+"""The API calls the TrainingJob controller makes (`controllers.trainingjob.ClusterOps`).
+
+Reads come from the operator's watch-fed cache when there is one (else they
+list from the API server); writes go to the API server. Model profiles are
+ConfigMaps, read at most once per `PROFILE_TTL_S` and parsed again only when
+their resourceVersion changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kubernetes import client
+
+from chronotope.kube import workloads as kw
+from chronotope.kube.store import OperatorCache
+from chronotope.planners.profile import ModelProfile, profile_from_data
+from chronotope.sharing.labels import PREEMPTED_BY_ANNOTATION
+from chronotope.workloads.gang import JOB_LABEL
+
+__all__ = ["PROFILE_TTL_S", "KubeClusterOps"]
+
+PROFILE_TTL_S = 5.0
+"""How long a model profile read is reused (one reconcile plans many jobs)."""
+
+TRAININGJOBS = ("chronotope.dev", "v1alpha1", "trainingjobs")
+
+
+class KubeClusterOps:
+    """`ClusterOps` on a real API server; see the module docstring."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cache: OperatorCache | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        """Watch-fed nodes, pods and TrainingJobs; without it every read lists from the API."""
+        self.clock = clock
+        # decide-and-start is one critical section across all jobs: the next decision
+        # must see the workers the previous one created
+        self.decide_lock = threading.Lock()
+        self._profiles: dict[tuple[str, str], tuple[str, ModelProfile | str]] = {}
+        self._profile_reads: dict[tuple[str, str], tuple[float, ModelProfile | str]] = {}
+
+    def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
+        """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
+        recent = self._profile_reads.get((namespace, name))
+        if recent is not None and self.clock() - recent[0] < PROFILE_TTL_S:
+            return recent[1]
+        result = self._read_profile(namespace, name)
+        self._profile_reads[(namespace, name)] = (self.clock(), result)
+        return result
+
+    def _read_profile(self, namespace: str, name: str) -> ModelProfile | str:
+        cm = kw.read_config_map(self.api, namespace, name)
+        if cm is None:
+            return (
+                f"model profile {name} not found: no ConfigMap {namespace}/{name} "
+                "(create it with `chronotope profile configmap`)"
+            )
+        version = str(cm["metadata"].get("resourceVersion", ""))
+        cached = self._profiles.get((namespace, name))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        parsed: ModelProfile | str
+        try:
+            parsed = profile_from_data(cm.get("data") or {}, source=f"ConfigMap {namespace}/{name}")
+        except ValueError as exc:
+            parsed = f"model profile {name} is unusable: {exc}"
+        self._profiles[(namespace, name)] = (version, parsed)
+        return parsed
+
+    def nodes(self) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return self.cache.nodes.list()
+        return kw.list_nodes(self.api)
+
+    def pods(
+        self, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return self.cache.pods.list(namespace, selector)
+        return kw.list_pods(self.api, namespace, selector)
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return self.cache.training_jobs.list()
+        return kw.list_custom(self.api, *TRAININGJOBS)
+
+    def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        kw.ensure_service(self.api, namespace, service)
+        kw.create_pods(self.api, pods)
+        if self.cache is not None:  # the next decision must count them (watch may lag)
+            self.cache.pods.put(pods)
+
+    def stop(self, namespace: str, names: Sequence[str]) -> None:
+        kw.delete_pods(self.api, namespace, names)
+
+    def preempt(self, job_key: str, by: str) -> None:
+        """Mark the victim (its own reconcile reports it) and stop its workers gracefully."""
+        namespace, name = job_key.split("/", 1)
+        kw.annotate_custom(self.api, TRAININGJOBS, namespace, name, {PREEMPTED_BY_ANNOTATION: by})
+        workers = self.pods(namespace, f"{JOB_LABEL}={name}")
+        self.stop(namespace, [p["metadata"]["name"] for p in workers])

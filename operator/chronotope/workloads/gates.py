@@ -1,0 +1,423 @@
+"""The TrainingJob start gates, in the shape of kube-scheduler's plugins (pure).
+
+`decide` says whether one job could start now and where. Before the
+controller starts it, the gates of `START_GATES` run in order on that
+decision, each able only to hold the start back (turn it into a WAIT with a
+reason) or to move it to another GPU type:
+
+- `QueueGate`: a job ahead of this one in its queue could start now;
+- `FleetGate`: the cluster-wide training policy (the code `chronotope simulate
+  training` runs) would not start it now, or would start it on another type;
+- `JointGate`: the joint CP-SAT plan of the jobs that could start now gives
+  the GPUs to others (and, when it starts this one, its nodes and GPUs).
+
+An advisory gate that fails lets the decision through (a fault in an
+optimisation must not stall the job); a required one raises. A waiting job
+then gets the `preempt` step (kube-scheduler's PostFilter): the lower-priority
+preemptible jobs whose stop lets it start now.
+
+Every gate reads one `Cycle`: the job, the cluster's capacity, the other
+jobs, and a `Decider` that decides other jobs on the same capacity once per
+cycle. Nothing here talks to the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, ClassVar, Protocol
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.planners.profile import ModelProfile
+from chronotope.sharing.labels import GENERATION_ANNOTATION
+from chronotope.workloads.capacity import Capacity
+from chronotope.workloads.fleet import FleetJob, fleet_gate
+from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
+from chronotope.workloads.joint import Contender, arbitrate, options_for
+from chronotope.workloads.preemption import Preemption, plan_preemption
+from chronotope.workloads.profiled import ProfilePlanner
+from chronotope.workloads.queueing import blocking_job, queue_key
+from chronotope.workloads.replan import completed_fraction, parse_time, remaining_work
+from chronotope.workloads.training import Action, Decision, decide
+
+__all__ = [
+    "CONTENDING",
+    "MAX_CONTENDERS",
+    "START_GATES",
+    "Cycle",
+    "Decider",
+    "FleetGate",
+    "Gate",
+    "JointGate",
+    "QueueGate",
+    "frees_at",
+    "preempt",
+    "run_gates",
+]
+
+log = logging.getLogger(__name__)
+
+CONTENDING = (None, "", "Waiting", "Resizing")
+"""Phases of a job that has not started (it contends for GPUs)."""
+
+MAX_CONTENDERS = 8
+"""Other jobs in one joint plan at most (queue heads, in queue order)."""
+
+ProfileLookup = Callable[[str, str], "ModelProfile | str"]
+"""(namespace, ConfigMap name) -> the model profile, or why it cannot be used."""
+
+PodsOf = Callable[[str, str], list[dict[str, Any]]]
+"""(namespace, label selector) -> the pods."""
+
+
+def job_key(job: Mapping[str, Any]) -> str:
+    meta = job.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+class Decider:
+    """`decide` for any job, memoised on (job, capacity, time) for one cycle.
+
+    One reconcile asks for the same other jobs' decisions in its queue, fleet and
+    joint gates; for a job planned from a model profile each is a planner run.
+    Make a new one per cycle: the memo holds the capacities it saw.
+    """
+
+    def __init__(self, profile: ProfileLookup, pods: PodsOf) -> None:
+        self._profile = profile
+        self._pods = pods
+        self._memo: dict[tuple[Any, ...], tuple[Capacity, Decision]] = {}
+
+    def planner(self, namespace: str, spec: TrainingJobSpec) -> ProfilePlanner | str | None:
+        """The job's profile planner; None without a model profile; why, when it is unusable."""
+        name = spec.parallelism.model_profile if spec.parallelism is not None else None
+        if name is None:
+            return None
+        profile = self._profile(namespace, name)
+        if isinstance(profile, str):
+            return profile
+        return ProfilePlanner(profile, name, spec)
+
+    def decide(
+        self,
+        namespace: str,
+        spec: TrainingJobSpec,
+        capacity: Capacity,
+        now: datetime,
+        *,
+        frees_at: Mapping[str, datetime] | None = None,
+        remaining: float = 1.0,
+    ) -> Decision:
+        key = None
+        if frees_at is None:
+            key = (namespace, spec.model_dump_json(), id(capacity), now, remaining)
+            hit = self._memo.get(key)
+            if hit is not None and hit[0] is capacity:  # held by the memo: its id is not reused
+                return hit[1]
+        planner = self.planner(namespace, spec)
+        if isinstance(planner, str):
+            cause = "ProfileMissing" if "not found" in planner else "ProfileUnusable"
+            decision = Decision(Action.IMPOSSIBLE, planner, cause=cause)
+        else:
+            decision = decide(spec, capacity, now, frees_at, planner=planner, remaining=remaining)
+        if key is not None:
+            self._memo[key] = (capacity, decision)
+        return decision
+
+    def has_gang(self, job: Mapping[str, Any]) -> bool:
+        """The job has live workers of its current gang (it started, whatever its status says)."""
+        meta = job.get("metadata") or {}
+        gen = str((meta.get("annotations") or {}).get(GENERATION_ANNOTATION, "0"))
+        return any(
+            not p["metadata"].get("deletionTimestamp")
+            and (p["metadata"].get("labels") or {}).get(GENERATION_LABEL) == gen
+            for p in self._pods(str(meta.get("namespace")), f"{JOB_LABEL}={meta.get('name')}")
+        )
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """What one start decision reads: the job, the cluster and the other jobs."""
+
+    job: Mapping[str, Any]
+    spec: TrainingJobSpec
+    now: datetime
+    capacity: Capacity
+    jobs: Sequence[Mapping[str, Any]]
+    decider: Decider
+    remaining: float = 1.0
+    """Share of the job's work still to do (1.0 for a fresh job)."""
+    nodes: Sequence[Mapping[str, Any]] = field(default=())
+    pods: Sequence[Mapping[str, Any]] = field(default=())
+
+    @property
+    def key(self) -> str:
+        return job_key(self.job)
+
+    @property
+    def namespace(self) -> str:
+        return str(self.job["metadata"]["namespace"])
+
+    def start_options(
+        self, namespace: str, spec: TrainingJobSpec, best: Decision, remaining: float
+    ) -> tuple[Decision, ...]:
+        """`best` plus the start decision on each other GPU type, at `best`'s gang size."""
+        per_type = [best]
+        for option in spec.gpu_types:
+            if option.name == best.gpu_type:
+                continue
+            only = spec.model_copy(update={"gpu_types": [option]})
+            per_type.append(
+                self.decider.decide(namespace, only, self.capacity, self.now, remaining=remaining)
+            )
+        return options_for(per_type)
+
+    def whole_gpu_jobs(
+        self, jobs: Sequence[Mapping[str, Any]], phases: tuple[str | None, ...]
+    ) -> Iterator[tuple[Mapping[str, Any], TrainingJobSpec]]:
+        """The other live whole-GPU jobs in `phases`, in the given order, with their specs.
+
+        A job still "waiting" in our view that already has workers started a moment
+        ago (its status is not in the view yet) is left out: its GPUs already count
+        as taken.
+        """
+        me = self.key
+        for job in jobs:
+            meta = job.get("metadata") or {}
+            phase = (job.get("status") or {}).get("phase")
+            if job_key(job) == me or meta.get("deletionTimestamp") or phase not in phases:
+                continue
+            try:
+                spec = TrainingJobSpec.model_validate(job.get("spec") or {})
+            except ValueError:
+                continue
+            if spec.gpu.shared is not None or (phase in CONTENDING and self.decider.has_gang(job)):
+                continue
+            yield job, spec
+
+
+class Gate(Protocol):
+    """One start gate: holds a START back (WAIT with a reason) or moves it to another type."""
+
+    name: ClassVar[str]
+    advisory: ClassVar[bool]
+    """A fault in an advisory gate lets the decision through; a required gate raises."""
+
+    def __call__(self, cycle: Cycle, decision: Decision) -> Decision: ...
+
+
+def _fleet_job(job: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> FleetJob:
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    plan = status.get("plan") or {}
+    running = status.get("phase") in ("Running", "Starting") and plan.get("gpuType")
+    return FleetJob(
+        key=job_key(job),
+        spec=spec,
+        arrival=parse_time(meta.get("creationTimestamp")) or now,
+        done=completed_fraction(status, now),
+        running_on=str(plan["gpuType"]) if running else None,
+        running_gpus=int(float(plan.get("totalGpus") or 0)) if running else 0,
+    )
+
+
+def fleet_verdict(
+    cycle: Cycle,
+    job: Mapping[str, Any],
+    spec: TrainingJobSpec,
+    decision: Decision,
+    remaining: float,
+) -> Decision:
+    """`decision` for `job` (a start) as held back or moved by `workloads.fleet`.
+
+    `workloads.fleet` runs the same code as `chronotope simulate training`'s policy.
+    """
+    if spec.gpu.shared is not None:
+        return decision
+    namespace = str((job.get("metadata") or {}).get("namespace"))
+    view = replace(cycle, job=job, spec=spec)
+    others = [
+        _fleet_job(other, other_spec, cycle.now)
+        for other, other_spec in view.whole_gpu_jobs(
+            cycle.jobs, (*CONTENDING, "Running", "Starting")
+        )
+        if other_spec.priority == spec.priority
+    ]
+    if not others:
+        return decision
+    mine = replace(_fleet_job(job, spec, cycle.now), done=1.0 - remaining, running_on=None)
+    if spec.parallelism is not None and spec.parallelism.model_profile is not None:
+        # the profile, not relativeSpeed, says how fast each type is: speed = work / run time
+        options = cycle.start_options(namespace, spec, decision, remaining)
+        work = spec.estimate.duration_seconds * remaining
+        mine = replace(
+            mine,
+            speeds={
+                str(d.gpu_type): work / max(1.0, (d.finish - cycle.now).total_seconds())
+                for d in options
+                if d.finish is not None
+            },
+        )
+    outcome = fleet_gate(
+        replace(mine, running_gpus=0),
+        decision.workers * decision.gpus_per_worker,
+        others,
+        cycle.capacity,
+        cycle.now,
+    )
+    if not outcome.starts:
+        return Decision(Action.WAIT, outcome.reason)
+    if outcome.gpu_type is None:
+        return decision
+    if outcome.gpu_type != decision.gpu_type:
+        option = next(t for t in spec.gpu_types if t.name == outcome.gpu_type)
+        only = spec.model_copy(update={"gpu_types": [option]})
+        there = cycle.decider.decide(
+            namespace, only, cycle.capacity, cycle.now, remaining=remaining
+        )
+        if there.action is not Action.START:
+            return Decision(
+                Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
+            )
+        decision = there
+    return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
+
+
+class QueueGate:
+    """Hold a startable job back while a job ahead of it in its queue could start now.
+
+    A job ahead that cannot start, or that the fleet policy would not start, does
+    not hold its queue back (backfilling).
+    """
+
+    name: ClassVar[str] = "queue"
+    advisory: ClassVar[bool] = False
+
+    def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
+        def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
+            namespace = str(job["metadata"]["namespace"])
+            left = remaining_work(job.get("status") or {})
+            d = cycle.decider.decide(namespace, other, cycle.capacity, cycle.now, remaining=left)
+            if d.action is Action.START:
+                d = fleet_verdict(cycle, job, other, d, left)
+            return d.action is Action.START
+
+        ahead = blocking_job(cycle.job, cycle.spec, cycle.jobs, could_start)
+        if ahead is None:
+            return decision
+        return Decision(
+            Action.WAIT,
+            f"queued behind {ahead} in queue {cycle.spec.queue} "
+            "(policy order: priority, then deadline, then age)",
+        )
+
+
+class FleetGate:
+    """Among jobs of this job's priority, start it only where the training policy would."""
+
+    name: ClassVar[str] = "fleet"
+    advisory: ClassVar[bool] = True
+
+    def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
+        return fleet_verdict(cycle, cycle.job, cycle.spec, decision, cycle.remaining)
+
+
+class JointGate:
+    """Start only if the joint CP-SAT plan of the jobs that could start now starts this one.
+
+    The contenders are the heads of the other queues: in each queue, the first
+    job (policy order) wanting an overlapping GPU type that could start now;
+    jobs behind it wait for it anyway (the queue gate), and so do the jobs
+    behind this one in its own queue. When the plan starts this job, its nodes
+    and GPUs go on the decision (the extender honours them).
+    """
+
+    name: ClassVar[str] = "joint"
+    advisory: ClassVar[bool] = True
+
+    def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
+        if cycle.spec.gpu.shared is not None:
+            return decision
+        mine_types = {t.name for t in cycle.spec.gpu_types}
+        served = {cycle.spec.queue}
+        contenders = []
+        for job, spec in cycle.whole_gpu_jobs(sorted(cycle.jobs, key=queue_key), CONTENDING):
+            if spec.queue in served or not {t.name for t in spec.gpu_types} & mine_types:
+                continue
+            ns = str(job["metadata"].get("namespace"))
+            left = remaining_work(job.get("status") or {})
+            best = cycle.decider.decide(ns, spec, cycle.capacity, cycle.now, remaining=left)
+            if best.action is not Action.START:
+                continue  # cannot start: it does not hold its queue back (backfilling)
+            served.add(spec.queue)
+            options = cycle.start_options(ns, spec, best, left)
+            contenders.append(Contender(job_key(job), spec, options))
+            if len(contenders) >= MAX_CONTENDERS:
+                break
+        if not contenders:
+            return decision
+        me = cycle.key
+        mine = Contender(
+            me,
+            cycle.spec,
+            cycle.start_options(cycle.namespace, cycle.spec, decision, cycle.remaining),
+        )
+        outcome = arbitrate(me, [mine, *contenders], cycle.capacity, cycle.now)
+        if not outcome.starts:
+            return Decision(Action.WAIT, outcome.reason)
+        chosen = next((d for d in mine.options if d.gpu_type == outcome.gpu_type), decision)
+        return replace(
+            chosen, reason=f"{chosen.reason}; {outcome.reason}", placements=outcome.placements
+        )
+
+
+START_GATES: tuple[Gate, ...] = (QueueGate(), FleetGate(), JointGate())
+"""The gates a START passes, in order."""
+
+
+def run_gates(gates: Sequence[Gate], cycle: Cycle, decision: Decision) -> Decision:
+    """Run `gates` in order while the decision is still a START."""
+    for gate in gates:
+        if decision.action is not Action.START:
+            break
+        try:
+            decision = gate(cycle, decision)
+        except Exception:
+            if not gate.advisory:
+                raise
+            log.exception("gate %s failed for %s; deciding without it", gate.name, cycle.key)
+    return decision
+
+
+def preempt(cycle: Cycle, decision: Decision) -> Preemption | None:
+    """The PostFilter step for a WAIT: lower-priority preemptible jobs to stop, if that
+    lets this job start now (`workloads.preemption`); None otherwise."""
+    planner = cycle.decider.planner(cycle.namespace, cycle.spec)
+    if isinstance(planner, str):
+        return None
+    return plan_preemption(
+        cycle.key, cycle.spec, cycle.jobs, cycle.nodes, cycle.pods, now=cycle.now, planner=planner
+    )
+
+
+def frees_at(jobs: Sequence[Mapping[str, Any]], me: str) -> dict[str, datetime]:
+    """Earliest predicted completion per GPU type among running jobs (when a type frees up)."""
+    out: dict[str, datetime] = {}
+    for job in jobs:
+        if job_key(job) == me:
+            continue
+        status = job.get("status") or {}
+        plan = status.get("plan") or {}
+        when = plan.get("predictedCompletionTime")
+        if (
+            status.get("phase") not in ("Running", "Starting")
+            or not when
+            or not plan.get("gpuType")
+        ):
+            continue
+        t = parse_time(when)
+        assert t is not None
+        out[plan["gpuType"]] = min(out.get(plan["gpuType"], t), t)
+    return out

@@ -1,0 +1,168 @@
+"""`reconcile` end to end against a fake `ClusterOps` (the seam to the API server)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from chronotope.controllers.trainingjob import ClusterOps, reconcile
+from chronotope.planners.profile import ModelProfile
+from chronotope.sharing.labels import (
+    GENERATION_ANNOTATION,
+    PLANNED_FOR_ANNOTATION,
+    PREEMPTED_BY_ANNOTATION,
+)
+from chronotope.workloads.gang import JOB_LABEL
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+class FakeOps:
+    """Nodes, pods and jobs in memory; records what `reconcile` asks to write."""
+
+    def __init__(self, nodes: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
+        self.decide_lock = threading.Lock()
+        self._nodes = nodes
+        self._pods: list[dict[str, Any]] = []
+        self._jobs = jobs
+        self.started: list[dict[str, Any]] = []
+        self.stopped: list[str] = []
+        self.preempted: list[tuple[str, str]] = []
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._nodes
+
+    def pods(
+        self, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        out = self._pods
+        if namespace is not None:
+            out = [p for p in out if p["metadata"]["namespace"] == namespace]
+        if selector is not None:
+            key, _, value = selector.partition("=")
+            out = [p for p in out if p["metadata"].get("labels", {}).get(key) == value]
+        return out
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        return self._jobs
+
+    def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
+        return f"model profile {name} not found"
+
+    def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        self.started += pods
+        self._pods += pods
+
+    def stop(self, namespace: str, names: Sequence[str]) -> None:
+        self.stopped += names
+        self._pods = [p for p in self._pods if p["metadata"]["name"] not in names]
+
+    def preempt(self, job_key: str, by: str) -> None:
+        self.preempted.append((job_key, by))
+
+
+def _check_protocol(ops: FakeOps) -> ClusterOps:
+    return ops  # mypy checks the fake against the Protocol
+
+
+def node(name: str, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "H100"}},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def job(name: str, workers: int = 1, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "generation": 1,
+            "creationTimestamp": "2030-01-01T00:00:00Z",
+            "annotations": {},
+        },
+        "spec": {
+            "replicas": workers,
+            "gpu": {"count": 8},
+            "gpuTypes": [{"name": "H100", "relativeSpeed": 1.0}],
+            "estimate": {"referenceGpuType": "H100", "durationSeconds": 3600},
+            "checkpoint": {"path": "/ckpt"},
+            "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]}},
+        },
+        "status": dict(status),
+    }
+
+
+def test_a_job_that_fits_starts_its_gang() -> None:
+    me = job("a", workers=2)
+    ops = FakeOps([node("h-0"), node("h-1")], [me])
+    out = reconcile(me, ops, NOW)
+    assert out.status["phase"] == "Starting"
+    assert out.status["plan"]["gpuType"] == "H100" and out.status["plan"]["workers"] == 2
+    assert out.annotations[PLANNED_FOR_ANNOTATION] == "2"
+    assert [p["metadata"]["name"] for p in ops.started] == ["a-g0-0", "a-g0-1"]
+    assert [e[1] for e in out.events] == ["Started"]
+
+
+def test_a_job_that_cannot_fit_says_why_once() -> None:
+    me = job("big", workers=3)  # 24 GPUs on a 16-GPU cluster
+    ops = FakeOps([node("h-0"), node("h-1")], [me])
+    out = reconcile(me, ops, NOW)
+    assert out.status["phase"] == "Pending" and ops.started == []
+    assert "at most 2 worker(s)" in out.status["whyWaiting"]
+    assert [e[:2] for e in out.events] == [("Warning", "Unschedulable")]
+    assert out.events[0][2] == out.status["whyWaiting"]
+    me["status"] = out.status  # the same reason next time: no second event
+    assert reconcile(me, ops, NOW).events == []
+
+
+def test_a_second_job_waits_behind_the_first_in_its_queue() -> None:
+    first, second = job("first"), job("second")
+    second["metadata"]["creationTimestamp"] = "2030-01-01T00:00:01Z"
+    ops = FakeOps([node("h-0")], [first, second])
+    assert reconcile(second, ops, NOW).status["whyWaiting"].startswith("queued behind ns/first")
+    assert reconcile(first, ops, NOW).status["phase"] == "Starting"
+
+
+def test_a_running_gang_that_lost_its_node_restarts_from_its_checkpoint() -> None:
+    me = job("a")
+    ops = FakeOps([node("h-0")], [me])
+    started = reconcile(me, ops, NOW)
+    me["status"] = started.status
+    for pod in ops._pods:
+        pod["spec"]["nodeName"] = "h-gone"
+        pod["status"] = {"phase": "Running"}
+    out = reconcile(me, ops, NOW)
+    assert out.status["phase"] == "Resizing" and out.status["restarts"] == 1
+    assert out.annotations[GENERATION_ANNOTATION] == "1"
+    assert out.annotations[PREEMPTED_BY_ANNOTATION] == ""
+    assert ops.stopped == ["a-g0-0"]
+    assert out.events[0][:2] == ("Warning", "WorkersLost")
+
+
+def test_a_gang_whose_workers_all_succeeded_is_done() -> None:
+    me = job("a")
+    ops = FakeOps([node("h-0")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    for pod in ops._pods:
+        pod["spec"]["nodeName"] = "h-0"
+        pod["status"] = {"phase": "Succeeded"}
+    out = reconcile(me, ops, NOW)
+    assert out.status["phase"] == "Succeeded"
+    assert reconcile(me | {"status": out.status}, ops, NOW).status == {}  # done: left alone
+
+
+def test_workers_of_an_old_generation_are_stopped() -> None:
+    me = job("a")
+    ops = FakeOps([node("h-0")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    me["metadata"]["annotations"][GENERATION_ANNOTATION] = "1"
+    reconcile(me, ops, NOW)
+    assert "a-g0-0" in ops.stopped
+    assert all(p["metadata"]["labels"][JOB_LABEL] == "a" for p in ops.started)
