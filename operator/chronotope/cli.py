@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `chronotope` parser, with every subcommand from `COMMAND_MODULES`."""
     parser = argparse.ArgumentParser(
         prog="chronotope",
         description="Space-time, heterogeneity- and sharing-aware scheduling for GPU clusters.",
@@ -43,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv`, set up logging and run the chosen subcommand; returns its exit status.
+
+    Without a subcommand it prints the help and returns 2.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -59,6 +59,7 @@ class AnnotationError(ValueError):
     """An annotation that does not parse; `key` is the offending annotation."""
 
     def __init__(self, key: str, message: str) -> None:
+        """Build the error; the message reads `annotation <key>: <message>`."""
         super().__init__(f"annotation {key}: {message}")
         self.key = key
         self.message = message

@@ -17,6 +17,7 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
+    """Register `gen-crds` and `gen-api-docs` on the subcommand set `sub`."""
     crds = sub.add_parser("gen-crds", help="generate the CRDs in crds/ from the API models")
     crds.add_argument("--output", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 with a diff if files differ")

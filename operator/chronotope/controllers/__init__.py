@@ -1,2 +1,5 @@
-"""Thin kopf controllers: they read custom resources and cluster state, call the pure
-`workloads` decisions, and apply the answers through `chronotope.kube`."""
+"""Thin kopf controllers over the pure `workloads` decisions.
+
+They read custom resources and cluster state, call the `workloads` decisions,
+and apply the answers through `chronotope.kube`.
+"""

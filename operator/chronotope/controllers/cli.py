@@ -12,6 +12,7 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
+    """Register the `operator` subcommand on the subcommand set `sub`."""
     parser = sub.add_parser("operator", help="run the Chronotope controllers (kopf)")
     parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: in-cluster)")
     parser.add_argument(

@@ -69,6 +69,7 @@ class OperatorMetrics:
     """The operator's metrics on their own registry (tests may build several)."""
 
     def __init__(self, stale_after_s: float = 30.0) -> None:
+        """Build the metrics; a job not seen for `stale_after_s` seconds drops out of the gauges."""
         self.registry = CollectorRegistry()
         self.reconcile_seconds = Histogram(
             "chronotope_trainingjob_reconcile_seconds",
@@ -87,6 +88,7 @@ class OperatorMetrics:
         self.registry.register(self._jobs)
 
     def observe_job(self, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        """Record a job's phase (from `status`, else the job's) and GPU demand for the gauges."""
         meta = job.get("metadata") or {}
         spec = job.get("spec") or {}
         phase = str(status.get("phase") or (job.get("status") or {}).get("phase") or "New")
@@ -97,6 +99,7 @@ class OperatorMetrics:
         self._jobs.observe(key, phase, str(types[0].get("name", "")), gpus)
 
     def serve(self, port: int, address: str) -> None:
+        """Serve /metrics over HTTP on `address:port`, from a background thread."""
         from prometheus_client import start_http_server
 
         start_http_server(port, addr=address, registry=self.registry)

@@ -49,6 +49,8 @@ _DONE = ("Succeeded", "Failed")
 
 @dataclass
 class Outcome:
+    """What one reconcile answers: the status to write, annotations to set, events to post."""
+
     status: dict[str, Any] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)
@@ -62,21 +64,31 @@ class ClusterOps(Protocol):
     """Deciding and starting is one critical section across all jobs: the next
     decision must see the workers the previous one created."""
 
-    def nodes(self) -> list[dict[str, Any]]: ...
+    def nodes(self) -> list[dict[str, Any]]:
+        """All nodes, as API dicts."""
+        ...
 
     def pods(
         self, namespace: str | None = None, selector: str | None = None
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[dict[str, Any]]:
+        """The pods in `namespace` (all namespaces if None) matching the label `selector`."""
+        ...
 
-    def training_jobs(self) -> list[dict[str, Any]]: ...
+    def training_jobs(self) -> list[dict[str, Any]]:
+        """All TrainingJobs, as API dicts."""
+        ...
 
-    def model_profile(self, namespace: str, name: str) -> ModelProfile | str: ...
+    def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
+        """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
+        ...
 
-    def start(
-        self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]
-    ) -> None: ...
+    def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        """Create a gang: its headless `service` and its worker `pods`."""
+        ...
 
-    def stop(self, namespace: str, names: Sequence[str]) -> None: ...
+    def stop(self, namespace: str, names: Sequence[str]) -> None:
+        """Stop the named pods, after asking them to checkpoint."""
+        ...
 
     def preempt(self, job_key: str, by: str) -> None:
         """Mark `job_key` preempted by `by` and stop its workers gracefully."""
@@ -113,6 +125,13 @@ class _Cycle:
 
 
 def reconcile(job: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome:
+    """Reconcile one TrainingJob at `now`: keep, restart, start or hold its gang.
+
+    Stops workers of an older gang generation, then either checks the running
+    gang (restart on resize, lost workers or a better plan), restarts a gang that
+    vanished, or decides whether the job starts now or waits. Finished jobs get
+    an empty outcome.
+    """
     meta = job["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     annotations = meta.get("annotations") or {}

@@ -25,6 +25,8 @@ class BinaryError(RuntimeError):
 
 @dataclass(frozen=True)
 class Binaries:
+    """Paths of the control-plane binaries one local cluster runs."""
+
     etcd: Path
     kube_apiserver: Path
     kube_controller_manager: Path
@@ -33,6 +35,7 @@ class Binaries:
     helm: Path
 
     def all(self) -> list[Path]:
+        """Every binary path, in a fixed order."""
         return [
             self.etcd,
             self.kube_apiserver,

@@ -16,6 +16,7 @@ _DEFAULT_SPEC = "manifests/clusters/demo.yaml"
 
 
 def add_parser(sub: Any) -> None:
+    """Register `dev` (cluster up/down/status, build, nodes) on the subcommand set `sub`."""
     dev = sub.add_parser(
         "dev", help="local development cluster (real control plane + kwok GPU nodes)"
     )

@@ -1,5 +1,7 @@
-"""A real local Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and kwok, started as plain processes.
+"""A real local Kubernetes control plane, started as plain processes.
+
+The components are etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok.
 
 Why not kind: these machines (and many CI runners) have no Docker engine. The
 binaries are the real ones, built from pinned Kubernetes Go modules, so tests
@@ -46,6 +48,8 @@ class ClusterError(RuntimeError):
 
 @dataclass
 class ClusterRecord:
+    """What `state.json` keeps about a running cluster: directory, ports, processes."""
+
     name: str
     directory: str
     ports: dict[str, int]
@@ -55,10 +59,12 @@ class ClusterRecord:
 
     @property
     def kubeconfig(self) -> Path:
+        """The admin kubeconfig in the cluster's state directory."""
         return Path(self.directory) / "kubeconfig"
 
     @property
     def server(self) -> str:
+        """The kube-apiserver URL on loopback."""
         return f"https://127.0.0.1:{self.ports['apiserver']}"
 
 
@@ -78,6 +84,7 @@ class LocalCluster:
     """Bring a named local cluster up or down; see the module docstring."""
 
     def __init__(self, settings: ClusterSettings, name: str = "chronotope") -> None:
+        """Name the cluster; its state lives in `<settings.state_root>/<name>/`."""
         self.settings = settings
         self.name = name
         self.directory = settings.state_root / name
@@ -86,6 +93,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ state
     def load_state(self) -> ClusterRecord | None:
+        """The cluster's `state.json`, or None when it is missing or unreadable."""
         try:
             data = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
@@ -98,6 +106,7 @@ class LocalCluster:
         tmp.replace(self.state_file)
 
     def running(self) -> dict[str, bool]:
+        """Each recorded process by name, and whether it still runs; empty without a state file."""
         state = self.load_state()
         if state is None:
             return {}
@@ -228,6 +237,7 @@ class LocalCluster:
         return started
 
     def stop_component(self, name: str) -> bool:
+        """Stop the named component and drop it from the state; False if there is no state."""
         state = self.load_state()
         if state is None:
             return False

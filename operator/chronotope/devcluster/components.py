@@ -33,6 +33,8 @@ POD_CIDR = "10.244.0.0/16"
 
 @dataclass(frozen=True)
 class Ports:
+    """The loopback ports of the control-plane components."""
+
     etcd_client: int
     etcd_peer: int
     apiserver: int
@@ -42,6 +44,7 @@ class Ports:
 
 
 def etcd_argv(etcd: Path, data_dir: Path, ports: Ports) -> list[str]:
+    """The etcd command line: one member on loopback, no fsync (the cluster is throwaway)."""
     client = f"http://127.0.0.1:{ports.etcd_client}"
     peer = f"http://127.0.0.1:{ports.etcd_peer}"
     return [
@@ -61,6 +64,7 @@ def etcd_argv(etcd: Path, data_dir: Path, ports: Ports) -> list[str]:
 
 
 def apiserver_argv(binary: Path, pki: Pki, ports: Ports, audit_dir: Path) -> list[str]:
+    """The kube-apiserver command line: TLS on loopback, Node and RBAC authorization."""
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
@@ -86,6 +90,7 @@ def apiserver_argv(binary: Path, pki: Pki, ports: Ports, audit_dir: Path) -> lis
 
 
 def controller_manager_argv(binary: Path, kubeconfig: Path, pki: Pki, ports: Ports) -> list[str]:
+    """The kube-controller-manager command line, without the cloud and network controllers."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -110,6 +115,7 @@ def controller_manager_argv(binary: Path, kubeconfig: Path, pki: Pki, ports: Por
 
 
 def scheduler_argv(binary: Path, config: Path, kubeconfig: Path, ports: Ports) -> list[str]:
+    """The kube-scheduler command line, running the scheduler configuration in `config`."""
     return [
         str(binary),
         f"--config={config}",
@@ -122,6 +128,7 @@ def scheduler_argv(binary: Path, config: Path, kubeconfig: Path, ports: Ports) -
 
 
 def kwok_argv(binary: Path, kubeconfig: Path, ports: Ports) -> list[str]:
+    """The kwok command line: it fakes the kubelets of nodes annotated for kwok."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",

@@ -17,6 +17,7 @@ def _b64(path: Path) -> str:
 
 
 def write_kubeconfig(path: Path, name: str, server: str, pki: Pki) -> Path:
+    """Write the admin kubeconfig for cluster `name` at `server` to `path` (mode 0600)."""
     context = f"chronotope-{name}"
     config = {
         "apiVersion": "v1",

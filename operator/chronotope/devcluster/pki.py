@@ -26,6 +26,8 @@ _SERVICE_IP = "10.96.0.1"  # first address of the service CIDR the apiserver is 
 
 @dataclass(frozen=True)
 class Pki:
+    """Paths of the cluster's CA, serving, admin and service-account key material."""
+
     ca_cert: Path
     serving_cert: Path
     serving_key: Path

@@ -39,6 +39,8 @@ class ComponentError(RuntimeError):
 
 @dataclass(frozen=True)
 class Started:
+    """A process started for a component: what identifies it, and where it logs."""
+
     name: str
     pid: int
     binary: str
@@ -50,6 +52,7 @@ class Started:
         return {"name": self.name, "pid": self.pid, "binary": self.binary, "log": str(self.log)}
 
     def alive(self) -> bool:
+        """Whether the process still runs."""
         # Our own child: ask Popen (right after fork /proc still shows the parent's cmdline).
         if self.popen is not None:
             return self.popen.poll() is None
@@ -57,12 +60,14 @@ class Started:
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
 def port_is_free(port: int) -> bool:
+    """Whether `port` can be bound on 127.0.0.1."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -72,6 +77,7 @@ def port_is_free(port: int) -> bool:
 
 
 def tail(path: Path, lines: int = 20) -> str:
+    """The last `lines` lines of the log at `path`, or "(no log)" if it cannot be read."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
@@ -80,6 +86,7 @@ def tail(path: Path, lines: int = 20) -> str:
 
 
 def start(name: str, argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> Started:
+    """Start `argv` in its own session, appending stdout and stderr to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         proc = subprocess.Popen(

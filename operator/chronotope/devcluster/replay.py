@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def add_parser(sub: Any) -> None:
+    """Register `replay openb` on the subcommand set `sub`."""
     replay = sub.add_parser(
         "replay", help="replay a trace on a real control plane through the real scheduler"
     )

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: Any) -> None:
+    """Register the `device-plugin` subcommand on the subcommand set `subparsers`."""
     parser = subparsers.add_parser(
         "device-plugin",
         help="run the kubelet device plugin that hands out assigned (shared) GPUs",

@@ -37,6 +37,7 @@ class DeviceInventory:
     shares_per_gpu: int = 1
 
     def __post_init__(self) -> None:
+        """Reject a share count below 1, repeated or malformed UUIDs, and over-long device IDs."""
         if self.shares_per_gpu < 1:
             raise ValueError(f"shares per GPU must be >= 1, got {self.shares_per_gpu}")
         if len(set(self.gpu_uuids)) != len(self.gpu_uuids):
@@ -57,6 +58,7 @@ class DeviceInventory:
 
     @property
     def shared(self) -> bool:
+        """Whether each GPU is split into several virtual devices."""
         return self.shares_per_gpu > 1
 
     def device_ids(self) -> list[str]:
@@ -68,6 +70,7 @@ class DeviceInventory:
         ]
 
     def knows(self, device_id: str) -> bool:
+        """Whether `device_id` is one this inventory advertises."""
         return device_id in set(self.device_ids())
 
     def preferred(

@@ -34,6 +34,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     """The DevicePlugin gRPC service for one resource on one node."""
 
     def __init__(self, inventory: DeviceInventory, allocator: Allocator) -> None:
+        """Serve `inventory`, deciding allocations with `allocator`."""
         self._inventory = inventory
         self._allocator = allocator
         self._changed = threading.Condition()
@@ -79,6 +80,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def GetDevicePluginOptions(  # noqa: N802 (the gRPC method name)
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> api_pb2.DevicePluginOptions:
+        """Tell the kubelet we offer GetPreferredAllocation and need no PreStartContainer."""
         return api_pb2.DevicePluginOptions(
             pre_start_required=False, get_preferred_allocation_available=True
         )
@@ -86,6 +88,10 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def ListAndWatch(  # noqa: N802 (the gRPC method name)
         self, request: api_pb2.Empty, context: grpc.ServicerContext
     ) -> Iterator[api_pb2.ListAndWatchResponse]:
+        """Stream the device list, sending it again whenever a GPU's health changes.
+
+        The stream ends when the kubelet hangs up or the service stops.
+        """
         sent = -1
         while context.is_active():
             with self._changed:
@@ -101,6 +107,10 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def GetPreferredAllocation(  # noqa: N802 (the gRPC method name)
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreferredAllocationResponse:
+        """Suggest device IDs for each container, favouring the pending pod's assigned GPUs.
+
+        Reading the assignment is best effort: on an API error the hint is made without it.
+        """
         try:
             assigned = self._allocator.preferred_uuids()
         except Exception:  # a hint: never fail admission because the API server hiccupped
@@ -122,6 +132,10 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def Allocate(  # noqa: N802 (the gRPC method name)
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
     ) -> api_pb2.AllocateResponse:
+        """Hand the pending pod its GPU environment, or abort the call with the reason.
+
+        API-server errors abort with UNAVAILABLE; a refused request with FAILED_PRECONDITION.
+        """
         requests = [list(req.devices_ids) for req in request.container_requests]
         try:
             result = self._allocator.allocate(requests)
@@ -137,6 +151,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def PreStartContainer(  # noqa: N802 (the gRPC method name)
         self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreStartContainerResponse:
+        """Nothing to do before a container starts (the options say PreStart is not required)."""
         return api_pb2.PreStartContainerResponse()
 
 
@@ -162,6 +177,7 @@ class PluginServer:
     def __init__(
         self, settings: PluginSettings, inventory: DeviceInventory, allocator: Allocator
     ) -> None:
+        """Build the server for one resource; nothing listens until `start` or `run`."""
         self.settings = settings
         self.service = DevicePluginService(inventory, allocator)
         self._server: grpc.Server | None = None
@@ -181,6 +197,7 @@ class PluginServer:
         log.info("device plugin for %s listening on %s", self.settings.resource_name, path)
 
     def stop(self, grace: float = 1.0) -> None:
+        """End the streams, stop the gRPC server within `grace` seconds and remove our socket."""
         self.registered.clear()
         self.service.stop()
         if self._server is not None:

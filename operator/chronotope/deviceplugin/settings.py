@@ -39,6 +39,7 @@ class PluginSettings:
     max_workers: int = 8
 
     def __post_init__(self) -> None:
+        """Reject an empty node name, a resource name without a domain, and bad counts."""
         if not self.node_name:
             raise ValueError("node name is required (--node-name or NODE_NAME)")
         if "/" not in self.resource_name:
@@ -55,8 +56,10 @@ class PluginSettings:
 
     @property
     def socket_path(self) -> Path:
+        """Our socket's full path in the plugin dir."""
         return self.plugin_dir / self.endpoint
 
     @property
     def kubelet_socket(self) -> Path:
+        """The kubelet's registration socket in the plugin dir."""
         return self.plugin_dir / self.kubelet_socket_name

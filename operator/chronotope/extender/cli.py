@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def add_parser(sub: Any) -> None:
+    """Register the `scheduler` subcommand (the extender) on the subcommand set `sub`."""
     parser = sub.add_parser(
         "scheduler", help="run the GPU scheduler extender that kube-scheduler calls over HTTP"
     )

@@ -32,7 +32,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Metrics:
+    """The extender's Prometheus metrics: latency by verb, decisions, malformed requests."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        """Register the metrics on `registry`, or on a fresh one when None."""
         self.registry = registry or CollectorRegistry()
         self.latency = Histogram(
             "chronotope_extender_request_seconds",
@@ -69,6 +72,10 @@ threads) binds queued behind each other and capped throughput (~30 pods/s measur
 
 
 def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:
+    """The aiohttp app serving `service` on the extender routes, recording into `metrics`.
+
+    Binds run on a pool of `BIND_WORKERS` threads, shut down with the app.
+    """
     binds = ThreadPoolExecutor(BIND_WORKERS, thread_name_prefix="bind")
 
     def timed(verb: str, fn: Handler) -> Handler:

@@ -36,18 +36,23 @@ class WireError(ValueError):
 
 @dataclass(frozen=True)
 class ExtenderArgs:
+    """The parsed ExtenderArgs: the pod, the candidate node names, and how they came."""
+
     pod: dict[str, Any]
     node_names: list[str]
     nodes_given_as_objects: bool
 
     @property
     def pod_key(self) -> str:
+        """The pod as `namespace/name` (namespace `default` when unset)."""
         meta = self.pod.get("metadata", {})
         return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
 
 
 @dataclass(frozen=True)
 class BindingArgs:
+    """The parsed ExtenderBindingArgs: which pod to bind to which node."""
+
     pod_name: str
     pod_namespace: str
     pod_uid: str
@@ -55,6 +60,7 @@ class BindingArgs:
 
     @property
     def pod_key(self) -> str:
+        """The pod as `namespace/name`."""
         return f"{self.pod_namespace}/{self.pod_name}"
 
 
@@ -125,4 +131,5 @@ def host_priorities(scores: dict[str, int]) -> list[dict[str, Any]]:
 
 
 def binding_result(error: str = "") -> dict[str, Any]:
+    """ExtenderBindingResult; an empty `error` means the bind succeeded."""
     return {"Error": error}

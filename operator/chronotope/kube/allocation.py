@@ -58,13 +58,16 @@ class KubeAllocationStore:
     """`AllocationStore` over the API server (structurally typed; no base class)."""
 
     def __init__(self, api: client.ApiClient, *, retries: int = 5) -> None:
+        """Use the API server `api`; a lock release makes up to `retries` tries on conflicts."""
         self._core = client.CoreV1Api(api)
         self._retries = retries
 
     def read_node_lock(self, node: str) -> str | None:
+        """The node's allocation-lock annotation, if any."""
         return _annotations(self._core.read_node(node)).get(ALLOCATION_LOCK)
 
     def find_pods_by_handshake(self, node: str, handshake: str) -> list[PodRecord]:
+        """Pods bound to `node` whose handshake annotation is `handshake`."""
         pods = self._core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
         return [
             PodRecord(p.metadata.namespace, p.metadata.name, _annotations(p))
@@ -73,12 +76,18 @@ class KubeAllocationStore:
         ]
 
     def mark_consumed(self, pod: PodRecord, annotations: Mapping[str, str]) -> None:
+        """Merge `annotations` into the pod's annotations."""
         # Idempotent merge of our own keys; the allocator serialises calls per node.
         self._core.patch_namespaced_pod(
             pod.name, pod.namespace, {"metadata": {"annotations": dict(annotations)}}
         )
 
     def release_node_lock(self, node: str, handshake: str) -> bool:
+        """Remove the node lock if it still holds `handshake`; True when removed.
+
+        The patch carries the node's resourceVersion: a concurrent change makes it
+        read the node again, and `RuntimeError` follows when every try conflicts.
+        """
         for _ in range(self._retries):
             obj = self._core.read_node(node)
             held = parse_lock(_annotations(obj).get(ALLOCATION_LOCK))

@@ -44,12 +44,19 @@ class BindError(RuntimeError):
 
 
 class Binder:
+    """Enact a placement: bind the pod, with its GPU assignment; see the module docstring."""
+
     def __init__(
         self,
         api: client.ApiClient,
         lock_wait_s: float = 30.0,
         runs_plugin: Callable[[str], bool] | None = None,
     ) -> None:
+        """Bind through `api`; wait up to `lock_wait_s` for a node lock.
+
+        `runs_plugin` says whether a node runs the device plugin; without it each
+        bind reads the node.
+        """
         self.core = client.CoreV1Api(api)
         self.lock_wait_s = lock_wait_s
         # the caller's watch-fed cache knows which nodes run the device plugin; without
@@ -57,6 +64,11 @@ class Binder:
         self.runs_plugin = runs_plugin or self._node_runs_plugin
 
     def bind(self, request: BindRequest) -> None:
+        """Bind the pod to its node, carrying the assignment; raises `BindError` on failure.
+
+        A node running the device plugin is locked for this pod first. A retry of a
+        bind that already happened, to the same node and GPUs, succeeds.
+        """
         namespace, name, uid, node = request.namespace, request.name, request.uid, request.node
         assignment = request.assignment
         metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}

@@ -30,6 +30,7 @@ def connect(kubeconfig: Path | None, *, qps_connections: int = 32) -> client.Api
 
 
 def core_v1(api: client.ApiClient) -> client.CoreV1Api:
+    """The CoreV1 API on `api`."""
     return client.CoreV1Api(api)
 
 

@@ -17,6 +17,10 @@ _CONFLICT = 409
 def install_crds(
     api: client.ApiClient, crds: Sequence[dict[str, Any]], timeout: float = 60
 ) -> None:
+    """Create or replace each CRD, then wait until all are Established.
+
+    Raises `TimeoutError` when they are not Established within `timeout` seconds.
+    """
     ext = client.ApiextensionsV1Api(api)
     for crd in crds:
         name = crd["metadata"]["name"]

@@ -32,6 +32,8 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Resource:
+    """One kind to watch: how to list it, and where its events and full lists go."""
+
     name: str
     list_fn: Callable[..., Any]
     on_event: Callable[[str, Obj], None]
@@ -44,6 +46,7 @@ class Informer:
     """Keeps consumers in step with the API server; see the module docstring."""
 
     def __init__(self, api: client.ApiClient, resources: list[Resource]) -> None:
+        """Watch `resources` through `api`; nothing runs until `start`."""
         self.api = api
         self.resources = resources
         self._stop = threading.Event()
@@ -51,6 +54,7 @@ class Informer:
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
+        """Start one daemon thread per resource: list, then watch, relisting when a watch breaks."""
         for res in self.resources:
             thread = threading.Thread(
                 target=self._run, args=(res,), name=f"watch-{res.name}", daemon=True
@@ -59,9 +63,11 @@ class Informer:
             self._threads.append(thread)
 
     def wait_synced(self, timeout: float) -> bool:
+        """Whether every resource has been listed once, waiting up to `timeout` seconds for each."""
         return all(ev.wait(timeout) for ev in self._synced.values())
 
     def stop(self) -> None:
+        """Ask the watch threads to stop; each notices at its next event or watch timeout."""
         self._stop.set()
 
     def _run(self, res: Resource) -> None:

@@ -50,6 +50,7 @@ class Store:
     """
 
     def __init__(self) -> None:
+        """An empty store."""
         self._lock = threading.Lock()
         self._items: dict[str, dict[str, Obj]] = {}
 
@@ -58,6 +59,7 @@ class Store:
         return str((obj.get("metadata") or {}).get("namespace") or "")
 
     def on_event(self, kind: str, obj: Obj) -> None:
+        """Apply one watch event: DELETED removes the object, anything else stores it."""
         with self._lock:
             bucket = self._items.setdefault(self._namespace(obj), {})
             if kind == "DELETED":
@@ -66,6 +68,7 @@ class Store:
                 bucket[_key(obj)] = obj
 
     def on_sync(self, objs: list[Obj]) -> None:
+        """Replace the whole store with a fresh list."""
         items: dict[str, dict[str, Obj]] = {}
         for obj in objs:
             items.setdefault(self._namespace(obj), {})[_key(obj)] = obj
@@ -79,6 +82,7 @@ class Store:
                 self._items.setdefault(self._namespace(obj), {}).setdefault(_key(obj), obj)
 
     def list(self, namespace: str | None = None, selector: str | None = None) -> list[Obj]:
+        """The objects in `namespace` (all if None) whose labels match `selector` (`a=b,c=d`)."""
         labels = parse_selector(selector)
         with self._lock:
             if namespace is None:
@@ -99,6 +103,7 @@ class OperatorCache:
     """Nodes, pods and TrainingJobs, kept current by one `Informer`."""
 
     def __init__(self, api: client.ApiClient) -> None:
+        """Build empty stores and the informer that feeds them; `start` begins watching."""
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
         self.nodes, self.pods, self.training_jobs = Store(), Store(), Store()
@@ -130,4 +135,5 @@ class OperatorCache:
         return self.informer.wait_synced(timeout)
 
     def stop(self) -> None:
+        """Stop the informer's watches."""
         self.informer.stop()

@@ -39,6 +39,7 @@ class KubeClusterOps:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """Use the API server `api`; reads go to `cache` when given; `clock` ages profile reads."""
         self.api = api
         self.cache = cache
         """Watch-fed nodes, pods and TrainingJobs; without it every read lists from the API."""
@@ -78,6 +79,7 @@ class KubeClusterOps:
         return parsed
 
     def nodes(self) -> list[dict[str, Any]]:
+        """All nodes, as API dicts."""
         if self.cache is not None:
             return self.cache.nodes.list()
         return kw.list_nodes(self.api)
@@ -85,22 +87,26 @@ class KubeClusterOps:
     def pods(
         self, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
+        """The pods in `namespace` (all namespaces if None) matching the label `selector`."""
         if self.cache is not None:
             return self.cache.pods.list(namespace, selector)
         return kw.list_pods(self.api, namespace, selector)
 
     def training_jobs(self) -> list[dict[str, Any]]:
+        """All TrainingJobs, as API dicts."""
         if self.cache is not None:
             return self.cache.training_jobs.list()
         return kw.list_custom(self.api, *TRAININGJOBS)
 
     def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        """Create the gang's headless service and worker pods (both idempotent)."""
         kw.ensure_service(self.api, namespace, service)
         kw.create_pods(self.api, pods)
         if self.cache is not None:  # the next decision must count them (watch may lag)
             self.cache.pods.put(pods)
 
     def stop(self, namespace: str, names: Sequence[str]) -> None:
+        """Ask the named pods to checkpoint, then delete them with a grace period."""
         kw.delete_pods(self.api, namespace, names)
 
     def preempt(self, job_key: str, by: str) -> None:

@@ -43,12 +43,14 @@ def _items(response: Any) -> list[Obj]:
 
 
 def list_nodes(api: client.ApiClient) -> list[Obj]:
+    """All nodes, as raw JSON."""
     return _items(client.CoreV1Api(api).list_node(_preload_content=False))
 
 
 def list_pods(
     api: client.ApiClient, namespace: str | None = None, label_selector: str | None = None
 ) -> list[Obj]:
+    """The pods in `namespace` (all namespaces if None) matching `label_selector`, as raw JSON."""
     core = client.CoreV1Api(api)
     kwargs: dict[str, Any] = {"_preload_content": False}
     if label_selector:
@@ -73,6 +75,7 @@ def read_config_map(api: client.ApiClient, namespace: str, name: str) -> Obj | N
 
 
 def list_custom(api: client.ApiClient, group: str, version: str, plural: str) -> list[Obj]:
+    """All cluster-wide objects of a custom resource, as dicts."""
     custom = client.CustomObjectsApi(api)
     data = custom.list_cluster_custom_object(group, version, plural)
     items: list[Obj] = data.get("items") or []
@@ -80,6 +83,7 @@ def list_custom(api: client.ApiClient, group: str, version: str, plural: str) ->
 
 
 def create_pods(api: client.ApiClient, pods: Iterable[Obj]) -> int:
+    """Create the pods, each in its own namespace; returns how many were new (not AlreadyExists)."""
     core = client.CoreV1Api(api)
     created = 0
     for pod in pods:
@@ -93,6 +97,7 @@ def create_pods(api: client.ApiClient, pods: Iterable[Obj]) -> int:
 
 
 def ensure_service(api: client.ApiClient, namespace: str, service: Obj) -> None:
+    """Create the service in `namespace` unless it already exists."""
     try:
         client.CoreV1Api(api).create_namespaced_service(namespace, service)
     except ApiException as exc:

@@ -20,6 +20,7 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
+    """Register `profile configmap` and `profile plan` on the subcommand set `sub`."""
     profile = sub.add_parser("profile", help="model profiles for the elastic planner")
     psub = profile.add_subparsers(dest="profile_command", metavar="SUBCOMMAND", required=True)
 

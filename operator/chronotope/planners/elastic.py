@@ -128,6 +128,7 @@ class PlanResult(BaseModel):
 
     @property
     def placed(self) -> bool:
+        """Whether a configuration fits."""
         return self.plan is not None
 
 

@@ -96,6 +96,7 @@ class GpuTypeProfile(BaseModel):
     layers: dict[str, tuple[LayerTimes, ...]]
 
     def times(self, microbatch: int, tp: int) -> tuple[LayerTimes, ...] | None:
+        """The layer times profiled at `microbatch` and TP degree `tp`, or None if not profiled."""
         return self.layers.get(f"{microbatch}/{tp}")
 
     def options(self) -> list[tuple[int, int]]:
@@ -117,6 +118,7 @@ class ModelProfile(BaseModel):
 
     @property
     def num_all_layers(self) -> int:
+        """How many layers were profiled, embedding and head included (from the first GPU type)."""
         first = next(iter(self.gpus.values()))
         return len(next(iter(first.layers.values())))
 

@@ -91,6 +91,7 @@ class PodRecord:
 
     @property
     def key(self) -> str:
+        """The pod as `namespace/name`."""
         return f"{self.namespace}/{self.name}"
 
 
@@ -126,6 +127,7 @@ class GpuAssignment:
     handshake: str
 
     def __post_init__(self) -> None:
+        """Reject a malformed assignment; the error names the annotation at fault."""
         if not self.node:
             raise ValueError(f"{ASSIGNED_NODE}: node name is empty")
         if not self.gpu_indices:

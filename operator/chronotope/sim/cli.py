@@ -44,9 +44,10 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def add_parser(subparsers: Any) -> None:
+    """Register `simulate openb` and `simulate training` on the subcommand set `subparsers`."""
     sim = subparsers.add_parser("simulate", help="replay a GPU trace with online policies")
     traces = sim.add_subparsers(dest="trace_kind", metavar="TRACE")
-    # `simulate training` (issue 6) is defined in chronotope.sim.training_cli
+    # `simulate training` is defined in chronotope.sim.training_cli
     from chronotope.sim import training_cli
 
     training_cli.add_parser(traces)

@@ -101,6 +101,7 @@ class NodePool(BaseModel):
         return self
 
     def node_names(self) -> list[str]:
+        """The pool's node names: `names` when given, else `<pool>-000`, `<pool>-001`, ..."""
         if self.names is not None:
             return list(self.names)
         return [f"{self.name}-{i:03d}" for i in range(self.count)]
@@ -134,10 +135,12 @@ class ClusterSpec(BaseModel):
 
     @property
     def node_count(self) -> int:
+        """Nodes over all pools."""
         return sum(p.count for p in self.pools)
 
     @property
     def gpu_count(self) -> int:
+        """GPUs over all pools."""
         return sum(p.count * (p.gpu.per_node if p.gpu else 0) for p in self.pools)
 
 

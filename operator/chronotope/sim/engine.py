@@ -45,12 +45,15 @@ class RunResult:
         return round(float(self.used[-1]) / self.total_milli * 100, 2) if len(self.used) else 0.0
 
     def alloc_pct_at(self, pct: int) -> float:
+        """Mean allocated GPU share, in % of capacity, where arrived demand is `pct` %."""
         return metric_at(self, pct, np.round(self.used / self.total_milli * 100, 2))
 
     def frag_amount_pct_at(self, pct: int) -> float:
+        """Mean fragmented GPU amount, in % of capacity, where arrived demand is `pct` %."""
         return metric_at(self, pct, self.frag / self.total_milli * 100)
 
     def frag_ratio_pct_at(self, pct: int) -> float:
+        """Mean fragmentation, in % of the idle GPU share, where arrived demand is `pct` %."""
         ratio = np.where(self.idle > 0, self.frag / np.maximum(self.idle, 1), 0.0) * 100
         return metric_at(self, pct, ratio)
 
@@ -134,6 +137,7 @@ class Replay:
         tune_ratio: float = 1.3,
         tie_order: TieOrder = reference_rank,
     ) -> Replay:
+        """Set up a run: cluster state, fragmentation tracker, tie order and the seed's arrivals."""
         state = ClusterState.from_snapshot(cluster)
         frag = FragTracker(FragModel(typical_pods(pods), state.models), state)
         rng = np.random.default_rng([seed, 7])
@@ -166,6 +170,7 @@ class Replay:
         self.idle[e] = self.state.total_gpu_milli - self.acc_used
 
     def result(self, policy: str) -> RunResult:
+        """The recorded series, as `policy`'s result."""
         total = self.state.total_gpu_milli
         return RunResult(
             policy, self.seed, total, self.arrived, self.used, self.frag_s, self.idle, self.failed

@@ -19,6 +19,7 @@ __all__ = ["load_nodes", "load_pods", "trace_name"]
 
 
 def load_nodes(path: Path) -> ClusterSnapshot:
+    """Read an openb node list CSV into a cluster snapshot."""
     nodes: list[Node] = []
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
@@ -37,6 +38,7 @@ def load_nodes(path: Path) -> ClusterSnapshot:
 
 
 def load_pods(path: Path) -> list[PodRequest]:
+    """Read an openb pod list CSV; a pod with zero GPUs or zero GPU share asks for no GPU."""
     pods: list[PodRequest] = []
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):

@@ -53,6 +53,7 @@ class Arrival:
 
     @property
     def pod_name(self) -> str:
+        """The pod's name: arrival index, then the trace name, lower-cased."""
         return f"a{self.index:05d}-{self.request.name}".lower()
 
 
@@ -72,7 +73,7 @@ def tie_order(snapshot: ClusterSnapshot, seed: int) -> list[str]:
 
 
 def cluster_spec(snapshot: ClusterSnapshot, name: str = "replay") -> ClusterSpec:
-    """kwok node pools holding exactly the snapshot's nodes (names, CPU, memory, GPUs)."""
+    """Node pools for kwok holding exactly the snapshot's nodes (names, CPU, memory, GPUs)."""
     groups: dict[tuple[str, int, int, int], list[str]] = defaultdict(list)
     for node in snapshot.nodes:
         groups[(node.gpu_model, len(node.gpus), node.cpu_milli, node.memory_mib)].append(node.name)

@@ -43,6 +43,8 @@ BATCHED = "batched"
 
 @dataclass(frozen=True)
 class RunSpec:
+    """What `run_all` runs: traces x policies x seeds, where it writes, and how."""
+
     nodes: Path
     pods: tuple[Path, ...]
     policies: tuple[str, ...]
@@ -70,8 +72,11 @@ def run_one(task: tuple[str, str, str, int, float]) -> dict[str, object]:
 
 
 def summary_row(trace: str, policy: str, seed: int, res: RunResult) -> dict[str, object]:
-    """One row of summary.csv (`sim.cli.SUMMARY_COLUMNS`); a figure the run never
-    reached (a partial replay stops before 100 or 130 % of demand) is left blank."""
+    """One row of summary.csv (`sim.cli.SUMMARY_COLUMNS`).
+
+    A figure the run never reached (a partial replay stops before 100 or 130 %
+    of demand) is left blank.
+    """
 
     def pct(value: float) -> object:
         return "" if math.isnan(value) else round(value, 2)
@@ -130,6 +135,11 @@ def _bound_one(task: tuple[str, str, int, float, float]) -> dict[str, object]:
 
 
 def run_all(spec: RunSpec) -> list[dict[str, object]]:
+    """Run every (trace, policy, seed) and the LP bounds, write the files; returns the summary rows.
+
+    Writes summary.csv, bounds.csv, curves.csv and allocation.png under `spec.out`,
+    fanning runs out over `spec.jobs` processes.
+    """
     from tqdm import tqdm
 
     spec.out.mkdir(parents=True, exist_ok=True)
@@ -248,6 +258,7 @@ def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
 
 
 def plot_curves(path: Path, results: list[dict[str, object]]) -> None:
+    """Plot, per trace, each policy's mean allocation curve against arrived demand."""
     import matplotlib
 
     matplotlib.use("Agg")

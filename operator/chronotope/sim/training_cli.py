@@ -36,6 +36,10 @@ def add_parser(traces: Any) -> None:
 
 
 def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
+    """Simulate each asked-for policy on the Philly window and write the results under `args.out`.
+
+    Writes summary.csv, bounds.csv and jct_cdf.png; returns the summary rows.
+    """
     from tqdm import tqdm
 
     from chronotope.sim.clusterspec import load_spec

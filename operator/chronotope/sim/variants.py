@@ -25,6 +25,7 @@ KINDS = ("cpu", "share", "single", "multi")
 
 
 def kind_of(pod: PodRequest) -> str:
+    """The pod's kind: `cpu`, `share`, `single` or `multi` (see the module docstring)."""
     if pod.num_gpus == 0:
         return "cpu"
     if pod.is_share:

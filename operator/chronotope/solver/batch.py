@@ -70,6 +70,8 @@ class Plan(BaseModel):
 
 
 class BatchSettings(BaseModel):
+    """Plan-ahead window, solver limits and objective weights of one `plan` call."""
+
     model_config = ConfigDict(frozen=True)
     slot_s: float = 600.0
     horizon_slots: int = Field(default=4, ge=1)
@@ -89,12 +91,77 @@ class BatchSettings(BaseModel):
 
 @dataclass
 class _Alt:
+    """One alternative of one workload: a GPU model at a start slot, with its value."""
+
     workload: Workload
     alt: Alternative
     slot: int
     value: int
     var: Any = None
     nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        return self.alt.gpu_model
+
+    @property
+    def tag(self) -> str:
+        return f"{self.workload.name}|{self.alt.gpu_model}"
+
+
+class _Vars:
+    """The model's placement variables, keyed by what they mean (not by joined strings).
+
+    `on(member, model, node)`: the member runs on the node under that model's
+    alternative; `gpu(member, model, node, index)`: it takes that GPU;
+    `used(workload, model, node)`: some member of a multi-member gang is there;
+    `opened(node, index)`: a share opens a fully free GPU.
+    """
+
+    def __init__(self, m: Any) -> None:
+        self._m = m
+        self.on: dict[tuple[str, str, str], Any] = {}
+        self.gpu: dict[tuple[str, str, str, int], Any] = {}
+        self.used: dict[tuple[str, str, str], Any] = {}
+        self.opened: dict[tuple[str, int], Any] = {}
+
+    def new_on(self, member: str, model: str, node: str) -> Any:
+        var = self._m.new_bool_var(f"on[{member}|{model}|{node}]")
+        self.on[member, model, node] = var
+        return var
+
+    def new_gpu(self, member: str, model: str, node: str, index: int) -> Any:
+        var = self._m.new_bool_var(f"gpu[{member}|{model}|{node}|{index}]")
+        self.gpu[member, model, node, index] = var
+        return var
+
+    def new_used(self, workload: str, model: str, node: str) -> Any:
+        var = self._m.new_bool_var(f"uses[{workload}|{model}|{node}]")
+        self.used[workload, model, node] = var
+        return var
+
+    def new_opened(self, node: str, index: int) -> Any:
+        var = self._m.new_bool_var(f"opened[{node}|{index}]")
+        self.opened[node, index] = var
+        return var
+
+
+@dataclass
+class _Usage:
+    """What the start-now alternatives may take, per node and per GPU (coefficient, var)."""
+
+    cpu: dict[str, list[tuple[int, Any]]] = field(default_factory=lambda: defaultdict(list))
+    mem: dict[str, list[tuple[int, Any]]] = field(default_factory=lambda: defaultdict(list))
+    gpu: dict[tuple[str, int], list[tuple[int, int, Any]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    """(node, GPU index) -> (share, device memory, var) of members assigned GPU by GPU."""
+    whole: dict[str, list[tuple[int, Any]]] = field(default_factory=lambda: defaultdict(list))
+    """node -> (GPUs, var) of whole-GPU members that are counted, not assigned."""
+
+
+Penalty = tuple[float, Any, str]
+"""(weight, variable, label): subtracted from the objective when the variable is 1."""
 
 
 def _alternatives(w: Workload, models: set[str]) -> list[Alternative]:
@@ -109,26 +176,19 @@ def _alternatives(w: Workload, models: set[str]) -> list[Alternative]:
     ]
 
 
-def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSettings) -> Plan:
-    """Choose alternatives and place what starts now. Pure; blocks for up to the time limit."""
-    from ortools.sat.python import cp_model
-
-    _lin = cp_model.LinearExpr
-
-    running = [w for w in workloads if w.running_on]
-    workloads = [w for w in workloads if not w.running_on]
-    m = cp_model.CpModel()
-    now = snapshot.time_s
-    models = {n.gpu_model for n in snapshot.nodes if n.gpus}
+def _enumerate_alternatives(
+    workloads: list[Workload], models: set[str], now: float, settings: BatchSettings
+) -> tuple[list[_Alt], dict[str, list[Reason]]]:
+    """Every (GPU model, start slot) worth something, and why a workload has none."""
     alts: list[_Alt] = []
     early: dict[str, list[Reason]] = defaultdict(list)
-    alts_of: dict[str, bool] = {}
     for w in workloads:
         options = _alternatives(w, models)
         if not options:
             early[w.name].append(
                 Reason(code="NoGpuModel", message="no GPU model it allows is in the cluster")
             )
+        mine = 0
         for opt in options:
             for s in range(settings.horizon_slots):
                 finish = now + s * settings.slot_s + opt.duration_s
@@ -138,8 +198,8 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
                 if weight <= 0:
                     continue
                 alts.append(_Alt(w, opt, s, round(weight * SCALE)))
-                alts_of[w.name] = True
-        if options and not alts_of.get(w.name):
+                mine += 1
+        if options and not mine:
             fastest = min(o.duration_s for o in options)
             early[w.name].append(
                 Reason(
@@ -148,191 +208,235 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
                     f"finishes at {now + fastest:.0f}s (utility 0)",
                 )
             )
+    return alts, early
+
+
+def _add_choice(m: Any, alts: list[_Alt]) -> None:
+    """One start variable per alternative; at most one alternative per workload."""
     by_w: dict[str, list[_Alt]] = defaultdict(list)
     for a in alts:
-        a.var = m.new_bool_var(f"start[{a.workload.name}|{a.alt.gpu_model}|t{a.slot}]")
+        a.var = m.new_bool_var(f"start[{a.workload.name}|{a.model}|t{a.slot}]")
         by_w[a.workload.name].append(a)
     for group in by_w.values():
         m.add_at_most_one(a.var for a in group)
 
-    cpu_use: dict[str, list[tuple[int, Any]]] = defaultdict(list)
-    mem_use: dict[str, list[tuple[int, Any]]] = defaultdict(list)
-    gpu_use: dict[tuple[str, int], list[tuple[int, int, Any]]] = defaultdict(list)
-    penalties: list[tuple[float, Any, str]] = []
-    on_vars: dict[tuple[str, str], Any] = {}
-    gpu_vars: dict[tuple[str, str, int], Any] = {}
-    used_vars: dict[tuple[str, str], Any] = {}
-    whole_use: dict[str, list[tuple[int, Any]]] = defaultdict(list)
-    now_alts = [x for x in alts if x.slot == 0]
-    cands, picks = greedy_candidates(
-        snapshot,
-        [(a.workload, a.alt.gpu_model, a.value) for a in now_alts],
-        settings.candidate_nodes,
+
+def _add_members(m: Any, a: _Alt, v: _Vars, usage: _Usage) -> dict[str, Any]:
+    """Place every member of a start-now alternative on one of its nodes (and GPUs).
+
+    Returns node -> the variable that says the gang uses the node.
+    """
+    from ortools.sat.python.cp_model import LinearExpr
+
+    w = a.workload
+    # A single pod uses a node exactly when it is on it: no separate `uses` variable.
+    single = w.replicas == 1
+    used: dict[str, Any] = (
+        {} if single else {n.name: v.new_used(w.name, a.model, n.name) for n in a.nodes}
     )
-    if settings.hint is None:
-        quick = _greedy_within_gap(
-            snapshot,
-            workloads=workloads,
-            running=running,
-            settings=settings,
-            alts=alts,
-            picks=picks,
-            early=early,
-        )
-        if quick is not None:
-            return quick
-    for a in now_alts:
-        w = a.workload
-        a.nodes = [snapshot.nodes[i] for i in cands.get((w.name, a.alt.gpu_model), [])]
-        if not a.nodes:
-            m.add(a.var == 0)
-            continue
-        tag = f"{w.name}|{a.alt.gpu_model}"
-        # A single pod uses a node exactly when it is on it: no separate `uses` variable.
-        single = w.replicas == 1
-        used_node = (
-            {} if single else {n.name: m.new_bool_var(f"uses[{tag}|{n.name}]") for n in a.nodes}
-        )
-        for member in w.member_names():
-            ys = []
-            for n in a.nodes:
-                y = m.new_bool_var(f"on[{member}|{a.alt.gpu_model}|{n.name}]")
-                on_vars[member + "|" + a.alt.gpu_model, n.name] = y
-                ys.append(y)
-                if single:
-                    used_node[n.name] = y
-                else:
-                    m.add_implication(y, used_node[n.name])
-                cpu_use[n.name].append((w.pod.cpu_milli, y))
-                mem_use[n.name].append((w.pod.memory_mib, y))
-                if _counted(w):
-                    whole_use[n.name].append((w.pod.num_gpus, y))
-                elif w.pod.num_gpus:
-                    zs = []
-                    for g in n.gpus:
-                        if g.free_milli < w.pod.gpu_milli:
-                            continue
-                        z = m.new_bool_var(f"gpu[{member}|{a.alt.gpu_model}|{n.name}|{g.index}]")
-                        gpu_vars[member + "|" + a.alt.gpu_model, n.name, g.index] = z
-                        zs.append(z)
-                        gpu_use[n.name, g.index].append((w.pod.gpu_milli, w.pod.gpu_memory_mib, z))
-                    m.add(_lin.sum(zs) == w.pod.num_gpus * y)
-            m.add(_lin.sum(ys) == a.var)
-        if not single:
-            for n in a.nodes:
-                used_vars[tag, n.name] = used_node[n.name]
-        nodes_used = list(used_node.values())
-        if w.strategy is PlacementStrategy.STRICT_PACK:
-            m.add(sum(nodes_used) <= 1)
-        elif w.strategy is PlacementStrategy.STRICT_SPREAD:
-            for n in a.nodes:
-                m.add(
-                    sum(on_vars[x + "|" + a.alt.gpu_model, n.name] for x in w.member_names()) <= 1
-                )
-        elif w.strategy is PlacementStrategy.PACK:
-            penalties += [(settings.pack_weight, u, f"pack[{tag}]") for u in nodes_used]
-        else:
-            penalties += [(-settings.spread_weight, u, f"spread[{tag}]") for u in nodes_used]
-        if w.same_topology:
-            domains = sorted({getattr(n, w.same_topology) for n in a.nodes})
-            dvars = {d: m.new_bool_var(f"domain[{tag}|{d}]") for d in domains}
-            m.add(sum(dvars.values()) <= 1)
-            for n in a.nodes:
-                m.add_implication(used_node[n.name], dvars[getattr(n, w.same_topology)])
-    opened_vars: dict[tuple[str, int], Any] = {}
+    for member in w.member_names():
+        ys = []
+        for n in a.nodes:
+            y = v.new_on(member, a.model, n.name)
+            ys.append(y)
+            if single:
+                used[n.name] = y
+            else:
+                m.add_implication(y, used[n.name])
+            usage.cpu[n.name].append((w.pod.cpu_milli, y))
+            usage.mem[n.name].append((w.pod.memory_mib, y))
+            if _counted(w):
+                usage.whole[n.name].append((w.pod.num_gpus, y))
+            elif w.pod.num_gpus:
+                zs = []
+                for g in n.gpus:
+                    if g.free_milli < w.pod.gpu_milli:
+                        continue
+                    z = v.new_gpu(member, a.model, n.name, g.index)
+                    zs.append(z)
+                    usage.gpu[n.name, g.index].append((w.pod.gpu_milli, w.pod.gpu_memory_mib, z))
+                m.add(LinearExpr.sum(zs) == w.pod.num_gpus * y)
+        m.add(LinearExpr.sum(ys) == a.var)
+    return used
+
+
+def _add_strategy(
+    m: Any, a: _Alt, v: _Vars, used: dict[str, Any], settings: BatchSettings
+) -> list[Penalty]:
+    """STRICT_PACK / STRICT_SPREAD as constraints; PACK / SPREAD as objective terms."""
+    w = a.workload
+    nodes_used = list(used.values())
+    if w.strategy is PlacementStrategy.STRICT_PACK:
+        m.add(sum(nodes_used) <= 1)
+    elif w.strategy is PlacementStrategy.STRICT_SPREAD:
+        for n in a.nodes:
+            m.add(sum(v.on[x, a.model, n.name] for x in w.member_names()) <= 1)
+    elif w.strategy is PlacementStrategy.PACK:
+        return [(settings.pack_weight, u, f"pack[{a.tag}]") for u in nodes_used]
+    else:
+        return [(-settings.spread_weight, u, f"spread[{a.tag}]") for u in nodes_used]
+    return []
+
+
+def _add_topology(m: Any, a: _Alt, used: dict[str, Any]) -> None:
+    """All nodes a gang uses share one topology domain (zone, rack, NVLink domain)."""
+    key = a.workload.same_topology
+    if not key:
+        return
+    domains = sorted({getattr(n, key) for n in a.nodes})
+    dvars = {d: m.new_bool_var(f"domain[{a.tag}|{d}]") for d in domains}
+    m.add(sum(dvars.values()) <= 1)
+    for n in a.nodes:
+        m.add_implication(used[n.name], dvars[getattr(n, key)])
+
+
+def _add_node_capacity(
+    m: Any, snapshot: ClusterSnapshot, usage: _Usage, v: _Vars, settings: BatchSettings
+) -> list[Penalty]:
+    """Per node CPU and memory, per GPU share and device memory, whole GPUs by count.
+
+    A share that opens a fully free GPU is charged the fragmentation weight.
+    """
+    from ortools.sat.python.cp_model import LinearExpr
+
+    penalties: list[Penalty] = []
     for node in snapshot.nodes:
-        if node.name in cpu_use:
-            m.add(_wsum(cpu_use[node.name]) <= node.free_cpu)
-            m.add(_wsum(mem_use[node.name]) <= node.free_memory)
+        if node.name in usage.cpu:
+            m.add(_wsum(usage.cpu[node.name]) <= node.free_cpu)
+            m.add(_wsum(usage.mem[node.name]) <= node.free_memory)
         for g in node.gpus:
-            uses = gpu_use.get((node.name, g.index))
+            uses = usage.gpu.get((node.name, g.index))
             if not uses:
                 continue
             m.add(_wsum([(s, z) for s, _, z in uses]) <= g.free_milli)
             if g.memory_mib:
                 m.add(sum(mm * z for _, mm, z in uses) <= g.free_mem)
             if g.free_milli == MILLI and any(s < MILLI for s, _, _ in uses):
-                opened = m.new_bool_var(f"opened[{node.name}|{g.index}]")
-                opened_vars[node.name, g.index] = opened
-                # Linear form of "a share here opens the GPU": much tighter LP bound than
-                # one implication per share, so CP-SAT proves its gap limit quickly.
+                opened = v.new_opened(node.name, g.index)
+                # Linear form of "a share here opens the GPU": a much tighter LP bound
+                # than one implication per share, so CP-SAT proves its gap limit quickly.
                 m.add(sum(s * z for s, _, z in uses if s < MILLI) <= MILLI * opened)
                 penalties.append((settings.frag_weight, opened, "fragmentation"))
-        if whole_use.get(node.name):
-            # Whole-GPU pods are counted, not assigned GPU by GPU (that made most of the
-            # model): they share the node's fully free GPUs with shares that open one.
+        if usage.whole.get(node.name):
+            # Whole-GPU pods are counted, not assigned GPU by GPU (that would make most
+            # of the model): they share the node's fully free GPUs with shares that open one.
             busy = []
             for g in node.gpus:
                 if g.free_milli != MILLI:
                     continue
-                if (node.name, g.index) in opened_vars:
-                    busy.append(opened_vars[node.name, g.index])
-                busy += [z for s, _, z in gpu_use.get((node.name, g.index), []) if s == MILLI]
+                if (node.name, g.index) in v.opened:
+                    busy.append(v.opened[node.name, g.index])
+                busy += [z for s, _, z in usage.gpu.get((node.name, g.index), []) if s == MILLI]
             full = sum(1 for g in node.gpus if g.free_milli == MILLI)
-            m.add(_wsum(whole_use[node.name]) + _lin.sum(busy) <= full)
-    # A later start cannot be packed yet; charge it the fragmentation of opening a GPU
-    # per share member, so deferring is never a way to dodge the fragmentation term.
-    for a in alts:
-        if a.slot > 0 and a.workload.pod.is_share:
-            penalties.append((settings.frag_weight * a.workload.replicas, a.var, "fragmentation"))
-    # Later starts reserve GPU share per model and slot (current usage assumed to persist).
-    free_by_model: dict[str, int] = defaultdict(int)
+            m.add(_wsum(usage.whole[node.name]) + LinearExpr.sum(busy) <= full)
+    return penalties
+
+
+def _free_by_model(snapshot: ClusterSnapshot) -> dict[str, int]:
+    free: dict[str, int] = defaultdict(int)
     for n in snapshot.nodes:
         for g in n.gpus:
-            free_by_model[n.gpu_model] += g.free_milli
+            free[n.gpu_model] += g.free_milli
+    return free
+
+
+def _add_reservations(
+    m: Any,
+    alts: list[_Alt],
+    models: set[str],
+    free_by_model: dict[str, int],
+    settings: BatchSettings,
+) -> list[Penalty]:
+    """Later starts reserve GPU share per model and slot (today's use assumed to persist).
+
+    A later start cannot be packed yet; it is charged the fragmentation of opening
+    a GPU per share member, so deferring is never a way to dodge that term.
+    """
+    penalties: list[Penalty] = [
+        (settings.frag_weight * a.workload.replicas, a.var, "fragmentation")
+        for a in alts
+        if a.slot > 0 and a.workload.pod.is_share
+    ]
     for model_name in models:
         for slot in range(settings.horizon_slots):
-            terms = []
-            for a in alts:
-                if a.alt.gpu_model != model_name:
-                    continue
-                if a.slot <= slot < a.slot + _span(a, settings):
-                    terms.append(a.workload.pod.total_gpu_milli * a.workload.replicas * a.var)
+            terms = [
+                a.workload.pod.total_gpu_milli * a.workload.replicas * a.var
+                for a in alts
+                if a.model == model_name and a.slot <= slot < a.slot + _span(a, settings)
+            ]
             if terms:
                 m.add(sum(terms) <= free_by_model[model_name])
+    return penalties
+
+
+def _set_objective(m: Any, alts: list[_Alt], penalties: list[Penalty]) -> None:
+    """Maximise total utility minus the penalties."""
     m.maximize(
         _wsum([(a.value, a.var) for a in alts])
-        - _wsum([(round(wt * SCALE), v) for wt, v, _ in penalties])
+        - _wsum([(round(wt * SCALE), var) for wt, var, _ in penalties])
     )
-    if settings.hint is not None:
-        _apply_hint(m, settings.hint, alts, on_vars)
-    else:
-        _apply_greedy(
-            m,
-            snapshot=snapshot,
-            picks=picks,
-            alts=alts,
-            on_vars=on_vars,
-            gpu_vars=gpu_vars,
-            used_vars=used_vars,
-            opened_vars=opened_vars,
-            later=_defer_greedily(alts, picks, settings, free_by_model),
-        )
+
+
+def _solve(m: Any, settings: BatchSettings) -> tuple[Any, Any, str]:
+    """Run CP-SAT with the settings' limits; (solver, status, status name)."""
+    from ortools.sat.python import cp_model
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = settings.time_limit_s
     solver.parameters.relative_gap_limit = settings.gap_limit
-    # Symmetry detection and probing took 5 of 7 presolve seconds on 50 openb pods
+    # Symmetry detection and probing cost most of the presolve time on openb pods
     # (identical GPUs make huge orbits) and did not pay for themselves.
     solver.parameters.symmetry_level = 0
     solver.parameters.cp_model_probing_level = 0
     solver.parameters.random_seed = settings.seed
     solver.parameters.num_workers = settings.workers
     status = solver.solve(m)
-    status_name = solver.status_name(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) and settings.hint is None:
-        fallback = _greedy_within_gap(
-            snapshot,
-            workloads=workloads,
-            running=running,
-            settings=settings,
-            alts=alts,
-            picks=picks,
-            early=early,
-            force=True,
-        )
+    return solver, status, solver.status_name(status)
+
+
+def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSettings) -> Plan:
+    """Choose alternatives and place what starts now. Pure; blocks for up to the time limit."""
+    from ortools.sat.python import cp_model
+
+    running = [w for w in workloads if w.running_on]
+    workloads = [w for w in workloads if not w.running_on]
+    models = {n.gpu_model for n in snapshot.nodes if n.gpus}
+    alts, early = _enumerate_alternatives(workloads, models, snapshot.time_s, settings)
+    m = cp_model.CpModel()
+    _add_choice(m, alts)
+    now_alts = [x for x in alts if x.slot == 0]
+    cands, picks = greedy_candidates(
+        snapshot, [(a.workload, a.model, a.value) for a in now_alts], settings.candidate_nodes
+    )
+    context = _Context(snapshot, workloads, running, settings, alts, picks, early)
+    if settings.hint is None:
+        quick = _greedy_within_gap(context)
+        if quick is not None:
+            return quick
+    v, usage = _Vars(m), _Usage()
+    penalties: list[Penalty] = []
+    for a in now_alts:
+        a.nodes = [snapshot.nodes[i] for i in cands.get((a.workload.name, a.model), [])]
+        if not a.nodes:
+            m.add(a.var == 0)
+            continue
+        used = _add_members(m, a, v, usage)
+        penalties += _add_strategy(m, a, v, used, settings)
+        _add_topology(m, a, used)
+    penalties += _add_node_capacity(m, snapshot, usage, v, settings)
+    free_by_model = _free_by_model(snapshot)
+    penalties += _add_reservations(m, alts, models, free_by_model, settings)
+    _set_objective(m, alts, penalties)
+    if settings.hint is not None:
+        _apply_hint(m, settings.hint, alts, v)
+    else:
+        later = _defer_greedily(alts, picks, settings, free_by_model)
+        _apply_greedy(m, snapshot=snapshot, picks=picks, alts=alts, v=v, later=later)
+    solver, status, status_name = _solve(m, settings)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        fallback = None if settings.hint is not None else _greedy_within_gap(context, force=True)
         if fallback is not None:
             return fallback
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Plan(
             status=status_name,
             unplaced=tuple(
@@ -345,84 +449,72 @@ def plan(snapshot: ClusterSnapshot, workloads: list[Workload], settings: BatchSe
                 for w in workloads
             ),
         )
-    return _extract(
-        snapshot,
-        workloads=workloads,
-        running=running,
-        settings=settings,
-        solver=solver,
-        alts=alts,
-        on_vars=on_vars,
-        gpu_vars=gpu_vars,
-        gpu_use=gpu_use,
-        penalties=penalties,
-        early=early,
-        status_name=status_name,
-    )
+    return _extract(context, solver, v=v, usage=usage, penalties=penalties, status_name=status_name)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What one `plan` call works on, for the helpers that read it."""
+
+    snapshot: ClusterSnapshot
+    workloads: list[Workload]
+    running: list[Workload]
+    settings: BatchSettings
+    alts: list[_Alt]
+    picks: dict[str, GreedyPick]
+    early: dict[str, list[Reason]]
 
 
 def _not_placed(
-    workloads: list[Workload],
-    placed: Container[str],
-    *,
-    snapshot: ClusterSnapshot,
-    early: dict[str, list[Reason]],
-    running: list[Workload],
-    outbid: str,
+    c: _Context, placed: Container[str], *, outbid: str
 ) -> tuple[list[Unplaced], dict[str, tuple[str, ...]]]:
-    """Why each workload not in `placed` was not started (found before solving, per
-    node, or outbid), and the running preemptible lower-priority workloads that
-    could make room for it (only for those that have some)."""
+    """Why each workload not in `placed` was not started, and who could make room.
+
+    The reasons were found before solving, per node, or the workload was outbid;
+    the running preemptible lower-priority workloads that could make room are
+    listed only for workloads that have some.
+    """
     unplaced: list[Unplaced] = []
     candidates: dict[str, tuple[str, ...]] = {}
-    for w in workloads:
+    for w in c.workloads:
         if w.name in placed:
             continue
-        reasons = list(early.get(w.name, [])) or node_reasons(snapshot, w.pod)
+        reasons = list(c.early.get(w.name, [])) or node_reasons(c.snapshot, w.pod)
         if not reasons:
             reasons = [Reason(code="OutbidInWindow", message=outbid)]
         unplaced.append(Unplaced(name=w.name, reasons=tuple(reasons)))
-        victims = tuple(v.name for v in running if v.preemptible and v.priority < w.priority)
+        victims = tuple(v.name for v in c.running if v.preemptible and v.priority < w.priority)
         if victims:
             candidates[w.name] = victims
     return unplaced, candidates
 
 
-def _greedy_within_gap(
-    snapshot: ClusterSnapshot,
-    *,
-    workloads: list[Workload],
-    running: list[Workload],
-    settings: BatchSettings,
-    alts: list[_Alt],
-    picks: dict[str, GreedyPick],
-    early: dict[str, list[Reason]],
-    force: bool = False,
-) -> Plan | None:
+def _greedy_within_gap(c: _Context, *, force: bool = False) -> Plan | None:
     """The greedy plan when its utility is optimal (or `force`); else None.
 
     When the greedy pass started every workload at its best alternative (any
     slot), no plan has more utility; what is left to gain is only in the small
     fragmentation and PACK/SPREAD terms (0.05 and 0.01 of a workload's
-    utility), which did not pay for the solver's time on openb (docs/solver.md).
+    utility), which do not pay for the solver's time (docs/solver.md).
     `force` returns it anyway: the fallback when CP-SAT finds no solution in
     its time limit, so a hard cycle still starts what fits.
     """
     best: dict[str, int] = {}
     value_now: dict[tuple[str, str], int] = {}
-    for a in alts:
+    for a in c.alts:
         best[a.workload.name] = max(best.get(a.workload.name, 0), a.value)
         if a.slot == 0:
-            value_now[a.workload.name, a.alt.gpu_model] = a.value
-    if not force and set(best) != set(picks):
+            value_now[a.workload.name, a.model] = a.value
+    if not force and set(best) != set(c.picks):
         return None
     upper = float(sum(best.values()))
     got = 0.0
     terms: dict[str, float] = defaultdict(float)
     placements: list[Placement] = []
     opened: set[tuple[int, int]] = set()
-    by_name = {w.name: w for w in workloads}
-    for name, pick in picks.items():
+    by_name = {w.name: w for w in c.workloads}
+    settings = c.settings
+    for name, pick in c.picks.items():
         w = by_name[name]
         got += value_now[name, pick.gpu_model]
         nodes = {idx for idx, _ in pick.members.values()}
@@ -431,16 +523,17 @@ def _greedy_within_gap(
         elif w.strategy not in (PlacementStrategy.STRICT_PACK, PlacementStrategy.STRICT_SPREAD):
             terms["spread"] -= settings.spread_weight * len(nodes)
         for member, (idx, gpus) in pick.members.items():
-            node = snapshot.nodes[idx]
-            if w.pod.is_share and node.gpus[gpus[0]].free_milli == MILLI:
+            node = c.snapshot.nodes[idx]
+            free = {g.index: g.free_milli for g in node.gpus}
+            if w.pod.is_share and free[gpus[0]] == MILLI:
                 opened.add((idx, gpus[0]))
             placements.append(
                 Placement(
                     pod=member,
                     node=node.name,
-                    gpu_indices=tuple(node.gpus[g].index for g in gpus),
+                    gpu_indices=gpus,
                     gpu_milli=w.pod.gpu_milli,
-                    start_s=snapshot.time_s,
+                    start_s=c.snapshot.time_s,
                 )
             )
     terms["fragmentation"] = settings.frag_weight * len(opened)
@@ -448,16 +541,11 @@ def _greedy_within_gap(
         return None
     terms["utility"] = got / SCALE
     unplaced, candidates = _not_placed(
-        workloads,
-        picks,
-        snapshot=snapshot,
-        early=early,
-        running=running,
-        outbid="room exists, but the greedy fallback gave it to other workloads",
+        c, c.picks, outbid="room exists, but the greedy fallback gave it to other workloads"
     )
     return Plan(
         placements=tuple(placements),
-        chosen={name: pick.gpu_model for name, pick in picks.items()},
+        chosen={name: pick.gpu_model for name, pick in c.picks.items()},
         unplaced=tuple(unplaced),
         preemption_candidates=candidates,
         utility=got / SCALE,
@@ -532,70 +620,97 @@ def _apply_greedy(
     snapshot: ClusterSnapshot,
     picks: dict[str, GreedyPick],
     alts: list[_Alt],
-    on_vars: dict[tuple[str, str], Any],
-    gpu_vars: dict[tuple[str, str, int], Any],
-    used_vars: dict[tuple[str, str], Any],
-    opened_vars: dict[tuple[str, int], Any],
+    v: _Vars,
     later: set[int],
 ) -> None:
     """Hint the greedy placement and deferrals (a complete feasible solution) to CP-SAT."""
-    on_hint: set[tuple[str, str]] = set()
-    gpu_hint: set[tuple[str, str, int]] = set()
-    used_hint: set[tuple[str, str]] = set()
+    on_hint: set[tuple[str, str, str]] = set()
+    gpu_hint: set[tuple[str, str, str, int]] = set()
+    used_hint: set[tuple[str, str, str]] = set()
     opened_hint: set[tuple[str, int]] = set()
     shares = {a.workload.name for a in alts if a.workload.pod.is_share}
     for name, pick in picks.items():
+        model = pick.gpu_model
         for member, (idx, gpus) in pick.members.items():
             node = snapshot.nodes[idx]
-            key = member + "|" + pick.gpu_model
-            on_hint.add((key, node.name))
-            used_hint.add((f"{name}|{pick.gpu_model}", node.name))
+            on_hint.add((member, model, node.name))
+            used_hint.add((name, model, node.name))
             free = {g.index: g.free_milli for g in node.gpus}
             for g in gpus:
-                gpu_hint.add((key, node.name, g))
+                gpu_hint.add((member, model, node.name, g))
                 if name in shares and free[g] == MILLI:
                     opened_hint.add((node.name, g))
     chosen = {name: pick.gpu_model for name, pick in picks.items()}
     for a in alts:
-        now = a.slot == 0 and chosen.get(a.workload.name) == a.alt.gpu_model
+        now = a.slot == 0 and chosen.get(a.workload.name) == a.model
         m.add_hint(a.var, int(now or id(a) in later))
-    for key2, var in on_vars.items():
-        m.add_hint(var, int(key2 in on_hint))
-    for key3, var in gpu_vars.items():
-        m.add_hint(var, int(key3 in gpu_hint))
-    for key2, var in used_vars.items():
-        m.add_hint(var, int(key2 in used_hint))
-    for key4, var in opened_vars.items():
-        m.add_hint(var, int(key4 in opened_hint))
+    for on_key, var in v.on.items():
+        m.add_hint(var, int(on_key in on_hint))
+    for gpu_key, var in v.gpu.items():
+        m.add_hint(var, int(gpu_key in gpu_hint))
+    for used_key, var in v.used.items():
+        m.add_hint(var, int(used_key in used_hint))
+    for opened_key, var in v.opened.items():
+        m.add_hint(var, int(opened_key in opened_hint))
 
 
-def _apply_hint(m: Any, hint: Plan, alts: list[_Alt], on_vars: dict[tuple[str, str], Any]) -> None:
+def _apply_hint(m: Any, hint: Plan, alts: list[_Alt], v: _Vars) -> None:
+    """Hint a previous plan: its chosen and deferred alternatives, its members' nodes."""
     deferred = {(d.workload, d.gpu_model) for d in hint.deferred}
     for a in alts:
-        chosen = hint.chosen.get(a.workload.name) == a.alt.gpu_model and a.slot == 0
-        later = (a.workload.name, a.alt.gpu_model) in deferred and a.slot == 0
+        chosen = hint.chosen.get(a.workload.name) == a.model and a.slot == 0
+        later = (a.workload.name, a.model) in deferred and a.slot == 0
         m.add_hint(a.var, 1 if (chosen or later) else 0)
     placed = {(p.pod, p.node) for p in hint.placements}
-    for (key, node), var in on_vars.items():
-        member = key.rsplit("|", 1)[0]
+    for (member, _model, node), var in v.on.items():
         m.add_hint(var, 1 if (member, node) in placed else 0)
 
 
-def _extract(
-    snapshot: ClusterSnapshot,
+def _member_gpus(
+    a: _Alt,
+    member: str,
+    node: Node,
     *,
-    workloads: list[Workload],
-    running: list[Workload],
-    settings: BatchSettings,
+    val: Any,
+    v: _Vars,
+    usage: _Usage,
+    pool: dict[str, list[int]],
+) -> tuple[int, ...]:
+    """The GPUs a placed member takes.
+
+    Its GPU variables, or (counted whole GPUs) the first of the node's fully
+    free GPUs no assigned member took.
+    """
+    w = a.workload
+    if not _counted(w):
+        return tuple(
+            g.index
+            for g in node.gpus
+            if (member, a.model, node.name, g.index) in v.gpu
+            and val(v.gpu[member, a.model, node.name, g.index])
+        )
+    if node.name not in pool:
+        pool[node.name] = [
+            g.index
+            for g in node.gpus
+            if g.free_milli == MILLI
+            and not any(val(z) for _, _, z in usage.gpu.get((node.name, g.index), []))
+        ]
+    gpus = tuple(pool[node.name][: w.pod.num_gpus])
+    del pool[node.name][: w.pod.num_gpus]
+    return gpus
+
+
+def _extract(
+    c: _Context,
     solver: Any,
-    alts: list[_Alt],
-    on_vars: dict[tuple[str, str], Any],
-    gpu_vars: dict[tuple[str, str, int], Any],
-    gpu_use: dict[tuple[str, int], list[tuple[int, int, Any]]],
-    penalties: list[tuple[float, Any, str]],
-    early: dict[str, list[Reason]],
+    *,
+    v: _Vars,
+    usage: _Usage,
+    penalties: list[Penalty],
     status_name: str,
 ) -> Plan:
+    """The plan the solver found: placements of what starts now, deferrals, reasons."""
     val = solver.value
     placements: list[Placement] = []
     chosen: dict[str, str] = {}
@@ -603,7 +718,7 @@ def _extract(
     started: set[str] = set()
     pool: dict[str, list[int]] = {}
     utility = 0.0
-    for a in alts:
+    for a in c.alts:
         if not val(a.var):
             continue
         w = a.workload
@@ -613,52 +728,29 @@ def _extract(
             deferred.append(
                 Deferred(
                     workload=w.name,
-                    gpu_model=a.alt.gpu_model,
-                    start_s=snapshot.time_s + a.slot * settings.slot_s,
+                    gpu_model=a.model,
+                    start_s=c.snapshot.time_s + a.slot * c.settings.slot_s,
                 )
             )
             continue
-        chosen[w.name] = a.alt.gpu_model
+        chosen[w.name] = a.model
         for member in w.member_names():
-            key = member + "|" + a.alt.gpu_model
-            node = next(n for n in a.nodes if val(on_vars[key, n.name]))
-            if _counted(w):
-                if node.name not in pool:
-                    pool[node.name] = [
-                        g.index
-                        for g in node.gpus
-                        if g.free_milli == MILLI
-                        and not any(val(z) for _, _, z in gpu_use.get((node.name, g.index), []))
-                    ]
-                gpus = tuple(pool[node.name][: w.pod.num_gpus])
-                del pool[node.name][: w.pod.num_gpus]
-            else:
-                gpus = tuple(
-                    g.index
-                    for g in node.gpus
-                    if (key, node.name, g.index) in gpu_vars
-                    and val(gpu_vars[key, node.name, g.index])
-                )
+            node = next(n for n in a.nodes if val(v.on[member, a.model, n.name]))
             placements.append(
                 Placement(
                     pod=member,
                     node=node.name,
-                    gpu_indices=gpus,
+                    gpu_indices=_member_gpus(a, member, node, val=val, v=v, usage=usage, pool=pool),
                     gpu_milli=w.pod.gpu_milli,
-                    start_s=snapshot.time_s,
+                    start_s=c.snapshot.time_s,
                 )
             )
     terms: dict[str, float] = defaultdict(float)
-    for wt, v, label in penalties:
-        terms[label.split("[")[0]] += wt * val(v)
+    for wt, var, label in penalties:
+        terms[label.split("[")[0]] += wt * val(var)
     terms["utility"] = utility
     unplaced, candidates = _not_placed(
-        workloads,
-        started,
-        snapshot=snapshot,
-        early=early,
-        running=running,
-        outbid="room exists, but higher-utility workloads took it in this window",
+        c, started, outbid="room exists, but higher-utility workloads took it in this window"
     )
     return Plan(
         placements=tuple(placements),

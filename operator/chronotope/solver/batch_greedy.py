@@ -1,14 +1,13 @@
 """Candidate nodes and a greedy warm start for the CP-SAT batch planner.
 
-Building the CP-SAT model over every node for every pending pod is what made
-planning slow (plain-Python `_fits` over 1,213 nodes x 6 models x 200 pods,
-then a model the solver could not even make feasible within its limit,
-because every pod was offered the same few tightest nodes). Here a greedy
-pass over the simulator's and the extender's arrays (`ClusterState`) places
-the workloads one by one on a residual copy (best fit: the node with the
-least free GPU share, then the least free CPU), and each workload's candidate nodes are the best-fit
-nodes *at the moment the greedy pass reaches it*, plus the node the pass
-chose. Candidates therefore differ from workload to workload, the greedy
+A CP-SAT model over every node for every pending pod is slow to build, and
+when every pod is offered the same few tightest nodes the solver may not
+find a feasible solution within its limit. Here a greedy pass over the
+simulator's and the extender's arrays (`ClusterState`) places the workloads
+one by one on a residual copy (best fit: the node with the least free GPU
+share, then the least free CPU), and each workload's candidate nodes are the
+best-fit nodes *at the moment the greedy pass reaches it*, plus the node the
+pass chose. Candidates therefore differ from workload to workload, the greedy
 placement is a complete feasible solution to hint to CP-SAT, and the solver
 only has to improve on it (stopping at a small relative gap). Pure.
 """
@@ -63,7 +62,8 @@ def _place_gang(
 ) -> dict[str, tuple[int, tuple[int, ...]]] | None:
     """All members of `w` on `st` (mutated), or None with `st` restored.
 
-    Returns GPU columns of `st` (the caller maps them to GPU indices)."""
+    Returns GPU columns of `st` (the caller maps them to GPU indices).
+    """
     done: dict[str, tuple[int, tuple[int, ...]]] = {}
     allowed = fit.copy()
     for member in w.member_names():

@@ -68,6 +68,7 @@ def typical_pods(
 
 
 def shape_of(pod: PodRequest, *, with_memory: bool = False) -> Shape:
+    """The pod's request shape: (CPU, GPU share, GPU count, allowed models, memory or 0)."""
     return (
         pod.cpu_milli,
         pod.gpu_milli,
@@ -106,6 +107,7 @@ class FragModel:
     """Vectorised fragmentation of node states against a typical-pod mix."""
 
     def __init__(self, typical: list[TypicalPod], models: list[str]) -> None:
+        """Precompute the mix's arrays; `models` are the cluster's GPU models, by model index."""
         self.typical = typical
         gpu_t = [t for t in typical if t.milli > 0]
         self.freq_sum = float(sum(t.freq for t in typical))
@@ -163,6 +165,7 @@ class FragModel:
         return total.astype(np.float64) * self.freq_sum - usable @ self.t_freq
 
     def of_rows(self, gpu_left: IntArray, cpu_left: IntArray, model_idx: IntArray) -> FloatArray:
+        """Fragmentation of K node states from free share per GPU, free CPU and model index."""
         cnt_ge, sum_lt = self.stats(gpu_left)
         return self.from_stats(gpu_left.sum(axis=1), cnt_ge, sum_lt, cpu_left, model_idx)
 
@@ -175,6 +178,7 @@ class FragTracker:
     """Per-node fragmentation tables of one `ClusterState`, kept in step by `refresh`."""
 
     def __init__(self, model: FragModel, state: ClusterState) -> None:
+        """Compute the tables of every node of `state` under `model`."""
         self.model = model
         self.state = state
         self.cnt_ge, self.sum_lt = model.stats(state.gpu_left)
@@ -188,6 +192,7 @@ class FragTracker:
         )
 
     def refresh(self, node: int) -> None:
+        """Recompute the tables and fragmentation of `node` after its state changed."""
         st = self.state
         row = st.gpu_left[node : node + 1]
         cnt_ge, sum_lt = self.model.stats(row)
@@ -204,4 +209,5 @@ class FragTracker:
 
     @property
     def total(self) -> float:
+        """Fragmentation summed over all nodes (milli-GPU)."""
         return float(self.node_frag.sum())

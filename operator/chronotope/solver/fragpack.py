@@ -51,6 +51,7 @@ class Chronotope(Policy):
     def __init__(
         self, frag_bin: float = 0.0, cpu_rule: str = "budget", share_gpu: str = "fgd"
     ) -> None:
+        """Choose the rules; an unknown `cpu_rule` or `share_gpu` raises `ValueError`."""
         if cpu_rule not in CPU_RULES or share_gpu not in SHARE_RULES:
             raise ValueError(f"unknown rule {cpu_rule!r} / {share_gpu!r}")
         self.frag_bin = frag_bin
@@ -126,6 +127,11 @@ class Chronotope(Policy):
         return bool(st.cpu_left[node] - pod.cpu >= need)
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
+        """FGD's node and GPU, except where `cpu_rule` moves a CPU-only pod (module docstring).
+
+        Among equal scores the node rank decides; with `share_gpu="tight"` a share
+        then takes the GPU with the least room left.
+        """
         assert ctx.frag is not None and ctx.rank is not None
         st = ctx.state
         k_idx, g_idx, after = frag_after(ctx, pod, cand)

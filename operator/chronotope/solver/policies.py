@@ -62,6 +62,7 @@ class Context:
     rank: IntArray | None = None
 
     def __post_init__(self) -> None:
+        """Default `rank` to the node index order."""
         if self.rank is None:
             self.rank = np.arange(self.state.n, dtype=np.int64)
 
@@ -90,13 +91,18 @@ class Policy(ABC):
     needs_frag: bool = False
 
     @abstractmethod
-    def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice: ...
+    def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
+        """The node in `cand` and the GPUs on it for `pod`; the caller applies it."""
+        ...
 
 
 class RandomPolicy(Policy):
+    """Uniformly random node; a share takes a random GPU that fits."""
+
     name = "random"
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
+        """A random candidate node; a share goes to a random GPU with room on it."""
         node = int(cand[ctx.rng.integers(len(cand))])
         if pod.is_share:
             fits = np.flatnonzero(ctx.state.gpu_left[node] >= pod.milli)
@@ -110,6 +116,7 @@ class DotProd(Policy):
     name = "dotprod"
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
+        """The candidate with the best integer alignment score; ties go to the lowest rank."""
         st = ctx.state
         node_vec0 = st.cpu_left[cand] / MAX_SPEC_CPU
         node_vec1 = st.total_left[cand] / MAX_SPEC_GPU
@@ -127,6 +134,7 @@ class BestFit(Policy):
     name = "bestfit"
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
+        """The candidate with least CPU and GPU left after placing; ties go to the lowest rank."""
         st = ctx.state
         s = (st.cpu_left[cand] - pod.cpu) / MAX_SPEC_CPU * 0.5
         s = s + (st.total_left[cand] - pod.total_milli) / MAX_SPEC_GPU * 0.5
@@ -141,6 +149,10 @@ class GpuPacking(Policy):
     name = "gpupacking"
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
+        """Score each candidate by the packing case it falls in; ties go to the lowest rank.
+
+        CPU-only pods take the first node by rank.
+        """
         st = ctx.state
         if pod.milli == 0:
             return int(cand[pick_max(np.zeros(len(cand)), ctx, cand)]), ()
@@ -166,6 +178,10 @@ class GpuClustering(Policy):
     name = "gpuclustering"
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
+        """Score each candidate by how its GPU classes match the pod's; ties go to the lowest rank.
+
+        CPU-only pods take the first node by rank.
+        """
         st = ctx.state
         if pod.milli == 0:
             return int(cand[pick_max(np.zeros(len(cand)), ctx, cand)]), ()
@@ -238,6 +254,10 @@ class Fgd(Policy):
     needs_frag = True
 
     def choose(self, ctx: Context, pod: PodSpec, cand: IntArray) -> Choice:
+        """The node whose best placement adds least fragmentation (FGD's sigmoid score).
+
+        Ties go to the lowest rank; a share takes the first GPU of best score there.
+        """
         assert ctx.frag is not None
         k_idx, g_idx, after = frag_after(ctx, pod, cand)
         score = _sigmoid_score(ctx.frag.node_frag[cand[k_idx]] - after)

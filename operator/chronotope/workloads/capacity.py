@@ -25,6 +25,8 @@ __all__ = ["Capacity", "NodeCapacity", "cluster_capacity"]
 
 @dataclass(frozen=True)
 class NodeCapacity:
+    """One GPU node as the TrainingJob decisions see it: GPU model and counts, and what is free."""
+
     name: str
     gpu_model: str
     total: int

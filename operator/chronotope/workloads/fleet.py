@@ -38,6 +38,8 @@ ROUND_S = 60.0
 
 @dataclass(frozen=True)
 class FleetJob:
+    """One TrainingJob of the priority band, as the fleet policy sees it."""
+
     key: str
     spec: TrainingJobSpec
     arrival: datetime
@@ -52,6 +54,8 @@ class FleetJob:
 
 @dataclass(frozen=True)
 class FleetOutcome:
+    """The fleet gate's answer: whether the job starts now, on which type, and why."""
+
     starts: bool
     gpu_type: str | None
     reason: str

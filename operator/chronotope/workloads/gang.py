@@ -51,6 +51,7 @@ def _owner(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def headless_service(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The headless Service that gives the gang's workers stable DNS names for rendezvous."""
     name = job["metadata"]["name"]
     return {
         "apiVersion": "v1",

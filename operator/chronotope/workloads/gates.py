@@ -86,6 +86,7 @@ class Decider:
     """
 
     def __init__(self, profile: ProfileLookup, pods: PodsOf) -> None:
+        """Read model profiles with `profile` and a job's pods with `pods`."""
         self._profile = profile
         self._pods = pods
         self._memo: dict[tuple[Any, ...], tuple[Capacity, Decision]] = {}
@@ -110,6 +111,11 @@ class Decider:
         frees_at: Mapping[str, datetime] | None = None,
         remaining: float = 1.0,
     ) -> Decision:
+        """`workloads.training.decide` for the job, with its profile planner when it names one.
+
+        Memoised unless `frees_at` is given; a missing or unusable profile makes the
+        job IMPOSSIBLE with the reason.
+        """
         key = None
         if frees_at is None:
             key = (namespace, spec.model_dump_json(), id(capacity), now, remaining)
@@ -154,10 +160,12 @@ class Cycle:
 
     @property
     def key(self) -> str:
+        """The job as `namespace/name`."""
         return job_key(self.job)
 
     @property
     def namespace(self) -> str:
+        """The job's namespace."""
         return str(self.job["metadata"]["namespace"])
 
     def start_options(
@@ -205,7 +213,9 @@ class Gate(Protocol):
     advisory: ClassVar[bool]
     """A fault in an advisory gate lets the decision through; a required gate raises."""
 
-    def __call__(self, cycle: Cycle, decision: Decision) -> Decision: ...
+    def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
+        """`decision` (a START) as this gate lets it through, moves it, or holds it back."""
+        ...
 
 
 def _fleet_job(job: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> FleetJob:
@@ -296,6 +306,8 @@ class QueueGate:
     advisory: ClassVar[bool] = False
 
     def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
+        """WAIT while a job ahead in the queue could start now and the fleet policy would let it."""
+
         def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
             namespace = str(job["metadata"]["namespace"])
             left = remaining_work(job.get("status") or {})
@@ -321,6 +333,7 @@ class FleetGate:
     advisory: ClassVar[bool] = True
 
     def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
+        """The decision as held back or moved by the fleet policy (`fleet_verdict`)."""
         return fleet_verdict(cycle, cycle.job, cycle.spec, decision, cycle.remaining)
 
 
@@ -338,6 +351,10 @@ class JointGate:
     advisory: ClassVar[bool] = True
 
     def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
+        """WAIT or START on the chosen type and GPUs, as the joint plan with the queue heads says.
+
+        A shared-GPU job passes unchanged, and so does one with no contenders.
+        """
         if cycle.spec.gpu.shared is not None:
             return decision
         mine_types = {t.name for t in cycle.spec.gpu_types}
@@ -392,8 +409,11 @@ def run_gates(gates: Sequence[Gate], cycle: Cycle, decision: Decision) -> Decisi
 
 
 def preempt(cycle: Cycle, decision: Decision) -> Preemption | None:
-    """The PostFilter step for a WAIT: lower-priority preemptible jobs to stop, if that
-    lets this job start now (`workloads.preemption`); None otherwise."""
+    """The PostFilter step for a WAIT: the jobs to stop so that this one starts now.
+
+    The victims are lower-priority preemptible jobs (`workloads.preemption`);
+    None when no such set lets the job start, or its profile is unusable.
+    """
     planner = cycle.decider.planner(cycle.namespace, cycle.spec)
     if isinstance(planner, str):
         return None

@@ -56,6 +56,8 @@ class Contender:
 
 @dataclass(frozen=True)
 class JointOutcome:
+    """The joint plan's answer for one job: whether it starts now, on which type, and why."""
+
     starts: bool
     gpu_type: str | None
     reason: str

@@ -6,9 +6,8 @@ divides the GPUs per worker; the pipeline is kept as short as the allowed
 degrees permit (bubbles cost throughput); data parallelism takes the rest and
 must divide the global batch. Empty hint lists mean "any". When no
 combination satisfies the hints, the plan falls back to pure data
-parallelism and says so. (The profile-driven SAILOR planner,
-`chronotope.planners.elastic`, is the next step when a model profile is
-available in the cluster.)
+parallelism and says so. A job that names a model profile gets its degrees
+from the SAILOR planner instead (`workloads.profiled`).
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ __all__ = ["Degrees", "choose_degrees"]
 
 @dataclass(frozen=True)
 class Degrees:
+    """A gang's data, tensor and pipeline degrees and microbatch; `note` says if hints failed."""
+
     data: int
     tensor: int
     pipeline: int
@@ -34,6 +35,11 @@ def _allowed(values: list[int], value: int) -> bool:
 
 
 def choose_degrees(hints: ParallelismHints | None, workers: int, gpus_per_worker: int) -> Degrees:
+    """Degrees for `workers` x `gpus_per_worker` GPUs within `hints` (see the module docstring).
+
+    Without hints the whole gang is data-parallel. Larger tensor degrees are tried
+    first, then shorter pipelines.
+    """
     total = workers * gpus_per_worker
     if hints is None:
         return Degrees(total, 1, 1, None)

@@ -77,7 +77,7 @@ def _limits(pod: Mapping[str, Any], resource: str) -> int:
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    """ "namespace/name", the key the cache holds a pod under."""
+    """The pod as `namespace/name`, the key the cache holds it under."""
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
 

@@ -25,6 +25,8 @@ __all__ = ["Preemption", "plan_preemption"]
 
 @dataclass(frozen=True)
 class Preemption:
+    """The jobs to stop (`namespace/name` of TrainingJobs) and the decision that follows."""
+
     victims: tuple[str, ...]  # "namespace/name" of TrainingJobs
     decision: Decision
 

@@ -55,11 +55,13 @@ class ProfilePlanner:
 
     @property
     def objective(self) -> PlanObjective:
+        """The job's plan objective: its hints' objective, else throughput."""
         hints = self.spec.parallelism
         return hints.objective if hints is not None else PlanObjective.THROUGHPUT
 
     @property
     def per_cost(self) -> bool:
+        """Whether the objective is throughput per unit of cost."""
         return self.objective is PlanObjective.THROUGHPUT_PER_DOLLAR
 
     def _option(self, gpu_type: str) -> GpuTypeOption | None:
@@ -176,6 +178,7 @@ class ProfilePlanner:
         return got
 
     def duration(self, reference: GangPlan, plan: GangPlan) -> timedelta:
+        """How long `plan` runs: the estimate scaled by `reference`'s throughput over `plan`'s."""
         seconds = (
             self.spec.estimate.duration_seconds
             * reference.samples_per_second

@@ -62,6 +62,7 @@ class Job:
     deadline_s: float | None = None
 
     def best_runtime_s(self) -> float:
+        """Run time alone on the job's fastest GPU type."""
         return self.work_s / max(self.speed.values())
 
 
@@ -78,10 +79,17 @@ class JobState:
     received_s: dict[str, float] = field(default_factory=dict)
 
     def best_remaining_s(self) -> float:
+        """Remaining run time on the job's fastest GPU type."""
         return self.remaining_s / max(self.job.speed.values())
 
 
 class TrainingPolicy(Protocol):
+    """A training policy: given the active jobs, which GPU type each should hold from now on.
+
+    `preemptive` policies are asked again at every lease round, not only on arrivals
+    and completions.
+    """
+
     name: str
     preemptive: bool
 
@@ -93,6 +101,8 @@ class TrainingPolicy(Protocol):
 
 
 class ChronotopePolicy:
+    """Deadline-aware shortest-remaining-work on the right GPUs; see the module docstring."""
+
     name = "chronotope"
     preemptive = True
 
@@ -107,6 +117,11 @@ class ChronotopePolicy:
         passes: int = 2,
         switch_s: float | None = None,
     ) -> None:
+        """Set the lease round `round_s` and the knobs the module docstring names.
+
+        `passes` is how many congestion-cost passes follow the first plan; `switch_s`
+        (default: one round) is the cost of giving a held lease up.
+        """
         self.round_s = round_s
         self.urgency = urgency
         self.lease_discount = lease_discount
@@ -127,6 +142,7 @@ class ChronotopePolicy:
     def allocate(
         self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
     ) -> dict[int, str]:
+        """Order, plan and backfill the active jobs (see the module docstring); job_id -> type."""
         urgent = sorted(
             (js for js in active if self._urgent(now, js)),
             key=lambda s: (s.job.deadline_s, s.job.job_id),

@@ -29,6 +29,7 @@ __all__ = [
 def condition(
     kind: str, ok: bool, reason: str, message: str, *, now: datetime, generation: int | None
 ) -> dict[str, Any]:
+    """A status condition of type `kind`, stamped with `now` and the observed generation."""
     return {
         "type": kind,
         "status": "True" if ok else "False",

@@ -25,6 +25,8 @@ EPS = 1e-6
 
 
 class EngineSettings(BaseModel):
+    """How the engine runs: the lease round of preemptive policies and the restart cost."""
+
     model_config = ConfigDict(frozen=True)
 
     round_s: float = Field(default=360.0, gt=0, description="lease length of preemptive policies")
@@ -33,6 +35,8 @@ class EngineSettings(BaseModel):
 
 @dataclass(frozen=True)
 class SimResult:
+    """One policy's run: each job's finish time, busy GPU-seconds, peak use per type, decisions."""
+
     policy: str
     finish_s: dict[int, float]
     busy_gpu_s: float

@@ -56,10 +56,13 @@ def max_min_fairness(
 
 
 class GavelPolicy:
+    """Gavel: max-min fair time fractions from the LP, served round-robin each round."""
+
     name = "gavel"
     preemptive = True
 
     def __init__(self, round_s: float) -> None:
+        """Build the policy; the LP is solved again at most once per round of `round_s` seconds."""
         self.round_s = round_s
         self._key: frozenset[int] = frozenset()
         self._x: dict[int, dict[str, float]] = {}
@@ -68,6 +71,11 @@ class GavelPolicy:
     def allocate(
         self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
     ) -> dict[int, str]:
+        """Serve job and type pairs by how far each job lags behind its LP share; job_id -> type.
+
+        The LP is solved again when the set of active jobs has changed, at most once
+        per round; jobs not in the current solution get a small provisional share.
+        """
         key = frozenset(js.job.job_id for js in active)
         round_no = int(now // self.round_s)
         if key != self._key and (round_no > self._solved_round or not self._x):

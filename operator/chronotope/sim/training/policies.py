@@ -54,12 +54,15 @@ def _greedy(
 
 
 class FifoPolicy:
+    """First in, first out: non-preemptive, and the queue head blocks everyone behind it."""
+
     name = "fifo"
     preemptive = False
 
     def allocate(
         self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
     ) -> dict[int, str]:
+        """Keep running jobs; start the rest in arrival order, each on the first type with room."""
         free = dict(capacity)
         alloc: dict[int, str] = {}
         for js in active:
@@ -78,12 +81,16 @@ class FifoPolicy:
 
 
 class LasPolicy:
+    """Least attained service (Tiresias-style): preemptive by rounds, heterogeneity-agnostic."""
+
     name = "las"
     preemptive = True
 
     def allocate(
         self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
     ) -> dict[int, str]:
+        """Serve jobs by fewest GPU-seconds received; a job keeps its type while it has room."""
+
         def keep_or_any(js: JobState, free: dict[str, int]) -> str | None:
             # keep the current type when it still has room (lease renewal)
             if js.gpu_type and free[js.gpu_type] >= js.job.num_gpus:
@@ -95,12 +102,16 @@ class LasPolicy:
 
 
 class EdfPolicy:
+    """Earliest deadline first, each job on the fastest type with room (a deadline reference)."""
+
     name = "edf"
     preemptive = True
 
     def allocate(
         self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
     ) -> dict[int, str]:
+        """Serve by deadline, then jobs without one by arrival; each on its fastest free type."""
+
         def key(s: JobState) -> tuple[float, float, int]:
             d = s.job.deadline_s
             return (d if d is not None else float("inf"), s.job.arrival_s, s.job.job_id)

@@ -35,6 +35,7 @@ SUMMARY_COLUMNS = (
 
 
 def jcts_h(jobs: Sequence[Job], result: SimResult) -> list[float]:
+    """Each job's completion time (finish minus arrival), in hours, in the order of `jobs`."""
     return [(result.finish_s[j.job_id] - j.arrival_s) / 3600 for j in jobs]
 
 
@@ -81,6 +82,7 @@ def summary_row(
 
 
 def write_summary(rows: Sequence[Mapping[str, object]], path: Path) -> None:
+    """Write the summary rows to `path` as CSV with `SUMMARY_COLUMNS`."""
     with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS)
         writer.writeheader()
@@ -89,6 +91,7 @@ def write_summary(rows: Sequence[Mapping[str, object]], path: Path) -> None:
 
 
 def plot_jct_cdf(curves: Mapping[str, Sequence[float]], path: Path, title: str) -> None:
+    """Plot the CDF of each policy's job completion times (log time axis) to `path`."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -86,7 +86,7 @@ def read_philly_window(path: Path, start: str, end: str) -> list[TraceRow]:
 
 
 def load_gavel_speeds(path: Path, gpu_types: list[str]) -> dict[str, dict[str, float]]:
-    """job type -> GPU type -> isolated single-worker throughput relative to a V100."""
+    """Throughput per job type and GPU type, alone on one worker, relative to a V100."""
     raw = json.loads(path.read_text())
     speeds: dict[str, dict[str, float]] = {}
     for key, entry in raw[REFERENCE_TYPE].items():
