@@ -129,7 +129,8 @@ def test_competing_jobs_never_bind_a_partial_gang(
     assert "nothing fits now" in status["whyWaiting"]
     running = next(n for n, p in phases.items() if p == "Running")
     plan = _get(api, namespace, running)["status"]["plan"]
-    assert plan["workers"] == 2 and plan["totalGpus"] == 16
+    assert plan["workers"] == 2
+    assert plan["totalGpus"] == 16
     assert plan["gpuType"] in ("H100-SXM5-80GB", "A100-SXM4-80GB")
     # the faster type goes first
     assert "H100-SXM5-80GB" in {
@@ -142,7 +143,8 @@ def test_competing_jobs_never_bind_a_partial_gang(
 def _operator_metrics(cluster: KubeCluster) -> str:
     assert cluster.local is not None
     state = cluster.local.load_state()
-    assert state is not None and state.operator_metrics_port
+    assert state is not None
+    assert state.operator_metrics_port
     url = f"http://127.0.0.1:{state.operator_metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=5) as resp:
         return str(resp.read().decode())

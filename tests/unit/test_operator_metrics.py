@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from prometheus_client import generate_latest
 
 from chronotope.controllers.metrics import OperatorMetrics
@@ -34,7 +32,10 @@ def test_phases_and_waiting_demand() -> None:
 
 
 def test_jobs_not_reconciled_lately_drop_out() -> None:
-    m = OperatorMetrics(stale_after_s=0.05)
+    now = [100.0]
+    m = OperatorMetrics(stale_after_s=30.0, clock=lambda: now[0])
     m.observe_job(_job("gone", 1, 1, "T4"), {"phase": "Running"})
-    time.sleep(0.1)
+    now[0] += 29.0
+    assert 'chronotope_trainingjobs{phase="Running"} 1.0' in generate_latest(m.registry).decode()
+    now[0] += 2.0
     assert "chronotope_trainingjobs{" not in generate_latest(m.registry).decode()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -29,17 +29,18 @@ _WAITING = ("Waiting", "Pending", "Resizing")
 
 
 class _Jobs(Collector):
-    def __init__(self, stale_after_s: float) -> None:
+    def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._seen: dict[str, tuple[float, str, str, float]] = {}
         self._stale_after_s = stale_after_s
 
     def observe(self, key: str, phase: str, gpu_type: str, gpus: float) -> None:
         with self._lock:
-            self._seen[key] = (time.monotonic(), phase, gpu_type, gpus)
+            self._seen[key] = (self._clock(), phase, gpu_type, gpus)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
             self._seen = fresh
@@ -68,7 +69,9 @@ class _Jobs(Collector):
 class OperatorMetrics:
     """The operator's metrics on their own registry (tests may build several)."""
 
-    def __init__(self, stale_after_s: float = 30.0) -> None:
+    def __init__(
+        self, stale_after_s: float = 30.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """Build the metrics; a job not seen for `stale_after_s` seconds drops out of the gauges."""
         self.registry = CollectorRegistry()
         self.reconcile_seconds = Histogram(
@@ -84,7 +87,7 @@ class OperatorMetrics:
             ["reason"],
             registry=self.registry,
         )
-        self._jobs = _Jobs(stale_after_s)
+        self._jobs = _Jobs(stale_after_s, clock)
         self.registry.register(self._jobs)
 
     def observe_job(self, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:

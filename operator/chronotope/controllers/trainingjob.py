@@ -328,13 +328,14 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
         decision = run_gates(START_GATES, cycle, decision)
     elif decision.action is Action.WAIT:
         decision = _try_preempt(c, cycle, decision)
-    if decision.action is not Action.START:
+    why = decision.why
+    if why is not None:
         out.status = waiting_status(decision, c.now, c.generation)
-        if decision.reason != status.get("whyWaiting"):
-            impossible = decision.action is Action.IMPOSSIBLE
-            kind = "Warning" if impossible else "Normal"
-            reason = (decision.cause or "Unschedulable") if impossible else "Waiting"
-            out.events.append((kind, reason, decision.reason))
+        if why.message != status.get("whyWaiting"):
+            if why.unresolvable:
+                out.events.append(("Warning", why.code, why.message))
+            else:
+                out.events.append(("Normal", "Waiting", why.message))
         return out
     degrees = decision.degrees or choose_degrees(
         c.spec.parallelism, decision.workers, decision.gpus_per_worker

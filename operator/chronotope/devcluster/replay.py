@@ -17,7 +17,10 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chronotope.solver.model import ClusterSnapshot
 
 __all__ = ["add_parser"]
 
@@ -43,18 +46,10 @@ def add_parser(sub: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
 
-    from chronotope.devcluster.cluster import LocalCluster
-    from chronotope.devcluster.settings import ClusterSettings
-    from chronotope.kube.client import api_client
-    from chronotope.kube.nodes import wait_nodes_untainted
-    from chronotope.kube.replay import ensure_namespace, place_one
-    from chronotope.sim.cli import SUMMARY_COLUMNS
     from chronotope.sim.openb import load_nodes, load_pods, trace_name
     from chronotope.sim.replay import (
         arrivals_of,
-        cluster_spec,
         pod_manifest,
         score,
         tie_order,
@@ -83,6 +78,37 @@ def _handle(args: argparse.Namespace) -> int:
         "--tie-order",
         str(order_file.resolve()),
     )
+    placed = _submit(args, snapshot, manifests, extender_args)
+    write_placements(args.out / "placements.csv", arrivals, placed)
+    result = score(
+        snapshot, pods, args.seed, placed, tune_ratio=args.tune_ratio, policy=args.policy
+    )
+    row = summary_row(trace_name(args.pods), args.policy, args.seed, result)
+    row["placed_pods"] = sum(p is not None for p in placed)
+    _write_summary(args.out / "summary.csv", row)
+    print(
+        f"{row['placed_pods']} of {len(arrivals)} pods placed; "
+        f"GPU allocation {row['gpu_alloc_pct_final']} %; written to {args.out}"
+    )
+    return 0
+
+
+def _submit(
+    args: argparse.Namespace,
+    snapshot: ClusterSnapshot,
+    manifests: list[dict[str, Any]],
+    extender_args: tuple[str, ...],
+) -> list[tuple[str, tuple[int, ...]] | None]:
+    """Submit the manifests one at a time to `$KUBECONFIG`'s cluster or a local one."""
+    from tqdm import tqdm
+
+    from chronotope.devcluster.cluster import LocalCluster
+    from chronotope.devcluster.settings import ClusterSettings
+    from chronotope.kube.client import api_client
+    from chronotope.kube.nodes import wait_nodes_untainted
+    from chronotope.kube.replay import ensure_namespace, place_one
+    from chronotope.sim.replay import cluster_spec
+
     cluster = None
     kubeconfig = os.environ.get("KUBECONFIG")
     if kubeconfig:
@@ -110,18 +136,13 @@ def _handle(args: argparse.Namespace) -> int:
     finally:
         if cluster is not None and not args.keep:
             cluster.down()
-    write_placements(args.out / "placements.csv", arrivals, placed)
-    result = score(
-        snapshot, pods, args.seed, placed, tune_ratio=args.tune_ratio, policy=args.policy
-    )
-    row = summary_row(trace_name(args.pods), args.policy, args.seed, result)
-    row["placed_pods"] = sum(p is not None for p in placed)
-    with (args.out / "summary.csv").open("w", newline="") as fh:
+    return placed
+
+
+def _write_summary(path: Path, row: dict[str, Any]) -> None:
+    from chronotope.sim.cli import SUMMARY_COLUMNS
+
+    with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=[*SUMMARY_COLUMNS, "placed_pods"])
         writer.writeheader()
         writer.writerow(row)
-    print(
-        f"{row['placed_pods']} of {len(arrivals)} pods placed; "
-        f"GPU allocation {row['gpu_alloc_pct_final']} %; written to {args.out}"
-    )
-    return 0

@@ -25,8 +25,8 @@ from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
-from chronotope.solver.cache import ClusterCache, NoFit
-from chronotope.solver.model import PodRequest
+from chronotope.solver.cache import ClusterCache
+from chronotope.solver.model import PodRequest, Reason
 
 __all__ = [
     "GANG_LABEL",
@@ -43,6 +43,8 @@ Strategy = PlacementStrategy
 
 @dataclass(frozen=True)
 class Gang:
+    """A gang as its pods declare it: `namespace/name` key, member count, strategy."""
+
     key: str
     size: int
     strategy: Strategy
@@ -92,6 +94,8 @@ class Reservation:
 
 @dataclass
 class GangBook:
+    """Each gang's reservation and bound members; a reservation lives `ttl_s` seconds."""
+
     ttl_s: float = 120.0
     reservations: dict[str, Reservation] = field(default_factory=dict)
     members_bound: dict[str, set[str]] = field(default_factory=dict)
@@ -115,7 +119,7 @@ class GangBook:
         res = Reservation(gang, [], expires_at=now + self.ttl_s)
         for i in range(needed):
             node = self._pick(cache, res, req, candidates)
-            if node is None or isinstance(cache.assume(res.slot_key(i), node, req, now), NoFit):
+            if node is None or isinstance(cache.assume(res.slot_key(i), node, req, now), Reason):
                 self._release(cache, res)
                 return (
                     f"gang {gang.key} ({gang.strategy.value}) needs {needed} member(s) with "
@@ -130,7 +134,7 @@ class GangBook:
         self, cache: ClusterCache, res: Reservation, req: PodRequest, candidates: list[str]
     ) -> str | None:
         used = set(res.slots)
-        fitting = [n for n in candidates if not isinstance(cache.fit(n, req), NoFit)]
+        fitting = [n for n in candidates if not isinstance(cache.fit(n, req), Reason)]
         strategy = res.gang.strategy
         if strategy is Strategy.STRICT_SPREAD:
             fitting = [n for n in fitting if n not in used]
@@ -167,10 +171,11 @@ class GangBook:
         if res is None or pod_key not in res.claimed:
             return
         slot = res.claimed.pop(pod_key)
-        if not isinstance(cache.assume(res.slot_key(slot), res.slots[slot], req, now), NoFit):
+        if not isinstance(cache.assume(res.slot_key(slot), res.slots[slot], req, now), Reason):
             cache.confirm(res.slot_key(slot))
 
     def bound(self, gang: Gang, pod_key: str) -> None:
+        """Record a bound member; the reservation ends once bound members claim every slot."""
         self.members_bound.setdefault(gang.key, set()).add(pod_key)
         res = self.reservations.get(gang.key)
         if (
@@ -181,12 +186,14 @@ class GangBook:
             del self.reservations[gang.key]
 
     def forget_member(self, cache: ClusterCache, gang: Gang, pod_key: str) -> None:
+        """A member left: it no longer counts as bound, and its slot is open to another."""
         self.members_bound.get(gang.key, set()).discard(pod_key)
         res = self.reservations.get(gang.key)
         if res is not None:
             res.claimed.pop(pod_key, None)
 
     def expire(self, cache: ClusterCache, now: float) -> list[str]:
+        """End reservations past their time, releasing unclaimed slots; returns the gang keys."""
         stale = [k for k, r in self.reservations.items() if r.expires_at <= now]
         for key in stale:
             self._release(cache, self.reservations.pop(key))

@@ -32,9 +32,9 @@ from typing import Any
 from chronotope.extender.gang import Gang, GangBook, gang_of
 from chronotope.sharing.assignment import BindRequest, GpuAssignment, gpu_uuid, new_handshake
 from chronotope.sharing.labels import DONE_PHASES
-from chronotope.solver.cache import ClusterCache, NoFit
+from chronotope.solver.cache import ClusterCache
 from chronotope.solver.fragpack import Chronotope
-from chronotope.solver.model import MILLI, Placement, PodRequest
+from chronotope.solver.model import MILLI, Placement, PodRequest, Reason
 from chronotope.solver.policies import Policy
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 from chronotope.workloads.podreq import (
@@ -59,6 +59,12 @@ not block (the CLI hands it to a worker thread)."""
 
 @dataclass(frozen=True)
 class FilterOutcome:
+    """One filter answer: the nodes that pass, and why each other node fails.
+
+    `failed` may clear (GPUs busy now), `unresolvable` will not; `error`, when set,
+    fails the whole call.
+    """
+
     passed: list[str]
     failed: dict[str, str]
     unresolvable: dict[str, str]
@@ -71,6 +77,8 @@ def _no_event(key: str, reason: str, message: str) -> None:
 
 @dataclass
 class ExtenderService:
+    """Answers kube-scheduler's filter, prioritize and bind calls; see the module docstring."""
+
     bind_fn: BindFn
     fetch_pod: PodFetchFn
     cache: ClusterCache = field(default_factory=ClusterCache)
@@ -87,6 +95,13 @@ class ExtenderService:
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
+        """Pass the pod's chosen (and assumed) node, or its gang's slots; say why others fail.
+
+        A pod the batch planner placed tries its planned node and GPUs first; a gang
+        member passes only where its gang holds a slot (the first member reserves them
+        all); otherwise the policy chooses among `node_names`. An invalid pod request
+        fails every node as unresolvable.
+        """
         key = pod_key(pod)
         try:
             req = pod_request(pod)
@@ -116,7 +131,7 @@ class ExtenderService:
         return self._outcome(key, req, placed)
 
     def _outcome(
-        self, key: str, req: PodRequest, placed: Placement | dict[str, NoFit]
+        self, key: str, req: PodRequest, placed: Placement | dict[str, Reason]
     ) -> FilterOutcome:
         if isinstance(placed, Placement):
             self._chosen[key] = placed.node
@@ -138,7 +153,7 @@ class ExtenderService:
             why = f"kube-scheduler ruled out the planned node {plan.node}"
         else:
             choice = self.cache.assume(key, plan.node, req, now, plan.gpus)
-            if not isinstance(choice, NoFit):
+            if not isinstance(choice, Reason):
                 self._chosen[key] = plan.node
                 return FilterOutcome([plan.node], {}, {})
             why = f"planned node {plan.node} no longer fits: {choice.message}"
@@ -227,22 +242,24 @@ class ExtenderService:
             return f"gang {gang.key} holds no slot on {node}"
         plan = self._plans.get(key)
         if plan is not None and plan.node == node and plan.gpus is not None:
-            choice: tuple[int, ...] | NoFit = self.cache.assume(key, node, req, now, plan.gpus)
+            choice: tuple[int, ...] | Reason = self.cache.assume(key, node, req, now, plan.gpus)
         else:  # no assumption (a gang member, a restart since filter): the policy's GPUs there
             placed = self.cache.place(key, req, [node], self.policy, now)
             choice = placed.gpu_indices if isinstance(placed, Placement) else placed[node]
-        if isinstance(choice, NoFit):
+        if isinstance(choice, Reason):
             return f"node {node} can no longer take {key}: {choice.message}"
         self.cache.binding(key)
         return choice
 
     def runs_plugin(self, node: str) -> bool:
+        """Whether the cache knows `node` to run Chronotope's device plugin (the binder asks)."""
         with self._lock:
             entry = self.cache.nodes.get(node)
             return entry is not None and entry.device_plugin
 
     # ------------------------------------------------------------------ cache feed
     def on_node(self, event: str, node: Mapping[str, Any]) -> None:
+        """Apply one node watch event: DELETED removes the node, any other adds or updates it."""
         meta = node.get("metadata", {})
         with self._lock:
             if event == "DELETED":
@@ -251,6 +268,7 @@ class ExtenderService:
             self.cache.upsert_node(node_info(node))
 
     def sync_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
+        """Match a full node list: drop nodes not in it, add or update the rest."""
         with self._lock:
             present = {n["metadata"]["name"] for n in nodes}
             for name in list(self.cache.nodes):
@@ -260,6 +278,12 @@ class ExtenderService:
                 self.on_node("ADDED", node)
 
     def on_pod(self, event: str, pod: Mapping[str, Any]) -> None:
+        """Apply one pod watch event.
+
+        A deleted or finished pod is forgotten: its holding, gang membership and
+        what its filter left. A pod on a node is recorded as bound there, and as a
+        bound member of its gang; a pod not yet on a node changes nothing.
+        """
         key = pod_key(pod)
         status = pod.get("status") or {}
         spec = pod.get("spec") or {}
@@ -289,6 +313,10 @@ class ExtenderService:
                 self.gangs.bound(gang, key)
 
     def sync_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        """Match a full pod list: forget bound pods not in it, then apply each as ADDED.
+
+        Assumptions and gang slots are not pods and are kept.
+        """
         with self._lock:
             present = {pod_key(p) for p in pods}
             for key, holding in list(self.cache.holdings.items()):
@@ -309,7 +337,7 @@ def _assignment(node: str, gpus: tuple[int, ...], req: PodRequest) -> GpuAssignm
     )
 
 
-def _summarise(reasons: Mapping[str, NoFit]) -> str:
+def _summarise(reasons: Mapping[str, Reason]) -> str:
     counts: dict[str, int] = {}
     for why in reasons.values():
         counts[why.message] = counts.get(why.message, 0) + 1

@@ -28,7 +28,7 @@ offered, the best predicted throughput never drops when GPUs are added.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
@@ -194,6 +194,31 @@ def _allowed(values: Collection[int], value: int) -> bool:
     return not values or value in values
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """What the caller allows: GPU count bounds, a GPU multiple and allowed degrees."""
+
+    min_gpus: int
+    max_gpus: int | None
+    gpu_multiple: int
+    tensor_degrees: Collection[int]
+    pipeline_degrees: Collection[int]
+    data_degrees: Collection[int]
+
+
+@dataclass
+class _Best:
+    """The best plan so far and what the search saw."""
+
+    plan: ElasticPlan | None = None
+    key: tuple[float, ...] = ()
+    checked: int = 0
+
+    def offer(self, plan: ElasticPlan, key: tuple[float, ...]) -> None:
+        if self.plan is None or key > self.key:
+            self.plan, self.key = plan, key
+
+
 def plan_elastic(
     profile: ModelProfile,
     available: Sequence[Node],
@@ -211,13 +236,13 @@ def plan_elastic(
 
     `available` are nodes of the one cluster model (`solver.model.Node`); a node's
     GPU memory is its first GPU's (nodes carry one model).
-
     `gpu_multiple`: the total GPU count must be a multiple of it (whole workers).
     `*_degrees`: allowed degrees (empty: any), e.g. tensor degrees that divide a
     worker's GPUs, so tensor parallelism stays inside one worker.
     """
-    cfg = profile.config
-    gbs = cfg.global_batch_size
+    limits = _Limits(
+        min_gpus, max_gpus, gpu_multiple, tensor_degrees, pipeline_degrees, data_degrees
+    )
     reasons: list[str] = []
     offers = [_Offer.of(n) for n in available]
     by_type: dict[str, list[_Offer]] = {}
@@ -226,104 +251,175 @@ def plan_elastic(
             by_type.setdefault(offer.gpu_type, []).append(offer)
     if not by_type:
         return PlanResult(plan=None, reasons=("no GPUs are available",))
-    best: ElasticPlan | None = None
-    best_key: tuple[float, ...] = ()
-    checked = 0
+    best = _Best()
     for gpu_type in sorted(by_type):
-        nodes = by_type[gpu_type]
-        gprof = profile.gpus.get(gpu_type)
-        if gprof is None:
-            reasons.append(f"{cfg.model} has no profile for GPU type {gpu_type}")
-            continue
-        mem_limit = min(n.memory_bytes for n in nodes) - settings.memory_overhead_bytes
-        price = settings.prices_per_gpu_hour.get(gpu_type)
-        best_mem_need: int | None = None
-        for microbatch, tp in gprof.options():
-            times = gprof.times(microbatch, tp)
-            if times is None or tp > max(n.gpus for n in nodes) or not _allowed(tensor_degrees, tp):
-                continue
-            groups = sum(n.gpus // tp for n in nodes)
-            max_pp = min(groups, len(times), settings.max_pipeline_degree)
-            for pp in range(1, max_pp + 1):
-                if not _allowed(pipeline_degrees, pp):
-                    continue
-                bounds = partition_layers([t.fwd + t.bwd for t in times], pp)
-                for dp in range(1, groups // pp + 1):
-                    gpus = dp * pp * tp
-                    if (
-                        gbs % (dp * microbatch)
-                        or gpus < min_gpus
-                        or gpus % gpu_multiple
-                        or not _allowed(data_degrees, dp)
-                    ):
-                        continue
-                    if max_gpus is not None and gpus > max_gpus:
-                        break
-                    m = gbs // (dp * microbatch)
-                    compute, update, grads, memory = _stage_costs(
-                        profile,
-                        times=times,
-                        bounds=bounds,
-                        microbatch=microbatch,
-                        tp=tp,
-                        pp=pp,
-                        m=m,
-                    )
-                    checked += 1
-                    need = max(memory)
-                    if best_mem_need is None or need < best_mem_need:
-                        best_mem_need = need
-                    if need > mem_limit:
-                        continue
-                    placement = _place_groups(nodes, tp, dp * pp)
-                    if placement is None:
-                        continue
-                    bw = {
-                        "intra-node": settings.intra_node_bw,
-                        "inter-node": settings.inter_node_bw,
-                        "cross-zone": settings.cross_zone_bw,
-                    }[placement.link]
-                    p2p = 2 * cfg.boundary_activation_bytes(microbatch) / tp / bw if pp > 1 else 0.0
-                    stage_t = [c + p2p for c in compute]
-                    t_pipe = sum(stage_t) + (m - 1) * max(stage_t)
-                    t_ar = max(2 * (dp - 1) / dp * g / bw for g in grads) if dp > 1 else 0.0
-                    iteration = t_pipe + t_ar + max(update)
-                    thr = gbs / iteration
-                    per_dollar = thr * 3600 / (gpus * price) if price else 0.0
-                    score = thr if objective == "throughput" else per_dollar
-                    key = (score, -gpus, -pp, -tp)
-                    if best is None or key > best_key:
-                        sizes = [bounds[0]] + [b - a for a, b in pairwise(bounds)]
-                        best_key = key
-                        best = ElasticPlan(
-                            gpu_type=gpu_type,
-                            gpus=gpus,
-                            dp=dp,
-                            tp=tp,
-                            pp=pp,
-                            microbatch=microbatch,
-                            num_microbatches=m,
-                            stage_layers=tuple(sizes),
-                            nodes=placement.nodes,
-                            link=placement.link,
-                            iteration_s=iteration,
-                            throughput_samples_s=thr,
-                            samples_per_dollar=per_dollar,
-                            memory_per_gpu_bytes=need,
-                            memory_limit_bytes=mem_limit,
-                        )
-        if objective == "throughput_per_dollar" and price is None:
-            reasons.append(f"no price for GPU type {gpu_type}; its plans score 0 per dollar")
-        if best_mem_need is not None and best_mem_need > mem_limit:
-            reasons.append(
-                f"{cfg.model} needs at least {best_mem_need / GIB:.1f} GiB per {gpu_type} GPU "
-                f"with the GPUs offered, but only {mem_limit / GIB:.1f} GiB is usable"
-            )
-    if best is None:
+        reasons += _search_type(
+            profile,
+            gpu_type,
+            by_type[gpu_type],
+            settings=settings,
+            objective=objective,
+            limits=limits,
+            best=best,
+        )
+    if best.plan is None:
         total = sum(n.gpus for n in offers)
         if min_gpus > total:
             reasons.append(f"job needs at least {min_gpus} GPUs but only {total} are available")
         if not reasons:
             reasons.append("no data/tensor/pipeline split divides the global batch on these GPUs")
-        return PlanResult(plan=None, reasons=tuple(reasons), candidates_checked=checked)
-    return PlanResult(plan=best, reasons=tuple(reasons), candidates_checked=checked)
+        return PlanResult(plan=None, reasons=tuple(reasons), candidates_checked=best.checked)
+    return PlanResult(plan=best.plan, reasons=tuple(reasons), candidates_checked=best.checked)
+
+
+def _search_type(
+    profile: ModelProfile,
+    gpu_type: str,
+    nodes: list[_Offer],
+    *,
+    settings: PlannerSettings,
+    objective: Objective,
+    limits: _Limits,
+    best: _Best,
+) -> list[str]:
+    """Offer `best` every configuration on one GPU type; returns why the type falls short."""
+    cfg = profile.config
+    gprof = profile.gpus.get(gpu_type)
+    if gprof is None:
+        return [f"{cfg.model} has no profile for GPU type {gpu_type}"]
+    reasons: list[str] = []
+    mem_limit = min(n.memory_bytes for n in nodes) - settings.memory_overhead_bytes
+    price = settings.prices_per_gpu_hour.get(gpu_type)
+    best_mem_need: int | None = None
+    for microbatch, tp, pp, dp, times, bounds in _shapes(
+        profile, gpu_type, nodes, settings, limits
+    ):
+        best.checked += 1
+        need, plan = _configuration(
+            profile,
+            gpu_type=gpu_type,
+            nodes=nodes,
+            settings=settings,
+            shape=(microbatch, tp, pp, dp),
+            times=times,
+            bounds=bounds,
+            mem_limit=mem_limit,
+            price=price,
+        )
+        if best_mem_need is None or need < best_mem_need:
+            best_mem_need = need
+        if plan is not None:
+            score = (
+                plan.throughput_samples_s if objective == "throughput" else plan.samples_per_dollar
+            )
+            best.offer(plan, (score, -plan.gpus, -pp, -tp))
+    if objective == "throughput_per_dollar" and price is None:
+        reasons.append(f"no price for GPU type {gpu_type}; its plans score 0 per dollar")
+    if best_mem_need is not None and best_mem_need > mem_limit:
+        reasons.append(
+            f"{cfg.model} needs at least {best_mem_need / GIB:.1f} GiB per {gpu_type} GPU "
+            f"with the GPUs offered, but only {mem_limit / GIB:.1f} GiB is usable"
+        )
+    return reasons
+
+
+def _shapes(
+    profile: ModelProfile,
+    gpu_type: str,
+    nodes: list[_Offer],
+    settings: PlannerSettings,
+    limits: _Limits,
+) -> Iterator[tuple[int, int, int, int, tuple[LayerTimes, ...], list[int]]]:
+    """Every (microbatch, TP, PP, DP) the profile, the nodes and the limits allow.
+
+    In search order, with the layer times and the pipeline stage bounds.
+    """
+    gprof = profile.gpus[gpu_type]
+    for microbatch, tp in gprof.options():
+        times = gprof.times(microbatch, tp)
+        if times is None or tp > max(n.gpus for n in nodes):
+            continue
+        if not _allowed(limits.tensor_degrees, tp):
+            continue
+        groups = sum(n.gpus // tp for n in nodes)
+        max_pp = min(groups, len(times), settings.max_pipeline_degree)
+        for pp in range(1, max_pp + 1):
+            if not _allowed(limits.pipeline_degrees, pp):
+                continue
+            bounds = partition_layers([t.fwd + t.bwd for t in times], pp)
+            for dp in range(1, groups // pp + 1):
+                gpus = dp * pp * tp
+                if not _fits_limits(profile.config.global_batch_size, dp, microbatch, gpus, limits):
+                    continue
+                if limits.max_gpus is not None and gpus > limits.max_gpus:
+                    break
+                yield microbatch, tp, pp, dp, times, bounds
+
+
+def _fits_limits(gbs: int, dp: int, microbatch: int, gpus: int, limits: _Limits) -> bool:
+    """The global batch divides into dp x microbatch, and the GPU count is allowed."""
+    return not (
+        gbs % (dp * microbatch)
+        or gpus < limits.min_gpus
+        or gpus % limits.gpu_multiple
+        or not _allowed(limits.data_degrees, dp)
+    )
+
+
+def _configuration(
+    profile: ModelProfile,
+    *,
+    gpu_type: str,
+    nodes: list[_Offer],
+    settings: PlannerSettings,
+    shape: tuple[int, int, int, int],
+    times: tuple[LayerTimes, ...],
+    bounds: Sequence[int],
+    mem_limit: int,
+    price: float | None,
+) -> tuple[int, ElasticPlan | None]:
+    """The memory one configuration needs per GPU, and its plan when it fits and places."""
+    microbatch, tp, pp, dp = shape
+    cfg = profile.config
+    gbs = cfg.global_batch_size
+    gpus = dp * pp * tp
+    m = gbs // (dp * microbatch)
+    compute, update, grads, memory = _stage_costs(
+        profile, times=times, bounds=bounds, microbatch=microbatch, tp=tp, pp=pp, m=m
+    )
+    need = max(memory)
+    if need > mem_limit:
+        return need, None
+    placement = _place_groups(nodes, tp, dp * pp)
+    if placement is None:
+        return need, None
+    bw = {
+        "intra-node": settings.intra_node_bw,
+        "inter-node": settings.inter_node_bw,
+        "cross-zone": settings.cross_zone_bw,
+    }[placement.link]
+    p2p = 2 * cfg.boundary_activation_bytes(microbatch) / tp / bw if pp > 1 else 0.0
+    stage_t = [c + p2p for c in compute]
+    t_pipe = sum(stage_t) + (m - 1) * max(stage_t)
+    t_ar = max(2 * (dp - 1) / dp * g / bw for g in grads) if dp > 1 else 0.0
+    iteration = t_pipe + t_ar + max(update)
+    thr = gbs / iteration
+    per_dollar = thr * 3600 / (gpus * price) if price else 0.0
+    sizes = [bounds[0]] + [b - a for a, b in pairwise(bounds)]
+    return need, ElasticPlan(
+        gpu_type=gpu_type,
+        gpus=gpus,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        microbatch=microbatch,
+        num_microbatches=m,
+        stage_layers=tuple(sizes),
+        nodes=placement.nodes,
+        link=placement.link,
+        iteration_s=iteration,
+        throughput_samples_s=thr,
+        samples_per_dollar=per_dollar,
+        memory_per_gpu_bytes=need,
+        memory_limit_bytes=mem_limit,
+    )

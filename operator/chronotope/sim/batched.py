@@ -33,7 +33,7 @@ Series are recorded per arrival after the window is enacted, in arrival order.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,7 +62,8 @@ def _candidates(ctx: Context, pod: PodSpec, first: int | None, limit: int) -> li
     cand = ctx.state.feasible(pod)
     if len(cand) == 0:
         return []
-    assert ctx.frag is not None and ctx.rank is not None
+    assert ctx.frag is not None
+    assert ctx.rank is not None
     k_idx, _, after = frag_after(ctx, pod, cand)
     nodes = cand[k_idx]
     growth = after - ctx.frag.node_frag[nodes]
@@ -74,6 +75,116 @@ def _candidates(ctx: Context, pod: PodSpec, first: int | None, limit: int) -> li
         if len(out) >= limit:
             break
     return out
+
+
+@dataclass
+class _Window:
+    """The CP-SAT model of one window: variables and what they take."""
+
+    m: Any
+    on: dict[tuple[int, int], Any] = field(default_factory=dict)
+    gpu: dict[tuple[int, int, int], Any] = field(default_factory=dict)
+    gpus_of: dict[tuple[int, int], list[tuple[int, Any]]] = field(default_factory=dict)
+    """(pod, node) -> its share's GPU variables there, for reading the solution."""
+    cpu_use: dict[int, list[tuple[int, Any]]] = field(default_factory=dict)
+    mem_use: dict[int, list[tuple[int, Any]]] = field(default_factory=dict)
+    whole_use: dict[int, list[tuple[int, Any]]] = field(default_factory=dict)
+    share_use: dict[tuple[int, int], list[tuple[int, Any]]] = field(default_factory=dict)
+    objective: list[tuple[int, Any]] = field(default_factory=list)
+
+    def add_pod(
+        self,
+        st: ClusterState,
+        j: int,
+        pod: PodSpec,
+        *,
+        nodes: list[int],
+        online: Choice | None,
+        w: int,
+    ) -> None:
+        """Pod `j` on one of `nodes` (or unplaced); `w` weighs placing it over agreement."""
+        m = self.m
+        first = None if online is None else online[0]
+        ys = []
+        for node in nodes:
+            y = m.new_bool_var(f"on[{j}|{st.names[node]}]")
+            self.on[j, node] = y
+            ys.append(y)
+            self.cpu_use.setdefault(node, []).append((pod.cpu, y))
+            self.mem_use.setdefault(node, []).append((pod.mem, y))
+            if pod.is_share:
+                zs = []
+                for fit in np.flatnonzero(st.gpu_left[node] >= pod.milli):
+                    z = m.new_bool_var(f"gpu[{j}|{st.names[node]}|{fit}]")
+                    self.gpu[j, node, int(fit)] = z
+                    self.gpus_of.setdefault((j, node), []).append((int(fit), z))
+                    self.share_use.setdefault((node, int(fit)), []).append((pod.milli, z))
+                    zs.append(z)
+                m.add(sum(zs) == y)
+            elif pod.milli > 0:
+                self.whole_use.setdefault(node, []).append((pod.num_gpus, y))
+            if first == node:
+                # Agreement with the online choice: its node, and for a share its GPU.
+                same = self.gpu[j, node, online[1][0]] if pod.is_share and online else y
+                self.objective.append((1, same))
+        if not ys:
+            return
+        p = m.new_bool_var(f"placed[{j}]")
+        m.add(sum(ys) == p)
+        self.objective.append((pod.total_milli * w + 1, p))
+
+    def add_capacity(self, st: ClusterState) -> None:
+        """Node CPU and memory, GPU shares, whole GPUs with the ones shares open."""
+        m = self.m
+        for node, uses in self.cpu_use.items():
+            m.add(sum(c * y for c, y in uses) <= int(st.cpu_left[node]))
+            m.add(sum(c * y for c, y in self.mem_use[node]) <= int(st.mem_left[node]))
+        opened: dict[int, list[Any]] = {}
+        for (node, gi), uses in self.share_use.items():
+            left = int(st.gpu_left[node, gi])
+            if left == MILLI and node in self.whole_use:
+                o = m.new_bool_var(f"opened[{st.names[node]}|{gi}]")
+                m.add(sum(s * z for s, z in uses) <= MILLI * o)
+                opened.setdefault(node, []).append(o)
+            else:
+                m.add(sum(s * z for s, z in uses) <= left)
+        for node, uses in self.whole_use.items():
+            free = int(st.full_free[node])
+            m.add(sum(k * y for k, y in uses) + sum(opened.get(node, [])) <= free)
+
+    def add_hint(self, hint: Sequence[Choice | None]) -> None:
+        """The online placement as the solver's starting point."""
+        for (j, node), y in self.on.items():
+            choice = hint[j]
+            self.m.add_hint(y, int(choice is not None and choice[0] == node))
+        for (j, node, g), z in self.gpu.items():
+            choice = hint[j]
+            self.m.add_hint(z, int(choice is not None and choice[0] == node and g in choice[1]))
+
+    def read(self, st: ClusterState, pods: Sequence[PodSpec], value: Any) -> list[Choice | None]:
+        """The solution's choices; whole-GPU pods take fully free GPUs no share opened."""
+        out: list[Choice | None] = [None] * len(pods)
+        for (j, node), y in self.on.items():
+            if value(y):
+                gpus = tuple(g for g, z in self.gpus_of.get((j, node), ()) if value(z))
+                out[j] = (node, gpus)
+        taken: dict[int, set[int]] = {}
+        for choice in out:
+            if choice is not None and choice[1]:
+                taken.setdefault(choice[0], set()).update(choice[1])
+        for j, pod in enumerate(pods):
+            choice = out[j]
+            if choice is None or pod.is_share or pod.milli == 0:
+                continue
+            node = choice[0]
+            busy = taken.setdefault(node, set())
+            free = [
+                int(g) for g in np.flatnonzero(st.gpu_left[node] == MILLI) if int(g) not in busy
+            ]
+            picked = tuple(free[: pod.num_gpus])
+            out[j] = (node, picked)
+            busy.update(picked)
+        return out
 
 
 def solve_window(
@@ -89,97 +200,25 @@ def solve_window(
     from ortools.sat.python import cp_model
 
     st: ClusterState = ctx.state
-    m = cp_model.CpModel()
-    on: dict[tuple[int, int], Any] = {}
-    gpu: dict[tuple[int, int, int], Any] = {}
-    gpus_of: dict[tuple[int, int], list[tuple[int, Any]]] = {}
-    """(pod, node) -> its share's GPU variables there, for reading the solution."""
-    cpu_use: dict[int, list[tuple[int, Any]]] = {}
-    mem_use: dict[int, list[tuple[int, Any]]] = {}
-    whole_use: dict[int, list[tuple[int, Any]]] = {}
-    share_use: dict[tuple[int, int], list[tuple[int, Any]]] = {}
-    objective: list[tuple[int, Any]] = []
+    win = _Window(cp_model.CpModel())
     secondary = 2 * len(pods) + 1
     for j, pod in enumerate(pods):
         online = hint[j]
         first = None if online is None else online[0]
         nodes = _candidates(ctx, pod, first, candidates)
-        ys = []
-        for node in nodes:
-            y = m.new_bool_var(f"on[{j}|{st.names[node]}]")
-            on[j, node] = y
-            ys.append(y)
-            cpu_use.setdefault(node, []).append((pod.cpu, y))
-            mem_use.setdefault(node, []).append((pod.mem, y))
-            if pod.is_share:
-                zs = []
-                for fit in np.flatnonzero(st.gpu_left[node] >= pod.milli):
-                    z = m.new_bool_var(f"gpu[{j}|{st.names[node]}|{fit}]")
-                    gpu[j, node, int(fit)] = z
-                    gpus_of.setdefault((j, node), []).append((int(fit), z))
-                    share_use.setdefault((node, int(fit)), []).append((pod.milli, z))
-                    zs.append(z)
-                m.add(sum(zs) == y)
-            elif pod.milli > 0:
-                whole_use.setdefault(node, []).append((pod.num_gpus, y))
-            if first == node:
-                # Agreement with the online choice: its node, and for a share its GPU.
-                same = gpu[j, node, online[1][0]] if pod.is_share and online else y
-                objective.append((1, same))
-        if not ys:
-            continue
-        p = m.new_bool_var(f"placed[{j}]")
-        m.add(sum(ys) == p)
-        objective.append((pod.total_milli * secondary + 1, p))
-    for node, uses in cpu_use.items():
-        m.add(sum(c * y for c, y in uses) <= int(st.cpu_left[node]))
-        m.add(sum(c * y for c, y in mem_use[node]) <= int(st.mem_left[node]))
-    opened: dict[int, list[Any]] = {}
-    for (node, gi), uses in share_use.items():
-        left = int(st.gpu_left[node, gi])
-        if left == MILLI and node in whole_use:
-            o = m.new_bool_var(f"opened[{st.names[node]}|{gi}]")
-            m.add(sum(s * z for s, z in uses) <= MILLI * o)
-            opened.setdefault(node, []).append(o)
-        else:
-            m.add(sum(s * z for s, z in uses) <= left)
-    for node, uses in whole_use.items():
-        m.add(sum(k * y for k, y in uses) + sum(opened.get(node, [])) <= int(st.full_free[node]))
-    m.maximize(sum(c * v for c, v in objective))
-    for (j, node), y in on.items():
-        choice = hint[j]
-        m.add_hint(y, int(choice is not None and choice[0] == node))
-    for (j, node, g), z in gpu.items():
-        choice = hint[j]
-        m.add_hint(z, int(choice is not None and choice[0] == node and g in choice[1]))
+        win.add_pod(st, j, pod, nodes=nodes, online=online, w=secondary)
+    win.add_capacity(st)
+    win.m.maximize(sum(c * v for c, v in win.objective))
+    win.add_hint(hint)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
-    status = solver.solve(m)
+    status = solver.solve(win.m)
     name = solver.status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return list(hint), name
-    out: list[Choice | None] = [None] * len(pods)
-    for (j, node), y in on.items():
-        if solver.value(y):
-            gpus = tuple(g for g, z in gpus_of.get((j, node), ()) if solver.value(z))
-            out[j] = (node, gpus)
-    # Whole-GPU pods take fully free GPUs that no share of the window opened.
-    taken: dict[int, set[int]] = {}
-    for choice in out:
-        if choice is not None and choice[1]:
-            taken.setdefault(choice[0], set()).update(choice[1])
-    for j, pod in enumerate(pods):
-        choice = out[j]
-        if choice is None or pod.is_share or pod.milli == 0:
-            continue
-        node = choice[0]
-        busy = taken.setdefault(node, set())
-        free = [int(g) for g in np.flatnonzero(st.gpu_left[node] == MILLI) if int(g) not in busy]
-        out[j] = (node, tuple(free[: pod.num_gpus]))
-        busy.update(out[j][1])  # type: ignore[index]
-    return out, name
+    return win.read(st, pods, solver.value), name
 
 
 def simulate_batched(

@@ -194,7 +194,8 @@ def _write_curves(path: Path, results: list[dict[str, object]]) -> None:
         for res in results:
             row = res["row"]
             curve = res["curve"]
-            assert isinstance(row, dict) and isinstance(curve, list)
+            assert isinstance(row, dict)
+            assert isinstance(curve, list)
             writer.writerow(
                 [row["trace"], row["policy"], row["seed"], *(round(c, 3) for c in curve)]
             )

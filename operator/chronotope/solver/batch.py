@@ -481,12 +481,60 @@ def _not_placed(
             continue
         reasons = list(c.early.get(w.name, [])) or node_reasons(c.snapshot, w.pod)
         if not reasons:
-            reasons = [Reason(code="OutbidInWindow", message=outbid)]
+            gang = _gang_reason(c.snapshot, w)
+            reasons = [gang or Reason(code="OutbidInWindow", message=outbid)]
         unplaced.append(Unplaced(name=w.name, reasons=tuple(reasons)))
         victims = tuple(v.name for v in c.running if v.preemptible and v.priority < w.priority)
         if victims:
             candidates[w.name] = victims
     return unplaced, candidates
+
+
+def _members_that_fit(node: Node, w: Workload, *, free: bool) -> int:
+    """How many members of `w` the node holds, on what is free now or when empty."""
+    pod = w.pod
+    if pod.num_gpus and (not node.gpus or not pod.allows(node.gpu_model)):
+        return 0
+    cpu, mem = (node.free_cpu, node.free_memory) if free else (node.cpu_milli, node.memory_mib)
+    fit = [cpu // pod.cpu_milli if pod.cpu_milli else w.replicas]
+    fit.append(mem // pod.memory_mib if pod.memory_mib else w.replicas)
+    if pod.is_share:
+        fit.append(sum((g.free_milli if free else MILLI) // pod.gpu_milli for g in node.gpus))
+    elif pod.num_gpus:
+        whole = node.free_whole_gpus if free else len(node.gpus)
+        fit.append(whole // pod.num_gpus)
+    most = min(fit)
+    return min(most, 1) if w.strategy is PlacementStrategy.STRICT_SPREAD else most
+
+
+def _gang_reason(snapshot: ClusterSnapshot, w: Workload) -> Reason | None:
+    """Why a gang whose every member fits some node alone still cannot start, or None.
+
+    Unresolvable when the empty cluster holds fewer members than the gang has;
+    else, when fewer members fit on what is free now, it may clear.
+    """
+    if w.replicas <= 1:
+        return None
+    pack = w.strategy is PlacementStrategy.STRICT_PACK
+    for free in (False, True):
+        counts = [_members_that_fit(n, w, free=free) for n in snapshot.nodes]
+        most = max(counts, default=0) if pack else sum(counts)
+        if most >= w.replicas:
+            continue
+        where = "one node" if pack else "the cluster"
+        if not free:
+            return Reason(
+                code="GangTooLarge",
+                message=f"the gang has {w.replicas} members of {w.pod.describe_gpus()}; "
+                f"{where} holds at most {most} even when empty",
+                unresolvable=True,
+            )
+        return Reason(
+            code="InsufficientGpu",
+            message=f"only {most} of the gang's {w.replicas} members fit on {where}'s "
+            "free resources now",
+        )
+    return None
 
 
 def _greedy_within_gap(c: _Context, *, force: bool = False) -> Plan | None:

@@ -35,11 +35,11 @@ from chronotope.solver.frag import (
     shape_of,
     typical_from_counts,
 )
-from chronotope.solver.model import MILLI, UNBOUNDED, Placement, PodRequest
+from chronotope.solver.model import MILLI, UNBOUNDED, Placement, PodRequest, Reason
 from chronotope.solver.policies import Context, Policy
 from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec
 
-__all__ = ["ClusterCache", "Holding", "NoFit", "NodeInfo"]
+__all__ = ["ClusterCache", "Holding", "NodeInfo"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class NodeInfo:
     """The node runs Chronotope's device plugin (binds then take its allocation lock)."""
 
     def shape(self) -> tuple[str, int, int, int, int]:
+        """The fields the node's array row is built from; a change rebuilds the arrays."""
         return (
             self.gpu_model,
             self.gpu_count,
@@ -85,13 +86,15 @@ class Holding:
     """A bind for this assumption is under way: it neither expires nor is replaced."""
 
 
-@dataclass(frozen=True)
-class NoFit:
-    """Why a node cannot take a request, in words kube-scheduler shows users."""
+_CHOSE_OTHER = "the chronotope policy chose another node"
 
-    message: str
-    unresolvable: bool = False
-    """True when no amount of waiting helps (wrong GPU model, too few GPUs in total)."""
+
+def _unknown(node: str) -> Reason:
+    return Reason(
+        code="NodeUnknown",
+        message=f"node {node} is not known to the chronotope extender",
+        unresolvable=True,
+    )
 
 
 class ClusterCache:
@@ -104,6 +107,16 @@ class ClusterCache:
         typical: Sequence[TypicalPod] | None = None,
         tie_order: Sequence[str] | None = None,
     ) -> None:
+        """An empty cache; nodes and holdings arrive through its update methods.
+
+        Args:
+            assume_ttl_s: Seconds an assumption may wait for its bind before `expire`
+                drops it.
+            typical: A fixed expected request mix for the fragmentation tables; None
+                or empty learns it from the pods `observe` counts.
+            tie_order: Node names policies prefer on equal scores, in this order; the
+                other nodes follow by name.
+        """
         self.assume_ttl_s = assume_ttl_s
         self.nodes: dict[str, NodeInfo] = {}
         self.holdings: dict[str, Holding] = {}
@@ -124,12 +137,14 @@ class ClusterCache:
 
     # ------------------------------------------------------------------ nodes
     def upsert_node(self, info: NodeInfo) -> None:
+        """Add or update a node; the arrays are rebuilt only when its `shape` changes."""
         old = self.nodes.get(info.name)
         self.nodes[info.name] = info
         if old is None or old.shape() != info.shape():
             self._state = None  # rebuilt, with every holding re-applied, on next read
 
     def remove_node(self, name: str) -> None:
+        """Drop a node (arrays rebuilt on next read); its holdings count again if it returns."""
         if self.nodes.pop(name, None) is not None:
             self._state = None
 
@@ -146,6 +161,7 @@ class ClusterCache:
         return self.state().copy()
 
     def index(self, name: str) -> int | None:
+        """The node's index in the arrays, or None if the cache does not know it."""
         self.state()
         return self._index.get(name)
 
@@ -239,12 +255,12 @@ class ClusterCache:
         return Context(state=st, frag=self._frag, rng=self._rng, rank=self._rank)
 
     # ------------------------------------------------------------------ fit
-    def fit(self, node: str, req: PodRequest) -> tuple[int, ...] | NoFit:
+    def fit(self, node: str, req: PodRequest) -> tuple[int, ...] | Reason:
         """The GPUs this node would give the request now (tightest / first free), or why not."""
         st = self.state()
         i = self._index.get(node)
         if i is None:
-            return NoFit(f"node {node} is not known to the chronotope extender", True)
+            return _unknown(node)
         spec = st.spec(req)
         why = self._why_not(st, spec, req, i)
         if why is not None:
@@ -255,58 +271,79 @@ class ClusterCache:
             return (st.tightest_gpu(i, spec.milli, spec.gpu_mem),)
         return st.first_free_gpus(i, spec.num_gpus)
 
-    def _why_not(self, st: ClusterState, spec: PodSpec, req: PodRequest, i: int) -> NoFit | None:
+    def _why_not(self, st: ClusterState, spec: PodSpec, req: PodRequest, i: int) -> Reason | None:
         info = self.nodes[st.names[i]]
         if spec.num_gpus:
             if info.gpu_count == 0:
-                return NoFit("node has no GPUs", True)
+                return Reason(code="NoGpus", message="node has no GPUs", unresolvable=True)
             if not req.allows(info.gpu_model):
-                return NoFit(
-                    f"GPU model {info.gpu_model or 'none'} is not one of "
+                return Reason(
+                    code="InsufficientModel",
+                    message=f"GPU model {info.gpu_model or 'none'} is not one of "
                     f"{', '.join(req.gpu_models)}",
-                    True,
+                    unresolvable=True,
                 )
             if info.gpu_count < spec.num_gpus:
-                return NoFit(
-                    f"node has {info.gpu_count} GPU(s) in total, pod needs {req.describe_gpus()}",
-                    True,
+                return Reason(
+                    code="TooFewGpus",
+                    message=f"node has {info.gpu_count} GPU(s) in total, "
+                    f"pod needs {req.describe_gpus()}",
+                    unresolvable=True,
                 )
             if spec.gpu_mem and info.gpu_memory_mib < spec.gpu_mem:
-                return NoFit(
-                    f"GPU memory {info.gpu_memory_mib} MiB < requested {spec.gpu_mem} MiB", True
+                return Reason(
+                    code="GpuMemory",
+                    message=f"GPU memory {info.gpu_memory_mib} MiB < requested {spec.gpu_mem} MiB",
+                    unresolvable=True,
                 )
         if st.cpu_left[i] < spec.cpu:
-            return NoFit(f"less than the pod's {spec.cpu}m CPU is free")
+            return Reason(
+                code="InsufficientCpu", message=f"less than the pod's {spec.cpu}m CPU is free"
+            )
         if st.mem_left[i] < spec.mem:
-            return NoFit(f"less than the pod's {spec.mem} MiB memory is free")
+            return Reason(
+                code="InsufficientMemory",
+                message=f"less than the pod's {spec.mem} MiB memory is free",
+            )
         if spec.is_share:
             if not any(st.gpu_fits(i, g, spec) for g in range(int(st.gpu_count[i]))):
-                return NoFit(f"no GPU has {req.describe_gpus()} free")
+                return Reason(
+                    code="InsufficientGpu", message=f"no GPU has {req.describe_gpus()} free"
+                )
         elif spec.num_gpus and st.full_free[i] < spec.num_gpus:
-            return NoFit(
-                f"{int(st.full_free[i])} of {info.gpu_count} GPUs free, pod needs {spec.num_gpus}"
+            return Reason(
+                code="InsufficientGpu",
+                message=f"{int(st.full_free[i])} of {info.gpu_count} GPUs free, "
+                f"pod needs {spec.num_gpus}",
             )
         return None
 
     def fit_exact(
         self, node: str, req: PodRequest, gpus: tuple[int, ...]
-    ) -> tuple[int, ...] | NoFit:
+    ) -> tuple[int, ...] | Reason:
         """These exact GPUs for the request (a batch plan's choice), or why not."""
         first = self.fit(node, req)
-        if isinstance(first, NoFit):
+        if isinstance(first, Reason):
             return first
         st = self.state()
         i = self._index[node]
         count = int(st.gpu_count[i])
         if len(gpus) != req.num_gpus or not all(0 <= g < count for g in gpus):
-            return NoFit(f"planned GPUs {list(gpus)} do not match the request on {node}", True)
+            return Reason(
+                code="PlanMismatch",
+                message=f"planned GPUs {list(gpus)} do not match the request on {node}",
+                unresolvable=True,
+            )
         spec = st.spec(req)
         for g in gpus:
             if spec.is_share:
                 if not st.gpu_fits(i, g, spec):
-                    return NoFit(f"planned GPU {g} has not {req.describe_gpus()} free")
+                    return Reason(
+                        code="InsufficientGpu",
+                        message=f"planned GPU {g} has not {req.describe_gpus()} free",
+                    )
             elif st.gpu_left[i, g] < MILLI:
-                return NoFit(f"planned GPU {g} is in use")
+                return Reason(code="InsufficientGpu", message=f"planned GPU {g} is in use")
         return gpus
 
     def free_whole(self, node: str) -> int:
@@ -322,7 +359,7 @@ class ClusterCache:
         node_names: Sequence[str],
         policy: Policy,
         now: float,
-    ) -> Placement | dict[str, NoFit]:
+    ) -> Placement | dict[str, Reason]:
         """Let `policy` choose among `node_names` and assume its choice; else why each fails.
 
         The candidates are the nodes of `node_names` where the pod fits now, as
@@ -340,7 +377,7 @@ class ClusterCache:
         if spec.is_share and not st.gpu_fits(node, gpus[0], spec):
             gpus = (st.tightest_gpu(node, spec.milli, spec.gpu_mem),)
         choice = self.assume(key, st.names[node], req, now, gpus)
-        if isinstance(choice, NoFit):  # an earlier bind of the same pod is under way
+        if isinstance(choice, Reason):  # an earlier bind of the same pod is under way
             return {n: choice for n in node_names}
         return Placement(pod=key, node=st.names[node], gpu_indices=choice, gpu_milli=req.gpu_milli)
 
@@ -358,16 +395,16 @@ class ClusterCache:
         self._offer_key = (st, list(node_names), mask)
         return mask
 
-    def reasons(self, req: PodRequest, node_names: Sequence[str]) -> dict[str, NoFit]:
+    def reasons(self, req: PodRequest, node_names: Sequence[str]) -> dict[str, Reason]:
         """Why each of `node_names` cannot take the request now."""
         st = self.state()
         spec = st.spec(req)
-        out: dict[str, NoFit] = {}
-        memo: dict[tuple[int, ...], NoFit] = {}
+        out: dict[str, Reason] = {}
+        memo: dict[tuple[int, ...], Reason] = {}
         for name in node_names:
             i = self._index.get(name)
             if i is None:
-                out[name] = NoFit(f"node {name} is not known to the chronotope extender", True)
+                out[name] = _unknown(name)
                 continue
             # nodes in the same state get the same words: compute them once
             sig = (
@@ -381,7 +418,7 @@ class ClusterCache:
             hit = memo.get(sig) if not spec.is_share else None
             why = hit or self._why_not(st, spec, req, i)
             if why is None:
-                why = NoFit("the chronotope policy chose another node")
+                why = Reason(code="PolicyChoseOther", message=_CHOSE_OTHER)
             if not spec.is_share:
                 memo[sig] = why
             out[name] = why
@@ -395,7 +432,7 @@ class ClusterCache:
         req: PodRequest,
         now: float,
         gpus: tuple[int, ...] | None = None,
-    ) -> tuple[int, ...] | NoFit:
+    ) -> tuple[int, ...] | Reason:
         """Hold a pod's resources on `node` (the given GPUs, or the node's own pick).
 
         A pod already bound is refused. So is one whose earlier bind is still
@@ -405,12 +442,19 @@ class ClusterCache:
         existing = self.holdings.get(key)
         if existing is not None:
             if existing.bound:
-                return NoFit(f"pod is already bound to {existing.node}", unresolvable=True)
+                return Reason(
+                    code="AlreadyBound",
+                    message=f"pod is already bound to {existing.node}",
+                    unresolvable=True,
+                )
             if existing.binding:
-                return NoFit(f"an earlier bind of this pod to {existing.node} is still in flight")
+                return Reason(
+                    code="BindInFlight",
+                    message=f"an earlier bind of this pod to {existing.node} is still in flight",
+                )
             self.forget(key)
         choice = self.fit(node, req) if gpus is None else self.fit_exact(node, req, gpus)
-        if isinstance(choice, NoFit):
+        if isinstance(choice, Reason):
             return choice
         self._apply(
             key,

@@ -132,7 +132,8 @@ class Chronotope(Policy):
         Among equal scores the node rank decides; with `share_gpu="tight"` a share
         then takes the GPU with the least room left.
         """
-        assert ctx.frag is not None and ctx.rank is not None
+        assert ctx.frag is not None
+        assert ctx.rank is not None
         st = ctx.state
         k_idx, g_idx, after = frag_after(ctx, pod, cand)
         nodes = cand[k_idx]

@@ -64,6 +64,7 @@ class Gpu(_Frozen):
 
     @property
     def free_mem(self) -> int:
+        """Free device memory in MiB: `free_memory_mib`, or all of `memory_mib` when unset."""
         return self.memory_mib if self.free_memory_mib is None else self.free_memory_mib
 
 
@@ -92,8 +93,10 @@ class Node(_Frozen):
         free: int | None = None,
         zone: str = "",
     ) -> Node:
-        """A node of `count` GPUs of one model, the first `free` (default all) untouched,
-        the rest fully taken; CPU and memory unconstrained."""
+        """A node of `count` GPUs of one model, with CPU and memory unconstrained.
+
+        The first `free` GPUs (default all) are untouched, the rest fully taken.
+        """
         free = count if free is None else free
         gpus = tuple(
             Gpu(
@@ -110,10 +113,12 @@ class Node(_Frozen):
 
     @property
     def free_cpu(self) -> int:
+        """Free CPU in milli-cores: `cpu_free`, or all of `cpu_milli` when unset."""
         return self.cpu_milli if self.cpu_free is None else self.cpu_free
 
     @property
     def free_memory(self) -> int:
+        """Free memory in MiB: `memory_free`, or all of `memory_mib` when unset."""
         return self.memory_mib if self.memory_free is None else self.memory_free
 
     @property
@@ -137,10 +142,12 @@ class ClusterSnapshot(_Frozen):
 
     @cached_property
     def by_name(self) -> dict[str, Node]:
+        """The nodes by name, built on first use."""
         return {n.name: n for n in self.nodes}
 
     @property
     def total_gpus(self) -> int:
+        """How many GPUs the cluster has, free or not."""
         return sum(len(n.gpus) for n in self.nodes)
 
 
@@ -167,13 +174,16 @@ class PodRequest(_Frozen):
 
     @property
     def total_gpu_milli(self) -> int:
+        """All the GPU the pod asks for, in milli-GPU (`num_gpus` × `gpu_milli`)."""
         return self.num_gpus * self.gpu_milli
 
     @property
     def is_share(self) -> bool:
+        """Whether the pod asks for part of one GPU (see the module's `is_share`)."""
         return is_share(self.num_gpus, self.gpu_milli)
 
     def allows(self, model: str) -> bool:
+        """Whether the pod may use GPUs of `model` (any model when `gpu_models` is empty)."""
         return not self.gpu_models or model in self.gpu_models
 
     def describe_gpus(self) -> str:
@@ -213,6 +223,7 @@ class Workload(_Frozen):
     """Nodes the gang runs on now (a preemption candidate when non-empty)."""
 
     def member_names(self) -> list[str]:
+        """The members' pod names: the workload's name with -0, -1, ... up to `replicas` - 1."""
         return [f"{self.name}-{i}" for i in range(self.replicas)]
 
 
@@ -228,12 +239,19 @@ class Placement(_Frozen):
 
 
 class Reason(_Frozen):
-    """A plain-words reason why something was not placed, with a stable code."""
+    """Why something cannot be placed: the one "why not" of every layer.
+
+    A stable CamelCase `code` (a condition or event reason), the words users
+    see, and kube-scheduler's distinction: `unresolvable` when no amount of
+    waiting helps (wrong GPU model, too few GPUs in total), else the obstacle
+    may clear (GPUs busy now).
+    """
 
     code: str
     message: str
     nodes: NonNeg = 0
     """How many nodes this reason ruled out (0 when it is not per node)."""
+    unresolvable: bool = False
 
 
 class Unplaced(_Frozen):
@@ -243,4 +261,5 @@ class Unplaced(_Frozen):
     reasons: tuple[Reason, ...]
 
     def summary(self) -> str:
+        """The reasons' messages on one line, joined by '; '."""
         return "; ".join(r.message for r in self.reasons)

@@ -53,10 +53,12 @@ class PodSpec:
 
     @property
     def total_milli(self) -> int:
+        """All the GPU the pod asks for, in milli-GPU (`num_gpus` × `milli`)."""
         return self.num_gpus * self.milli
 
     @property
     def is_share(self) -> bool:
+        """Whether the pod asks for part of one GPU."""
         return is_share(self.num_gpus, self.milli)
 
 
@@ -82,6 +84,7 @@ class ClusterState:
     """affinity[n, tag] counts placed GPU pods by `affinity_tag` (tags 0..8)."""
 
     def __post_init__(self) -> None:
+        """Derive the per-node aggregates from `gpu_left`; `affinity` starts with no pods."""
         self.total_left = self.gpu_left.sum(axis=1)
         self.max_left = self.gpu_left.max(axis=1, initial=0)
         self.full_free = (self.gpu_left == MILLI).sum(axis=1)
@@ -89,14 +92,21 @@ class ClusterState:
 
     @property
     def n(self) -> int:
+        """The number of nodes (rows)."""
         return len(self.names)
 
     @property
     def total_gpu_milli(self) -> int:
+        """The cluster's whole GPU capacity in milli-GPU, free or not."""
         return int(self.gpu_count.sum()) * MILLI
 
     @classmethod
     def from_snapshot(cls, snapshot: ClusterSnapshot) -> ClusterState:
+        """The arrays of a snapshot: rows in snapshot order, GPUs by device index.
+
+        Model indices follow the sorted model names. `affinity` starts at zero: a
+        snapshot says what is free, not which pods hold the rest.
+        """
         models = sorted({n.gpu_model for n in snapshot.nodes if n.gpus})
         index = {m: i for i, m in enumerate(models)}
         width = max((len(n.gpus) for n in snapshot.nodes), default=0)
@@ -123,6 +133,11 @@ class ClusterState:
         )
 
     def copy(self) -> ClusterState:
+        """A copy that changes independently of this one.
+
+        What `take` changes (free resources, aggregates, affinity) is copied; names,
+        models and capacities are shared, since nothing changes them.
+        """
         out = ClusterState(
             names=self.names,
             models=self.models,
@@ -139,6 +154,7 @@ class ClusterState:
         return out
 
     def spec(self, pod: PodRequest) -> PodSpec:
+        """The pod request resolved against this cluster's GPU models (see `PodSpec`)."""
         allowed = np.zeros(len(self.models) + 1, dtype=np.bool_)
         for i, m in enumerate(self.models):
             allowed[i] = pod.allows(m)

@@ -74,7 +74,8 @@ def worker_pods(
     degrees: Degrees | None = None,
 ) -> list[dict[str, Any]]:
     """The gang for `decision` (which must be a start decision), run with `degrees`."""
-    assert decision.gpu_type is not None and decision.workers > 0
+    assert decision.gpu_type is not None
+    assert decision.workers > 0
     meta = job["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     template = copy.deepcopy(spec.template or {})

@@ -75,7 +75,8 @@ def completed_fraction(status: Mapping[str, Any], now: datetime) -> float:
     if status.get("phase") != "Running" or not start or not finish:
         return before
     t0, t1 = parse_time(start), parse_time(finish)
-    assert t0 is not None and t1 is not None
+    assert t0 is not None
+    assert t1 is not None
     span = (t1 - t0).total_seconds()
     if span <= 0:
         return before

@@ -25,6 +25,7 @@ from chronotope.api.v1alpha1.trainingjob import (
     Utility,
     UtilityFunction,
 )
+from chronotope.solver.model import Reason
 from chronotope.workloads.capacity import Capacity, NodeCapacity
 from chronotope.workloads.parallelism import Degrees
 
@@ -35,6 +36,8 @@ __all__ = ["Action", "Decision", "decide", "utility_at", "workers_that_fit"]
 
 
 class Action(StrEnum):
+    """What `decide` tells a job: start now, wait for GPUs, or impossible (never fits here)."""
+
     START = "Start"
     WAIT = "Wait"
     IMPOSSIBLE = "Impossible"
@@ -42,6 +45,12 @@ class Action(StrEnum):
 
 @dataclass(frozen=True)
 class Decision:
+    """What `decide` chose for a job: an action and its reason in words.
+
+    A start, or a wait for one GPU type, also gives the type, workers, predicted finish
+    and utility.
+    """
+
     action: Action
     reason: str
     gpu_type: str | None = None
@@ -60,6 +69,21 @@ class Decision:
     placements: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """Per worker (rank order): the node and GPUs a joint plan put it on; empty otherwise."""
 
+    @property
+    def why(self) -> Reason | None:
+        """Why the job does not start now, as the one "why not" type; None for a START.
+
+        IMPOSSIBLE is unresolvable (its code is `cause`, default Unschedulable);
+        WAIT may clear (code WaitingForGPUs).
+        """
+        if self.action is Action.START:
+            return None
+        if self.action is Action.IMPOSSIBLE:
+            return Reason(
+                code=self.cause or "Unschedulable", message=self.reason, unresolvable=True
+            )
+        return Reason(code="WaitingForGPUs", message=self.reason)
+
 
 def utility_at(utility: Utility | None, finish: datetime) -> float:
     """The value of finishing at `finish` (1.0 when the job states no utility)."""
@@ -71,7 +95,8 @@ def utility_at(utility: Utility | None, finish: datetime) -> float:
     if utility.function is UtilityFunction.STEP:
         assert utility.deadline is not None
         return value if finish <= utility.deadline else 0.0
-    assert utility.soft_deadline is not None and utility.deadline is not None
+    assert utility.soft_deadline is not None
+    assert utility.deadline is not None
     if finish <= utility.soft_deadline:
         return value
     if finish >= utility.deadline:
@@ -108,6 +133,50 @@ def _duration(spec: TrainingJobSpec, gpu_type: str, workers: int) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+@dataclass(frozen=True)
+class _Estimator:
+    """How one job's alternatives are priced: by its estimate, or by its model profile."""
+
+    spec: TrainingJobSpec
+    planner: ProfilePlanner | None
+    reference: GangPlan | None
+    least: int
+    remaining: float
+
+    def alternative(
+        self,
+        action: Action,
+        gpu_type: str,
+        nodes: Sequence[NodeCapacity],
+        start: datetime,
+        most: int,
+    ) -> Decision | str:
+        """Run on `gpu_type` from `start` with up to `most` workers, or why the profile cannot."""
+        spec, per_worker = self.spec, self.spec.gpu.count or 1
+        if self.planner is None or self.reference is None:
+            finish = start + _duration(spec, gpu_type, most) * self.remaining
+            return Decision(
+                action, "", gpu_type, most, per_worker, finish, utility_at(spec.utility, finish)
+            )
+        got = self.planner.plan(gpu_type, nodes, self.least, most, free=action is Action.START)
+        if isinstance(got, str):
+            return got
+        finish = start + self.planner.duration(self.reference, got) * self.remaining
+        return Decision(
+            action,
+            "",
+            gpu_type,
+            got.workers,
+            per_worker,
+            finish,
+            utility_at(spec.utility, finish),
+            degrees=got.degrees,
+            samples_per_second=got.samples_per_second,
+            score=got.score if self.planner.per_cost else 0.0,
+            planner_note=got.note,
+        )
+
+
 def decide(
     spec: TrainingJobSpec,
     capacity: Capacity,
@@ -123,78 +192,78 @@ def decide(
     parallelisation and speed of each alternative come from the profile.
     `remaining` is the share of the job's work still to do (after restarts).
     """
-    per_worker = spec.gpu.count or 1  # a shared worker needs one GPU with room
     want = spec.replicas
     least = min(spec.min_replicas or want, want)
-    strategy = spec.placement.strategy
-    frees_at = frees_at or {}
     reference: GangPlan | None = None
     if planner is not None:
         ref = planner.reference(capacity)
         if isinstance(ref, str):
             return Decision(Action.IMPOSSIBLE, ref, cause="ProfileUnusable")
         reference = ref
-
-    def alternative(
-        action: Action, gpu_type: str, nodes: Sequence[NodeCapacity], start: datetime, most: int
-    ) -> Decision | str:
-        if planner is None or reference is None:
-            finish = start + _duration(spec, gpu_type, most) * remaining
-            return Decision(
-                action, "", gpu_type, most, per_worker, finish, utility_at(spec.utility, finish)
-            )
-        got = planner.plan(gpu_type, nodes, least, most, free=action is Action.START)
-        if isinstance(got, str):
-            return got
-        finish = start + planner.duration(reference, got) * remaining
-        return Decision(
-            action,
-            "",
-            gpu_type,
-            got.workers,
-            per_worker,
-            finish,
-            utility_at(spec.utility, finish),
-            degrees=got.degrees,
-            samples_per_second=got.samples_per_second,
-            score=got.score if planner.per_cost else 0.0,
-            planner_note=got.note,
-        )
-
+    est = _Estimator(spec, planner, reference, least, remaining)
     starts: list[Decision] = []
     waits: list[Decision] = []
     why_not: list[str] = []
     for option in spec.gpu_types:
         nodes = [n for n in capacity if n.gpu_model == option.name]
-        if not nodes:
-            why_not.append(f"no node has {option.name} GPUs")
-            continue
-        ever = workers_that_fit(nodes, per_worker, strategy, free=False)
-        if ever < least:
-            why_not.append(
-                f"{option.name}: the cluster holds at most {ever} worker(s) of {per_worker} "
+        start, wait, why = _on_type(est, option.name, nodes, now, frees_at or {})
+        starts += start
+        waits += wait
+        why_not += why
+    return _best(starts, waits, why_not, spec.gpu.count or 1)
+
+
+def _on_type(
+    est: _Estimator,
+    gpu_type: str,
+    nodes: Sequence[NodeCapacity],
+    now: datetime,
+    frees_at: Mapping[str, datetime],
+) -> tuple[list[Decision], list[Decision], list[str]]:
+    """The start-now and wait-for-it alternatives on one GPU type, and why not."""
+    spec = est.spec
+    per_worker = spec.gpu.count or 1
+    want, least, strategy = spec.replicas, est.least, spec.placement.strategy
+    if not nodes:
+        return [], [], [f"no node has {gpu_type} GPUs"]
+    ever = workers_that_fit(nodes, per_worker, strategy, free=False)
+    if ever < least:
+        return (
+            [],
+            [],
+            [
+                f"{gpu_type}: the cluster holds at most {ever} worker(s) of {per_worker} "
                 f"GPU(s) ({strategy.value}), the job needs {least}"
-            )
-            continue
-        if planner is not None:  # can the profile run here at all, with every GPU free?
-            ever_plan = planner.plan(option.name, nodes, least, min(want, ever), free=False)
-            if isinstance(ever_plan, str):
-                why_not.append(f"{option.name}: {ever_plan}")
-                continue
-        now_fit = min(want, workers_that_fit(nodes, per_worker, strategy, free=True))
-        if now_fit >= least:
-            got = alternative(Action.START, option.name, nodes, now, now_fit)
-            if isinstance(got, str):
-                why_not.append(f"{option.name}: {got}")
-            else:
-                starts.append(got)
+            ],
+        )
+    if est.planner is not None:  # can the profile run here at all, with every GPU free?
+        ever_plan = est.planner.plan(gpu_type, nodes, least, min(want, ever), free=False)
+        if isinstance(ever_plan, str):
+            return [], [], [f"{gpu_type}: {ever_plan}"]
+    starts: list[Decision] = []
+    waits: list[Decision] = []
+    why_not: list[str] = []
+    now_fit = min(want, workers_that_fit(nodes, per_worker, strategy, free=True))
+    if now_fit >= least:
+        got = est.alternative(Action.START, gpu_type, nodes, now, now_fit)
+        if isinstance(got, str):
+            why_not.append(f"{gpu_type}: {got}")
         else:
-            why_not.append(f"{option.name}: room for {now_fit} of {least} worker(s) now")
-        if now_fit < want and option.name in frees_at:
-            start = max(now, frees_at[option.name])
-            later = alternative(Action.WAIT, option.name, nodes, start, min(want, ever))
-            if not isinstance(later, str):
-                waits.append(later)
+            starts.append(got)
+    else:
+        why_not.append(f"{gpu_type}: room for {now_fit} of {least} worker(s) now")
+    if now_fit < want and gpu_type in frees_at:
+        start = max(now, frees_at[gpu_type])
+        later = est.alternative(Action.WAIT, gpu_type, nodes, start, min(want, ever))
+        if not isinstance(later, str):
+            waits.append(later)
+    return starts, waits, why_not
+
+
+def _best(
+    starts: list[Decision], waits: list[Decision], why_not: list[str], per_worker: int
+) -> Decision:
+    """The best alternative with its reason in words, or why the job waits or never runs."""
     best_start = max(starts, key=_rank, default=None)
     best_wait = max(waits, key=_rank, default=None)
     # wait only for a strictly better utility: an estimate of when GPUs free up is only
@@ -208,7 +277,8 @@ def decide(
             if best_start is not None
             else "nothing fits now"
         )
-        assert best_wait.finish is not None and best_wait.utility is not None
+        assert best_wait.finish is not None
+        assert best_wait.utility is not None
         return _with_reason(
             best_wait,
             (

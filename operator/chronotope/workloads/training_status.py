@@ -14,7 +14,7 @@ from typing import Any
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.parallelism import Degrees
 from chronotope.workloads.replan import completed_fraction
-from chronotope.workloads.training import Action, Decision
+from chronotope.workloads.training import Decision
 
 __all__ = [
     "condition",
@@ -56,18 +56,19 @@ def merge_conditions(
 
 def waiting_status(decision: Decision, now: datetime, generation: int | None) -> dict[str, Any]:
     """Status for a job that is not running: why it waits, or why it never can."""
-    impossible = decision.action is Action.IMPOSSIBLE
+    why = decision.why
+    assert why is not None, "a START has no waiting status"
     return {
-        "phase": "Pending" if impossible else "Waiting",
-        "whyWaiting": decision.reason,
+        "phase": "Pending" if why.unresolvable else "Waiting",
+        "whyWaiting": why.message,
         "replicas": 0,
         "placement": [],
         "conditions": [
             condition(
                 "Schedulable",
-                not impossible,
-                (decision.cause or "Unschedulable") if impossible else "WaitingForGPUs",
-                decision.reason,
+                not why.unresolvable,
+                why.code,
+                why.message,
                 now=now,
                 generation=generation,
             ),

@@ -74,7 +74,8 @@ def _contains(stored: Any, sent: Any, path: str = "spec") -> None:
             assert key in stored, f"{path}.{key} was pruned by the API server"
             _contains(stored[key], value, f"{path}.{key}")
     elif isinstance(sent, list):
-        assert isinstance(stored, list) and len(stored) == len(sent), path
+        assert isinstance(stored, list), path
+        assert len(stored) == len(sent), path
         for i, (a, b) in enumerate(zip(stored, sent, strict=True)):
             _contains(a, b, f"{path}[{i}]")
     else:
@@ -113,7 +114,8 @@ def test_explain_shows_descriptions(kube_cluster: KubeCluster, chronotope_crds: 
 
     text = wait_for(explained, timeout=60, what="kubectl explain trainingjob.spec")
     assert "What to train, on which GPUs" in text
-    assert "minReplicas" in text and "Fewest workers the job can run with" in text
+    assert "minReplicas" in text
+    assert "Fewest workers the job can run with" in text
     deep = _kubectl(kube_cluster, "explain", "tj.spec.gpu.shared.priority").stdout
     assert "BestEffort" in deep
 
@@ -154,7 +156,9 @@ def test_get_chronotope_lists_all_kinds_with_columns(
     for header in ("PHASE", "GPUS", "GPU-TYPE", "FINISH", "P99-MS", "SLO-MS", "RESIDENCY", "AGE"):
         assert header in out, out
     job_line = next(line for line in out.splitlines() if job in line)
-    assert "Running" in job_line and "H100-SXM5-80GB" in job_line and "32" in job_line
+    assert "Running" in job_line
+    assert "H100-SXM5-80GB" in job_line
+    assert "32" in job_line
     short = _kubectl(kube_cluster, "get", "tj,ipl,mv", "-n", namespace)
     assert short.returncode == 0, short.stderr
 
@@ -173,4 +177,5 @@ def test_kubectl_scale_resizes_an_elastic_job(
     assert _get(kube_cluster, namespace, "tj", "opt-elastic")["spec"]["replicas"] == 6
     too_big = _kubectl(kube_cluster, "scale", "-n", namespace, "tj/opt-elastic", "--replicas=40")
     assert too_big.returncode != 0
-    assert "spec.replicas" in too_big.stderr and "at most maxReplicas" in too_big.stderr
+    assert "spec.replicas" in too_big.stderr
+    assert "at most maxReplicas" in too_big.stderr

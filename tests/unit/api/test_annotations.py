@@ -25,19 +25,22 @@ def test_no_sharing_annotations_means_no_share() -> None:
 def test_memory_alone_takes_defaults() -> None:
     share = parse_gpu_share({GPU_MEMORY_MIB: "8192"})
     assert share == GpuShare(memory_mib=8192)
-    assert share.priority is SharePriority.BEST_EFFORT and share.compute_percent == 100
+    assert share.priority is SharePriority.BEST_EFFORT
+    assert share.compute_percent == 100
 
 
 @pytest.mark.parametrize("spelling", ["high", "High", "HIGH"])
 def test_priority_spellings(spelling: str) -> None:
     share = parse_gpu_share({GPU_MEMORY_MIB: "1", GPU_PRIORITY: spelling})
-    assert share is not None and share.priority is SharePriority.HIGH
+    assert share is not None
+    assert share.priority is SharePriority.HIGH
 
 
 @pytest.mark.parametrize("spelling", ["memory-bound", "MemoryBound", "memory_bound"])
 def test_profile_spellings(spelling: str) -> None:
     share = parse_gpu_share({GPU_MEMORY_MIB: "1", GPU_PROFILE: spelling})
-    assert share is not None and share.profile is WorkloadProfile.MEMORY_BOUND
+    assert share is not None
+    assert share.profile is WorkloadProfile.MEMORY_BOUND
 
 
 @pytest.mark.parametrize(
@@ -56,7 +59,8 @@ def test_errors_name_the_annotation(annotations: dict[str, str], key: str, text:
     with pytest.raises(AnnotationError) as caught:
         parse_gpu_share(annotations)
     assert caught.value.key == key
-    assert key in str(caught.value) and text in str(caught.value)
+    assert key in str(caught.value)
+    assert text in str(caught.value)
 
 
 @given(

@@ -44,7 +44,8 @@ def test_gen_crds_check_fails_on_drift_and_writes_fix(
 def test_gen_crds_check_reports_missing_and_stale_files(tmp_path: Path) -> None:
     (tmp_path / "chronotope.dev_gadgets.yaml").write_text("kind: Gadget\n")
     diff = drift(tmp_path)
-    assert "stale file" in diff and "chronotope.dev_trainingjobs.yaml" in diff
+    assert "stale file" in diff
+    assert "chronotope.dev_trainingjobs.yaml" in diff
 
 
 def test_gen_api_docs_check(tmp_path: Path) -> None:

@@ -111,4 +111,6 @@ def _all_models(model: type[ApiModel], seen: set[type[ApiModel]]) -> set[type[Ap
 def test_every_rule_has_cel_and_python() -> None:
     for model in _all_models(TrainingJobSpec, set()) | _all_models(InferencePipelineSpec, set()):
         for rule in model.rules:
-            assert rule.cel and rule.message and callable(rule.check)
+            assert rule.cel
+            assert rule.message
+            assert callable(rule.check)

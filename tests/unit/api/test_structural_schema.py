@@ -41,7 +41,8 @@ def test_every_node_is_typed_and_structural(info: KindInfo) -> None:
         assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), node
         assert node.get("additionalProperties") is not False
         if node.get("exclusiveMinimum") is not None:
-            assert node["exclusiveMinimum"] is True and "minimum" in node
+            assert node["exclusiveMinimum"] is True
+            assert "minimum" in node
 
 
 @pytest.mark.parametrize("info", KINDS, ids=IDS)
@@ -65,7 +66,8 @@ def test_spec_lists_and_strings_are_bounded_for_cel_cost(info: KindInfo) -> None
 def test_rules_have_messages_and_valid_field_paths(info: KindInfo) -> None:
     for node in _nodes(_schema(info)):
         for rule in node.get("x-kubernetes-validations", []):
-            assert rule["rule"] and rule["message"]
+            assert rule["rule"]
+            assert rule["message"]
             field = rule.get("fieldPath")
             if field:
                 target = node
@@ -77,11 +79,13 @@ def test_kubectl_ergonomics() -> None:
     for info in KINDS:
         crd = build_crd(info)
         names = crd["spec"]["names"]
-        assert names["categories"] == ["chronotope"] and names["shortNames"]
+        assert names["categories"] == ["chronotope"]
+        assert names["shortNames"]
         version = crd["spec"]["versions"][0]
         assert "status" in version["subresources"]
         columns = [c["name"] for c in version["additionalPrinterColumns"]]
-        assert columns[0] == "Phase" and columns[-1] == "Age"
+        assert columns[0] == "Phase"
+        assert columns[-1] == "Age"
     scale = build_crd(KINDS[0])["spec"]["versions"][0]["subresources"]["scale"]
     assert scale == {
         "specReplicasPath": ".spec.replicas",

@@ -104,7 +104,8 @@ def test_a_job_that_fits_starts_its_gang() -> None:
     ops = FakeOps([node("h-0"), node("h-1")], [me])
     out = reconcile(me, ops, NOW)
     assert out.status["phase"] == "Starting"
-    assert out.status["plan"]["gpuType"] == "H100" and out.status["plan"]["workers"] == 2
+    assert out.status["plan"]["gpuType"] == "H100"
+    assert out.status["plan"]["workers"] == 2
     assert out.annotations[PLANNED_FOR_ANNOTATION] == "2"
     assert [p["metadata"]["name"] for p in ops.started] == ["a-g0-0", "a-g0-1"]
     assert [e[1] for e in out.events] == ["Started"]
@@ -114,7 +115,8 @@ def test_a_job_that_cannot_fit_says_why_once() -> None:
     me = job("big", workers=3)  # 24 GPUs on a 16-GPU cluster
     ops = FakeOps([node("h-0"), node("h-1")], [me])
     out = reconcile(me, ops, NOW)
-    assert out.status["phase"] == "Pending" and ops.started == []
+    assert out.status["phase"] == "Pending"
+    assert ops.started == []
     assert "at most 2 worker(s)" in out.status["whyWaiting"]
     assert [e[:2] for e in out.events] == [("Warning", "Unschedulable")]
     assert out.events[0][2] == out.status["whyWaiting"]
@@ -139,7 +141,8 @@ def test_a_running_gang_that_lost_its_node_restarts_from_its_checkpoint() -> Non
         pod["spec"]["nodeName"] = "h-gone"
         pod["status"] = {"phase": "Running"}
     out = reconcile(me, ops, NOW)
-    assert out.status["phase"] == "Resizing" and out.status["restarts"] == 1
+    assert out.status["phase"] == "Resizing"
+    assert out.status["restarts"] == 1
     assert out.annotations[GENERATION_ANNOTATION] == "1"
     assert out.annotations[PREEMPTED_BY_ANNOTATION] == ""
     assert ops.stopped == ["a-g0-0"]

@@ -29,11 +29,16 @@ def test_whole_gpu_inventory_uses_uuids() -> None:
 
 
 @pytest.mark.parametrize(
-    ("uuids", "shares"),
-    [(("a", "a"), 2), (("a",), 0), (("a::b",), 2), (("G" * 61,), 10)],
+    ("uuids", "shares", "match"),
+    [
+        pytest.param(("a", "a"), 2, "GPU UUIDs repeat", id="repeated"),
+        pytest.param(("a",), 0, "shares per GPU must be >= 1", id="no-shares"),
+        pytest.param(("a::b",), 2, "contains '::'", id="separator"),
+        pytest.param(("G" * 61,), 10, "longer than 63 characters", id="too-long"),
+    ],
 )
-def test_bad_inventory(uuids: tuple[str, ...], shares: int) -> None:
-    with pytest.raises(ValueError):
+def test_bad_inventory(uuids: tuple[str, ...], shares: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
         DeviceInventory(uuids, shares)
 
 

@@ -119,7 +119,8 @@ def place(svc: ExtenderService, p: dict[str, Any], nodes: list[str]) -> str:
 def test_filter_passes_only_the_policys_node() -> None:
     svc = service(Recorder())
     out = svc.filter(pod("p", gpus=4), ["a", "t", "v", "ghost"])
-    assert len(out.passed) == 1 and out.passed[0] in {"a", "v"}
+    assert len(out.passed) == 1
+    assert out.passed[0] in {"a", "v"}
     assert svc.prioritize(pod("p", gpus=4), ["a", "v"]) == {
         n: 10 if n == out.passed[0] else 0 for n in ("a", "v")
     }
@@ -289,7 +290,8 @@ def test_planned_pod_goes_to_its_planned_node_and_gpus() -> None:
     }
     assert place(svc, p, ["a", "v"]) == "a"
     assignment = rec.bound["ns/planned"][1]
-    assert assignment is not None and assignment.gpu_indices == (5, 6)
+    assert assignment is not None
+    assert assignment.gpu_indices == (5, 6)
 
 
 def test_a_plan_that_no_longer_fits_falls_back_to_the_policy_and_says_so() -> None:

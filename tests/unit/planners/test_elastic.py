@@ -67,28 +67,34 @@ def test_per_dollar_objective_can_choose_fewer_gpus() -> None:
     cheap = plan_elastic(
         _profile(), nodes, PlannerSettings(), objective="throughput_per_dollar"
     ).plan
-    assert fast is not None and cheap is not None
+    assert fast is not None
+    assert cheap is not None
     assert cheap.samples_per_dollar >= fast.samples_per_dollar
     assert fast.throughput_samples_s >= cheap.throughput_samples_s
 
 
 def test_unplaced_is_a_value_with_reasons() -> None:
     none = plan_elastic(_profile(), [], PlannerSettings())
-    assert none.plan is None and none.reasons == ("no GPUs are available",)
+    assert none.plan is None
+    assert none.reasons == ("no GPUs are available",)
     unknown = [Node.with_gpus("h", "H100", 8, gpu_memory_mib=80 * 1024)]
     res = plan_elastic(_profile(), unknown, PlannerSettings())
-    assert res.plan is None and "no profile for GPU type H100" in res.reasons[0]
+    assert res.plan is None
+    assert "no profile for GPU type H100" in res.reasons[0]
     tiny = [Node.with_gpus("t", "V100-16", 1, gpu_memory_mib=4 * 1024)]
     res = plan_elastic(_profile(), tiny, PlannerSettings())
-    assert res.plan is None and any("GiB" in r for r in res.reasons)
+    assert res.plan is None
+    assert any("GiB" in r for r in res.reasons)
     res = plan_elastic(_profile(), _nodes([2], []), PlannerSettings(), min_gpus=8)
-    assert res.plan is None and any("at least 8 GPUs" in r for r in res.reasons)
+    assert res.plan is None
+    assert any("at least 8 GPUs" in r for r in res.reasons)
 
 
 def test_replan_after_node_loss_shrinks() -> None:
     before = plan_elastic(_profile(), _nodes([4, 4], []), PlannerSettings()).plan
     after = plan_elastic(_profile(), _nodes([4], []), PlannerSettings()).plan
-    assert before is not None and after is not None
+    assert before is not None
+    assert after is not None
     assert after.gpus <= 4 < before.gpus
     assert after.link == "intra-node"
 

@@ -44,5 +44,6 @@ def test_configmap_renames_gpus_and_parses_back(
 
 def test_configmap_refuses_an_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = _configmap(capsys, "H100-80=H100")
-    assert rc == 1 and not out
+    assert rc == 1
+    assert not out
     assert "H100-80" in err

@@ -142,7 +142,7 @@ def test_format_lock_rejects_bad_handshake() -> None:
 
 def test_gpu_uuid_and_handshake() -> None:
     assert gpu_uuid("t4-000", 0) == "GPU-t4-000-0"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="GPU index must be >= 0"):
         gpu_uuid("t4-000", -1)
     h = new_handshake()
     assert len(h) == 16

@@ -41,7 +41,8 @@ def test_window_leaves_out_a_share_for_whole_gpus_that_arrive_later() -> None:
     online: list[Choice | None] = [(0, (0,)), (0, (1,)), None, None]
     out, status = solve_window(ctx, specs, online)
     assert status == "OPTIMAL"
-    assert out[0] is None and out[1] is None
+    assert out[0] is None
+    assert out[1] is None
     assert {out[2], out[3]} == {(0, (0,)), (0, (1,))}
     assert (ctx.state.gpu_left[0, :2] == 1000).all()  # the state itself is not changed
 
@@ -73,7 +74,8 @@ def test_window_respects_cpu_and_opened_gpus() -> None:
     assert len(placed) == 2
     gpus = [g for _, gs in placed for g in gs]
     assert len(set(gpus)) == len(gpus)  # no GPU twice (the shares here cannot pair)
-    assert out[1] is not None and out[2] is not None  # two whole GPUs beat a share
+    assert out[1] is not None
+    assert out[2] is not None
 
 
 def test_batched_run_on_the_openb_slice_stays_within_the_offline_bound() -> None:
@@ -84,6 +86,11 @@ def test_batched_run_on_the_openb_slice_stays_within_the_offline_bound() -> None
     assert res.policy == "batched"
     assert (res.used <= res.total_milli).all()
     assert (np.diff(res.used) >= 0).all()
-    assert stats.windows > 0 and stats.solved > 0 and stats.gained_milli >= 0
+    assert stats.windows > 0
+    # on this slice and seed one window has a pod the online policy fails; CP-SAT
+    # re-places that window and gains GPU share (1,340 milli when measured)
+    assert stats.solved >= 1
+    assert stats.improved >= 1
+    assert stats.gained_milli > 0
     arrived = [pods[i] for i in arrivals(pods, res.total_milli, 42, 1.3)]
     assert 50 < res.alloc_pct_at(130) <= pattern_upper_bound(cluster, arrived) + 1e-6

@@ -16,7 +16,8 @@ def test_resampling_follows_the_mix_with_the_traces_own_shapes(tmp_path: Path) -
     pods = load_pods(PODS)
     out = resample(pods, {"cpu": 0.3, "share": 0.2}, seed=5, count=1000)
     kinds = Counter(kind_of(p) for p in out)
-    assert kinds["cpu"] == 300 and kinds["share"] == 200
+    assert kinds["cpu"] == 300
+    assert kinds["share"] == 200
     base = Counter(kind_of(p) for p in pods)
     # the kinds not asked for keep their relative weight in the rest
     assert abs(kinds["single"] / kinds["multi"] - base["single"] / base["multi"]) < 0.2 * (

@@ -57,7 +57,34 @@ def test_gang_is_all_or_nothing() -> None:
     placed = {pl.pod.rsplit("-", 1)[0] for pl in p.placements}
     assert placed == {"small"}
     assert [u.name for u in p.unplaced] == ["big"]
-    assert "GPU" in p.unplaced[0].summary() or p.unplaced[0].reasons
+    (why,) = p.unplaced[0].reasons
+    assert why.code == "GangTooLarge"
+    assert why.unresolvable
+    assert "5 members of 1 whole GPU" in why.message
+    assert "at most 4" in why.message
+
+
+def test_a_gang_that_fits_only_an_emptier_cluster_may_wait() -> None:
+    snap = _cluster(n=2, gpus=2)
+    busy = snap.model_copy(
+        update={
+            "nodes": (
+                snap.nodes[0].model_copy(
+                    update={
+                        "gpus": tuple(
+                            g.model_copy(update={"free_milli": 0}) for g in snap.nodes[0].gpus
+                        )
+                    }
+                ),
+                snap.nodes[1],
+            )
+        }
+    )
+    p = plan(busy, [_gang("three", replicas=3)], FAST)
+    (why,) = p.unplaced[0].reasons
+    assert why.code == "InsufficientGpu"
+    assert not why.unresolvable
+    assert "only 2 of the gang's 3 members" in why.message
 
 
 def test_strict_spread_uses_distinct_nodes_and_strict_pack_one() -> None:

@@ -87,7 +87,8 @@ def test_scenarios(
         out = _place(snap, pod, name, typical_pods([pod, big]))
         if expected is None:
             assert isinstance(out, Unplaced), (title, name)
-            assert out.reasons and out.reasons[0].nodes >= 1
+            assert out.reasons
+            assert out.reasons[0].nodes >= 1
         else:
             assert isinstance(out, Placement), (title, name, out)
             assert out.node == expected, (title, name)

@@ -28,7 +28,8 @@ def test_shortest_remaining_work_goes_first() -> None:
     short, long = job("ns/short", 1), job("ns/long", 10)
     assert fleet_gate(short, 8, [long], EIGHT_H100, NOW).starts
     waits = fleet_gate(long, 8, [short], EIGHT_H100, NOW)
-    assert not waits.starts and "gives the GPUs now to ns/short" in waits.reason
+    assert not waits.starts
+    assert "gives the GPUs now to ns/short" in waits.reason
 
 
 def test_a_deadline_at_risk_goes_before_shorter_work() -> None:
@@ -43,7 +44,8 @@ def test_running_jobs_keep_their_gpus_in_the_plan() -> None:
     busy = [NodeCapacity("h0", "H100", 16, 8, True)]
     running = FleetJob("ns/run", job("x", 5).spec, NOW, 0.5, running_on="H100", running_gpus=8)
     got = fleet_gate(job("ns/new", 3), 8, [running], busy, NOW)
-    assert got.starts and got.gpu_type == "H100"
+    assert got.starts
+    assert got.gpu_type == "H100"
 
 
 def test_types_a_job_does_not_accept_are_never_given_to_it() -> None:
@@ -55,9 +57,11 @@ def test_types_a_job_does_not_accept_are_never_given_to_it() -> None:
         estimate={"referenceGpuType": "V100", "durationSeconds": 3600},
     )
     got = fleet_gate(job("ns/h", 2), 8, [v100_only], mixed, NOW)
-    assert got.starts and got.gpu_type == "H100"
+    assert got.starts
+    assert got.gpu_type == "H100"
     other = fleet_gate(v100_only, 8, [job("ns/h", 2)], mixed, NOW)
-    assert other.starts and other.gpu_type == "V100"
+    assert other.starts
+    assert other.gpu_type == "V100"
 
 
 def test_types_with_no_gpu_free_are_left_out_of_the_plan() -> None:

@@ -97,14 +97,16 @@ def test_a_decider_decides_a_job_once_per_capacity() -> None:
     assert decider.decide("ns", spec.model_copy(update={"replicas": 2}), cap, NOW) is not a
     # a new decider (a new cycle) remembers nothing
     again = Decider(no_profile, no_pods).decide("ns", spec, cap, NOW)
-    assert again == a and again is not a
+    assert again == a
+    assert again is not a
 
 
 def test_a_missing_profile_makes_the_job_impossible_with_its_cause() -> None:
     spec = TrainingJobSpec.model_validate(job("a", parallelism={"modelProfile": "opt-350"})["spec"])
     d = Decider(no_profile, no_pods).decide("ns", spec, H100, NOW)
     assert d.action is Action.IMPOSSIBLE
-    assert d.cause == "ProfileMissing" and "opt-350" in d.reason
+    assert d.cause == "ProfileMissing"
+    assert "opt-350" in d.reason
 
 
 # --------------------------------------------------------------------- QueueGate
@@ -167,7 +169,8 @@ def test_joint_gate_puts_the_plans_nodes_and_gpus_on_the_start() -> None:
     d = JointGate()(c, start_of(c))
     assert d.action is Action.START
     ((node, gpus),) = d.placements
-    assert node in {"h100-0", "h100-1"} and gpus == tuple(range(8))
+    assert node in {"h100-0", "h100-1"}
+    assert gpus == tuple(range(8))
 
 
 # --------------------------------------------------------------------- run_gates
@@ -198,7 +201,8 @@ def test_gates_run_in_order_until_one_holds_the_start() -> None:
     start = start_of(c)
     _Hold.calls = 0
     out = run_gates([_Broken(), _Hold(), _Hold()], c, start)
-    assert out.reason == "held" and _Hold.calls == 1  # the broken advisory gate let it through
+    assert out.reason == "held"
+    assert _Hold.calls == 1
 
 
 def test_a_failing_required_gate_raises() -> None:
@@ -255,7 +259,8 @@ def test_preempt_stops_only_lower_priority_preemptible_jobs(
     if victims is None:
         assert out is None
     else:
-        assert out is not None and out.victims == victims
+        assert out is not None
+        assert out.victims == victims
         assert out.decision.action is Action.START
 
 

@@ -60,7 +60,8 @@ def test_the_plan_uses_the_real_free_gpus() -> None:
     s = spec([("H100", 1.0)], gpu={"count": 2})  # two jobs of 2 GPUs on the 4 free ones
     both = [contender("ns/a", s, half), contender("ns/b", s, half)]
     a, b = arbitrate("ns/a", both, half, NOW), arbitrate("ns/b", both, half, NOW)
-    assert a.starts and b.starts
+    assert a.starts
+    assert b.starts
     gpus = [g for outcome in (a, b) for _, held in outcome.placements for g in held]
     assert sorted(gpus) == [1, 3, 5, 7]
 
@@ -72,8 +73,10 @@ def test_the_more_valuable_job_wins_when_only_one_fits() -> None:
     both = [contender("ns/low", low, only_h100), contender("ns/high", high, only_h100)]
     lost = arbitrate("ns/low", both, only_h100, NOW)
     won = arbitrate("ns/high", both, only_h100, NOW)
-    assert not lost.starts and "gives the GPUs to ns/high" in lost.reason
-    assert won.starts and won.gpu_type == "H100"
+    assert not lost.starts
+    assert "gives the GPUs to ns/high" in lost.reason
+    assert won.starts
+    assert won.gpu_type == "H100"
 
 
 def test_without_deadlines_each_job_gets_its_faster_type_when_both_fit() -> None:

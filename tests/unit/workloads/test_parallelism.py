@@ -32,7 +32,8 @@ def test_pipeline_is_used_when_the_hints_require_it() -> None:
 
 def test_data_degree_must_divide_the_global_batch() -> None:
     d = choose_degrees(hints(globalBatchSize=12), 1, 8)
-    assert d.data in (1, 2, 3, 4, 6, 12) and 12 % d.data == 0
+    assert d.data in (1, 2, 3, 4, 6, 12)
+    assert 12 % d.data == 0
     assert d.data * d.tensor * d.pipeline == 8
 
 

@@ -90,13 +90,16 @@ def test_planner_chooses_workers_degrees_and_speed() -> None:
     s = spec()
     capacity = nodes("A100", 1, 8, 8, 40) + nodes("V100", 2, 4, 4, 16)
     d = decide(s, capacity, NOW, planner=planner(s))
-    assert d.action is Action.START and d.gpu_type == "A100"
-    assert d.degrees is not None and d.samples_per_second is not None
+    assert d.action is Action.START
+    assert d.gpu_type == "A100"
+    assert d.degrees is not None
+    assert d.samples_per_second is not None
     total = d.workers * d.gpus_per_worker
     assert d.degrees.data * d.degrees.tensor * d.degrees.pipeline == total
     assert d.degrees.tensor == 1  # one GPU per worker: tensor parallelism stays inside it
     assert 1 <= d.workers <= 4
-    assert "profile opt-350" in d.reason and "samples/s predicted" in d.reason
+    assert "profile opt-350" in d.reason
+    assert "samples/s predicted" in d.reason
 
 
 def test_duration_at_the_reference_plan_is_the_estimate() -> None:
@@ -106,7 +109,8 @@ def test_duration_at_the_reference_plan_is_the_estimate() -> None:
     ref = p.reference(capacity)
     assert not isinstance(ref, str)
     d = decide(s, capacity, NOW, planner=p)
-    assert d.action is Action.START and d.samples_per_second is not None
+    assert d.action is Action.START
+    assert d.samples_per_second is not None
     expected = 3600 * ref.samples_per_second / d.samples_per_second
     assert d.finish == NOW + timedelta(seconds=expected)
 
@@ -115,8 +119,10 @@ def test_slower_type_runs_longer_than_the_reference() -> None:
     s = spec(minReplicas=4)
     capacity = nodes("A100", 1, 8, 0, 40) + nodes("V100", 1, 4, 4, 16)
     d = decide(s, capacity, NOW, planner=planner(s))
-    assert d.action is Action.START and d.gpu_type == "V100"
-    assert d.finish is not None and d.finish > NOW + timedelta(seconds=3600)
+    assert d.action is Action.START
+    assert d.gpu_type == "V100"
+    assert d.finish is not None
+    assert d.finish > NOW + timedelta(seconds=3600)
 
 
 def test_type_missing_from_the_profile_is_never_used() -> None:
@@ -133,7 +139,8 @@ def test_too_little_gpu_memory_is_impossible_with_the_reason() -> None:
     )
     d = decide(s, nodes("V100", 2, 4, 4, 3), NOW, planner=planner(s))
     assert d.action is Action.IMPOSSIBLE
-    assert "GiB" in d.reason and "usable" in d.reason
+    assert "GiB" in d.reason
+    assert "usable" in d.reason
 
 
 def test_throughput_per_dollar_prefers_the_cheaper_type_when_utility_ties() -> None:

@@ -44,6 +44,70 @@ class SimResult:
     decisions: int
 
 
+def _enact(
+    alloc: Mapping[int, str],
+    states: Mapping[int, JobState],
+    active: Sequence[JobState],
+    capacity: Mapping[str, int],
+    peak: dict[str, int],
+    *,
+    policy: TrainingPolicy,
+    settings: EngineSettings,
+) -> None:
+    """Apply one allocation: check capacity, track the peak, charge restarts on a move."""
+    usage = dict.fromkeys(capacity, 0)
+    for job_id, gpu_type in alloc.items():
+        usage[gpu_type] += states[job_id].job.num_gpus
+    for g, used in usage.items():
+        if used > capacity[g]:
+            raise RuntimeError(f"{policy.name} over-allocated {g}: {used} > {capacity[g]}")
+        peak[g] = max(peak[g], used)
+    for js in active:
+        new = alloc.get(js.job.job_id)
+        if new is not None and new != js.gpu_type:
+            js.overhead_left_s = settings.restart_overhead_s
+        js.gpu_type = new
+
+
+def _horizon(
+    now: float,
+    next_arrival: float | None,
+    running: Sequence[JobState],
+    active: Sequence[JobState],
+    *,
+    policy: TrainingPolicy,
+    settings: EngineSettings,
+) -> float:
+    """Time to the next event: an arrival, a finish, or (preemptive policies) a round end."""
+    horizon = math.inf
+    if next_arrival is not None:
+        horizon = next_arrival - now
+    for js in running:
+        speed = js.job.speed[js.gpu_type]  # type: ignore[index]
+        horizon = min(horizon, js.overhead_left_s + js.remaining_s / speed)
+    if policy.preemptive and active:
+        horizon = min(
+            horizon, (math.floor(now / settings.round_s + EPS) + 1) * settings.round_s - now
+        )
+    if not math.isfinite(horizon):
+        raise RuntimeError(f"{policy.name} left {len(active)} jobs waiting on an idle cluster")
+    return max(horizon, 0.0)
+
+
+def _advance(running: Sequence[JobState], dt: float, busy: float) -> float:
+    """Run the running jobs for `dt` seconds (restart overhead first); returns GPU-seconds busy."""
+    for js in running:
+        gpu = js.gpu_type
+        assert gpu is not None
+        busy += js.job.num_gpus * dt
+        js.attained_gpu_s += js.job.num_gpus * dt
+        js.received_s[gpu] = js.received_s.get(gpu, 0.0) + dt
+        work_dt = max(0.0, dt - js.overhead_left_s)
+        js.overhead_left_s = max(0.0, js.overhead_left_s - dt)
+        js.remaining_s -= work_dt * js.job.speed[gpu]
+    return busy
+
+
 def simulate(
     jobs: Sequence[Job],
     capacity: Mapping[str, int],
@@ -71,41 +135,11 @@ def simulate(
             nxt += 1
         alloc = policy.allocate(now, active, capacity)
         decisions += 1
-        usage = dict.fromkeys(capacity, 0)
-        for job_id, gpu_type in alloc.items():
-            usage[gpu_type] += states[job_id].job.num_gpus
-        for g, used in usage.items():
-            if used > capacity[g]:
-                raise RuntimeError(f"{policy.name} over-allocated {g}: {used} > {capacity[g]}")
-            peak[g] = max(peak[g], used)
-        for js in active:
-            new = alloc.get(js.job.job_id)
-            if new is not None and new != js.gpu_type:
-                js.overhead_left_s = settings.restart_overhead_s
-            js.gpu_type = new
+        _enact(alloc, states, active, capacity, peak, policy=policy, settings=settings)
         running = [js for js in active if js.gpu_type is not None]
-        horizon = math.inf
-        if nxt < len(pending):
-            horizon = pending[nxt].arrival_s - now
-        for js in running:
-            speed = js.job.speed[js.gpu_type]  # type: ignore[index]
-            horizon = min(horizon, js.overhead_left_s + js.remaining_s / speed)
-        if policy.preemptive and active:
-            horizon = min(
-                horizon, (math.floor(now / settings.round_s + EPS) + 1) * settings.round_s - now
-            )
-        if not math.isfinite(horizon):
-            raise RuntimeError(f"{policy.name} left {len(active)} jobs waiting on an idle cluster")
-        dt = max(horizon, 0.0)
-        for js in running:
-            gpu = js.gpu_type
-            assert gpu is not None
-            busy += js.job.num_gpus * dt
-            js.attained_gpu_s += js.job.num_gpus * dt
-            js.received_s[gpu] = js.received_s.get(gpu, 0.0) + dt
-            work_dt = max(0.0, dt - js.overhead_left_s)
-            js.overhead_left_s = max(0.0, js.overhead_left_s - dt)
-            js.remaining_s -= work_dt * js.job.speed[gpu]
+        arrival = pending[nxt].arrival_s if nxt < len(pending) else None
+        dt = _horizon(now, arrival, running, active, policy=policy, settings=settings)
+        busy = _advance(running, dt, busy)
         now += dt
         done = [js for js in active if js.remaining_s <= EPS * max(1.0, js.job.work_s)]
         for js in done:
