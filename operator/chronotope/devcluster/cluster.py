@@ -25,6 +25,7 @@ import ssl
 import sys
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ class ClusterRecord:
 
 def _get(url: str, context: ssl.SSLContext | None = None) -> bool:
     with urllib.request.urlopen(url, timeout=2, context=context) as resp:
-        return bool(resp.status == 200)
+        return bool(resp.status == HTTPStatus.OK)
 
 
 def _insecure() -> ssl.SSLContext:

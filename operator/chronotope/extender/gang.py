@@ -28,17 +28,11 @@ from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import PodRequest, Reason
 
-__all__ = [
-    "GANG_LABEL",
-    "GANG_SIZE_ANNOTATION",
-    "STRATEGY_ANNOTATION",
-    "Gang",
-    "GangBook",
-    "Strategy",
-    "gang_of",
-]
+__all__ = ["MAX_GANG_SIZE", "Gang", "GangBook", "gang_of"]
 
-Strategy = PlacementStrategy
+
+MAX_GANG_SIZE = 10_000
+"""The largest gang the extender accepts (a bound on what one annotation can ask)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +41,7 @@ class Gang:
 
     key: str
     size: int
-    strategy: Strategy
+    strategy: PlacementStrategy
 
 
 def gang_of(pod: Mapping[str, Any]) -> Gang | None:
@@ -64,13 +58,15 @@ def gang_of(pod: Mapping[str, Any]) -> Gang | None:
         raise ValueError(
             f"metadata.annotations[{GANG_SIZE_ANNOTATION}]: {raw!r} is not an integer"
         ) from None
-    if not 1 <= size <= 10_000:
-        raise ValueError(f"metadata.annotations[{GANG_SIZE_ANNOTATION}]: {size} is not 1..10000")
-    raw_strategy = annotations.get(STRATEGY_ANNOTATION, Strategy.PACK.value)
+    if not 1 <= size <= MAX_GANG_SIZE:
+        raise ValueError(
+            f"metadata.annotations[{GANG_SIZE_ANNOTATION}]: {size} is not 1..{MAX_GANG_SIZE}"
+        )
+    raw_strategy = annotations.get(STRATEGY_ANNOTATION, PlacementStrategy.PACK.value)
     try:
-        strategy = Strategy(raw_strategy)
+        strategy = PlacementStrategy(raw_strategy)
     except ValueError:
-        allowed = ", ".join(s.value for s in Strategy)
+        allowed = ", ".join(s.value for s in PlacementStrategy)
         raise ValueError(
             f"metadata.annotations[{STRATEGY_ANNOTATION}]: {raw_strategy!r} is not one of {allowed}"
         ) from None
@@ -136,13 +132,13 @@ class GangBook:
         used = set(res.slots)
         fitting = [n for n in candidates if not isinstance(cache.fit(n, req), Reason)]
         strategy = res.gang.strategy
-        if strategy is Strategy.STRICT_SPREAD:
+        if strategy is PlacementStrategy.STRICT_SPREAD:
             fitting = [n for n in fitting if n not in used]
-        if strategy is Strategy.STRICT_PACK and used:
+        if strategy is PlacementStrategy.STRICT_PACK and used:
             fitting = [n for n in fitting if n in used]
         if not fitting:
             return None
-        if strategy in (Strategy.PACK, Strategy.STRICT_PACK):
+        if strategy in (PlacementStrategy.PACK, PlacementStrategy.STRICT_PACK):
             # stay on nodes the gang already uses, else the one with most free GPUs
             return max(fitting, key=lambda n: (n in used, cache.free_whole(n), n))
         return max(fitting, key=lambda n: (n not in used, cache.free_whole(n), n))

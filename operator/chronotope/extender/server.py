@@ -68,7 +68,7 @@ async def _json(request: web.Request) -> Any:
 BIND_WORKERS = 32
 """Binds in flight at once. kube-scheduler binds each pod in its own goroutine and a
 bind waits on the API server's write; with the event loop's default pool (cores + 4
-threads) binds queued behind each other and capped throughput (~30 pods/s measured)."""
+threads) binds queue behind each other and cap throughput (docs/extender.md)."""
 
 
 def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:

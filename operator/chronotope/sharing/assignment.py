@@ -73,6 +73,9 @@ LOCK_TTL_SECONDS = 60.0
 # Handshakes travel inside the comma-separated lock value and in env vars.
 _HANDSHAKE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 
+PERCENT = 100
+"""A whole GPU's compute, in the percent an assignment states."""
+
 
 class AllocationState(StrEnum):
     """Where a pod's assignment is in the handshake protocol (`chronotope.dev/allocation`)."""
@@ -143,7 +146,7 @@ class GpuAssignment:
             )
         if self.memory_mib is not None and self.memory_mib <= 0:
             raise ValueError(f"{ASSIGNED_MEMORY_MIB}: must be > 0, got {self.memory_mib}")
-        if self.compute_percent is not None and not 1 <= self.compute_percent <= 100:
+        if self.compute_percent is not None and not 1 <= self.compute_percent <= PERCENT:
             raise ValueError(
                 f"{ASSIGNED_COMPUTE_PERCENT}: must be within 1..100, got {self.compute_percent}"
             )

@@ -1,10 +1,10 @@
 """Batched protocol: windows of arrivals placed jointly with CP-SAT (a separate row).
 
-Issue 4 asks for the online comparison and allows, as a clearly labelled
-extra row, a protocol that sees a *window* of arrivals at once. Here the
-arrivals (the same seeded sequence as the online runs) are cut into windows
-of `window` pods. Each window is first placed by the online policy in
-arrival order (`chronotope` unless told otherwise). If that places every pod
+A clearly labelled extra row beside the online comparison: a protocol that
+sees a *window* of arrivals at once. The arrivals (the same seeded sequence
+as the online runs) are cut into windows of `window` pods. Each window is
+first placed by the online policy in arrival order (`chronotope` unless told
+otherwise). If that places every pod
 of the window, it is kept: until the cluster fills up the batched row is the
 online policy itself. If some pod of the window that fitted somewhere at the window's
 start fails, the window is rolled back and solved with CP-SAT over the state

@@ -41,6 +41,9 @@ from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec
 
 __all__ = ["ClusterCache", "Holding", "NodeInfo"]
 
+SEEN_LIMIT = 200_000
+"""Pod keys remembered for the learned request mix before the set is cleared (bounds memory)."""
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -227,7 +230,7 @@ class ClusterCache:
         """Count a pod's request shape (once per pod) toward the expected mix."""
         if key in self._seen:
             return
-        if len(self._seen) > 200_000:
+        if len(self._seen) > SEEN_LIMIT:
             self._seen.clear()
         self._seen.add(key)
         self._shapes[shape_of(req)] += 1

@@ -16,8 +16,8 @@ the first GPU of best score). One deviation, for CPU-only pods (rule
   pod can use) is more than the CPU-only pods of the mix are expected to ask
   before the idle GPU share fills up (idle share / GPU share per arriving pod
   x CPU-only CPU per arriving pod). Without it, moving CPU-only pods onto dead
-  CPU only uses it up early and later ones land on GPU nodes anyway, which
-  cost up to 0.6 pp on workloads with more CPU-only pods;
+  CPU only uses it up early and later ones land on GPU nodes anyway (the cost
+  on CPU-heavy variants is in docs/solver.md);
 * move: among the nodes of best score, to one with no usable idle share (then
   the node order).
 

@@ -35,6 +35,9 @@ __all__ = ["FleetJob", "FleetOutcome", "fleet_gate"]
 ROUND_S = 60.0
 """The operator re-decides every few seconds; urgency counts at least two such rounds."""
 
+NAMED_HOLDERS = 5
+"""Jobs named in a waiting job's reason at most (the rest are "...")."""
+
 
 @dataclass(frozen=True)
 class FleetJob:
@@ -129,7 +132,8 @@ def fleet_gate(
             f"GPU-time, planned ahead per GPU type) runs it now on {alloc[mine]}",
         )
     ahead = [keys[i] for i in sorted(alloc) if i != mine]
-    holders = ", ".join(ahead[:5]) + (" ..." if len(ahead) > 5 else "") if ahead else "no job"
+    shown = ahead[:NAMED_HOLDERS]
+    holders = ", ".join(shown) + (" ..." if len(ahead) > len(shown) else "") if ahead else "no job"
     return FleetOutcome(
         False,
         None,

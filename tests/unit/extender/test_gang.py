@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chronotope.extender.gang import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
+from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
 from tests.unit.extender.test_service import Recorder, pod, service
 
 
