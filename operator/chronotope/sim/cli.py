@@ -44,13 +44,16 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register `simulate openb` and `simulate training` on the subcommand set `subparsers`."""
+    """Register `simulate openb`, `training` and `inference` on the subcommand set `subparsers`."""
     sim = subparsers.add_parser("simulate", help="replay a GPU trace with online policies")
     traces = sim.add_subparsers(dest="trace_kind", metavar="TRACE")
     # `simulate training` is defined in chronotope.sim.training_cli
     from chronotope.sim import training_cli
 
     training_cli.add_parser(traces)
+    from chronotope.sim import inference_cli
+
+    inference_cli.add_parser(traces)
     p = traces.add_parser("openb", help="the Alibaba openb GPU-sharing trace (ATC'23)")
     p.add_argument("--nodes", type=Path, required=True, help="node list CSV")
     p.add_argument("--pods", type=Path, nargs="+", required=True, help="pod list CSV(s)")

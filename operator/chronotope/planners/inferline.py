@@ -1,0 +1,492 @@
+"""InferLine-style planning of an inference pipeline under an end-to-end P99 SLO (pure).
+
+The pipeline is a DAG of stages in topological order; a query enters at the
+first stage and follows each edge with its visit fraction. A configuration
+gives every stage a GPU type, a maximum batch size and a replica count; its
+cost is the GPUs it holds times their price (a GPU share costs its fraction).
+
+The estimator is a discrete-event simulation over a sample arrival trace:
+each stage is a FIFO queue served by its replicas, and a replica that falls
+idle takes every query waiting, up to the batch size, and holds them for the
+profiled latency of that batch. Because the DAG is feed-forward, the stages
+are simulated one after another, each on the completion times of its parents;
+a stage's result is cached on the configurations of it and its ancestors, so
+a search step that changes one stage re-simulates only that stage and those
+below it.
+
+`plan_inferline` is the paper's planner (SoCC'20, Algorithms 1 and 2): every
+stage on its lowest-latency GPU type at batch 1 with one replica, replicas
+added to the bottleneck until the simulated P99 meets the SLO, then the
+largest feasible cost cut applied again and again (a larger batch with the
+replicas that keep the throughput, one replica fewer, or the next cheaper
+GPU type) until none is left. `plan_chronotope` searches the same space with
+more moves (see docs/inference.md): GPU shares for stages that allow them,
+any batch size and GPU type per stage at once, and restarts from each cut
+that InferLine's greedy order would not try.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+
+import numpy as np
+import numpy.typing as npt
+
+from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
+
+__all__ = [
+    "Infeasible",
+    "PipelineModel",
+    "PlanOutcome",
+    "StageConfig",
+    "StageModel",
+    "envelope",
+    "minimum_service_time",
+    "model_from_spec",
+    "plan_chronotope",
+    "plan_inferline",
+    "simulate_pipeline",
+    "whole_gpus",
+]
+
+EPS_COST = 1e-9
+"""Cost changes below this (per hour) are rounding, not savings."""
+
+FloatArray = npt.NDArray[np.float64]
+Arrivals = Sequence[float] | FloatArray
+"""Arrival times in seconds."""
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class StageModel:
+    """One stage: its profiles per GPU type and its replica bounds."""
+
+    name: str
+    profiles: dict[str, tuple[tuple[int, float], ...]]
+    """GPU type -> (batch size, batch latency in seconds), by batch size."""
+    min_replicas: int = 1
+    max_replicas: int = 64
+    share: float = 1.0
+    """GPU fraction one replica holds (1.0: a whole GPU; less for a GPU share)."""
+
+    def latency(self, gpu_type: str, n: int) -> float:
+        """Seconds to serve a batch of `n` queries (linear between profiled sizes)."""
+        points = self.profiles[gpu_type]
+        if n <= points[0][0]:
+            return points[0][1]
+        for (b0, l0), (b1, l1) in pairwise(points):
+            if n <= b1:
+                return l0 + (l1 - l0) * (n - b0) / (b1 - b0)
+        return points[-1][1]
+
+    def throughput(self, gpu_type: str, batch: int) -> float:
+        """Queries per second of one replica kept busy with full batches."""
+        return batch / self.latency(gpu_type, batch)
+
+    def batches(self, gpu_type: str) -> list[int]:
+        """The profiled batch sizes on `gpu_type`."""
+        return [b for b, _ in self.profiles[gpu_type]]
+
+
+@dataclass(frozen=True)
+class PipelineModel:
+    """Stages in topological order, edges with visit fractions, the SLO and prices."""
+
+    stages: tuple[StageModel, ...]
+    edges: tuple[tuple[int, int, float], ...]
+    """(from stage index, to stage index, fraction of `from`'s queries that visit `to`)."""
+    slo_s: float
+    prices: dict[str, float]
+    """Cost of one whole GPU of a type per hour."""
+
+    def scale_factors(self) -> list[float]:
+        """Expected share of entering queries that visit each stage."""
+        visit = [0.0] * len(self.stages)
+        visit[0] = 1.0
+        for src, dst, frac in sorted(self.edges, key=lambda e: e[1]):
+            visit[dst] = 1 - (1 - visit[dst]) * (1 - visit[src] * frac)
+        return visit
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """One stage's GPU type, maximum batch size and replica count."""
+
+    gpu_type: str
+    batch: int
+    replicas: int
+
+
+Config = tuple[StageConfig, ...]
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """No configuration meets the SLO, and why."""
+
+    reason: str
+    min_service_time_s: float
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """A plan: the configuration, its predicted P99 and cost, and the search's effort."""
+
+    config: Config
+    p99_s: float
+    cost_per_hour: float
+    evaluations: int
+    steps: list[str] = field(default_factory=list)
+
+
+def cost_per_hour(model: PipelineModel, config: Config) -> float:
+    """What the configuration's GPUs cost per hour."""
+    return sum(
+        c.replicas * s.share * model.prices.get(c.gpu_type, 0.0)
+        for s, c in zip(model.stages, config, strict=True)
+    )
+
+
+def _visits(model: PipelineModel, n: int, seed: int) -> BoolArray:
+    """[stage, query]: which queries visit which stages (entry always; edges drawn once)."""
+    rng = np.random.default_rng(seed)
+    visited = np.zeros((len(model.stages), n), dtype=np.bool_)
+    visited[0] = True
+    for src, dst, frac in sorted(model.edges, key=lambda e: e[1]):
+        visited[dst] |= visited[src] & (rng.random(n) < frac)
+    return visited
+
+
+def _serve(
+    arrive: FloatArray, replicas: int, batch: int, latency: Callable[[int], float]
+) -> FloatArray:
+    """Completion time of each query (in arrival order) at one stage."""
+    n = len(arrive)
+    done = np.empty(n)
+    free = [0.0] * max(replicas, 1)
+    heapq.heapify(free)
+    table = [latency(k) for k in range(batch + 1)]
+    i = 0
+    while i < n:
+        t = heapq.heappop(free)
+        start = max(t, float(arrive[i]))
+        j = min(i + batch, int(np.searchsorted(arrive, start, side="right")))
+        finish = start + table[j - i]
+        done[i:j] = finish
+        heapq.heappush(free, finish)
+        i = j
+    return done
+
+
+class _Estimator:
+    """Simulates configurations on one trace, caching each stage's result."""
+
+    def __init__(self, model: PipelineModel, arrivals: FloatArray, seed: int) -> None:
+        self.model = model
+        self.arrivals = np.sort(np.asarray(arrivals, dtype=np.float64))
+        self.visits = _visits(model, len(self.arrivals), seed)
+        self.parents: list[list[int]] = [[] for _ in model.stages]
+        for src, dst, _ in model.edges:
+            self.parents[dst].append(src)
+        self._cache: dict[tuple[int, tuple[StageConfig, ...]], FloatArray] = {}
+        self.evaluations = 0
+
+    def _ancestry(self, i: int, config: Config) -> tuple[StageConfig, ...]:
+        seen, todo = {i}, [i]
+        while todo:
+            for p in self.parents[todo.pop()]:
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        return tuple(config[k] for k in sorted(seen))
+
+    def _finish(self, i: int, config: Config) -> FloatArray:
+        """Per query: when it leaves stage i (NaN if it does not visit it)."""
+        key = (i, self._ancestry(i, config))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        mine = self.visits[i]
+        if i == 0:
+            ready = self.arrivals.copy()
+        else:
+            ready = np.full(len(self.arrivals), -np.inf)
+            for p in self.parents[i]:
+                ready = np.fmax(ready, self._finish(p, config))
+        out = np.full(len(self.arrivals), np.nan)
+        idx = np.flatnonzero(mine)
+        if len(idx):
+            order = idx[np.argsort(ready[idx], kind="stable")]
+            stage, c = self.model.stages[i], config[i]
+            out[order] = _serve(
+                ready[order], c.replicas, c.batch, lambda n: stage.latency(c.gpu_type, n)
+            )
+        self._cache[key] = out
+        return out
+
+    def latencies(self, config: Config) -> FloatArray:
+        """End-to-end latency of every query of the trace under `config`."""
+        self.evaluations += 1
+        last = np.full(len(self.arrivals), -np.inf)
+        for i in range(len(self.model.stages)):
+            last = np.fmax(last, self._finish(i, config))
+        return last - self.arrivals
+
+    def p99(self, config: Config) -> float:
+        """The simulated 99th-percentile end-to-end latency, seconds."""
+        if not self.stable(config):
+            return math.inf
+        return float(np.percentile(self.latencies(config), 99))
+
+    def stable(self, config: Config) -> bool:
+        """Every stage can keep up with its mean arrival rate (else queues grow without end)."""
+        span = max(float(self.arrivals[-1] - self.arrivals[0]), 1e-9)
+        for i, (stage, c) in enumerate(zip(self.model.stages, config, strict=True)):
+            rate = float(self.visits[i].sum()) / span
+            if rate > c.replicas * stage.throughput(c.gpu_type, c.batch):
+                return False
+        return True
+
+
+def simulate_pipeline(
+    model: PipelineModel, config: Config, arrivals: Arrivals, seed: int = 0
+) -> FloatArray:
+    """End-to-end latency (s) of every query of `arrivals` under a fixed configuration."""
+    return _Estimator(model, np.asarray(arrivals, dtype=np.float64), seed).latencies(config)
+
+
+def minimum_service_time(model: PipelineModel) -> float:
+    """The longest path's sum of batch-1 latencies on each stage's fastest GPU type."""
+    best = [min(s.latency(g, 1) for g in s.profiles) for s in model.stages]
+    longest = list(best)
+    for src, dst, _ in sorted(model.edges, key=lambda e: e[1]):
+        longest[dst] = max(longest[dst], longest[src] + best[dst])
+    return max(longest)
+
+
+def _fastest(stage: StageModel) -> str:
+    return min(stage.profiles, key=lambda g: (stage.latency(g, 1), g))
+
+
+def _replicas_for(stage: StageModel, gpu: str, batch: int, rate: float) -> int:
+    """Fewest replicas whose full-batch throughput covers `rate` (within the stage's bounds)."""
+    need = math.ceil(rate / stage.throughput(gpu, batch) - 1e-9) if rate > 0 else 0
+    return min(max(need, stage.min_replicas, 1), stage.max_replicas)
+
+
+def _initial(est: _Estimator, model: PipelineModel, steps: list[str]) -> Config | None:
+    """Algorithm 1: fastest type, batch 1, one replica; add replicas to the bottleneck."""
+    config = tuple(StageConfig(_fastest(s), 1, max(1, s.min_replicas)) for s in model.stages)
+    scale = model.scale_factors()
+    while est.p99(config) > model.slo_s:
+        room = [
+            i
+            for i, (s, c) in enumerate(zip(model.stages, config, strict=True))
+            if c.replicas < s.max_replicas
+        ]
+        if not room:
+            return None
+        # the bottleneck: least throughput per unit of the traffic that reaches it
+        i = min(
+            room,
+            key=lambda k: (
+                config[k].replicas
+                * model.stages[k].throughput(config[k].gpu_type, config[k].batch)
+                / max(scale[k], 1e-9),
+                k,
+            ),
+        )
+        config = _set(config, i, replace(config[i], replicas=config[i].replicas + 1))
+        steps.append(f"add a replica to {model.stages[i].name}")
+    return config
+
+
+def _set(config: Config, i: int, c: StageConfig) -> Config:
+    return (*config[:i], c, *config[i + 1 :])
+
+
+def _inferline_moves(model: PipelineModel, config: Config) -> list[tuple[str, Config]]:
+    """InferLine's actions on every stage: IncreaseBatch, RemoveReplica, DowngradeHW."""
+    out: list[tuple[str, Config]] = []
+    for i, (s, c) in enumerate(zip(model.stages, config, strict=True)):
+        sizes = s.batches(c.gpu_type)
+        larger = [b for b in sizes if b > c.batch]
+        if larger:
+            b = larger[0]
+            keep = c.replicas * s.throughput(c.gpu_type, c.batch)
+            k = _replicas_for(s, c.gpu_type, b, keep)
+            out.append(
+                (
+                    f"{s.name}: batch {b}, {k} replica(s)",
+                    _set(config, i, replace(c, batch=b, replicas=min(k, c.replicas))),
+                )
+            )
+        if c.replicas > max(1, s.min_replicas):
+            out.append(
+                (
+                    f"{s.name}: one replica fewer",
+                    _set(config, i, replace(c, replicas=c.replicas - 1)),
+                )
+            )
+        price = model.prices.get(c.gpu_type, 0.0)
+        cheaper = sorted(
+            (model.prices.get(g, 0.0), g) for g in s.profiles if model.prices.get(g, 0.0) < price
+        )
+        if cheaper:
+            g = cheaper[-1][1]  # the next cheaper type
+            b = max([x for x in s.batches(g) if x <= c.batch] or [s.batches(g)[0]])
+            keep = c.replicas * s.throughput(c.gpu_type, c.batch)
+            k = _replicas_for(s, g, b, keep)
+            out.append(
+                (f"{s.name}: {g}, batch {b}, {k} replica(s)", _set(config, i, StageConfig(g, b, k)))
+            )
+    return out
+
+
+def _greedy(
+    est: _Estimator,
+    model: PipelineModel,
+    config: Config,
+    moves: Callable[[PipelineModel, Config], list[tuple[str, Config]]],
+    steps: list[str],
+) -> Config:
+    """Algorithm 2: apply the feasible move with the largest cost cut until none is left."""
+    cost = cost_per_hour(model, config)
+    while True:
+        best: tuple[float, str, Config] | None = None
+        for what, cand in moves(model, config):
+            saved = cost - cost_per_hour(model, cand)
+            if saved <= EPS_COST or (best is not None and saved <= best[0]):
+                continue
+            if est.p99(cand) <= model.slo_s:
+                best = (saved, what, cand)
+        if best is None:
+            return config
+        config, cost = best[2], cost - best[0]
+        steps.append(best[1])
+
+
+def whole_gpus(model: PipelineModel) -> PipelineModel:
+    """The model with every replica on a whole GPU (no shares)."""
+    stages = tuple(replace(s, share=max(1.0, s.share)) for s in model.stages)
+    return replace(model, stages=stages)
+
+
+def plan_inferline(
+    model: PipelineModel, arrivals: Arrivals, *, seed: int = 0
+) -> PlanOutcome | Infeasible:
+    """The paper's planner on the sample trace `arrivals` (seconds)."""
+    floor = minimum_service_time(model)
+    if floor > model.slo_s:
+        return Infeasible(
+            f"the SLO ({model.slo_s * 1000:.0f} ms) is below the pipeline's minimum service "
+            f"time ({floor * 1000:.0f} ms: batch 1 on each stage's fastest GPU type, along "
+            "the longest path)",
+            floor,
+        )
+    model = whole_gpus(model)  # the paper provisions whole GPUs per replica
+    est = _Estimator(model, np.asarray(arrivals, dtype=np.float64), seed)
+    steps: list[str] = []
+    config = _initial(est, model, steps)
+    if config is None:
+        return Infeasible(
+            "no replica count within the stages' maxReplicas meets the SLO on the sample trace",
+            floor,
+        )
+    config = _greedy(est, model, config, _inferline_moves, steps)
+    return PlanOutcome(
+        config, est.p99(config), cost_per_hour(model, config), est.evaluations, steps
+    )
+
+
+def _any_moves(model: PipelineModel, config: Config) -> list[tuple[str, Config]]:
+    """InferLine's moves plus a jump to any (type, batch) of a stage.
+
+    The jump keeps the stage's throughput with the fewest replicas, or one fewer.
+    """
+    out = _inferline_moves(model, config)
+    for i, (s, c) in enumerate(zip(model.stages, config, strict=True)):
+        keep = c.replicas * s.throughput(c.gpu_type, c.batch)
+        for g in s.profiles:
+            for b in s.batches(g):
+                if (g, b) == (c.gpu_type, c.batch):
+                    continue
+                k = _replicas_for(s, g, b, keep)
+                cand = _set(config, i, StageConfig(g, b, k))
+                out.append((f"{s.name}: {g}, batch {b}, {k} replica(s)", cand))
+                if k > max(1, s.min_replicas):
+                    out.append(
+                        (
+                            f"{s.name}: {g}, batch {b}, {k - 1} replica(s)",
+                            _set(config, i, StageConfig(g, b, k - 1)),
+                        )
+                    )
+    return out
+
+
+def plan_chronotope(
+    model: PipelineModel, arrivals: Arrivals, *, seed: int = 0
+) -> PlanOutcome | Infeasible:
+    """InferLine's search with wider moves: any profiled (type, batch) per stage at once."""
+    first = plan_inferline(model, arrivals, seed=seed)
+    if isinstance(first, Infeasible):
+        return first
+    est = _Estimator(model, np.asarray(arrivals, dtype=np.float64), seed)
+    steps = list(first.steps)
+    config = _greedy(est, model, first.config, _any_moves, steps)
+    return PlanOutcome(
+        config,
+        est.p99(config),
+        cost_per_hour(model, config),
+        first.evaluations + est.evaluations,
+        steps,
+    )
+
+
+def envelope(
+    arrivals: Arrivals, smallest_s: float, largest_s: float = 60.0
+) -> list[tuple[float, int]]:
+    """Most queries in any window of each length, lengths doubling from `smallest_s`."""
+    a = np.sort(np.asarray(arrivals, dtype=np.float64))
+    out: list[tuple[float, int]] = []
+    w = max(smallest_s, 1e-3)
+    while True:
+        ends = np.searchsorted(a, a + w, side="left")
+        out.append((w, int((ends - np.arange(len(a))).max(initial=0))))
+        if w >= largest_s:
+            return out
+        w = min(2 * w, largest_s)
+
+
+def model_from_spec(spec: InferencePipelineSpec, default_prices: dict[str, float]) -> PipelineModel:
+    """The planner's view of an InferencePipeline spec (prices: the spec's, else the defaults)."""
+    index = {s.name: i for i, s in enumerate(spec.stages)}
+    prices = dict(default_prices) | {c.gpu_type: c.per_hour for c in spec.costs}
+    stages = []
+    for s in spec.stages:
+        share = 1.0
+        if s.gpu is not None and s.gpu.shared is not None:
+            share = s.gpu.shared.compute_percent / 100
+        elif s.gpu is not None and s.gpu.count:
+            share = float(s.gpu.count)
+        stages.append(
+            StageModel(
+                name=s.name,
+                profiles={
+                    p.gpu_type: tuple(
+                        sorted((b.batch_size, b.latency_ms / 1000) for b in p.batches)
+                    )
+                    for p in s.profiles
+                },
+                min_replicas=s.min_replicas,
+                max_replicas=s.max_replicas,
+                share=share,
+            )
+        )
+    edges = tuple((index[e.from_], index[e.to], e.fraction) for e in spec.edges)
+    return PipelineModel(tuple(stages), edges, spec.slo.p99_latency_ms / 1000, prices)

@@ -1,0 +1,384 @@
+"""Inference pipeline simulator: planners and autoscalers replayed on a real arrival trace.
+
+A trace (Azure LLM inference CSV, Mooncake JSONL, or one arrival time per
+line) is rescaled in time to a target mean rate, keeping its burst shape. The
+first part of it is the planning trace; the rest is served. Every policy
+gives each stage a GPU type and batch size, and a replica count over time;
+the serving part is then simulated query by query (the planner's estimator,
+`planners.inferline`, with replicas that come and go: a new one serves after
+the cold start, a retired one finishes its batch first), and the row reports
+P99 latency, the share of queries over the SLO, and what the GPUs cost.
+
+Policies:
+
+- `peak`: InferLine's plan, with each stage's replicas fixed for the trace's
+  peak rate (the most queries in any 10 s window), all the time;
+- `hpa`: InferLine's plan as the start, then per-stage utilisation scaling as
+  Kubernetes' HPA does it for KServe: every 15 s, desired = ceil(replicas x
+  utilisation / 0.7), scaled down only to the highest desire of the last 300 s;
+- `inferline`: InferLine's planner and its tuner (`tune`): traffic envelopes
+  over windows doubling from the service time to 60 s, scale up at once when
+  the live envelope exceeds the planned one, down only after a delay;
+- `chronotope`: our planner (`plan_chronotope`: GPU shares where the stage
+  allows them, wider search) with the same tuner, sized per stage.
+
+Pure: plain values in and out; the CLI (`sim.cli`) reads files and writes CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from chronotope.planners.inferline import (
+    Config,
+    Infeasible,
+    PipelineModel,
+    StageConfig,
+    envelope,
+    plan_chronotope,
+    plan_inferline,
+    whole_gpus,
+)
+
+__all__ = [
+    "INFERENCE_POLICIES",
+    "InferenceRun",
+    "TunerSettings",
+    "load_arrivals",
+    "rescale",
+    "run_policy",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+INFERENCE_POLICIES = ("peak", "hpa", "inferline", "chronotope")
+
+Schedule = list[tuple[float, int]]
+"""(time s, replicas) changes of one stage, starting at time 0."""
+
+
+def load_arrivals(path: Path) -> FloatArray:
+    """Arrival times in seconds from the first, sorted, from any supported trace format."""
+    text = path.read_text()
+    first = text.lstrip().split("\n", 1)[0]
+    times: list[float]
+    if first.startswith("TIMESTAMP"):
+        rows = csv.DictReader(text.splitlines())
+        stamps = [datetime.fromisoformat(r["TIMESTAMP"][:26]) for r in rows]
+        times = [t.timestamp() for t in stamps]
+    elif first.startswith("{"):
+        times = [
+            float(json.loads(line)["timestamp"]) / 1000
+            for line in text.splitlines()
+            if line.strip()
+        ]
+    else:
+        times = [float(x) for x in text.split()]
+    if not times:
+        raise ValueError(f"{path}: no arrivals")
+    a = np.sort(np.asarray(times, dtype=np.float64))
+    since: FloatArray = a - a[0]
+    return since
+
+
+def rescale(arrivals: FloatArray, target_qps: float) -> FloatArray:
+    """Stretch or squeeze time so the mean rate is `target_qps`, keeping the burst shape."""
+    span = float(arrivals[-1] - arrivals[0])
+    if span <= 0 or target_qps <= 0:
+        raise ValueError("rescale needs arrivals spread in time and a positive target rate")
+    mean = (len(arrivals) - 1) / span
+    out: FloatArray = (arrivals - arrivals[0]) * (mean / target_qps)
+    return out
+
+
+@dataclass(frozen=True)
+class TunerSettings:
+    """The high-frequency tuner's period, scale-down delay and window range."""
+
+    period_s: float = 1.0
+    down_delay_s: float = 60.0
+    max_window_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class InferenceRun:
+    """One policy's row: latencies, cost and scaling of the served part of the trace."""
+
+    policy: str
+    requests: int
+    p99_ms: float
+    slo_miss_pct: float
+    cost_per_hour: float
+    gpu_hours: float
+    scale_events: int
+    config: Config
+    schedules: tuple[Schedule, ...]
+    latencies_s: FloatArray
+
+
+def _serve_dynamic(
+    arrive: FloatArray,
+    schedule: Schedule,
+    batch: int,
+    latency: list[float],
+    cold_start_s: float,
+) -> FloatArray:
+    """Completion times at one stage whose replica count follows `schedule`."""
+    import heapq
+
+    n = len(arrive)
+    done = np.empty(n)
+    target = schedule[0][1]
+    free = [0.0] * max(target, 1)
+    heapq.heapify(free)
+    retire = 0
+    e = 1
+    i = 0
+    while i < n:
+        start = max(free[0], float(arrive[i]))
+        while e < len(schedule) and schedule[e][0] <= start:
+            t, k = schedule[e]
+            if k > target:
+                for _ in range(k - target):
+                    heapq.heappush(free, t + cold_start_s)
+            else:
+                retire += target - k
+            target = k
+            e += 1
+            start = max(free[0], float(arrive[i]))
+        t_free = heapq.heappop(free)
+        if retire and free:  # a retired replica leaves once its batch is done
+            retire -= 1
+            continue
+        start = max(t_free, float(arrive[i]))
+        j = min(i + batch, int(np.searchsorted(arrive, start, side="right")))
+        finish = start + latency[j - i]
+        done[i:j] = finish
+        heapq.heappush(free, finish)
+        i = j
+    return done
+
+
+def _simulate(
+    model: PipelineModel,
+    config: Config,
+    schedules: Sequence[Schedule],
+    arrivals: FloatArray,
+    *,
+    cold_start_s: float,
+    seed: int,
+) -> FloatArray:
+    """End-to-end latency of every query under per-stage replica schedules."""
+    rng = np.random.default_rng(seed)
+    n = len(arrivals)
+    visits = np.zeros((len(model.stages), n), dtype=np.bool_)
+    visits[0] = True
+    parents: list[list[int]] = [[] for _ in model.stages]
+    for src, dst, frac in sorted(model.edges, key=lambda x: x[1]):
+        visits[dst] |= visits[src] & (rng.random(n) < frac)
+        parents[dst].append(src)
+    finish = np.full((len(model.stages), n), np.nan)
+    for i, (stage, c) in enumerate(zip(model.stages, config, strict=True)):
+        ready = arrivals.copy() if i == 0 else np.full(n, -np.inf)
+        for p in parents[i]:
+            ready = np.fmax(ready, finish[p])
+        idx = np.flatnonzero(visits[i])
+        order = idx[np.argsort(ready[idx], kind="stable")]
+        table = [stage.latency(c.gpu_type, k) for k in range(c.batch + 1)]
+        finish[i, order] = _serve_dynamic(ready[order], schedules[i], c.batch, table, cold_start_s)
+    latency: FloatArray = np.nanmax(finish, axis=0) - arrivals
+    return latency
+
+
+def _rate(arrivals: FloatArray, visits: float, window_s: float) -> float:
+    """The most queries per second into a stage over any window of `window_s`."""
+    ends = np.searchsorted(arrivals, arrivals + window_s, side="left")
+    return float((ends - np.arange(len(arrivals))).max(initial=0)) * visits / window_s
+
+
+def _peak_schedules(model: PipelineModel, config: Config, arrivals: FloatArray) -> list[Schedule]:
+    scale = model.scale_factors()
+    out = []
+    for stage, c, s in zip(model.stages, config, scale, strict=True):
+        rate = _rate(arrivals, s, 10.0)
+        k = math.ceil(rate / stage.throughput(c.gpu_type, c.batch) - 1e-9)
+        out.append([(0.0, min(max(k, c.replicas, stage.min_replicas, 1), stage.max_replicas))])
+    return out
+
+
+def _counts(arrivals: FloatArray, t: float, window_s: float) -> int:
+    return int(np.searchsorted(arrivals, t, side="right") - np.searchsorted(arrivals, t - window_s))
+
+
+def _hpa_schedules(
+    model: PipelineModel, config: Config, arrivals: FloatArray, end: float
+) -> list[Schedule]:
+    """Per-stage HPA: 70 % utilisation target, 15 s sync, 300 s scale-down stabilisation."""
+    scale = model.scale_factors()
+    out = []
+    for stage, c, s in zip(model.stages, config, scale, strict=True):
+        mu = stage.throughput(c.gpu_type, c.batch)
+        k = c.replicas
+        sched: Schedule = [(0.0, k)]
+        wanted: list[tuple[float, int]] = []
+        t = 15.0
+        while t < end:
+            rate = _counts(arrivals, t, 15.0) * s / 15.0
+            util = rate / (k * mu)
+            desire = max(stage.min_replicas, 1, math.ceil(k * util / 0.7 - 1e-9))
+            desire = min(desire, stage.max_replicas)
+            wanted = [(tw, d) for tw, d in wanted if tw > t - 300.0] + [(t, desire)]
+            new = desire if desire > k else max(d for _, d in wanted)
+            if new != k:
+                k = new
+                sched.append((t, k))
+            t += 15.0
+        out.append(sched)
+    return out
+
+
+def service_time(model: PipelineModel, config: Config) -> float:
+    """The pipeline's service time: the longest path of the planned batches' latencies."""
+    own = [st.latency(c.gpu_type, c.batch) for st, c in zip(model.stages, config, strict=True)]
+    longest = list(own)
+    for src, dst, _ in sorted(model.edges, key=lambda e: e[1]):
+        longest[dst] = max(longest[dst], longest[src] + own[dst])
+    return max(longest)
+
+
+def tune(
+    model: PipelineModel,
+    config: Config,
+    planning: FloatArray,
+    *,
+    arrivals: FloatArray,
+    end: float,
+    settings: TunerSettings,
+    per_stage: bool,
+) -> list[Schedule]:
+    """Scale stages on traffic envelopes: up at once, down only after a delay.
+
+    The envelope's windows double from a smallest one up to `max_window_s`. Each
+    period the live count in the last window of each length is compared with the
+    planning trace's most; the largest ratio is the load factor. InferLine's rule
+    (`per_stage=False`): windows from the pipeline's service time, every stage
+    at the plan's replicas times the load factor. Ours (`per_stage=True`):
+    windows from the SLO's slack (a burst shorter than the slack queues within the
+    SLO), and each stage sized on its own visit-weighted rate at the plan's
+    utilisation there.
+    """
+    scale = model.scale_factors()
+    ts = service_time(model, config)
+    smallest = max(ts, model.slo_s - ts) if per_stage else ts
+    planned = envelope(planning, smallest, settings.max_window_s)
+    plan_rate = len(planning) / max(float(planning[-1] - planning[0]), 1e-9)
+    load_at_plan = [
+        plan_rate * s / st.throughput(c.gpu_type, c.batch)
+        for st, c, s in zip(model.stages, config, scale, strict=True)
+    ]
+    k_now = [c.replicas for c in config]
+    scheds: list[Schedule] = [[(0.0, k)] for k in k_now]
+    below_since: list[float | None] = [None] * len(config)
+    t = settings.period_s
+    while t < end:
+        ratio = max(_counts(arrivals, t, w) / max(q, 1) for w, q in planned)
+        for i, (st, c) in enumerate(zip(model.stages, config, strict=True)):
+            if per_stage:
+                utilisation = load_at_plan[i] / c.replicas
+                want = math.ceil(ratio * load_at_plan[i] / max(utilisation, 1e-9) - 1e-9)
+            else:
+                want = math.ceil(ratio * c.replicas - 1e-9)
+            want = min(max(want, st.min_replicas, 1), st.max_replicas)
+            if want > k_now[i]:
+                k_now[i] = want
+                scheds[i].append((t, want))
+                below_since[i] = None
+            elif want < k_now[i]:
+                since = below_since[i]
+                if since is None:
+                    below_since[i] = t
+                elif t - since >= settings.down_delay_s:
+                    k_now[i] = want
+                    scheds[i].append((t, want))
+                    below_since[i] = None
+            else:
+                below_since[i] = None
+        t += settings.period_s
+    return scheds
+
+
+def _gpu_hours(
+    model: PipelineModel, config: Config, scheds: Sequence[Schedule], end: float
+) -> tuple[float, float]:
+    """GPU-hours held and their cost over [0, end)."""
+    hours = cost = 0.0
+    for st, c, sched in zip(model.stages, config, scheds, strict=True):
+        price = model.prices.get(c.gpu_type, 0.0)
+        for (t0, k), (t1, _) in zip(sched, [*sched[1:], (end, 0)], strict=True):
+            h = k * st.share * max(0.0, min(t1, end) - t0) / 3600
+            hours += h
+            cost += h * price
+    return hours, cost
+
+
+def run_policy(
+    policy: str,
+    model: PipelineModel,
+    planning: FloatArray,
+    serving: FloatArray,
+    *,
+    seed: int,
+    cold_start_s: float = 0.0,
+    tuner: TunerSettings | None = None,
+) -> InferenceRun | Infeasible:
+    """Plan on `planning` and serve `serving` (times from 0) with one policy."""
+    tuner = tuner or TunerSettings()
+    end = float(serving[-1]) if len(serving) else 0.0
+    planner = plan_chronotope if policy == "chronotope" else plan_inferline
+    plan = planner(model, planning, seed=seed)
+    if isinstance(plan, Infeasible):
+        return plan
+    priced = model if policy == "chronotope" else whole_gpus(model)
+    config = plan.config
+    if policy == "peak":
+        scheds = _peak_schedules(priced, config, serving)
+    elif policy == "hpa":
+        scheds = _hpa_schedules(priced, config, serving, end)
+    elif policy in ("inferline", "chronotope"):
+        scheds = tune(
+            priced,
+            config,
+            planning,
+            arrivals=serving,
+            end=end,
+            settings=tuner,
+            per_stage=policy == "chronotope",
+        )
+    else:
+        raise ValueError(f"unknown policy {policy!r}; one of {', '.join(INFERENCE_POLICIES)}")
+    lat = _simulate(priced, config, scheds, serving, cold_start_s=cold_start_s, seed=seed)
+    hours, cost = _gpu_hours(priced, config, scheds, end)
+    span_h = max(end / 3600, 1e-9)
+    return InferenceRun(
+        policy=policy,
+        requests=len(serving),
+        p99_ms=float(np.percentile(lat, 99)) * 1000,
+        slo_miss_pct=float((lat > model.slo_s).mean()) * 100,
+        cost_per_hour=cost / span_h,
+        gpu_hours=hours,
+        scale_events=sum(len(s) - 1 for s in scheds),
+        config=tuple(
+            StageConfig(c.gpu_type, c.batch, s[0][1]) for c, s in zip(config, scheds, strict=True)
+        ),
+        schedules=tuple(scheds),
+        latencies_s=lat,
+    )

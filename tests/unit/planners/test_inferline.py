@@ -1,0 +1,112 @@
+"""InferLine-style planner: estimator, Algorithm 1 and 2, and our wider search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
+from chronotope.planners.inferline import (
+    Infeasible,
+    PipelineModel,
+    PlanOutcome,
+    StageConfig,
+    StageModel,
+    cost_per_hour,
+    envelope,
+    minimum_service_time,
+    model_from_spec,
+    plan_chronotope,
+    plan_inferline,
+    simulate_pipeline,
+    whole_gpus,
+)
+
+SAMPLE = Path(__file__).resolve().parents[3] / "manifests/samples/inferencepipeline-video.yaml"
+
+
+def _sample() -> PipelineModel:
+    doc = yaml.safe_load(SAMPLE.read_text())
+    return model_from_spec(InferencePipelineSpec.model_validate(doc["spec"]), {})
+
+
+def _poisson(rate: float, n: int, seed: int = 0) -> np.ndarray:
+    return np.cumsum(np.random.default_rng(seed).exponential(1 / rate, n))
+
+
+ONE = PipelineModel(
+    stages=(StageModel("m", {"T4": ((1, 0.010), (4, 0.020))}),),
+    edges=(),
+    slo_s=0.1,
+    prices={"T4": 1.0},
+)
+
+
+def test_an_idle_stage_serves_each_query_in_its_batch_1_latency() -> None:
+    lat = simulate_pipeline(ONE, (StageConfig("T4", 4, 1),), [0.0, 1.0, 2.0])
+    assert lat == pytest.approx([0.010, 0.010, 0.010])
+
+
+def test_a_burst_is_batched_and_queued() -> None:
+    # four at once: one batch of 4 (20 ms); a fifth waits for the replica
+    lat = simulate_pipeline(ONE, (StageConfig("T4", 4, 1),), [0.0, 0.0, 0.0, 0.0, 0.0])
+    assert sorted(lat) == pytest.approx([0.020] * 4 + [0.030])
+
+
+def test_branches_visit_their_fraction_and_the_query_waits_for_all() -> None:
+    model = _sample()
+    assert model.scale_factors() == pytest.approx([1.0, 0.3, 0.6])
+    config = (
+        StageConfig("T4", 1, 50),
+        StageConfig("T4", 1, 50),
+        StageConfig("A100-SXM4-40GB", 1, 50),
+    )
+    lat = simulate_pipeline(model, config, [10.0 * i for i in range(2000)])
+    # unloaded: detect alone 12 ms, with pose 32 ms, with OCR 37 ms
+    assert set(np.round(lat * 1000).astype(int)) == {12, 32, 37}
+    share_ocr = float(np.mean(np.round(lat * 1000) == 37))
+    assert share_ocr == pytest.approx(0.6, abs=0.04)
+
+
+def test_an_slo_below_the_minimum_service_time_says_so() -> None:
+    model = _sample()
+    assert minimum_service_time(model) == pytest.approx(0.030)  # 5 ms detect + 25 ms OCR
+    tight = PipelineModel(model.stages, model.edges, 0.020, model.prices)
+    out = plan_inferline(tight, _poisson(100, 1000))
+    assert isinstance(out, Infeasible)
+    assert "20 ms" in out.reason
+    assert "30 ms" in out.reason
+
+
+def test_inferline_meets_the_slo_on_its_trace_and_cuts_cost() -> None:
+    model = _sample()
+    trace = _poisson(400, 8000)
+    out = plan_inferline(model, trace)
+    assert isinstance(out, PlanOutcome)
+    lat = simulate_pipeline(whole_gpus(model), out.config, trace)
+    assert float(np.percentile(lat, 99)) <= model.slo_s
+    assert out.p99_s <= model.slo_s
+    first = out.steps.index(next(s for s in out.steps if not s.startswith("add a replica")))
+    assert first > 0  # Algorithm 1 added replicas before Algorithm 2 cut cost
+    assert out.cost_per_hour == pytest.approx(cost_per_hour(whole_gpus(model), out.config))
+
+
+def test_chronotope_is_never_dearer_and_uses_the_share() -> None:
+    model = _sample()
+    trace = _poisson(400, 8000)
+    ours, theirs = plan_chronotope(model, trace), plan_inferline(model, trace)
+    assert isinstance(ours, PlanOutcome)
+    assert isinstance(theirs, PlanOutcome)
+    assert ours.p99_s <= model.slo_s
+    # the pose stage runs on half a T4: the same plan costs less with shares
+    assert ours.cost_per_hour < theirs.cost_per_hour
+
+
+def test_envelope_counts_the_busiest_window_of_each_length() -> None:
+    env = envelope([0.0, 0.1, 0.2, 5.0, 5.05], 0.25, 2.0)
+    assert [w for w, _ in env] == [0.25, 0.5, 1.0, 2.0]
+    assert [q for _, q in env] == [3, 3, 3, 3]
+    assert envelope([0.0, 0.1, 0.2, 0.3, 5.0], 1.0, 8.0)[-1] == (8.0, 5)

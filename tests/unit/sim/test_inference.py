@@ -1,0 +1,66 @@
+"""The inference simulator: trace formats, rescaling, and the four policies' rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
+from chronotope.planners.inferline import model_from_spec
+from chronotope.sim.inference import InferenceRun, load_arrivals, rescale, run_policy
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        pytest.param(
+            "azure.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:48.1805900,396,109\n",
+            id="azure",
+        ),
+        pytest.param("mooncake.jsonl", '{"timestamp": 1000}\n{"timestamp": 2500}\n', id="mooncake"),
+        pytest.param("plain.txt", "7.0\n8.5\n", id="plain"),
+    ],
+)
+def test_every_trace_format_gives_seconds_from_the_first(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    assert load_arrivals(path) == pytest.approx([0.0, 1.5])
+
+
+def test_rescale_sets_the_mean_rate_and_keeps_the_shape() -> None:
+    a = np.array([0.0, 1.0, 1.5, 4.0])
+    b = rescale(a, 3.0)
+    assert (len(b) - 1) / b[-1] == pytest.approx(3.0)
+    assert b / b[-1] == pytest.approx(a / a[-1])
+
+
+def test_policies_on_a_bursty_trace() -> None:
+    doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
+    model = model_from_spec(InferencePipelineSpec.model_validate(doc["spec"]), {})
+    rng = np.random.default_rng(0)
+    # 60 s at 150 qps, then 60 s at 450 qps: the tuner must scale up
+    arrivals = np.concatenate(
+        [np.cumsum(rng.exponential(1 / 150, 9000)), 60 + np.cumsum(rng.exponential(1 / 450, 27000))]
+    )
+    arrivals = np.sort(arrivals[arrivals < 120])
+    planning, serving = arrivals[arrivals < 30], arrivals[arrivals >= 30] - 30
+    rows = {p: run_policy(p, model, planning, serving, seed=0) for p in ("peak", "inferline")}
+    peak, tuned = rows["peak"], rows["inferline"]
+    assert isinstance(peak, InferenceRun)
+    assert isinstance(tuned, InferenceRun)
+    assert peak.scale_events == 0
+    assert tuned.scale_events > 0
+    assert tuned.slo_miss_pct < 1.0
+    assert peak.requests == tuned.requests == len(serving)
+    # the tuner follows the step: fewer replicas before it than after
+    first_stage = tuned.schedules[0]
+    assert first_stage[0][1] < first_stage[-1][1]
