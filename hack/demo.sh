@@ -14,8 +14,9 @@ say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 say "kubectl get nodes   # GPU capacity and topology"
 k get nodes -o custom-columns='NAME:.metadata.name,GPU:.metadata.labels.nvidia\.com/gpu\.product,GPUS:.status.capacity.nvidia\.com/gpu,MEM(MiB):.metadata.labels.nvidia\.com/gpu\.memory,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,RACK:.metadata.labels.chronotope\.dev/rack,NVLINK:.metadata.labels.chronotope\.dev/nvlink-domain'
 
-say "kubectl apply -f manifests/profiles/ -f manifests/samples/   # a model profile, TrainingJobs, an InferencePipeline, ModelVariants"
+say "kubectl apply -f manifests/profiles/ -f manifests/demo/video-arrivals.yaml -f manifests/samples/   # a model profile, a sample arrival trace, TrainingJobs, an InferencePipeline, ModelVariants"
 k apply -f manifests/profiles/ >/dev/null
+k apply -f manifests/demo/video-arrivals.yaml >/dev/null
 k apply -f manifests/samples/ >/dev/null
 for _ in $(seq 30); do
   running=$(k get trainingjobs -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c Running || true)

@@ -16,6 +16,11 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser("operator", help="run the Chronotope controllers (kopf)")
     parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: in-cluster)")
     parser.add_argument(
+        "--prometheus",
+        default="http://127.0.0.1:9090",
+        help="Prometheus base URL for InferencePipelines whose traffic query names none",
+    )
+    parser.add_argument(
         "--interval", type=float, default=2.0, help="seconds between reconciles of each job"
     )
     parser.add_argument(
@@ -42,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.controllers.metrics import OperatorMetrics
     from chronotope.controllers.operator import build_registry
     from chronotope.kube.client import connect
+    from chronotope.kube.pipeline_ops import KubePipelineOps
     from chronotope.kube.store import OperatorCache
     from chronotope.kube.trainingjob_ops import KubeClusterOps
 
@@ -59,7 +65,12 @@ def _run(args: argparse.Namespace) -> int:
     metrics = OperatorMetrics(stale_after_s=max(30.0, 10 * args.interval))
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_address)
-    registry = build_registry(KubeClusterOps(api, cache), interval=args.interval, metrics=metrics)
+    registry = build_registry(
+        KubeClusterOps(api, cache),
+        interval=args.interval,
+        metrics=metrics,
+        pipeline_ops=KubePipelineOps(api, cache, prometheus=args.prometheus),
+    )
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None
     kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness)

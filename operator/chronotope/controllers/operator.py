@@ -19,6 +19,8 @@ from typing import Any
 
 import kopf
 
+from chronotope.controllers.inferencepipeline import PipelineOps
+from chronotope.controllers.inferencepipeline import reconcile as reconcile_pipeline
 from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status, reconcile
 
@@ -50,12 +52,16 @@ def apply_outcome(
 
 
 def build_registry(
-    ops: ClusterOps, interval: float = 2.0, metrics: OperatorMetrics | None = None
+    ops: ClusterOps,
+    interval: float = 2.0,
+    metrics: OperatorMetrics | None = None,
+    pipeline_ops: PipelineOps | None = None,
 ) -> kopf.OperatorRegistry:
     """A kopf registry with the login handler and the TrainingJob timer wired to `ops`.
 
     Each TrainingJob is reconciled every `interval` seconds, off the event loop;
     reconcile latency, events and job phases go to `metrics` (a fresh set if None).
+    With `pipeline_ops`, InferencePipelines are reconciled on the same interval.
     """
     registry = kopf.OperatorRegistry()
     metrics = metrics or OperatorMetrics()
@@ -85,7 +91,35 @@ def build_registry(
         metrics.observe_job(job, outcome.status)
         apply_outcome(outcome, body, patch, metrics)
 
+    if pipeline_ops is not None:
+        _pipelines(registry, pipeline_ops, interval, metrics)
     return registry
+
+
+def _pipelines(
+    registry: kopf.OperatorRegistry, ops: PipelineOps, interval: float, metrics: OperatorMetrics
+) -> None:
+    @kopf.timer(GROUP, VERSION, "inferencepipelines", interval=interval, registry=registry)
+    async def pipeline_timer(body: Any, patch: Any, **_: Any) -> None:
+        obj = _plain(
+            {
+                "metadata": dict(body["metadata"]),
+                "spec": dict(body["spec"]),
+                "status": dict(body.get("status") or {}),
+            }
+        )
+        try:
+            outcome = await asyncio.to_thread(reconcile_pipeline, obj, ops, datetime.now(UTC))
+        except Exception as exc:  # one bad pipeline marks itself, never the operator
+            log.exception(
+                "InferencePipeline %s/%s failed",
+                obj["metadata"].get("namespace"),
+                obj["metadata"].get("name"),
+            )
+            patch.status.update({"phase": "Failed", "whyWaiting": f"internal error: {exc}"})
+            kopf.warn(body, reason="ReconcileError", message=str(exc))
+            return
+        apply_outcome(outcome, body, patch, metrics)
 
 
 def _plain(value: Any) -> Any:

@@ -1,0 +1,111 @@
+"""The API calls the InferencePipeline controller makes (`controllers.inferencepipeline`).
+
+Nodes come from the operator's watch-fed cache when there is one; ConfigMaps,
+ModelVariants and Deployments are read from the API server; a stage's
+Deployment and Service are created, or their replicas and pod template
+updated; the live rate is one Prometheus instant query.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from chronotope.kube import workloads as kw
+from chronotope.kube.client import raw_json
+from chronotope.kube.store import OperatorCache
+from chronotope.workloads.pipeline import PIPELINE_LABEL
+
+__all__ = ["DEFAULT_PROMETHEUS", "KubePipelineOps"]
+
+DEFAULT_PROMETHEUS = "http://127.0.0.1:9090"
+_NOT_FOUND = 404
+_CONFLICT = 409
+
+
+class KubePipelineOps:
+    """`PipelineOps` on a real API server; see the module docstring."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cache: OperatorCache | None = None,
+        *,
+        prometheus: str = DEFAULT_PROMETHEUS,
+        timeout_s: float = 3.0,
+    ) -> None:
+        """Read and write through `api`; nodes from `cache`; `prometheus` if a spec names none."""
+        self.api = api
+        self.cache = cache
+        self.prometheus = prometheus
+        self.timeout_s = timeout_s
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """All nodes, from the watch cache when there is one."""
+        if self.cache is not None:
+            return self.cache.nodes.list()
+        return kw.list_nodes(self.api)
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, or None."""
+        return kw.read_config_map(self.api, namespace, name)
+
+    def model_variant_exists(self, namespace: str, name: str) -> bool:
+        """Whether the ModelVariant exists."""
+        try:
+            client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                "chronotope.dev", "v1alpha1", namespace, "modelvariants", name
+            )
+        except ApiException as exc:
+            if exc.status == _NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def query_rate(self, address: str | None, query: str) -> float | str:
+        """A PromQL instant query's first value, or why it could not be read."""
+        base = (address or self.prometheus).rstrip("/")
+        url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
+                body = json.loads(resp.read())
+        except (OSError, ValueError) as exc:
+            return f"Prometheus at {base} did not answer: {exc}"
+        result = (body.get("data") or {}).get("result") or []
+        if body.get("status") != "success" or not result:
+            return f"Prometheus query {query!r} returned no series"
+        try:
+            return float(result[0]["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return f"Prometheus query {query!r} returned no number"
+
+    def deployments(self, namespace: str, pipeline: str) -> dict[str, dict[str, Any]]:
+        """The pipeline's stage Deployments, by name."""
+        apps = client.AppsV1Api(self.api)
+        data = raw_json(
+            apps.list_namespaced_deployment(
+                namespace,
+                label_selector=f"{PIPELINE_LABEL}={pipeline}",
+                _preload_content=False,
+            )
+        )
+        return {d["metadata"]["name"]: d for d in data.get("items") or []}
+
+    def apply(self, deployment: dict[str, Any], service: dict[str, Any]) -> None:
+        """Create the Deployment and Service, or update the Deployment's replicas and template."""
+        namespace = deployment["metadata"]["namespace"]
+        name = deployment["metadata"]["name"]
+        apps = client.AppsV1Api(self.api)
+        try:
+            apps.create_namespaced_deployment(namespace, deployment)
+        except ApiException as exc:
+            if exc.status != _CONFLICT:
+                raise
+            apps.patch_namespaced_deployment(name, namespace, {"spec": deployment["spec"]})
+        kw.ensure_service(self.api, namespace, service)

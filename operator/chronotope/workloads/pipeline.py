@@ -1,0 +1,309 @@
+"""InferencePipeline decisions (pure): sample traffic, plan, stage objects, status.
+
+The controller hands in what it read (the pipeline, the GPU types the
+cluster has, the trace or live rate, the stages' Deployments) and writes
+what comes back. The plan is `planners.inferline.plan_chronotope` restricted
+to the GPU types with schedulable nodes; each stage becomes a Deployment and
+a Service, its pods placed by the chronotope scheduler on the planned GPU
+type (a whole GPU, or a share with its compute and memory annotations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Stage
+from chronotope.planners.inferline import (
+    Infeasible,
+    PlanOutcome,
+    model_from_spec,
+    plan_chronotope,
+)
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
+from chronotope.solver.model import Reason
+from chronotope.workloads.training_status import condition
+
+__all__ = [
+    "PIPELINE_LABEL",
+    "STAGE_LABEL",
+    "PipelinePlan",
+    "failed_status",
+    "parse_trace",
+    "pipeline_status",
+    "plan_from_status",
+    "plan_pipeline",
+    "sample_arrivals",
+    "stage_objects",
+    "with_replicas",
+]
+
+PIPELINE_LABEL = "chronotope.dev/pipeline"
+STAGE_LABEL = "chronotope.dev/stage"
+SAMPLE_SECONDS = 60.0
+"""Length of the sample trace drawn for a fixed or live rate (seconds)."""
+SERVER_PORT = 8080
+VARIANT_SERVER_IMAGE = "registry.example/chronotope/variant-server:0.1"
+"""Image of a stage that serves a ModelVariant (the serving group is the ModelVariant issue's)."""
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """The planner's outcome for one pipeline, with the stage specs it was made for."""
+
+    outcome: PlanOutcome
+    stages: tuple[Stage, ...]
+
+
+def parse_trace(text: str) -> list[float] | Reason:
+    """Arrival times (seconds, sorted) from one-per-line text, or why it is unusable."""
+    try:
+        times = sorted(float(x) for x in text.split())
+    except ValueError as exc:
+        return Reason(code="TraceUnparsable", message=f"trace is not one number per line: {exc}")
+    if len(times) < 2 or times[-1] <= times[0]:  # noqa: PLR2004 (a rate needs two points)
+        return Reason(code="TraceEmpty", message="trace has fewer than two distinct arrivals")
+    return [t - times[0] for t in times]
+
+
+def sample_arrivals(rate_qps: float, seed: int = 0) -> list[float]:
+    """A Poisson sample of `SAMPLE_SECONDS` at `rate_qps` (the planner's trace for a rate)."""
+    rng = np.random.default_rng(seed)
+    n = max(2, int(rate_qps * SAMPLE_SECONDS))
+    return [float(x) for x in np.cumsum(rng.exponential(1 / rate_qps, n))]
+
+
+def plan_pipeline(
+    spec: InferencePipelineSpec, arrivals: Sequence[float], gpu_types: set[str]
+) -> PipelinePlan | Reason:
+    """Plan on the GPU types the cluster has, or say why the pipeline cannot be planned."""
+    stages = []
+    for stage in spec.stages:
+        usable = [p for p in stage.profiles if p.gpu_type in gpu_types]
+        if not usable:
+            known = ", ".join(sorted(gpu_types)) or "none"
+            offered = ", ".join(p.gpu_type for p in stage.profiles)
+            return Reason(
+                code="NoProfiledGpuType",
+                message=f"stage {stage.name} has profiles for {offered}, but the cluster's "
+                f"schedulable GPU types are {known}",
+                unresolvable=True,
+            )
+        stages.append(stage.model_copy(update={"profiles": usable}))
+    spec = spec.model_copy(update={"stages": stages})
+    model = model_from_spec(spec, {})
+    out = plan_chronotope(model, arrivals)
+    if isinstance(out, Infeasible):
+        return Reason(code="SLOInfeasible", message=out.reason, unresolvable=True)
+    return PipelinePlan(out, tuple(stages))
+
+
+def _owner(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": "chronotope.dev/v1alpha1",
+        "kind": "InferencePipeline",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def stage_objects(
+    pipeline: Mapping[str, Any], spec: InferencePipelineSpec, plan: PipelinePlan
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(Deployment, Service) per stage, as planned."""
+    name = pipeline["metadata"]["name"]
+    namespace = pipeline["metadata"]["namespace"]
+    children: dict[str, list[str]] = {s.name: [] for s in spec.stages}
+    for e in spec.edges:
+        children[e.from_].append(f"http://{name}-{e.to}.{namespace}.svc:{SERVER_PORT}")
+    out = []
+    for stage, c in zip(plan.stages, plan.outcome.config, strict=True):
+        labels = {PIPELINE_LABEL: name, STAGE_LABEL: stage.name}
+        limits: dict[str, str]
+        annotations: dict[str, str] = {}
+        if stage.gpu is not None and stage.gpu.shared is not None:
+            limits = {SHARE_RESOURCE: "1"}
+            annotations = {
+                "chronotope.dev/gpu-compute-percent": str(stage.gpu.shared.compute_percent),
+                "chronotope.dev/gpu-memory-mib": str(stage.gpu.shared.memory_mib),
+            }
+        else:
+            count = stage.gpu.count if stage.gpu is not None and stage.gpu.count else 1
+            limits = {GPU_RESOURCE: str(count)}
+        image = stage.model.image or VARIANT_SERVER_IMAGE
+        env = [
+            {"name": "CHRONOTOPE_STAGE", "value": stage.name},
+            {"name": "CHRONOTOPE_MAX_BATCH", "value": str(c.batch)},
+            {"name": "CHRONOTOPE_GPU_TYPE", "value": c.gpu_type},
+            {"name": "CHRONOTOPE_DOWNSTREAM", "value": ",".join(children[stage.name])},
+        ]
+        if stage.model.variant:
+            env.append({"name": "CHRONOTOPE_MODEL_VARIANT", "value": stage.model.variant})
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": f"{name}-{stage.name}",
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [_owner(pipeline)],
+            },
+            "spec": {
+                "replicas": c.replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels, "annotations": annotations},
+                    "spec": {
+                        "schedulerName": "chronotope",
+                        "nodeSelector": {GPU_PRODUCT_LABEL: c.gpu_type},
+                        "containers": [
+                            {
+                                "name": "server",
+                                "image": image,
+                                "env": env,
+                                "ports": [{"containerPort": SERVER_PORT}],
+                                "resources": {"limits": limits},
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": f"{name}-{stage.name}",
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [_owner(pipeline)],
+            },
+            "spec": {"selector": labels, "ports": [{"port": SERVER_PORT}]},
+        }
+        out.append((deployment, service))
+    return out
+
+
+def _ready(deployments: Mapping[str, Mapping[str, Any]], name: str) -> int:
+    d = deployments.get(name) or {}
+    return int((d.get("status") or {}).get("readyReplicas") or 0)
+
+
+def pipeline_status(
+    pipeline: Mapping[str, Any],
+    plan: PipelinePlan,
+    deployments: Mapping[str, Mapping[str, Any]],
+    now: datetime,
+) -> dict[str, Any]:
+    """Status of a planned pipeline: plan per stage, readiness, predicted P99 and cost."""
+    meta = pipeline["metadata"]
+    generation = meta.get("generation")
+    stages = []
+    total = 0.0
+    by_type: dict[str, float] = {}
+    short = []
+    for stage, c in zip(plan.stages, plan.outcome.config, strict=True):
+        ready = _ready(deployments, f"{meta['name']}-{stage.name}")
+        stages.append(
+            {
+                "name": stage.name,
+                "gpuType": c.gpu_type,
+                "batchSize": c.batch,
+                "replicas": c.replicas,
+                "readyReplicas": ready,
+            }
+        )
+        share = 1.0
+        if stage.gpu is not None and stage.gpu.shared is not None:
+            share = stage.gpu.shared.compute_percent / 100
+        elif stage.gpu is not None and stage.gpu.count:
+            share = float(stage.gpu.count)
+        total += c.replicas * share
+        by_type[c.gpu_type] = by_type.get(c.gpu_type, 0.0) + c.replicas * share
+        if ready < c.replicas:
+            short.append(f"{stage.name} {ready}/{c.replicas} on {c.gpu_type}")
+    serving = not short
+    why = None if serving else "waiting for replicas: " + "; ".join(short)
+    return {
+        "phase": "Serving" if serving else "Planning",
+        "observedGeneration": generation,
+        "stages": stages,
+        "totalGpus": round(total, 3),
+        "gpuTypes": ",".join(f"{t}x{g:g}" for t, g in sorted(by_type.items())),
+        "predictedP99Ms": round(plan.outcome.p99_s * 1000, 1),
+        "costPerHour": round(plan.outcome.cost_per_hour, 3),
+        "whyWaiting": why,
+        "conditions": [
+            condition(
+                "Planned",
+                True,
+                "Planned",
+                f"{len(stages)} stage(s), predicted P99 {plan.outcome.p99_s * 1000:.0f} ms, "
+                f"{plan.outcome.cost_per_hour:.2f}/h",
+                now=now,
+                generation=generation,
+            ),
+            condition(
+                "Ready",
+                serving,
+                "AllStagesReady" if serving else "StagesStarting",
+                why or "every stage has its planned replicas ready",
+                now=now,
+                generation=generation,
+            ),
+        ],
+    }
+
+
+def failed_status(pipeline: Mapping[str, Any], why: Reason, now: datetime) -> dict[str, Any]:
+    """Status of a pipeline that cannot be planned (nothing is created for it)."""
+    generation = pipeline["metadata"].get("generation")
+    return {
+        "phase": "Failed" if why.unresolvable else "Pending",
+        "observedGeneration": generation,
+        "whyWaiting": why.message,
+        "conditions": [
+            condition("Planned", False, why.code, why.message, now=now, generation=generation),
+        ],
+    }
+
+
+def with_replicas(plan: PipelinePlan, replicas: Sequence[int]) -> PipelinePlan:
+    """The plan with stage replica counts replaced (the tuner's change)."""
+    config = tuple(
+        replace(c, replicas=k) for c, k in zip(plan.outcome.config, replicas, strict=True)
+    )
+    return replace(plan, outcome=replace(plan.outcome, config=config))
+
+
+def plan_from_status(
+    spec: InferencePipelineSpec, status: Mapping[str, Any], gpu_types: set[str]
+) -> PipelinePlan | None:
+    """The plan recorded in `status`, if it still fits the spec and the cluster's GPU types."""
+    from chronotope.planners.inferline import StageConfig
+
+    rows = {s.get("name"): s for s in status.get("stages") or []}
+    configs, stages = [], []
+    for stage in spec.stages:
+        row = rows.get(stage.name)
+        if row is None or row.get("gpuType") not in gpu_types:
+            return None
+        usable = [p for p in stage.profiles if p.gpu_type in gpu_types]
+        stages.append(stage.model_copy(update={"profiles": usable}))
+        configs.append(
+            StageConfig(str(row["gpuType"]), int(row["batchSize"]), int(row["replicas"]))
+        )
+    outcome = PlanOutcome(
+        tuple(configs),
+        float(status.get("predictedP99Ms") or 0.0) / 1000,
+        float(status.get("costPerHour") or 0.0),
+        0,
+    )
+    return PipelinePlan(outcome, tuple(stages))

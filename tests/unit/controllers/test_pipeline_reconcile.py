@@ -1,0 +1,158 @@
+"""InferencePipeline `reconcile` against a fake `PipelineOps`."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from chronotope.controllers.inferencepipeline import PipelineOps, reconcile
+
+ROOT = Path(__file__).resolve().parents[3]
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _node(name: str, product: str, gpus: int = 4) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+class FakeOps:
+    """Objects in memory; records what `reconcile` applies."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self._nodes = nodes
+        self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.variants: set[tuple[str, str]] = set()
+        self.applied: dict[str, dict[str, Any]] = {}
+        self.rate: float | str = 50.0
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._nodes
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.config_maps.get((namespace, name))
+
+    def model_variant_exists(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self.variants
+
+    def query_rate(self, address: str | None, query: str) -> float | str:
+        return self.rate
+
+    def deployments(self, namespace: str, pipeline: str) -> dict[str, dict[str, Any]]:
+        return self.applied
+
+    def apply(self, deployment: dict[str, Any], service: dict[str, Any]) -> None:
+        d = copy.deepcopy(deployment)
+        d["status"] = {"readyReplicas": d["spec"]["replicas"]}  # ready at once
+        self.applied[d["metadata"]["name"]] = d
+
+
+def _protocol(ops: FakeOps) -> PipelineOps:
+    return ops  # mypy checks the fake against the Protocol
+
+
+def _sample() -> dict[str, Any]:
+    doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
+    doc["metadata"] |= {"namespace": "ns", "uid": "u-1", "generation": 1}
+    return dict(doc)
+
+
+def _ops() -> FakeOps:
+    ops = FakeOps([_node("t4-0", "T4", 1), _node("a-0", "A100-SXM4-80GB", 8)])
+    arrivals = yaml.safe_load((ROOT / "manifests/demo/video-arrivals.yaml").read_text())
+    ops.config_maps["ns", "video-arrivals"] = arrivals
+    ops.variants.add(("ns", "ocr-receipts"))
+    return ops
+
+
+def test_a_pipeline_is_planned_built_and_serving() -> None:
+    ops, obj = _ops(), _sample()
+    out = reconcile(obj, ops, NOW)
+    assert out.status["phase"] == "Serving"
+    assert out.status["predictedP99Ms"] <= 250
+    assert out.status["costPerHour"] > 0
+    assert [s["name"] for s in out.status["stages"]] == ["detect", "pose", "ocr"]
+    assert set(ops.applied) == {
+        "video-analytics-detect",
+        "video-analytics-pose",
+        "video-analytics-ocr",
+    }
+    pose = ops.applied["video-analytics-pose"]["spec"]["template"]
+    assert pose["spec"]["containers"][0]["resources"]["limits"] == {"chronotope.dev/gpu-share": "1"}
+    assert pose["metadata"]["annotations"]["chronotope.dev/gpu-compute-percent"] == "50"
+    detect = ops.applied["video-analytics-detect"]["spec"]["template"]["spec"]
+    assert detect["schedulerName"] == "chronotope"
+    env = {e["name"]: e["value"] for e in detect["containers"][0]["env"]}
+    assert "video-analytics-pose.ns.svc" in env["CHRONOTOPE_DOWNSTREAM"]
+    assert [e[1] for e in out.events] == ["Planned"]
+    # the recorded plan is reused: no second planning event, same replicas
+    again = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert again.events == []
+    assert again.status["stages"] == out.status["stages"]
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "phase"),
+    [
+        pytest.param(
+            lambda o, ops: ops.variants.clear(), "ModelVariantMissing", "Pending", id="variant"
+        ),
+        pytest.param(
+            lambda o, ops: o["spec"]["slo"].update(p99LatencyMs=20),
+            "SLOInfeasible",
+            "Failed",
+            id="slo",
+        ),
+        pytest.param(
+            lambda o, ops: ops.config_maps.clear(), "TraceMissing", "Pending", id="no-trace"
+        ),
+        pytest.param(
+            lambda o, ops: ops.config_maps["ns", "video-arrivals"]["data"].update(
+                {"arrivals.txt": "x y"}
+            ),
+            "TraceUnparsable",
+            "Pending",
+            id="bad-trace",
+        ),
+        pytest.param(
+            lambda o, ops: ops._nodes.pop(), "NoProfiledGpuType", "Failed", id="no-gpu-type"
+        ),
+        pytest.param(
+            lambda o, ops: (
+                o["spec"].update(traffic={"prometheus": {"query": "rate(x[1m])"}}),
+                setattr(ops, "rate", "Prometheus at http://p did not answer"),
+            ),
+            "PrometheusUnreachable",
+            "Pending",
+            id="prometheus",
+        ),
+    ],
+)
+def test_bad_input_gets_a_condition_and_builds_nothing(change: Any, code: str, phase: str) -> None:
+    ops, obj = _ops(), _sample()
+    change(obj, ops)
+    out = reconcile(obj, ops, NOW)
+    assert out.status["phase"] == phase
+    assert out.status["conditions"][0]["reason"] == code
+    assert ops.applied == {}
+    assert [e[1] for e in out.events] == [code]
+    assert reconcile(obj | {"status": out.status}, ops, NOW).events == []  # said once
+
+
+def test_a_fixed_rate_is_planned_on_a_poisson_sample() -> None:
+    ops, obj = _ops(), _sample()
+    obj["spec"]["traffic"] = {"fixedQPS": 300}
+    busy = reconcile(obj, ops, NOW)
+    obj["spec"]["traffic"] = {"fixedQPS": 20}
+    quiet = reconcile(obj, _ops(), NOW)
+    assert busy.status["costPerHour"] > quiet.status["costPerHour"]
