@@ -62,7 +62,7 @@ def test_branches_visit_their_fraction_and_the_query_waits_for_all() -> None:
     config = (
         StageConfig("T4", 1, 50),
         StageConfig("T4", 1, 50),
-        StageConfig("A100-SXM4-40GB", 1, 50),
+        StageConfig("A100-SXM4-80GB", 1, 50),
     )
     lat = simulate_pipeline(model, config, [10.0 * i for i in range(2000)])
     # unloaded: detect alone 12 ms, with pose 32 ms, with OCR 37 ms
