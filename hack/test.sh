@@ -14,6 +14,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 step "control-plane binaries (cached under \${CHRONOTOPE_CACHE_DIR:-~/.cache/chronotope})"
 chronotope dev build
 
+step "prometheus (Debian package, for the InferencePipeline tuner tests)"
+bash hack/prometheus.sh
+
 step "ruff"
 ruff check operator tests bench hack
 ruff format --check operator tests bench hack

@@ -25,6 +25,8 @@ from tests.kubetest import KubeCluster, kubectl_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = REPO_ROOT / "manifests" / "clusters" / "demo.yaml"
+TUNER_DOWN_DELAY_S = 15.0
+"""The operator's InferencePipeline scale-down delay in tests (60 s by default)."""
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +82,7 @@ def chronotope_operator(kube_cluster: KubeCluster, chronotope_scheduler: int) ->
     """The CRDs installed and the Chronotope controllers running (with the scheduler)."""
     if kube_cluster.local is None:
         raise RuntimeError("operator tests need the cluster the tests start")
-    kube_cluster.local.start_operator()
+    kube_cluster.local.start_operator(extra_args=("--tuner-down-delay-s", str(TUNER_DOWN_DELAY_S)))
 
 
 @pytest.fixture

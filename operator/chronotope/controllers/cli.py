@@ -21,6 +21,12 @@ def add_parser(sub: Any) -> None:
         help="Prometheus base URL for InferencePipelines whose traffic query names none",
     )
     parser.add_argument(
+        "--tuner-down-delay-s",
+        type=float,
+        default=60.0,
+        help="an InferencePipeline stage scales down only this long after its last change",
+    )
+    parser.add_argument(
         "--interval", type=float, default=2.0, help="seconds between reconciles of each job"
     )
     parser.add_argument(
@@ -44,6 +50,7 @@ def add_parser(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
+    from chronotope.controllers.inferencepipeline import TunerSettings
     from chronotope.controllers.metrics import OperatorMetrics
     from chronotope.controllers.operator import build_registry
     from chronotope.kube.client import connect
@@ -70,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         interval=args.interval,
         metrics=metrics,
         pipeline_ops=KubePipelineOps(api, cache, prometheus=args.prometheus),
+        tuner=TunerSettings(down_delay_s=args.tuner_down_delay_s),
     )
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None

@@ -11,15 +11,18 @@ that cannot be planned gets a condition and one event, and nothing is built.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Traffic
 from chronotope.controllers.trainingjob import Outcome
+from chronotope.planners.inferline import cost_per_hour, envelope, model_from_spec
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
 from chronotope.workloads.pipeline import (
     PipelinePlan,
+    TunerInput,
     failed_status,
     parse_trace,
     pipeline_status,
@@ -27,9 +30,13 @@ from chronotope.workloads.pipeline import (
     plan_pipeline,
     sample_arrivals,
     stage_objects,
+    tune,
+    with_replicas,
 )
+from chronotope.workloads.replan import parse_time
+from chronotope.workloads.training_status import condition
 
-__all__ = ["PipelineOps", "reconcile"]
+__all__ = ["PipelineOps", "TunerSettings", "reconcile"]
 
 
 class PipelineOps(Protocol):
@@ -58,6 +65,13 @@ class PipelineOps(Protocol):
     def apply(self, deployment: dict[str, Any], service: dict[str, Any]) -> None:
         """Create or update a stage's Deployment and Service."""
         ...
+
+
+@dataclass(frozen=True)
+class TunerSettings:
+    """How the operator's tuner scales: the delay before any scale-down."""
+
+    down_delay_s: float = 60.0
 
 
 def gpu_types(nodes: list[dict[str, Any]]) -> set[str]:
@@ -118,43 +132,186 @@ def _missing_variant(
     return None
 
 
-def reconcile(obj: Mapping[str, Any], ops: PipelineOps, now: datetime) -> Outcome:
+def reconcile(
+    obj: Mapping[str, Any],
+    ops: PipelineOps,
+    now: datetime,
+    settings: TunerSettings | None = None,
+) -> Outcome:
     """One pass over one pipeline; see the module docstring."""
+    settings = settings or TunerSettings()
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     spec = InferencePipelineSpec.model_validate(obj["spec"])
     old = obj.get("status") or {}
     out = Outcome()
-    types = gpu_types(ops.nodes())
-    plan: PipelinePlan | Reason | None = None
-    why = _missing_variant(ops, namespace, spec)
-    if why is None and old.get("observedGeneration") == meta.get("generation"):
-        plan = plan_from_status(spec, old, types)
-    if why is None and plan is None:
-        arrivals = _arrivals(ops, namespace, spec.traffic)
-        plan = arrivals if isinstance(arrivals, Reason) else plan_pipeline(spec, arrivals, types)
-        if isinstance(plan, PipelinePlan):
-            cfg = ", ".join(
-                f"{s.name}: {c.replicas}x {c.gpu_type} batch {c.batch}"
-                for s, c in zip(plan.stages, plan.outcome.config, strict=True)
-            )
-            out.events.append(
-                (
-                    "Normal",
-                    "Planned",
-                    f"{cfg}; predicted P99 {plan.outcome.p99_s * 1000:.0f} ms, "
-                    f"{plan.outcome.cost_per_hour:.2f}/h",
-                )
-            )
-    if why is None and isinstance(plan, Reason):
-        why = plan
-    if why is not None:
-        out.status = failed_status(obj, why, now)
-        if why.message != old.get("whyWaiting"):
-            out.events.append(("Warning" if why.unresolvable else "Normal", why.code, why.message))
+    plan, sample = _plan(ops, obj, spec, old, out)
+    if isinstance(plan, Reason):
+        out.status = failed_status(obj, plan, now)
+        if plan.message != old.get("whyWaiting"):
+            kind = "Warning" if plan.unresolvable else "Normal"
+            out.events.append((kind, plan.code, plan.message))
         return out
     assert isinstance(plan, PipelinePlan)
-    for deployment, service in stage_objects(obj, spec, plan):
+    planned = [c.replicas for c in plan.outcome.config]
+    current = list(planned)
+    if sample is None:  # the recorded plan: keep the tuner's replicas
+        rows = {r.get("name"): r for r in old.get("stages") or []}
+        current = [
+            int(rows[s.name].get("replicas", k)) for s, k in zip(plan.stages, planned, strict=True)
+        ]
+    tuned: tuple[dict[str, Any], dict[str, Any] | None] | None = None
+    if spec.traffic.prometheus is not None:
+        envelope_pts = _envelope_points(sample, plan) if sample is not None else None
+        current, tuned = _tune(
+            ops,
+            spec,
+            plan,
+            planned=planned,
+            current=current,
+            old=old,
+            now=now,
+            out=out,
+            settings=settings,
+            new_envelope=envelope_pts,
+        )
+    running = with_replicas(plan, current)
+    for deployment, service in stage_objects(obj, spec, running):
         ops.apply(deployment, service)
-    out.status = pipeline_status(obj, plan, ops.deployments(namespace, name), now)
+    out.status = pipeline_status(obj, running, ops.deployments(namespace, name), now, planned)
+    out.status["costPerHour"] = round(
+        cost_per_hour(model_from_spec(spec, {}), running.outcome.config), 3
+    )
+    if tuned is not None:
+        out.status["tuner"] = tuned[0]
+        if tuned[1] is not None:
+            out.status["conditions"].append(tuned[1])
     return out
+
+
+def _plan(
+    ops: PipelineOps,
+    obj: Mapping[str, Any],
+    spec: InferencePipelineSpec,
+    old: Mapping[str, Any],
+    out: Outcome,
+) -> tuple[PipelinePlan | Reason, list[float] | None]:
+    """The recorded plan if it still holds, else a new one (and its sample), else why not."""
+    meta = obj["metadata"]
+    namespace = meta["namespace"]
+    why = _missing_variant(ops, namespace, spec)
+    if why is not None:
+        return why, None
+    types = gpu_types(ops.nodes())
+    if old.get("observedGeneration") == meta.get("generation"):
+        recorded = plan_from_status(spec, old, types)
+        if recorded is not None:
+            return recorded, None
+    arrivals = _arrivals(ops, namespace, spec.traffic)
+    if isinstance(arrivals, Reason):
+        return arrivals, None
+    plan = plan_pipeline(spec, arrivals, types)
+    if isinstance(plan, PipelinePlan):
+        out.events.append(("Normal", "Planned", _plan_words(plan)))
+    return plan, arrivals
+
+
+def _plan_words(plan: PipelinePlan) -> str:
+    cfg = ", ".join(
+        f"{s.name}: {c.replicas}x {c.gpu_type} batch {c.batch}"
+        for s, c in zip(plan.stages, plan.outcome.config, strict=True)
+    )
+    return (
+        f"{cfg}; predicted P99 {plan.outcome.p99_s * 1000:.0f} ms, "
+        f"{plan.outcome.cost_per_hour:.2f}/h"
+    )
+
+
+def _envelope_points(sample: list[float], plan: PipelinePlan) -> list[dict[str, Any]]:
+    service = min(
+        st_.latency(c.gpu_type, c.batch)
+        for st_, c in zip(_stage_models(plan), plan.outcome.config, strict=True)
+    )
+    points = [
+        {"windowSeconds": round(w, 4), "maxQueries": q} for w, q in envelope(sample, service, 60.0)
+    ]
+    # the whole sample last: its mean rate is the rate the plan was made for
+    span = max(sample[-1] - sample[0], 1e-9)
+    points.append({"windowSeconds": round(span, 4), "maxQueries": len(sample)})
+    return points
+
+
+def _stage_models(plan: PipelinePlan) -> list[Any]:
+    from chronotope.planners.inferline import StageModel
+
+    return [
+        StageModel(
+            s.name,
+            {
+                p.gpu_type: tuple(sorted((b.batch_size, b.latency_ms / 1000) for b in p.batches))
+                for p in s.profiles
+            },
+        )
+        for s in plan.stages
+    ]
+
+
+def _tune(
+    ops: PipelineOps,
+    spec: InferencePipelineSpec,
+    plan: PipelinePlan,
+    *,
+    planned: list[int],
+    current: list[int],
+    old: Mapping[str, Any],
+    now: datetime,
+    out: Outcome,
+    settings: TunerSettings,
+    new_envelope: list[dict[str, Any]] | None,
+) -> tuple[list[int], tuple[dict[str, Any], dict[str, Any] | None]]:
+    """One tuner pass on the live rate; holds the replicas when Prometheus does not answer."""
+    source = spec.traffic.prometheus
+    assert source is not None
+    old_tuner = old.get("tuner") or {}
+    envelope_pts = new_envelope or old_tuner.get("plannedEnvelope") or []
+    last = old_tuner.get("lastScaleTime")
+    last_s = parse_time(last).timestamp() if last else None  # type: ignore[union-attr]
+    delay = settings.down_delay_s
+    rate = ops.query_rate(source.address, source.query)
+    recent = ops.query_rate(source.address, f"max_over_time(({source.query})[{delay:.0f}s:])")
+    status = {
+        "mode": "Steady",
+        "lastScaleTime": last,
+        "plannedEnvelope": envelope_pts,
+        "observedEnvelope": old_tuner.get("observedEnvelope") or [],
+    }
+    if isinstance(rate, str) or isinstance(recent, str):
+        why = rate if isinstance(rate, str) else str(recent)
+        message = f"holding {sum(current)} replica(s) on the last plan: {why}"
+        risk = condition(
+            "SLOAtRisk", True, "PrometheusUnreachable", message, now=now, generation=None
+        )
+        return current, (status, risk)
+    anchor = 0.0
+    if envelope_pts:
+        widest = envelope_pts[-1]
+        anchor = float(widest["maxQueries"]) / float(widest["windowSeconds"])
+    decision = tune(
+        plan,
+        planned,
+        current,
+        TunerInput(rate_qps=rate, recent_max_qps=recent, now_s=now.timestamp()),
+        anchor_qps=anchor or rate,
+        last_scale_s=last_s,
+        down_delay_s=delay,
+    )
+    status["mode"] = decision.mode
+    status["observedEnvelope"] = [
+        {"windowSeconds": 1.0, "maxQueries": round(rate)},
+        {"windowSeconds": delay, "maxQueries": round(recent * delay)},
+    ]
+    if decision.changed:
+        status["lastScaleTime"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        reason = "ScaledUp" if decision.mode == "ScalingUp" else "ScaledDown"
+        out.events.append(("Normal", reason, decision.changed))
+    return list(decision.replicas), (status, None)

@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from chronotope.controllers.inferencepipeline import PipelineOps
+from chronotope.controllers.inferencepipeline import PipelineOps, TunerSettings
 from chronotope.controllers.inferencepipeline import reconcile as reconcile_pipeline
 from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status, reconcile
@@ -56,6 +56,7 @@ def build_registry(
     interval: float = 2.0,
     metrics: OperatorMetrics | None = None,
     pipeline_ops: PipelineOps | None = None,
+    tuner: TunerSettings | None = None,
 ) -> kopf.OperatorRegistry:
     """A kopf registry with the login handler and the TrainingJob timer wired to `ops`.
 
@@ -92,12 +93,16 @@ def build_registry(
         apply_outcome(outcome, body, patch, metrics)
 
     if pipeline_ops is not None:
-        _pipelines(registry, pipeline_ops, interval, metrics)
+        _pipelines(registry, pipeline_ops, interval, metrics, tuner or TunerSettings())
     return registry
 
 
 def _pipelines(
-    registry: kopf.OperatorRegistry, ops: PipelineOps, interval: float, metrics: OperatorMetrics
+    registry: kopf.OperatorRegistry,
+    ops: PipelineOps,
+    interval: float,
+    metrics: OperatorMetrics,
+    tuner: TunerSettings,
 ) -> None:
     @kopf.timer(GROUP, VERSION, "inferencepipelines", interval=interval, registry=registry)
     async def pipeline_timer(body: Any, patch: Any, **_: Any) -> None:
@@ -109,7 +114,9 @@ def _pipelines(
             }
         )
         try:
-            outcome = await asyncio.to_thread(reconcile_pipeline, obj, ops, datetime.now(UTC))
+            outcome = await asyncio.to_thread(
+                reconcile_pipeline, obj, ops, datetime.now(UTC), tuner
+            )
         except Exception as exc:  # one bad pipeline marks itself, never the operator
             log.exception(
                 "InferencePipeline %s/%s failed",

@@ -285,7 +285,7 @@ class LocalCluster:
         )
         return port
 
-    def start_operator(self, interval: float = 1.0) -> None:
+    def start_operator(self, interval: float = 1.0, extra_args: tuple[str, ...] = ()) -> None:
         """Install the CRDs and run the Chronotope controllers (`python -m chronotope operator`).
 
         Its Prometheus metrics port is kept in the state (`operator_metrics_port`).
@@ -322,6 +322,7 @@ class LocalCluster:
                 str(metrics_port),
                 "--metrics-address",
                 "127.0.0.1",
+                *extra_args,
             ],
             f"http://127.0.0.1:{port}/healthz",
         )

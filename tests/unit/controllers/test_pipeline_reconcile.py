@@ -156,3 +156,61 @@ def test_a_fixed_rate_is_planned_on_a_poisson_sample() -> None:
     obj["spec"]["traffic"] = {"fixedQPS": 20}
     quiet = reconcile(obj, _ops(), NOW)
     assert busy.status["costPerHour"] > quiet.status["costPerHour"]
+
+
+def _prometheus_pipeline() -> dict[str, Any]:
+    obj = _sample()
+    obj["spec"]["traffic"] = {"prometheus": {"query": "rate(requests_total[5s])"}}
+    return obj
+
+
+def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
+    from datetime import timedelta
+
+    from chronotope.controllers.inferencepipeline import TunerSettings
+
+    ops, obj = _ops(), _prometheus_pipeline()
+    rates = {"now": 40.0, "max": 40.0}
+    ops.query_rate = lambda address, q: (
+        rates["max"] if q.startswith("max_over_time") else rates["now"]
+    )  # type: ignore[method-assign]
+    settings = TunerSettings(down_delay_s=30)
+    first = reconcile(obj, ops, NOW, settings)
+    assert [e[1] for e in first.events] == ["Planned"]
+    base = [s["replicas"] for s in first.status["stages"]]
+    assert base == [s["plannedReplicas"] for s in first.status["stages"]]
+    assert first.status["tuner"]["plannedEnvelope"][-2]["windowSeconds"] == 60.0
+
+    def step(status: dict[str, Any], seconds: float) -> Any:
+        return reconcile(obj | {"status": status}, ops, NOW + timedelta(seconds=seconds), settings)
+
+    rates.update(now=200.0, max=200.0)  # a burst: up at once
+    up = step(first.status, 2)
+    assert up.status["tuner"]["mode"] == "ScalingUp"
+    assert [e[1] for e in up.events] == ["ScaledUp"]
+    bigger = [s["replicas"] for s in up.status["stages"]]
+    assert sum(bigger) > sum(base)
+    assert ops.applied["video-analytics-detect"]["spec"]["replicas"] == bigger[0]
+    rates.update(now=40.0)  # the burst ends, but it is within the delay: hold
+    held = step(up.status, 10)
+    assert held.status["tuner"]["mode"] == "Steady"
+    assert [s["replicas"] for s in held.status["stages"]] == bigger
+    rates.update(max=40.0)  # the delay has passed and the recent max is low: down
+    down = step(held.status, 40)
+    assert down.status["tuner"]["mode"] == "ScalingDown"
+    assert [s["replicas"] for s in down.status["stages"]] == base
+    assert down.status["costPerHour"] < up.status["costPerHour"]
+
+
+def test_an_unreachable_prometheus_holds_the_replicas_and_says_so() -> None:
+    ops, obj = _ops(), _prometheus_pipeline()
+    first = reconcile(obj, ops, NOW)
+    ops.rate = "Prometheus at http://127.0.0.1:9090 did not answer: refused"
+    held = reconcile(obj | {"status": first.status}, ops, NOW)
+    assert held.status["phase"] == "Serving"
+    assert [s["replicas"] for s in held.status["stages"]] == [
+        s["replicas"] for s in first.status["stages"]
+    ]
+    risk = next(c for c in held.status["conditions"] if c["type"] == "SLOAtRisk")
+    assert risk["reason"] == "PrometheusUnreachable"
+    assert "holding" in risk["message"]

@@ -320,7 +320,10 @@ class StagePlan(ApiModel):
     name: str = Field(max_length=63, description="Stage name.")
     gpu_type: str = Field(max_length=63, description="Chosen GPU type.")
     batch_size: int = Field(ge=1, description="Chosen maximum batch size.")
-    replicas: int = Field(ge=0, description="Chosen replica count.")
+    replicas: int = Field(ge=0, description="Replica count now (the tuner's, else the plan's).")
+    planned_replicas: int | None = Field(
+        default=None, ge=0, description="Replica count the planner chose for the sample trace."
+    )
     ready_replicas: int = Field(default=0, ge=0, description="Replicas serving now.")
 
 

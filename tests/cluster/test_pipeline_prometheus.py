@@ -1,0 +1,191 @@
+"""The InferencePipeline tuner on live traffic: a real Prometheus scrapes a process that
+replays a request counter, the operator queries it, and the stage Deployments scale up
+when the traffic bursts and back down only after the tuner's delay."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.conftest import TUNER_DOWN_DELAY_S
+from tests.kubetest import KubeCluster, wait_for
+
+GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "inferencepipelines"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Replay:
+    """A request counter that grows at a rate the test sets (what a server would export)."""
+
+    def __init__(self) -> None:
+        self.rate = 40.0
+        self._count = 0.0
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def set_rate(self, rate: float) -> None:
+        with self._lock:
+            self._advance()
+            self.rate = rate
+
+    def value(self) -> float:
+        with self._lock:
+            self._advance()
+            return self._count
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        self._count += self.rate * (now - self._at)
+        self._at = now
+
+
+@pytest.fixture
+def traffic(tmp_path: Path) -> Iterator[tuple[Replay, str]]:
+    """The replaying exporter and a real Prometheus scraping it every second; (replay, URL)."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("the Debian `prometheus` package is needed (hack/test.sh installs it)")
+    replay = Replay()
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = f"# TYPE requests_total counter\nrequests_total {replay.value():.3f}\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    exporter = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: replay\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{exporter.server_address[1]}']}}]\n"
+    )
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        # the plan is made for the rate when the pipeline is created: let it settle first
+        wait_for(lambda: abs((_rate(url) or 0.0) - replay.rate) < 4, 60, "Prometheus rate ~40")
+        yield replay, url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        exporter.shutdown()
+
+
+QUERY = "rate(requests_total[5s])"
+
+
+def _rate(url: str) -> float | None:
+    q = urllib.parse.urlencode({"query": QUERY})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=2) as resp:
+            result = json.loads(resp.read())["data"]["result"]
+    except OSError:
+        return None
+    return float(result[0]["value"][1]) if result else None
+
+
+def _pipeline(url: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferencePipeline",
+        "metadata": {"name": "live"},
+        "spec": {
+            "stages": [
+                {
+                    "name": "embed",
+                    "model": {"image": "registry.example/embed:1"},
+                    "profiles": [
+                        {
+                            "gpuType": "V100-SXM2-32GB",
+                            "batches": [
+                                {"batchSize": 1, "latencyMs": 10, "throughputQPS": 100},
+                                {"batchSize": 8, "latencyMs": 40, "throughputQPS": 200},
+                            ],
+                        }
+                    ],
+                    "maxReplicas": 8,
+                }
+            ],
+            "slo": {"p99LatencyMs": 200},
+            "traffic": {"prometheus": {"query": QUERY, "address": url}},
+            "costs": [{"gpuType": "V100-SXM2-32GB", "perHour": 1.5}],
+        },
+    }
+
+
+def test_the_tuner_follows_live_traffic_from_prometheus(
+    kube_cluster: KubeCluster,
+    chronotope_operator: None,
+    namespace: str,
+    traffic: tuple[Replay, str],
+) -> None:
+    replay, url = traffic
+    with kube_cluster.api_client() as api:
+        custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+
+        def replicas() -> int:
+            d = apps.read_namespaced_deployment("live-embed", namespace)
+            return int(d.spec.replicas)
+
+        def status() -> dict[str, Any]:
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "live")
+            return dict(obj.get("status") or {})
+
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _pipeline(url))
+        wait_for(lambda: status().get("phase") == "Serving", 60, "serving")
+        base = replicas()
+        assert base == status()["stages"][0]["plannedReplicas"]
+        replay.set_rate(600.0)  # a burst well past what the plan was made for
+        burst_at = time.monotonic()
+        wait_for(lambda: replicas() > base, 30, "scaled up")
+        up_at = time.monotonic()
+        assert up_at - burst_at < 20  # within a few tuner periods and the 5 s rate window
+        assert status()["tuner"]["mode"] in ("ScalingUp", "Steady")
+        grown = replicas()
+        replay.set_rate(40.0)
+        wait_for(lambda: replicas() < grown, TUNER_DOWN_DELAY_S + 60, "scaled down")
+        down_at = time.monotonic()
+        assert down_at - up_at >= TUNER_DOWN_DELAY_S  # never down within the delay
+        wait_for(lambda: replicas() == base, TUNER_DOWN_DELAY_S + 60, "back to the plan")
+        reasons = {
+            e.reason
+            for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
+            if e.involved_object.name == "live"
+        }
+        assert {"Planned", "ScaledUp", "ScaledDown"} <= reasons
