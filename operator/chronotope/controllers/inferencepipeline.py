@@ -17,12 +17,17 @@ from typing import Any, Protocol
 
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Traffic
 from chronotope.controllers.trainingjob import Outcome
-from chronotope.planners.inferline import cost_per_hour, envelope, model_from_spec
+from chronotope.planners.inferline import (
+    TunerInput,
+    cost_per_hour,
+    envelope,
+    model_from_spec,
+    tune,
+)
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
 from chronotope.workloads.pipeline import (
     PipelinePlan,
-    TunerInput,
     failed_status,
     parse_trace,
     pipeline_status,
@@ -30,7 +35,6 @@ from chronotope.workloads.pipeline import (
     plan_pipeline,
     sample_arrivals,
     stage_objects,
-    tune,
     with_replicas,
 )
 from chronotope.workloads.replan import parse_time
@@ -297,7 +301,7 @@ def _tune(
         widest = envelope_pts[-1]
         anchor = float(widest["maxQueries"]) / float(widest["windowSeconds"])
     decision = tune(
-        plan,
+        model_from_spec(spec, {}).stages,
         planned,
         current,
         TunerInput(rate_qps=rate, recent_max_qps=recent, now_s=now.timestamp()),

@@ -44,12 +44,15 @@ __all__ = [
     "PlanOutcome",
     "StageConfig",
     "StageModel",
+    "TunerDecision",
+    "TunerInput",
     "envelope",
     "minimum_service_time",
     "model_from_spec",
     "plan_chronotope",
     "plan_inferline",
     "simulate_pipeline",
+    "tune",
     "whole_gpus",
 ]
 
@@ -490,3 +493,77 @@ def model_from_spec(spec: InferencePipelineSpec, default_prices: dict[str, float
         )
     edges = tuple((index[e.from_], index[e.to], e.fraction) for e in spec.edges)
     return PipelineModel(tuple(stages), edges, spec.slo.p99_latency_ms / 1000, prices)
+
+
+HYSTERESIS = 0.25
+"""A stage's need is rounded up only past this share of a replica (rates are noisy)."""
+
+
+@dataclass(frozen=True)
+class TunerInput:
+    """What the tuner reads each pass: the live rate now and its most over the delay."""
+
+    rate_qps: float
+    """Queries per second now."""
+    recent_max_qps: float
+    """The most queries per second over the last `down_delay_s`."""
+    now_s: float
+    """Seconds since an epoch (the controller's clock)."""
+
+
+@dataclass(frozen=True)
+class TunerDecision:
+    """Replicas per stage after one tuner pass, and what changed."""
+
+    replicas: tuple[int, ...]
+    mode: str
+    """Steady, ScalingUp or ScalingDown."""
+    changed: str
+    """Plain words for the event; '' when nothing changed."""
+
+
+def tune(
+    stages: Sequence[StageModel],
+    planned: Sequence[int],
+    current: Sequence[int],
+    reading: TunerInput,
+    *,
+    anchor_qps: float,
+    last_scale_s: float | None,
+    down_delay_s: float,
+) -> TunerDecision:
+    """Scale stages to the live rate: up at once, down only after a delay (never flapping).
+
+    Each stage needs the planner's replicas times the live rate over the rate the
+    plan was made for (`anchor_qps`), within its min and max. A stage scales up
+    as soon as the rate now needs more; it scales down only to what the most
+    recent rate over the delay needs, and only when the last change is at least
+    the delay ago, so no stage goes up and down within the delay.
+    """
+    up_need, down_need = [], []
+    for stage, k_plan in zip(stages, planned, strict=True):
+        lo, hi = max(stage.min_replicas, 1), stage.max_replicas
+
+        def need(rate: float, k: int = k_plan, lo: int = lo, hi: int = hi) -> int:
+            want = math.ceil(k * rate / max(anchor_qps, 1e-9) - HYSTERESIS)
+            return min(max(want, lo), hi)
+
+        up_need.append(need(reading.rate_qps))
+        down_need.append(need(reading.recent_max_qps))
+    if any(u > c for u, c in zip(up_need, current, strict=True)):
+        new = tuple(max(u, c) for u, c in zip(up_need, current, strict=True))
+        return TunerDecision(new, "ScalingUp", _changes(stages, current, new, reading.rate_qps))
+    settled = last_scale_s is None or reading.now_s - last_scale_s >= down_delay_s
+    if settled and any(d < c for d, c in zip(down_need, current, strict=True)):
+        new = tuple(min(d, c) for d, c in zip(down_need, current, strict=True))
+        return TunerDecision(
+            new, "ScalingDown", _changes(stages, current, new, reading.recent_max_qps)
+        )
+    return TunerDecision(tuple(current), "Steady", "")
+
+
+def _changes(
+    stages: Sequence[StageModel], old: Sequence[int], new: Sequence[int], rate: float
+) -> str:
+    moved = [f"{s.name} {a}->{b}" for s, a, b in zip(stages, old, new, strict=True) if a != b]
+    return f"{', '.join(moved)} for {rate:.1f} queries/s"

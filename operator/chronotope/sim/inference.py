@@ -20,7 +20,9 @@ Policies:
   over windows doubling from the service time to 60 s, scale up at once when
   the live envelope exceeds the planned one, down only after a delay;
 - `chronotope`: our planner (`plan_chronotope`: GPU shares where the stage
-  allows them, wider search) with the same tuner, sized per stage.
+  allows them, wider search) with the operator's own tuner
+  (`planners.inferline.tune`, the code the controller runs) on the rate
+  Prometheus would report.
 
 Pure: plain values in and out; the CLI (`sim.cli`) reads files and writes CSV.
 """
@@ -43,9 +45,11 @@ from chronotope.planners.inferline import (
     Infeasible,
     PipelineModel,
     StageConfig,
+    TunerInput,
     envelope,
     plan_chronotope,
     plan_inferline,
+    tune,
     whole_gpus,
 )
 
@@ -107,6 +111,8 @@ class TunerSettings:
     period_s: float = 1.0
     down_delay_s: float = 60.0
     max_window_s: float = 60.0
+    rate_window_s: float = 5.0
+    """The operator's tuner reads rates over this window (as `rate(x[5s])`)."""
 
 
 @dataclass(frozen=True)
@@ -255,7 +261,7 @@ def service_time(model: PipelineModel, config: Config) -> float:
     return max(longest)
 
 
-def tune(
+def inferline_tuner(
     model: PipelineModel,
     config: Config,
     planning: FloatArray,
@@ -263,28 +269,16 @@ def tune(
     arrivals: FloatArray,
     end: float,
     settings: TunerSettings,
-    per_stage: bool,
 ) -> list[Schedule]:
-    """Scale stages on traffic envelopes: up at once, down only after a delay.
+    """InferLine's tuner as reproduced here: scale on traffic envelopes.
 
-    The envelope's windows double from a smallest one up to `max_window_s`. Each
-    period the live count in the last window of each length is compared with the
-    planning trace's most; the largest ratio is the load factor. InferLine's rule
-    (`per_stage=False`): windows from the pipeline's service time, every stage
-    at the plan's replicas times the load factor. Ours (`per_stage=True`):
-    windows from the SLO's slack (a burst shorter than the slack queues within the
-    SLO), and each stage sized on its own visit-weighted rate at the plan's
-    utilisation there.
+    The envelope's windows double from the pipeline's service time up to
+    `max_window_s`. Each period the live count in the last window of each length
+    is compared with the planning trace's most; every stage goes to the plan's
+    replicas times the largest ratio, up at once and down only after the delay.
     """
-    scale = model.scale_factors()
     ts = service_time(model, config)
-    smallest = max(ts, model.slo_s - ts) if per_stage else ts
-    planned = envelope(planning, smallest, settings.max_window_s)
-    plan_rate = len(planning) / max(float(planning[-1] - planning[0]), 1e-9)
-    load_at_plan = [
-        plan_rate * s / st.throughput(c.gpu_type, c.batch)
-        for st, c, s in zip(model.stages, config, scale, strict=True)
-    ]
+    planned = envelope(planning, ts, settings.max_window_s)
     k_now = [c.replicas for c in config]
     scheds: list[Schedule] = [[(0.0, k)] for k in k_now]
     below_since: list[float | None] = [None] * len(config)
@@ -292,26 +286,64 @@ def tune(
     while t < end:
         ratio = max(_counts(arrivals, t, w) / max(q, 1) for w, q in planned)
         for i, (st, c) in enumerate(zip(model.stages, config, strict=True)):
-            if per_stage:
-                utilisation = load_at_plan[i] / c.replicas
-                want = math.ceil(ratio * load_at_plan[i] / max(utilisation, 1e-9) - 1e-9)
-            else:
-                want = math.ceil(ratio * c.replicas - 1e-9)
-            want = min(max(want, st.min_replicas, 1), st.max_replicas)
+            want = min(
+                max(math.ceil(ratio * c.replicas - 1e-9), st.min_replicas, 1), st.max_replicas
+            )
             if want > k_now[i]:
-                k_now[i] = want
+                k_now[i], below_since[i] = want, None
                 scheds[i].append((t, want))
-                below_since[i] = None
             elif want < k_now[i]:
                 since = below_since[i]
                 if since is None:
                     below_since[i] = t
                 elif t - since >= settings.down_delay_s:
-                    k_now[i] = want
+                    k_now[i], below_since[i] = want, None
                     scheds[i].append((t, want))
-                    below_since[i] = None
             else:
                 below_since[i] = None
+        t += settings.period_s
+    return scheds
+
+
+def operator_tuner(
+    model: PipelineModel,
+    config: Config,
+    planning: FloatArray,
+    *,
+    arrivals: FloatArray,
+    end: float,
+    settings: TunerSettings,
+) -> list[Schedule]:
+    """The operator's tuner (`planners.inferline.tune`, the same code) on the trace.
+
+    Each period it reads what Prometheus would give it: the rate over the last
+    `rate_window_s` (as `rate(x[5s])`) and that rate's most over the delay.
+    """
+    anchor = len(planning) / max(float(planning[-1] - planning[0]), 1e-9)
+    planned = [c.replicas for c in config]
+    current = list(planned)
+    scheds: list[Schedule] = [[(0.0, k)] for k in current]
+    history: list[tuple[float, float]] = []
+    last: float | None = None
+    t = settings.period_s
+    while t < end:
+        rate = _counts(arrivals, t, settings.rate_window_s) / settings.rate_window_s
+        history = [(ht, r) for ht, r in history if ht > t - settings.down_delay_s] + [(t, rate)]
+        decision = tune(
+            model.stages,
+            planned,
+            current,
+            TunerInput(rate_qps=rate, recent_max_qps=max(r for _, r in history), now_s=t),
+            anchor_qps=anchor,
+            last_scale_s=last,
+            down_delay_s=settings.down_delay_s,
+        )
+        if decision.changed:
+            last = t
+            for i, (old, new) in enumerate(zip(current, decision.replicas, strict=True)):
+                if old != new:
+                    scheds[i].append((t, new))
+            current = list(decision.replicas)
         t += settings.period_s
     return scheds
 
@@ -354,15 +386,8 @@ def run_policy(
     elif policy == "hpa":
         scheds = _hpa_schedules(priced, config, serving, end)
     elif policy in ("inferline", "chronotope"):
-        scheds = tune(
-            priced,
-            config,
-            planning,
-            arrivals=serving,
-            end=end,
-            settings=tuner,
-            per_stage=policy == "chronotope",
-        )
+        tuner_fn = operator_tuner if policy == "chronotope" else inferline_tuner
+        scheds = tuner_fn(priced, config, planning, arrivals=serving, end=end, settings=tuner)
     else:
         raise ValueError(f"unknown policy {policy!r}; one of {', '.join(INFERENCE_POLICIES)}")
     lat = _simulate(priced, config, scheds, serving, cold_start_s=cold_start_s, seed=seed)

@@ -10,7 +10,6 @@ type (a whole GPU, or a share with its compute and memory annotations).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -33,8 +32,6 @@ __all__ = [
     "PIPELINE_LABEL",
     "STAGE_LABEL",
     "PipelinePlan",
-    "TunerDecision",
-    "TunerInput",
     "failed_status",
     "parse_trace",
     "pipeline_status",
@@ -42,7 +39,6 @@ __all__ = [
     "plan_pipeline",
     "sample_arrivals",
     "stage_objects",
-    "tune",
     "with_replicas",
 ]
 
@@ -50,8 +46,6 @@ PIPELINE_LABEL = "chronotope.dev/pipeline"
 STAGE_LABEL = "chronotope.dev/stage"
 SAMPLE_SECONDS = 60.0
 """Length of the sample trace drawn for a fixed or live rate (seconds)."""
-HYSTERESIS = 0.25
-"""A stage's need is rounded up only past this share of a replica (rates are noisy)."""
 SERVER_PORT = 8080
 VARIANT_SERVER_IMAGE = "registry.example/chronotope/variant-server:0.1"
 """Image of a stage that serves a ModelVariant (the serving group is the ModelVariant issue's)."""
@@ -318,71 +312,3 @@ def plan_from_status(
         0,
     )
     return PipelinePlan(outcome, tuple(stages))
-
-
-@dataclass(frozen=True)
-class TunerInput:
-    """What the tuner reads each pass: the live rate now and its most over the delay."""
-
-    rate_qps: float
-    """Queries per second now."""
-    recent_max_qps: float
-    """The most queries per second over the last `down_delay_s`."""
-    now_s: float
-    """Seconds since an epoch (the controller's clock)."""
-
-
-@dataclass(frozen=True)
-class TunerDecision:
-    """Replicas per stage after one tuner pass, and what changed."""
-
-    replicas: tuple[int, ...]
-    mode: str
-    """Steady, ScalingUp or ScalingDown."""
-    changed: str
-    """Plain words for the event; '' when nothing changed."""
-
-
-def tune(
-    plan: PipelinePlan,
-    planned: Sequence[int],
-    current: Sequence[int],
-    reading: TunerInput,
-    *,
-    anchor_qps: float,
-    last_scale_s: float | None,
-    down_delay_s: float,
-) -> TunerDecision:
-    """Scale stages to the live rate: up at once, down only after a delay (never flapping).
-
-    Each stage needs the planner's replicas times the live rate over the rate the
-    plan was made for (`anchor_qps`), within its min and max. A stage scales up
-    as soon as the rate now needs more; it scales down only to what the most
-    recent rate over the delay needs, and only when the last change is at least
-    the delay ago, so no stage goes up and down within the delay.
-    """
-    up_need, down_need = [], []
-    for stage, k_plan in zip(plan.stages, planned, strict=True):
-        lo, hi = max(stage.min_replicas, 1), stage.max_replicas
-
-        def need(rate: float, k: int = k_plan, lo: int = lo, hi: int = hi) -> int:
-            want = math.ceil(k * rate / max(anchor_qps, 1e-9) - HYSTERESIS)
-            return min(max(want, lo), hi)
-
-        up_need.append(need(reading.rate_qps))
-        down_need.append(need(reading.recent_max_qps))
-    if any(u > c for u, c in zip(up_need, current, strict=True)):
-        new = tuple(max(u, c) for u, c in zip(up_need, current, strict=True))
-        return TunerDecision(new, "ScalingUp", _changes(plan, current, new, reading.rate_qps))
-    settled = last_scale_s is None or reading.now_s - last_scale_s >= down_delay_s
-    if settled and any(d < c for d, c in zip(down_need, current, strict=True)):
-        new = tuple(min(d, c) for d, c in zip(down_need, current, strict=True))
-        return TunerDecision(
-            new, "ScalingDown", _changes(plan, current, new, reading.recent_max_qps)
-        )
-    return TunerDecision(tuple(current), "Steady", "")
-
-
-def _changes(plan: PipelinePlan, old: Sequence[int], new: Sequence[int], rate: float) -> str:
-    moved = [f"{s.name} {a}->{b}" for s, a, b in zip(plan.stages, old, new, strict=True) if a != b]
-    return f"{', '.join(moved)} for {rate:.1f} queries/s"
