@@ -42,6 +42,19 @@ say "kubectl get events --field-selector involvedObject.name=too-big-share   # w
 sleep 2
 k get events --field-selector involvedObject.name=too-big-share,reason=FailedScheduling -o custom-columns='REASON:.reason,MESSAGE:.message' | awk 'NR <= 2'
 
+say "kubectl get inferencepipeline video-analytics   # planned per stage: GPU type, batch, replicas"
+for _ in $(seq 30); do
+  [[ "$(k get inferencepipeline video-analytics -o jsonpath='{.status.phase}')" == Serving ]] && break
+  sleep 1
+done
+k get inferencepipeline video-analytics -o custom-columns='NAME:.metadata.name,PHASE:.status.phase,GPUS:.status.gpuTypes,P99-MS:.status.predictedP99Ms,COST/H:.status.costPerHour'
+
+say "kubectl chronotope gpus --gpu-type T4   # the GPU map (plugin: .venv/bin/kubectl-chronotope)"
+PATH="$PWD/.venv/bin:$PATH" KUBECONFIG="$kubeconfig" kubectl chronotope gpus --gpu-type T4 || true
+say "kubectl chronotope plan -A   # the space-time plan"
+PATH="$PWD/.venv/bin:$PATH" KUBECONFIG="$kubeconfig" kubectl chronotope plan -A || true
+
 echo
+echo "Also: kubectl chronotope why trainingjob/NAME, kubectl chronotope top (with .venv/bin on PATH)"
 echo "The cluster keeps running. Use it with:  export KUBECONFIG=$kubeconfig"
 echo "Stop it with:                            make down"

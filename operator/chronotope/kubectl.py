@@ -1,0 +1,216 @@
+"""`kubectl chronotope`: the GPU map, why an object waits, the space-time plan, GPU use.
+
+Installed as the `kubectl-chronotope` executable, which kubectl finds on PATH.
+It follows kubectl's conventions: `--kubeconfig` (else `$KUBECONFIG`, else
+~/.kube/config), `--context`, `-n/--namespace` or `-A/--all-namespaces`, and
+`-o json|yaml|wide`. The views are built by `workloads.views` from plain
+objects; this module only reads them (`kube.views`) and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["main"]
+
+CELLS_WIDTH = 120
+"""GPU cells beyond this many characters are cut in the table (not with -o wide)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    common.add_argument("--context", help="kubeconfig context")
+    common.add_argument(
+        "-n", "--namespace", help="namespace (default: the context's, else default)"
+    )
+    common.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    common.add_argument(
+        "-o", "--output", choices=("table", "wide", "json", "yaml"), default="table"
+    )
+    parser = argparse.ArgumentParser(
+        prog="kubectl chronotope", description=__doc__.splitlines()[0], parents=[common]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    gpus = sub.add_parser("gpus", parents=[common], help="GPU map: holders and shares per GPU")
+    gpus.add_argument("--gpu-type", help="only nodes with this GPU type")
+    gpus.add_argument("-l", "--selector", help="node label selector, key=value[,key=value]")
+    why = sub.add_parser("why", parents=[common], help="why KIND/NAME waits or sits where it is")
+    why.add_argument("target", help="KIND/NAME: trainingjob, inferencepipeline, modelvariant, pod")
+    sub.add_parser("plan", parents=[common], help="the TrainingJobs' space-time plan (text Gantt)")
+    sub.add_parser("top", parents=[common], help="GPU use by type, namespace and queue")
+    return parser
+
+
+def _connect(args: argparse.Namespace) -> tuple[Any, str]:
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(
+        config_file=args.kubeconfig, context=args.context, client_configuration=cfg
+    )
+    namespace = args.namespace
+    if namespace is None:
+        _, active = config.list_kube_config_contexts(config_file=args.kubeconfig)
+        if args.context:
+            contexts, _ = config.list_kube_config_contexts(config_file=args.kubeconfig)
+            active = next((c for c in contexts if c["name"] == args.context), active)
+        namespace = (active.get("context") or {}).get("namespace") or "default"
+    return client.ApiClient(cfg), namespace
+
+
+def _print(data: Any, output: str) -> None:
+    if output == "json":
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=False), end="")
+
+
+def _gpus(api: Any, args: argparse.Namespace) -> int:
+    from chronotope.kube.views import list_kind
+    from chronotope.workloads.views import gpu_map, gpu_totals
+
+    labels = dict(p.split("=", 1) for p in (args.selector or "").split(",") if "=" in p)
+    rows = gpu_map(
+        list_kind(api, "node", None),
+        list_kind(api, "pod", None),
+        gpu_type=args.gpu_type,
+        labels=labels,
+    )
+    totals = gpu_totals(rows)
+    if args.output in ("json", "yaml"):
+        _print({"nodes": [r.as_dict() for r in rows], "totals": totals}, args.output)
+        return 0
+    width = max([len(r.node) for r in rows] + [4])
+    print(f"{'NODE':<{width}}  {'TYPE':<16} GPUS")
+    for r in rows:
+        cells = "  ".join(f"{c.index}:{c.text()}" for c in r.gpus)
+        if args.output != "wide" and len(cells) > CELLS_WIDTH:
+            cells = cells[: CELLS_WIDTH - 3] + "..."
+        print(f"{r.node:<{width}}  {r.gpu_type:<16} {cells}")
+    for gpu_type, t in sorted(totals.items()):
+        print(f"total {gpu_type}: {t['free']} free, {t['shared']} shared, {t['whole']} whole")
+    return 0
+
+
+def _why(api: Any, args: argparse.Namespace, namespace: str) -> int:
+    from chronotope.kube.views import canonical, events_for, list_kind, read_kind
+    from chronotope.workloads.views import gpu_map, gpu_totals
+
+    kind_text, _, name = args.target.partition("/")
+    kind = canonical(kind_text)
+    if kind is None or not name:
+        print(
+            f"error: {args.target!r}: give KIND/NAME with KIND one of trainingjob, "
+            "inferencepipeline, modelvariant, pod",
+            file=sys.stderr,
+        )
+        return 2
+    obj = read_kind(api, kind, namespace, name)
+    if obj is None:
+        print(f"error: {kind} {namespace}/{name} not found", file=sys.stderr)
+        return 1
+    totals = gpu_totals(gpu_map(list_kind(api, "node", None), list_kind(api, "pod", None)))
+    free = {t: v["free"] for t, v in totals.items()}
+    from chronotope.kube.views import KINDS
+    from chronotope.workloads.views import explain
+
+    lines = explain(KINDS[kind][0], obj, events_for(api, namespace, kind, name), free_by_type=free)
+    if args.output in ("json", "yaml"):
+        _print(
+            {"object": f"{namespace}/{name}", "kind": KINDS[kind][0], "lines": lines}, args.output
+        )
+    else:
+        print("\n".join(lines))
+    return 0
+
+
+def _plan(api: Any, args: argparse.Namespace, namespace: str | None) -> int:
+    from chronotope.kube.views import list_kind
+    from chronotope.workloads.views import gantt
+
+    jobs = list_kind(api, "trainingjob", namespace)
+    if args.output in ("json", "yaml"):
+        _print(
+            [
+                {
+                    "job": f"{j['metadata']['namespace']}/{j['metadata']['name']}",
+                    "phase": (j.get("status") or {}).get("phase"),
+                    "plan": (j.get("status") or {}).get("plan"),
+                }
+                for j in jobs
+            ],
+            args.output,
+        )
+        return 0
+    print("\n".join(gantt(jobs, datetime.now(UTC))))
+    return 0
+
+
+def _top(api: Any, args: argparse.Namespace) -> int:
+    from chronotope.kube.views import list_kind
+    from chronotope.workloads.views import usage
+
+    data = usage(
+        list_kind(api, "node", None),
+        list_kind(api, "pod", None),
+        list_kind(api, "trainingjob", None),
+    )
+    if args.output in ("json", "yaml"):
+        _print(data, args.output)
+        return 0
+    print(f"{'GPU TYPE':<18}{'USED':>8}{'TOTAL':>8}")
+    for t, v in sorted(data["byType"].items()):
+        print(f"{t:<18}{v['used']:>8.2f}{v['total']:>8.0f}")
+    print(f"\n{'NAMESPACE':<26}{'GPUS':>8}")
+    for ns, v in sorted(data["byNamespace"].items()):
+        print(f"{ns:<26}{v['gpus']:>8.2f}")
+    print(f"\n{'QUEUE':<26}{'GPUS':>8}{'JOBS':>6}")
+    for q, v in sorted(data["byQueue"].items()):
+        print(f"{q:<26}{v['gpus']:>8.0f}{v['jobs']:>6.0f}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `kubectl chronotope` command; a cluster that cannot be reached is one line."""
+    args = _parser().parse_args(argv)
+    try:
+        api, namespace = _connect(args)
+    except Exception as exc:  # a missing or broken kubeconfig: one line, no traceback
+        print(f"error: cannot load the kubeconfig: {exc}", file=sys.stderr)
+        return 1
+    scope = None if args.all_namespaces else namespace
+    try:
+        with api:
+            if args.command == "gpus":
+                return _gpus(api, args)
+            if args.command == "why":
+                return _why(api, args, namespace)
+            if args.command == "plan":
+                return _plan(api, args, scope)
+            return _top(api, args)
+    except Exception as exc:  # unreachable or refusing cluster: one line, no traceback
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: Exception) -> str:
+    """An API error as `status reason`, anything else as its first line."""
+    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+    if status is not None and reason:
+        return f"the API server answered {status} {reason}"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,257 @@
+"""What `kubectl chronotope` shows, built from plain objects (pure).
+
+- `gpu_map`: per GPU node, each GPU's holders and their shares, from the same
+  cluster model the extender decides on (`solver.cache.ClusterCache` fed by
+  `workloads.cluster_feed`), plus totals by GPU type.
+- `explain`: why an object waits or sits where it is: phase, reason,
+  conditions and recent events, with what would unblock it.
+- `gantt`: the TrainingJobs' space-time plan as text, one row per job grouped
+  by GPU type, with now and the deadlines marked.
+- `usage`: GPUs in use by type, by namespace and by queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from chronotope.sharing.labels import DONE_PHASES
+from chronotope.solver.cache import ClusterCache
+from chronotope.solver.model import MILLI
+from chronotope.workloads.cluster_feed import node_info, pod_holding
+from chronotope.workloads.replan import parse_time
+
+__all__ = ["GpuCell", "NodeRow", "explain", "gantt", "gpu_map", "gpu_totals", "usage"]
+
+Obj = Mapping[str, Any]
+WHOLE = 100
+"""A whole GPU's compute, percent."""
+
+
+@dataclass
+class GpuCell:
+    """One GPU: its index and who holds how much of it."""
+
+    index: int
+    holders: list[tuple[str, int]] = field(default_factory=list)
+    """(pod key, share in percent) of every pod on this GPU."""
+
+    @property
+    def used_percent(self) -> int:
+        """Compute share taken, percent."""
+        return min(100, sum(p for _, p in self.holders))
+
+    def text(self) -> str:
+        """`free`, or the holders with their shares."""
+        if not self.holders:
+            return "free"
+        return "+".join(f"{key}({pct}%)" if pct < WHOLE else key for key, pct in self.holders)
+
+
+@dataclass
+class NodeRow:
+    """One GPU node of the map."""
+
+    node: str
+    gpu_type: str
+    gpus: list[GpuCell]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as plain data (for -o json/yaml)."""
+        return {
+            "node": self.node,
+            "gpuType": self.gpu_type,
+            "gpus": [
+                {"index": c.index, "holders": [{"pod": k, "percent": p} for k, p in c.holders]}
+                for c in self.gpus
+            ],
+        }
+
+
+def _key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def gpu_map(
+    nodes: Sequence[Obj],
+    pods: Sequence[Obj],
+    *,
+    gpu_type: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[NodeRow]:
+    """Per GPU node (filtered by type and labels), each GPU's holders."""
+    cache = ClusterCache()
+    for node in nodes:
+        cache.upsert_node(node_info(node))
+    held: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for pod in pods:
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if not bound or (pod.get("status") or {}).get("phase") in DONE_PHASES:
+            continue
+        key = _key(pod)
+        holding = pod_holding(cache, key, pod, bound)
+        cache.record_bound(key, holding)
+        for g in holding.gpu_indices:
+            held.setdefault((bound, g), []).append((key, holding.gpu_milli * 100 // MILLI))
+    rows = []
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        info = node_info(node)
+        node_labels = (node.get("metadata") or {}).get("labels") or {}
+        if info.gpu_count == 0 or (gpu_type and info.gpu_model != gpu_type):
+            continue
+        if labels and any(node_labels.get(k) != v for k, v in labels.items()):
+            continue
+        cells = [GpuCell(g, held.get((info.name, g), [])) for g in range(info.gpu_count)]
+        rows.append(NodeRow(info.name, info.gpu_model, cells))
+    return rows
+
+
+def gpu_totals(rows: Sequence[NodeRow]) -> dict[str, dict[str, int]]:
+    """By GPU type: GPUs free, shared (partly held) and whole (fully held)."""
+    out: dict[str, dict[str, int]] = {}
+    for row in rows:
+        t = out.setdefault(row.gpu_type, {"free": 0, "shared": 0, "whole": 0})
+        for cell in row.gpus:
+            if not cell.holders:
+                t["free"] += 1
+            elif cell.used_percent < WHOLE or len(cell.holders) > 1:
+                t["shared"] += 1
+            else:
+                t["whole"] += 1
+    return out
+
+
+def explain(
+    kind: str, obj: Obj, events: Sequence[Obj], *, free_by_type: Mapping[str, int] | None = None
+) -> list[str]:
+    """Why the object waits or sits where it is, in plain lines, newest events last."""
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    lines = [f"{kind} {_key(obj)}"]
+    phase = status.get("phase") or ("Bound" if spec.get("nodeName") else "Pending")
+    lines.append(f"phase: {phase}")
+    if kind == "Pod" and spec.get("nodeName"):
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        gpus = annotations.get("chronotope.dev/assigned-gpus")
+        lines.append(f"on node {spec['nodeName']}" + (f", GPUs {gpus}" if gpus else ""))
+    why = status.get("whyWaiting")
+    if why:
+        lines.append(f"why: {why}")
+    plan = status.get("plan") or {}
+    if plan.get("gpuType"):
+        lines.append(
+            f"plan: {plan.get('workers')} worker(s) on {plan.get('gpuType')}, "
+            f"predicted to finish {plan.get('predictedCompletionTime')}"
+        )
+    for stage in status.get("stages") or []:
+        lines.append(
+            f"stage {stage.get('name')}: {stage.get('readyReplicas', 0)}/{stage.get('replicas')} "
+            f"ready on {stage.get('gpuType')} (batch {stage.get('batchSize')})"
+        )
+    for c in status.get("conditions") or []:
+        lines.append(
+            f"condition {c.get('type')}={c.get('status')} ({c.get('reason')}): {c.get('message')}"
+        )
+    recent = sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    for e in recent[-5:]:
+        lines.append(f"event {e.get('type')} {e.get('reason')}: {e.get('message')}")
+    lines += _unblock(kind, obj, phase, free_by_type or {})
+    return lines
+
+
+def _unblock(kind: str, obj: Obj, phase: str, free_by_type: Mapping[str, int]) -> list[str]:
+    """What would let a waiting object run, when the reason says."""
+    if phase in ("Running", "Serving", "Succeeded", "Bound"):
+        return []
+    spec = obj.get("spec") or {}
+    if kind == "TrainingJob":
+        need = int(spec.get("replicas") or 1) * int((spec.get("gpu") or {}).get("count") or 1)
+        offers = [
+            f"{t.get('name')}: {free_by_type.get(str(t.get('name')), 0)} free"
+            for t in spec.get("gpuTypes") or []
+        ]
+        return [
+            f"unblock: it needs {need} GPU(s) of one of its types ({'; '.join(offers)}); "
+            "free GPUs of those types, a lower priority, or fewer replicas would let it start"
+        ]
+    if kind == "Pod":
+        return ["unblock: see the scheduler's event above (the extender's reason per node)"]
+    return []
+
+
+def gantt(
+    jobs: Sequence[Obj], now: datetime, *, width: int = 60, horizon: timedelta | None = None
+) -> list[str]:
+    """The TrainingJobs' plan as text bars by GPU type: `|` now, `!` a deadline."""
+    rows: list[tuple[str, str, datetime, datetime, datetime | None, str]] = []
+    for job in jobs:
+        status = job.get("status") or {}
+        plan = status.get("plan") or {}
+        start = parse_time(plan.get("startTime"))
+        end = parse_time(plan.get("predictedCompletionTime"))
+        utility = (job.get("spec") or {}).get("utility") or {}
+        deadline = parse_time(utility.get("deadline"))
+        phase = str(status.get("phase") or "New")
+        if start is None or end is None:
+            start = end = now
+        rows.append(
+            (str(plan.get("gpuType") or "(waiting)"), _key(job), start, end, deadline, phase)
+        )
+    if not rows:
+        return ["no TrainingJobs"]
+    lo = min([r[2] for r in rows] + [now])
+    deadlines = [r[4] for r in rows if r[4] is not None]
+    hi = max([r[3] for r in rows] + deadlines + [now + timedelta(minutes=1)])
+    if horizon is not None:
+        hi = min(hi, now + horizon)
+    span = max((hi - lo).total_seconds(), 1.0)
+
+    def col(t: datetime) -> int:
+        return max(0, min(width - 1, int((t - lo).total_seconds() / span * (width - 1))))
+
+    out = [f"{lo:%Y-%m-%d %H:%M} .. {hi:%Y-%m-%d %H:%M} UTC   | now   ! deadline"]
+    name_w = max(len(r[1]) for r in rows)
+    for gpu_type in sorted({r[0] for r in rows}):
+        out.append(f"{gpu_type}:")
+        for _, key, start, end, deadline, phase in sorted(
+            (r for r in rows if r[0] == gpu_type), key=lambda r: (r[2], r[1])
+        ):
+            bar = [" "] * width
+            for c in range(col(start), col(end) + 1):
+                bar[c] = "="
+            bar[col(now)] = "|"
+            if deadline is not None and lo <= deadline <= hi:
+                bar[col(deadline)] = "!"
+            out.append(f"  {key:<{name_w}} [{''.join(bar)}] {phase}")
+    return out
+
+
+def usage(
+    nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Sequence[Obj]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """GPUs held by type (of total), by namespace and by queue (running TrainingJobs)."""
+    rows = gpu_map(nodes, pods)
+    by_type: dict[str, dict[str, float]] = {}
+    by_ns: dict[str, dict[str, float]] = {}
+    for row in rows:
+        t = by_type.setdefault(row.gpu_type, {"used": 0.0, "total": 0.0})
+        for cell in row.gpus:
+            t["total"] += 1
+            t["used"] += cell.used_percent / 100
+            for key, pct in cell.holders:
+                ns = key.split("/", 1)[0]
+                by_ns.setdefault(ns, {"gpus": 0.0})["gpus"] += pct / 100
+    by_queue: dict[str, dict[str, float]] = {}
+    for job in jobs:
+        status = job.get("status") or {}
+        if status.get("phase") not in ("Running", "Starting"):
+            continue
+        queue = str((job.get("spec") or {}).get("queue") or "default")
+        gpus = float((status.get("plan") or {}).get("totalGpus") or 0)
+        q = by_queue.setdefault(queue, {"gpus": 0.0, "jobs": 0.0})
+        q["gpus"] += gpus
+        q["jobs"] += 1
+    return {"byType": by_type, "byNamespace": by_ns, "byQueue": by_queue}

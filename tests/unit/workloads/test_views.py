@@ -1,0 +1,146 @@
+"""`kubectl chronotope` views from plain objects: GPU map, why, Gantt, use."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from chronotope.sharing.assignment import GpuAssignment, gpu_uuid, new_handshake
+from chronotope.workloads.views import explain, gantt, gpu_map, gpu_totals, usage
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def node(name: str, product: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product, "zone": "a"}},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(gpus), "cpu": "32", "memory": "128Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(
+    name: str, node_name: str, *, gpus: int = 0, assigned: str = "", pct: str = ""
+) -> dict[str, Any]:
+    annotations: dict[str, str] = {}
+    if assigned:
+        indices = tuple(int(g) for g in assigned.split(","))
+        annotations = GpuAssignment(
+            node=node_name,
+            gpu_indices=indices,
+            gpu_uuids=tuple(gpu_uuid(node_name, g) for g in indices),
+            memory_mib=1024 if pct else None,
+            compute_percent=int(pct) if pct else None,
+            handshake=new_handshake(),
+        ).to_annotations()
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {"chronotope.dev/gpu-share": "1"}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"limits": limits}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_the_gpu_map_names_holders_and_shares() -> None:
+    nodes = [node("a", "A100", 2), node("t", "T4", 1), node("cpu", "", 0)]
+    pods = [
+        pod("whole", "a", gpus=1, assigned="1"),
+        pod("half", "t", assigned="0", pct="50"),
+        pod("quarter", "t", assigned="0", pct="25"),
+        pod("other-scheduler", "a", gpus=1),  # no assignment: a whole GPU by count
+    ]
+    rows = {r.node: r for r in gpu_map(nodes, pods)}
+    assert set(rows) == {"a", "t"}  # CPU-only nodes are not on the map
+    assert [c.text() for c in rows["a"].gpus] == ["ns/other-scheduler", "ns/whole"]
+    assert rows["t"].gpus[0].text() == "ns/half(50%)+ns/quarter(25%)"
+    assert gpu_totals(list(rows.values())) == {
+        "A100": {"free": 0, "shared": 0, "whole": 2},
+        "T4": {"free": 0, "shared": 1, "whole": 0},
+    }
+    assert [r.node for r in gpu_map(nodes, pods, gpu_type="T4")] == ["t"]
+    assert gpu_map(nodes, pods, labels={"zone": "b"}) == []
+
+
+def test_why_joins_status_conditions_events_and_a_hint() -> None:
+    job = {
+        "metadata": {"name": "<b>big</b>", "namespace": "ns"},
+        "spec": {"replicas": 2, "gpu": {"count": 8}, "gpuTypes": [{"name": "A100"}]},
+        "status": {
+            "phase": "Waiting",
+            "whyWaiting": "queued behind ns/first",
+            "conditions": [
+                {
+                    "type": "Schedulable",
+                    "status": "True",
+                    "reason": "WaitingForGPUs",
+                    "message": "m",
+                }
+            ],
+        },
+    }
+    events = [
+        {
+            "type": "Normal",
+            "reason": "Waiting",
+            "message": "queued behind ns/first",
+            "lastTimestamp": "t",
+        }
+    ]
+    lines = explain("TrainingJob", job, events, free_by_type={"A100": 3})
+    assert lines[0] == "TrainingJob ns/<b>big</b>"  # plain text: markup stays text
+    assert "why: queued behind ns/first" in lines
+    assert any(line.startswith("event Normal Waiting") for line in lines)
+    assert lines[-1].startswith("unblock: it needs 16 GPU(s) of one of its types (A100: 3 free)")
+
+
+def test_the_gantt_marks_now_and_deadlines_by_gpu_type() -> None:
+    def job(
+        name: str, gpu: str | None, start_h: float, end_h: float, deadline_h: float | None = None
+    ) -> dict[str, Any]:
+        plan = {}
+        if gpu:
+            plan = {
+                "gpuType": gpu,
+                "startTime": (NOW + timedelta(hours=start_h)).isoformat(),
+                "predictedCompletionTime": (NOW + timedelta(hours=end_h)).isoformat(),
+            }
+        spec: dict[str, Any] = {}
+        if deadline_h is not None:
+            spec["utility"] = {
+                "function": "Step",
+                "deadline": (NOW + timedelta(hours=deadline_h)).isoformat(),
+            }
+        return {
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": spec,
+            "status": {"phase": "Running" if gpu else "Waiting", "plan": plan},
+        }
+
+    lines = gantt(
+        [job("a", "A100", -1, 2, 3), job("b", "T4", 0, 1), job("c", None, 0, 0)], NOW, width=40
+    )
+    text = "\n".join(lines)
+    assert "A100:" in text
+    assert "T4:" in text
+    a = next(line for line in lines if "ns/a" in line)
+    assert "|" in a
+    assert "!" in a
+    assert "=" in a
+    assert a.endswith("Running")
+
+
+def test_use_by_type_namespace_and_queue() -> None:
+    nodes = [node("a", "A100", 2)]
+    pods = [pod("w", "a", gpus=1, assigned="0")]
+    jobs = [
+        {"spec": {"queue": "research"}, "status": {"phase": "Running", "plan": {"totalGpus": 8}}}
+    ]
+    data = usage(nodes, pods, jobs)
+    assert data["byType"] == {"A100": {"used": 1.0, "total": 2.0}}
+    assert data["byNamespace"] == {"ns": {"gpus": 1.0}}
+    assert data["byQueue"] == {"research": {"gpus": 8.0, "jobs": 1.0}}
