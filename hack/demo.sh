@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 chronotope dev cluster down >/dev/null 2>&1 || true
-chronotope dev cluster up --spec manifests/clusters/demo.yaml --with-scheduler --with-operator
+chronotope dev cluster up --spec manifests/clusters/demo.yaml --with-scheduler --with-operator --dashboard-port 8090
 kubeconfig="$(chronotope dev cluster status | sed -n 's/^kubeconfig: //p')"
 k() { kubectl --kubeconfig "$kubeconfig" "$@"; }
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
@@ -56,5 +56,6 @@ PATH="$PWD/.venv/bin:$PATH" KUBECONFIG="$kubeconfig" kubectl chronotope plan -A 
 
 echo
 echo "Also: kubectl chronotope why trainingjob/NAME, kubectl chronotope top (with .venv/bin on PATH)"
+echo "Dashboard: http://127.0.0.1:8090/"
 echo "The cluster keeps running. Use it with:  export KUBECONFIG=$kubeconfig"
 echo "Stop it with:                            make down"

@@ -14,8 +14,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 step "control-plane binaries (cached under \${CHRONOTOPE_CACHE_DIR:-~/.cache/chronotope})"
 chronotope dev build
 
-step "prometheus (Debian package, for the InferencePipeline tuner tests)"
-bash hack/prometheus.sh
+step "system packages (Debian prometheus and chromium, for the tuner and dashboard tests)"
+bash hack/system-packages.sh
 
 step "ruff"
 ruff check operator tests bench hack

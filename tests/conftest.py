@@ -78,11 +78,25 @@ def chronotope_scheduler(kube_cluster: KubeCluster) -> int:
 
 
 @pytest.fixture(scope="session")
-def chronotope_operator(kube_cluster: KubeCluster, chronotope_scheduler: int) -> None:
-    """The CRDs installed and the Chronotope controllers running (with the scheduler)."""
+def chronotope_operator(kube_cluster: KubeCluster, chronotope_scheduler: int) -> int:
+    """The CRDs installed and the Chronotope controllers running (with the scheduler).
+
+    Returns the port of the operator's dashboard (on 127.0.0.1).
+    """
     if kube_cluster.local is None:
         raise RuntimeError("operator tests need the cluster the tests start")
-    kube_cluster.local.start_operator(extra_args=("--tuner-down-delay-s", str(TUNER_DOWN_DELAY_S)))
+    from chronotope.devcluster.process import free_port
+
+    dashboard = free_port()
+    kube_cluster.local.start_operator(
+        extra_args=(
+            "--tuner-down-delay-s",
+            str(TUNER_DOWN_DELAY_S),
+            "--dashboard-port",
+            str(dashboard),
+        )
+    )
+    return dashboard
 
 
 @pytest.fixture

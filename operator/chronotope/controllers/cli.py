@@ -21,6 +21,13 @@ def add_parser(sub: Any) -> None:
         help="Prometheus base URL for InferencePipelines whose traffic query names none",
     )
     parser.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=0,
+        help="serve the read-only dashboard on this port (0: off)",
+    )
+    parser.add_argument("--dashboard-address", default="127.0.0.1", help="dashboard bind address")
+    parser.add_argument(
         "--tuner-down-delay-s",
         type=float,
         default=60.0,
@@ -69,6 +76,10 @@ def _run(args: argparse.Namespace) -> int:
             "could not list nodes, pods and TrainingJobs within %.0fs", args.sync_timeout
         )
         return 1
+    if args.dashboard_port:
+        from chronotope.dashboard.server import serve_dashboard
+
+        serve_dashboard(cache, args.dashboard_port, args.dashboard_address)
     metrics = OperatorMetrics(stale_after_s=max(30.0, 10 * args.interval))
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_address)

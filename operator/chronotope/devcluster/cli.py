@@ -39,6 +39,12 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also install the CRDs and run the Chronotope controllers",
     )
+    up.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=0,
+        help="with --with-operator: serve the operator's dashboard on 127.0.0.1:PORT",
+    )
     up.set_defaults(func=_up)
 
     down = csub.add_parser("down", help="stop every process of the cluster (also after a crash)")
@@ -89,8 +95,11 @@ def _up(args: argparse.Namespace) -> int:
             port = cluster.start_chronotope_scheduler()
             print(f"chronotope extender listening on http://127.0.0.1:{port}")
         if args.with_operator:
-            cluster.start_operator()
+            extra = ("--dashboard-port", str(args.dashboard_port)) if args.dashboard_port else ()
+            cluster.start_operator(extra_args=extra)
             print("chronotope operator running (CRDs installed)")
+            if args.dashboard_port:
+                print(f"dashboard: http://127.0.0.1:{args.dashboard_port}/")
     except (BinaryError, ClusterError, ComponentError, TimeoutError, ValueError, OSError) as exc:
         return _fail(exc)
     print(f"cluster {state.name} is up: {state.server}")

@@ -100,16 +100,21 @@ class Store:
 
 
 class OperatorCache:
-    """Nodes, pods and TrainingJobs, kept current by one `Informer`."""
+    """Nodes, pods and the Chronotope custom objects, kept current by one `Informer`."""
 
     def __init__(self, api: client.ApiClient) -> None:
         """Build empty stores and the informer that feeds them; `start` begins watching."""
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
         self.nodes, self.pods, self.training_jobs = Store(), Store(), Store()
-        list_jobs = functools.partial(
-            custom.list_cluster_custom_object, "chronotope.dev", "v1alpha1", "trainingjobs"
-        )
+        self.pipelines, self.variants = Store(), Store()
+
+        def lister(plural: str) -> Any:
+            return functools.partial(
+                custom.list_cluster_custom_object, "chronotope.dev", "v1alpha1", plural
+            )
+
+        list_jobs = lister("trainingjobs")
         self.informer = Informer(
             api,
             [
@@ -125,6 +130,18 @@ class OperatorCache:
                     list_jobs,
                     self.training_jobs.on_event,
                     self.training_jobs.on_sync,
+                ),
+                Resource(
+                    "inferencepipelines",
+                    lister("inferencepipelines"),
+                    self.pipelines.on_event,
+                    self.pipelines.on_sync,
+                ),
+                Resource(
+                    "modelvariants",
+                    lister("modelvariants"),
+                    self.variants.on_event,
+                    self.variants.on_sync,
                 ),
             ],
         )

@@ -23,7 +23,16 @@ from chronotope.solver.model import MILLI
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 from chronotope.workloads.replan import parse_time
 
-__all__ = ["GpuCell", "NodeRow", "explain", "gantt", "gpu_map", "gpu_totals", "usage"]
+__all__ = [
+    "GpuCell",
+    "NodeRow",
+    "dashboard_state",
+    "explain",
+    "gantt",
+    "gpu_map",
+    "gpu_totals",
+    "usage",
+]
 
 Obj = Mapping[str, Any]
 WHOLE = 100
@@ -255,3 +264,81 @@ def usage(
         q["gpus"] += gpus
         q["jobs"] += 1
     return {"byType": by_type, "byNamespace": by_ns, "byQueue": by_queue}
+
+
+DESCRIPTION_ANNOTATION = "kubernetes.io/description"
+
+
+def _meta_key(obj: Obj) -> str:
+    return _key(obj)
+
+
+def dashboard_state(
+    nodes: Sequence[Obj],
+    pods: Sequence[Obj],
+    jobs: Sequence[Obj],
+    *,
+    pipelines: Sequence[Obj],
+    variants: Sequence[Obj],
+    now: datetime,
+) -> dict[str, Any]:
+    """Everything the dashboard draws, as plain JSON-ready data.
+
+    User strings are left raw: the page sets them as text, never as markup.
+    """
+    rows = gpu_map(nodes, pods)
+    job_rows = []
+    for job in jobs:
+        meta, spec, status = (
+            job.get("metadata") or {},
+            job.get("spec") or {},
+            job.get("status") or {},
+        )
+        plan = status.get("plan") or {}
+        deadline = ((spec.get("utility") or {}).get("deadline")) or None
+        job_rows.append(
+            {
+                "key": _meta_key(job),
+                "phase": str(status.get("phase") or "New"),
+                "queue": str(spec.get("queue") or "default"),
+                "gpuType": plan.get("gpuType"),
+                "workers": plan.get("workers"),
+                "start": plan.get("startTime"),
+                "finish": plan.get("predictedCompletionTime"),
+                "deadline": deadline,
+                "why": status.get("whyWaiting"),
+                "description": ((meta.get("annotations") or {}).get(DESCRIPTION_ANNOTATION)),
+            }
+        )
+    pipeline_rows = []
+    for p in pipelines:
+        status = p.get("status") or {}
+        pipeline_rows.append(
+            {
+                "key": _meta_key(p),
+                "phase": status.get("phase"),
+                "stages": status.get("stages") or [],
+                "predictedP99Ms": status.get("predictedP99Ms"),
+                "sloMs": ((p.get("spec") or {}).get("slo") or {}).get("p99LatencyMs"),
+                "costPerHour": status.get("costPerHour"),
+                "tuner": (status.get("tuner") or {}).get("mode"),
+                "why": status.get("whyWaiting"),
+            }
+        )
+    variant_rows = [
+        {
+            "key": _meta_key(v),
+            "phase": (v.get("status") or {}).get("phase"),
+            "residency": (v.get("status") or {}).get("residency"),
+        }
+        for v in variants
+    ]
+    return {
+        "now": now.isoformat(),
+        "nodes": [r.as_dict() for r in rows],
+        "totals": gpu_totals(rows),
+        "jobs": sorted(job_rows, key=lambda r: r["key"]),
+        "queues": usage(nodes, pods, jobs)["byQueue"],
+        "pipelines": pipeline_rows,
+        "variants": variant_rows,
+    }

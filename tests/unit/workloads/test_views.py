@@ -144,3 +144,23 @@ def test_use_by_type_namespace_and_queue() -> None:
     assert data["byType"] == {"A100": {"used": 1.0, "total": 2.0}}
     assert data["byNamespace"] == {"ns": {"gpus": 1.0}}
     assert data["byQueue"] == {"research": {"gpus": 8.0, "jobs": 1.0}}
+
+
+def test_dashboard_state_keeps_user_strings_raw_for_the_page_to_set_as_text() -> None:
+    from chronotope.workloads.views import dashboard_state
+
+    job = {
+        "metadata": {
+            "name": "j",
+            "namespace": "ns",
+            "annotations": {"kubernetes.io/description": "<b>x</b>"},
+        },
+        "spec": {"queue": "q", "utility": {"function": "Step", "deadline": "2030-01-02T00:00:00Z"}},
+        "status": {"phase": "Waiting", "whyWaiting": "queued"},
+    }
+    state = dashboard_state([node("a", "A100", 1)], [], [job], pipelines=[], variants=[], now=NOW)
+    (row,) = state["jobs"]
+    assert row["description"] == "<b>x</b>"  # escaped by the page, not here
+    assert row["deadline"] == "2030-01-02T00:00:00Z"
+    assert row["why"] == "queued"
+    assert state["totals"] == {"A100": {"free": 1, "shared": 0, "whole": 0}}

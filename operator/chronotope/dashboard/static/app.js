@@ -1,0 +1,130 @@
+// Chronotope dashboard: polls /api/state and redraws. Every user-supplied string is set
+// with textContent or as an SVG text node, never as HTML.
+"use strict";
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+function heat(percent) {  // free: pale green; shared: amber; whole: red
+  if (percent <= 0) return "#e6f4ea";
+  if (percent < 100) return "hsl(" + (45 - percent * 0.3) + ", 90%, " + (75 - percent * 0.2) + "%)";
+  return "#d9534f";
+}
+
+function drawMap(state) {
+  const map = document.getElementById("gpumap");
+  map.replaceChildren();
+  for (const node of state.nodes) {
+    const row = el("div", { class: "node", "data-node": node.node });
+    row.append(el("span", { class: "name" }, node.node), el("span", { class: "type" }, node.gpuType));
+    for (const gpu of node.gpus) {
+      const used = gpu.holders.reduce((s, h) => s + h.percent, 0);
+      const holders = gpu.holders.map((h) => h.pod + " (" + h.percent + "%)").join(", ");
+      const cell = el("span", {
+        class: "gpu",
+        "data-gpu": node.node + "/" + gpu.index,
+        "data-holders": gpu.holders.map((h) => h.pod).join(","),
+        title: "GPU " + gpu.index + ": " + (holders || "free"),
+      });
+      cell.style.background = heat(Math.min(used, 100));
+      row.append(cell);
+    }
+    map.append(row);
+  }
+  const totals = document.getElementById("totals");
+  totals.replaceChildren();
+  for (const [type, t] of Object.entries(state.totals)) {
+    totals.append(el("div", {}, type + ": " + t.free + " free, " + t.shared + " shared, " + t.whole + " whole"));
+  }
+}
+
+function drawGantt(state) {
+  const g = document.getElementById("gantt");
+  g.replaceChildren();
+  const now = Date.parse(state.now);
+  const jobs = state.jobs.map((j) => ({
+    ...j,
+    s: j.start ? Date.parse(j.start) : now,
+    f: j.finish ? Date.parse(j.finish) : now,
+    d: j.deadline ? Date.parse(j.deadline) : null,
+  }));
+  let lo = now, hi = now + 60000;
+  for (const j of jobs) { lo = Math.min(lo, j.s); hi = Math.max(hi, j.f, j.d || 0); }
+  const left = 260, width = 680, rowH = 18;
+  const x = (t) => left + ((t - lo) / Math.max(hi - lo, 1)) * width;
+  const groups = {};
+  for (const j of jobs) (groups[j.gpuType || "(waiting)"] = groups[j.gpuType || "(waiting)"] || []).push(j);
+  let y = 14;
+  for (const type of Object.keys(groups).sort()) {
+    g.append(svg("text", { x: 4, y: y, "font-weight": "bold" }, type));
+    y += rowH;
+    for (const j of groups[type]) {
+      g.append(svg("text", { x: 14, y: y }, j.key + " · " + j.phase));
+      const bar = svg("rect", {
+        x: x(j.s), y: y - 11, height: 12, width: Math.max(x(j.f) - x(j.s), 2),
+        fill: j.gpuType ? "#4a90d9" : "#bbb",
+        "data-job": j.key, "data-gpu-type": j.gpuType || "",
+      });
+      bar.append(svg("title", {}, j.key + ": " + (j.gpuType || "waiting") + " until " + (j.finish || "?")));
+      g.append(bar);
+      if (j.d !== null && j.d >= lo && j.d <= hi) {
+        g.append(svg("line", { x1: x(j.d), x2: x(j.d), y1: y - 13, y2: y + 3, stroke: "#d00", "stroke-width": 2 }));
+      }
+      y += rowH;
+    }
+  }
+  g.append(svg("line", { x1: x(now), x2: x(now), y1: 0, y2: y, stroke: "#000", "stroke-dasharray": "3,3" }));
+  g.setAttribute("height", Math.max(y, 40));
+}
+
+function fill(id, rows) {
+  const body = document.querySelector("#" + id + " tbody");
+  body.replaceChildren();
+  for (const cells of rows) {
+    const tr = el("tr");
+    for (const c of cells) tr.append(el("td", {}, c));
+    body.append(tr);
+  }
+}
+
+function draw(state) {
+  drawMap(state);
+  drawGantt(state);
+  fill("queues", Object.entries(state.queues).map(([q, v]) => [q, v.gpus, v.jobs]));
+  fill("variants", state.variants.map((v) => [v.key, v.phase || "", JSON.stringify(v.residency || "")]));
+  fill("jobs", state.jobs.map((j) => [
+    j.key, j.phase, j.queue,
+    j.gpuType ? j.workers + " x " + j.gpuType + " until " + (j.finish || "?") : "",
+    j.why || "", j.description || "",
+  ]));
+  for (const tr of document.querySelectorAll("#jobs tbody tr")) tr.setAttribute("data-job", tr.firstChild.textContent);
+  fill("pipelines", state.pipelines.map((p) => [
+    p.key, p.phase || "",
+    (p.stages || []).map((s) => s.name + ": " + s.readyReplicas + "/" + s.replicas + " " + s.gpuType).join("; "),
+    (p.predictedP99Ms ?? "") + " / " + (p.sloMs ?? ""), p.costPerHour ?? "", p.tuner || "",
+  ]));
+  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+}
+
+async function poll() {
+  try {
+    const resp = await fetch("/api/state", { cache: "no-store" });
+    if (resp.ok) draw(await resp.json());
+    else document.getElementById("updated").textContent = "server answered " + resp.status;
+  } catch (err) {
+    document.getElementById("updated").textContent = "cannot reach the operator";
+  }
+  setTimeout(poll, 2000);
+}
+poll();
