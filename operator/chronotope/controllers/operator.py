@@ -23,6 +23,7 @@ from chronotope.controllers.inferencepipeline import PipelineOps, TunerSettings
 from chronotope.controllers.inferencepipeline import reconcile as reconcile_pipeline
 from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status, reconcile
+from chronotope.workloads.training_status import condition
 
 __all__ = ["apply_outcome", "build_registry"]
 
@@ -84,9 +85,9 @@ def build_registry(
         started = time.perf_counter()
         try:
             outcome = await asyncio.to_thread(reconcile, _plain(job), ops, datetime.now(UTC))
-        except ValueError as exc:  # a spec the models reject (should not pass the CRD schema)
+        except ValueError as exc:  # a spec the models reject: this job only, never the queue
             metrics.reconcile_seconds.labels("error").observe(time.perf_counter() - started)
-            kopf.warn(body, reason="InvalidSpec", message=str(exc))
+            _invalid(body, patch, exc)
             return
         metrics.reconcile_seconds.labels("ok").observe(time.perf_counter() - started)
         metrics.observe_job(job, outcome.status)
@@ -127,6 +128,35 @@ def _pipelines(
             kopf.warn(body, reason="ReconcileError", message=str(exc))
             return
         apply_outcome(outcome, body, patch, metrics)
+
+
+def _invalid(body: Any, patch: Any, exc: ValueError) -> None:
+    """Mark a TrainingJob whose spec the models reject: Pending with an InvalidSpec condition.
+
+    The gates skip specs that do not validate, so the job holds no queue back; the
+    event is posted once per distinct message; a corrected spec is decided normally.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    message = "invalid spec: " + "; ".join(lines[:3])[:900]
+    old = body.get("status") or {}
+    if old.get("whyWaiting") != message:
+        kopf.warn(body, reason="InvalidSpec", message=message)
+    generation = body["metadata"].get("generation")
+    now = datetime.now(UTC)
+    patch.status.update(
+        merged_status(
+            old,
+            {
+                "phase": "Pending",
+                "whyWaiting": message,
+                "conditions": [
+                    condition(
+                        "Schedulable", False, "InvalidSpec", message, now=now, generation=generation
+                    )
+                ],
+            },
+        )
+    )
 
 
 def _plain(value: Any) -> Any:

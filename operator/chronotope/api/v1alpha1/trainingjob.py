@@ -16,7 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from chronotope.api.v1alpha1._base import (
     ApiModel,
@@ -278,6 +278,48 @@ def _names_unique(items: list[Any]) -> bool:
     return len(names) == len(set(names))
 
 
+def _expect(value: Any, kind: type, what: str) -> str:
+    name = "an object" if kind is dict else "a list"
+    return "" if isinstance(value, kind) else f"{what} must be {name}"
+
+
+def _container_problem(i: int, c: Any) -> str:
+    if not isinstance(c, dict):
+        return f"spec.containers[{i}] must be an object"
+    if not isinstance(c.get("name"), str) or not isinstance(c.get("image"), str):
+        return f"spec.containers[{i}] needs a string name and image"
+    for key, kind in (("env", list), ("ports", list), ("resources", dict)):
+        problem = _expect(c.get(key, kind()), kind, f"spec.containers[{i}].{key}")
+        if problem:
+            return problem
+    return ""
+
+
+def _template_problem(template: dict[str, Any]) -> str:
+    """What is wrong with a worker pod template's shape ('' when nothing is)."""
+    meta = template.get("metadata", {})
+    problem = _expect(meta, dict, "metadata")
+    for key in ("labels", "annotations"):
+        problem = problem or _expect(
+            meta.get(key, {}) if isinstance(meta, dict) else {}, dict, f"metadata.{key}"
+        )
+    spec = template.get("spec")
+    if problem or spec is None:
+        return problem
+    if not isinstance(spec, dict):
+        return "spec must be an object"
+    for key in ("containers", "initContainers"):
+        problem = problem or _expect(spec.get(key, []), list, f"spec.{key}")
+    problem = problem or _expect(spec.get("nodeSelector", {}), dict, "spec.nodeSelector")
+    if problem:
+        return problem
+    if not spec.get("containers"):
+        return "spec.containers must list at least one container"
+    for i, c in enumerate(spec["containers"]):
+        problem = problem or _container_problem(i, c)
+    return problem
+
+
 class TrainingJobSpec(ApiModel):
     """What to train, on which GPUs, by when, and how the gang is placed."""
 
@@ -389,6 +431,16 @@ class TrainingJobSpec(ApiModel):
         description="Pod template for every worker (a core/v1 PodTemplateSpec: metadata and "
         "spec). GPUs are requested through spec.gpu, not in the container resources.",
     )
+
+    @field_validator("template")
+    @classmethod
+    def _template_shape(cls, template: dict[str, Any]) -> dict[str, Any]:
+        """The parts of the template the operator builds workers from must have their types."""
+        problem = _template_problem(template)
+        if problem:
+            raise ValueError(f"template.{problem}")
+        return template
+
     gpu: GpuRequest = Field(description="GPUs per worker: whole GPUs (count) or a share (shared).")
     gpu_types: list[GpuTypeOption] = Field(
         min_length=1,

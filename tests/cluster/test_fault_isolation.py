@@ -1,0 +1,59 @@
+"""One malformed TrainingJob marks itself and never holds the queue back."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+
+from tests.kubetest import KubeCluster, wait_for
+
+GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "trainingjobs"
+
+
+def _job(name: str, template: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "gpu": {"count": 1},
+            "queue": "shared-q",
+            "gpuTypes": [{"name": "L4", "relativeSpeed": 1.0}],
+            "estimate": {"referenceGpuType": "L4", "durationSeconds": 600},
+            "template": template,
+        },
+    }
+
+
+def test_a_bad_template_is_marked_and_does_not_block_its_queue(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        bad = _job("bad-template", {"spec": {"containers": "not-a-list"}})
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, bad)
+        time.sleep(1)  # older: ahead of the good one in the queue
+        good = _job("good", {"spec": {"containers": [{"name": "w", "image": "x"}]}})
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, good)
+
+        def status(name: str) -> dict[str, Any]:
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            return dict(obj.get("status") or {})
+
+        wait_for(lambda: status("good").get("phase") in ("Starting", "Running"), 60, "good starts")
+        wait_for(lambda: status("bad-template").get("phase") == "Pending", 30, "bad marked")
+        st = status("bad-template")
+        assert "template.spec.containers must be a list" in st["whyWaiting"]
+        (cond,) = [c for c in st["conditions"] if c["type"] == "Schedulable"]
+        assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
+        time.sleep(5)  # several reconcile cycles: still one event
+        events = [
+            e
+            for e in core.list_namespaced_event(namespace).items
+            if e.involved_object.name == "bad-template" and e.reason == "InvalidSpec"
+        ]
+        assert len(events) == 1
+        assert (events[0].count or 1) == 1
