@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import RestartPolicy, TrainingJobSpec
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import (
     GENERATION_ANNOTATION,
@@ -185,6 +185,11 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
             "checkpoint, stop, re-plan"
         )
         out.events.append(("Normal", "Resizing", restart_why))
+    elif (gave_up := _give_up(c, current)) is not None:
+        c.ops.stop(c.namespace, [p["metadata"]["name"] for p in current])
+        out.status = {"phase": "Failed", "whyWaiting": gave_up}
+        out.events.append(("Warning", "Failed", gave_up))
+        return out
     elif failed or missing > 0:
         lost = len(failed) + max(missing, 0)
         restart_why = (
@@ -209,6 +214,23 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
         return out
     out.status = pods_status(current, plan, c.now, c.generation)
     return out
+
+
+def _give_up(c: _Cycle, current: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a gang with a failed worker is not restarted (spec.restart), or None."""
+    failed = [p for p in current if (p.get("status") or {}).get("phase") == "Failed"]
+    if not failed:
+        return None  # lost nodes are the cluster's fault: those gangs are restarted
+    names = ", ".join(sorted(p["metadata"]["name"] for p in failed))
+    if c.spec.restart.policy is RestartPolicy.NEVER:
+        return f"worker(s) {names} failed and spec.restart.policy is Never"
+    restarts = int((c.job.get("status") or {}).get("restarts", 0))
+    if restarts >= c.spec.restart.max_restarts:
+        return (
+            f"worker(s) {names} failed after {restarts} restart(s); "
+            f"spec.restart.maxRestarts is {c.spec.restart.max_restarts}"
+        )
+    return None
 
 
 STUCK_AFTER_S = 45.0

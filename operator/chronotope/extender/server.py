@@ -63,6 +63,8 @@ async def _json(request: web.Request) -> Any:
         return await request.json(loads=json.loads)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise wire.WireError(f"body is not JSON: {exc}") from exc
+    except RecursionError:
+        raise wire.WireError("body is nested too deeply") from None
 
 
 BIND_WORKERS = 32

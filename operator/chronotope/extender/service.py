@@ -91,6 +91,8 @@ class ExtenderService:
     _gang_of: dict[str, Gang] = field(default_factory=dict)
     _plans: dict[str, PlannedPlacement] = field(default_factory=dict)
     _chosen: dict[str, str] = field(default_factory=dict)
+    _said: dict[str, str] = field(default_factory=dict)
+    """The last "fits no node" line logged per pod: the same line is not logged again."""
     """Node the policy chose for a pod at its last filter (prioritize scores it alone)."""
 
     # ------------------------------------------------------------------ filter
@@ -135,11 +137,15 @@ class ExtenderService:
     ) -> FilterOutcome:
         if isinstance(placed, Placement):
             self._chosen[key] = placed.node
+            self._said.pop(key, None)
             return FilterOutcome([placed.node], {}, {})
         self._chosen.pop(key, None)
         failed = {n: f.message for n, f in placed.items() if not f.unresolvable}
         unresolvable = {n: f.message for n, f in placed.items() if f.unresolvable}
-        log.info("pod %s (%s) fits no node: %s", key, req.describe_gpus(), _summarise(placed))
+        line = f"pod {key} ({req.describe_gpus()}) fits no node: {_summarise(placed)}"
+        if self._said.get(key) != line:  # kube-scheduler retries the pod: say it once
+            self._said[key] = line
+            log.info("%s", line)
         return FilterOutcome([], failed, unresolvable)
 
     def _filter_planned(
@@ -291,6 +297,7 @@ class ExtenderService:
             if event == "DELETED" or status.get("phase") in DONE_PHASES:
                 self.cache.forget(key)
                 self._requests.pop(key, None)
+                self._said.pop(key, None)
                 self._plans.pop(key, None)
                 self._chosen.pop(key, None)
                 gang = self._gang_of.pop(key, None)

@@ -70,12 +70,48 @@ def _object(body: Any, what: str) -> dict[str, Any]:
     return body
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _pod_problem(pod: dict[str, Any]) -> str:
+    """The first field of the pod whose type the extender cannot read ('' when none)."""
+    meta = pod["metadata"]
+    for key in ("name", "namespace", "uid"):
+        if not isinstance(meta.get(key, ""), str):
+            return f"metadata.{key} must be a string"
+    for key in ("annotations", "labels"):
+        if not _strings(meta.get(key, {})):
+            return f"metadata.{key} must map strings to strings"
+    spec = pod.get("spec", {})
+    if not isinstance(spec, dict):
+        return "spec must be an object"
+    if not _strings(spec.get("nodeSelector", {})):
+        return "spec.nodeSelector must map strings to strings"
+    for key in ("containers", "initContainers"):
+        items = spec.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
+            return f"spec.{key} must be a list of objects"
+        for i, c in enumerate(items):
+            res = c.get("resources", {})
+            if not isinstance(res, dict) or not all(
+                isinstance(res.get(k, {}), dict) for k in ("limits", "requests")
+            ):
+                return f"spec.{key}[{i}].resources must hold limits and requests objects"
+    return ""
+
+
 def parse_extender_args(body: Any) -> ExtenderArgs:
     """ExtenderArgs{Pod, Nodes, NodeNames} for /filter and /prioritize."""
     body = _object(body, "ExtenderArgs")
     pod = body.get("Pod")
     if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
         raise WireError("ExtenderArgs.Pod must be a Pod object with metadata")
+    problem = _pod_problem(pod)
+    if problem:
+        raise WireError(f"ExtenderArgs.Pod.{problem}")
     names = body.get("NodeNames")
     if names is not None:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):

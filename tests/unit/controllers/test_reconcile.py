@@ -169,3 +169,31 @@ def test_workers_of_an_old_generation_are_stopped() -> None:
     reconcile(me, ops, NOW)
     assert "a-g0-0" in ops.stopped
     assert all(p["metadata"]["labels"][JOB_LABEL] == "a" for p in ops.started)
+
+
+def _failed_worker(restart: dict[str, Any], restarts: int) -> tuple[Any, FakeOps]:
+    me = job("a")
+    me["spec"]["restart"] = restart
+    ops = FakeOps([node("h-0")], [me])
+    me["status"] = reconcile(me, ops, NOW).status | {"restarts": restarts}
+    for pod in ops._pods:
+        pod["spec"]["nodeName"] = "h-0"
+        pod["status"] = {"phase": "Failed"}
+    return reconcile(me, ops, NOW), ops
+
+
+def test_a_failed_worker_fails_the_job_when_the_restart_policy_is_never() -> None:
+    out, ops = _failed_worker({"policy": "Never", "maxRestarts": 0}, 0)
+    assert out.status["phase"] == "Failed"
+    assert "spec.restart.policy is Never" in out.status["whyWaiting"]
+    assert ops.stopped == ["a-g0-0"]
+    assert [e[1] for e in out.events] == ["Failed"]
+
+
+def test_a_failed_worker_restarts_the_gang_until_max_restarts() -> None:
+    again, _ = _failed_worker({"policy": "OnFailure", "maxRestarts": 2}, 1)
+    assert again.status["phase"] == "Resizing"
+    assert again.status["restarts"] == 2
+    done, _ = _failed_worker({"policy": "OnFailure", "maxRestarts": 2}, 2)
+    assert done.status["phase"] == "Failed"
+    assert "after 2 restart(s)" in done.status["whyWaiting"]

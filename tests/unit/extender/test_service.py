@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -410,3 +411,16 @@ def test_the_extender_chooses_what_the_simulator_chooses() -> None:
         assert (assignment.gpu_indices if assignment else ()) == gpus, f"pod {i}"
         placed += 1
     assert 10 < placed < len(stream)  # the stream fills the cluster: both outcomes occur
+
+
+def test_a_pod_that_fits_nowhere_is_logged_once_per_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    svc = service(Recorder())
+    big = pod("huge", gpus=16)
+    with caplog.at_level(logging.INFO, logger="chronotope.extender.service"):
+        for _ in range(5):  # kube-scheduler retries an unschedulable pod again and again
+            assert svc.filter(big, ["a", "t", "v"]).passed == []
+    lines = [r.getMessage() for r in caplog.records if "fits no node" in r.getMessage()]
+    assert len(lines) == 1
+    assert "ns/huge" in lines[0]
