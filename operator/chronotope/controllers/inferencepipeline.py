@@ -212,12 +212,16 @@ def _plan(
         if recorded is not None:
             return recorded, None
     arrivals = _arrivals(ops, namespace, spec.traffic)
-    if isinstance(arrivals, Reason):
-        return arrivals, None
-    plan = plan_pipeline(spec, arrivals, types)
+    plan = arrivals if isinstance(arrivals, Reason) else plan_pipeline(spec, arrivals, types)
     if isinstance(plan, PipelinePlan):
         out.events.append(("Normal", "Planned", _plan_words(plan)))
-    return plan, arrivals
+        return plan, arrivals if not isinstance(arrivals, Reason) else None
+    if old.get("observedGeneration") == meta.get("generation"):
+        # nothing better now (its GPU types not Ready, traffic unreadable): keep what runs
+        kept = plan_from_status(spec, old, None)
+        if kept is not None:
+            return kept, None
+    return plan, None
 
 
 def _plan_words(plan: PipelinePlan) -> str:

@@ -289,18 +289,21 @@ def with_replicas(plan: PipelinePlan, replicas: Sequence[int]) -> PipelinePlan:
 
 
 def plan_from_status(
-    spec: InferencePipelineSpec, status: Mapping[str, Any], gpu_types: set[str]
+    spec: InferencePipelineSpec, status: Mapping[str, Any], gpu_types: set[str] | None
 ) -> PipelinePlan | None:
-    """The plan recorded in `status`, if it still fits the spec and the cluster's GPU types."""
+    """The plan recorded in `status`, if it still fits the spec and the cluster's GPU types.
+
+    With `gpu_types` None the recorded plan is returned whatever is schedulable now.
+    """
     from chronotope.planners.inferline import StageConfig
 
     rows = {s.get("name"): s for s in status.get("stages") or []}
     configs, stages = [], []
     for stage in spec.stages:
         row = rows.get(stage.name)
-        if row is None or row.get("gpuType") not in gpu_types:
+        if row is None or (gpu_types is not None and row.get("gpuType") not in gpu_types):
             return None
-        usable = [p for p in stage.profiles if p.gpu_type in gpu_types]
+        usable = [p for p in stage.profiles if gpu_types is None or p.gpu_type in gpu_types]
         stages.append(stage.model_copy(update={"profiles": usable}))
         planned = row.get("plannedReplicas")
         replicas = int(planned) if planned is not None else int(row["replicas"])

@@ -194,7 +194,7 @@ def _unblock(kind: str, obj: Obj, phase: str, free_by_type: Mapping[str, int]) -
 def gantt(
     jobs: Sequence[Obj], now: datetime, *, width: int = 60, horizon: timedelta | None = None
 ) -> list[str]:
-    """The TrainingJobs' plan as text bars by GPU type: `|` now, `!` a deadline."""
+    """The TrainingJobs' plan as text bars by GPU type: `|` now, `!` a deadline, `>` later."""
     rows: list[tuple[str, str, datetime, datetime, datetime | None, str]] = []
     for job in jobs:
         status = job.get("status") or {}
@@ -212,8 +212,10 @@ def gantt(
     if not rows:
         return ["no TrainingJobs"]
     lo = min([r[2] for r in rows] + [now])
-    deadlines = [r[4] for r in rows if r[4] is not None]
-    hi = max([r[3] for r in rows] + deadlines + [now + timedelta(minutes=1)])
+    hi = max([r[3] for r in rows] + [now + timedelta(minutes=1)])
+    # deadlines shortly after the last finish widen the chart; far ones show as '>'
+    near = [d for _, _, _, _, d, _ in rows if d is not None and d <= hi + (hi - lo) / 2]
+    hi = max([hi, *near])
     if horizon is not None:
         hi = min(hi, now + horizon)
     span = max((hi - lo).total_seconds(), 1.0)
@@ -221,7 +223,7 @@ def gantt(
     def col(t: datetime) -> int:
         return max(0, min(width - 1, int((t - lo).total_seconds() / span * (width - 1))))
 
-    out = [f"{lo:%Y-%m-%d %H:%M} .. {hi:%Y-%m-%d %H:%M} UTC   | now   ! deadline"]
+    out = [f"{lo:%Y-%m-%d %H:%M} .. {hi:%Y-%m-%d %H:%M} UTC   | now   ! deadline   > later"]
     name_w = max(len(r[1]) for r in rows)
     for gpu_type in sorted({r[0] for r in rows}):
         out.append(f"{gpu_type}:")
@@ -234,6 +236,8 @@ def gantt(
             bar[col(now)] = "|"
             if deadline is not None and lo <= deadline <= hi:
                 bar[col(deadline)] = "!"
+            elif deadline is not None and deadline > hi:
+                bar[width - 1] = ">"
             out.append(f"  {key:<{name_w}} [{''.join(bar)}] {phase}")
     return out
 

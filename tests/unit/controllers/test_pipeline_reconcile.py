@@ -214,3 +214,14 @@ def test_an_unreachable_prometheus_holds_the_replicas_and_says_so() -> None:
     risk = next(c for c in held.status["conditions"] if c["type"] == "SLOAtRisk")
     assert risk["reason"] == "PrometheusUnreachable"
     assert "holding" in risk["message"]
+
+
+def test_nodes_going_not_ready_keep_the_running_plan() -> None:
+    ops, obj = _ops(), _sample()
+    first = reconcile(obj, ops, NOW)
+    for n in ops._nodes:  # a starved machine: every kwok node misses its heartbeat
+        n["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    later = reconcile(obj | {"status": first.status}, ops, NOW)
+    assert later.status["phase"] != "Failed"
+    assert later.status["stages"] == first.status["stages"]
+    assert later.events == []

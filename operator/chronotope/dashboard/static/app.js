@@ -60,8 +60,11 @@ function drawGantt(state) {
     d: j.deadline ? Date.parse(j.deadline) : null,
   }));
   let lo = now, hi = now + 60000;
-  for (const j of jobs) { lo = Math.min(lo, j.s); hi = Math.max(hi, j.f, j.d || 0); }
-  const left = 260, width = 680, rowH = 18;
+  for (const j of jobs) { lo = Math.min(lo, j.s); hi = Math.max(hi, j.f); }
+  // deadlines soon after the last finish widen the chart; far ones are marked at the edge
+  const reach = hi + (hi - lo) / 2;
+  for (const j of jobs) if (j.d !== null && j.d <= reach) hi = Math.max(hi, j.d);
+  const left = 260, width = 660, rowH = 18;
   const x = (t) => left + ((t - lo) / Math.max(hi - lo, 1)) * width;
   const groups = {};
   for (const j of jobs) (groups[j.gpuType || "(waiting)"] = groups[j.gpuType || "(waiting)"] || []).push(j);
@@ -80,6 +83,10 @@ function drawGantt(state) {
       g.append(bar);
       if (j.d !== null && j.d >= lo && j.d <= hi) {
         g.append(svg("line", { x1: x(j.d), x2: x(j.d), y1: y - 13, y2: y + 3, stroke: "#d00", "stroke-width": 2 }));
+      } else if (j.d !== null && j.d > hi) {
+        const later = svg("text", { x: left + width + 4, y: y, fill: "#d00" }, "›");
+        later.append(svg("title", {}, "deadline " + j.deadline));
+        g.append(later);
       }
       y += rowH;
     }
@@ -102,7 +109,7 @@ function draw(state) {
   drawMap(state);
   drawGantt(state);
   fill("queues", Object.entries(state.queues).map(([q, v]) => [q, v.gpus, v.jobs]));
-  fill("variants", state.variants.map((v) => [v.key, v.phase || "", JSON.stringify(v.residency || "")]));
+  fill("variants", state.variants.map((v) => [v.key, v.phase || "", v.residency ? JSON.stringify(v.residency) : ""]));
   fill("jobs", state.jobs.map((j) => [
     j.key, j.phase, j.queue,
     j.gpuType ? j.workers + " x " + j.gpuType + " until " + (j.finish || "?") : "",
