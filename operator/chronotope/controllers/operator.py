@@ -119,13 +119,20 @@ def _pipelines(
                 reconcile_pipeline, obj, ops, datetime.now(UTC), tuner
             )
         except Exception as exc:  # one bad pipeline marks itself, never the operator
-            log.exception(
-                "InferencePipeline %s/%s failed",
-                obj["metadata"].get("namespace"),
-                obj["metadata"].get("name"),
-            )
-            patch.status.update({"phase": "Failed", "whyWaiting": f"internal error: {exc}"})
-            kopf.warn(body, reason="ReconcileError", message=str(exc))
+            invalid = isinstance(exc, ValueError)
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            said = "; ".join(lines[:3])[:900] or type(exc).__name__
+            message = f"{'invalid spec' if invalid else 'internal error'}: {said}"
+            if (body.get("status") or {}).get("whyWaiting") != message:  # said once
+                if not invalid:
+                    meta = obj["metadata"]
+                    log.exception(
+                        "InferencePipeline %s/%s failed", meta.get("namespace"), meta.get("name")
+                    )
+                kopf.warn(
+                    body, reason="InvalidSpec" if invalid else "ReconcileError", message=message
+                )
+            patch.status.update({"phase": "Failed", "whyWaiting": message})
             return
         apply_outcome(outcome, body, patch, metrics)
 
