@@ -74,11 +74,18 @@ def test_a_pipeline_is_planned_built_and_placed_on_its_gpu_types(
         custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, pipeline("search")
         )
-        wait_for(
-            lambda: _status(custom, namespace, "search").get("phase") == "Serving",
-            120,
-            "pipeline serving",
-        )
+        try:
+            wait_for(
+                lambda: _status(custom, namespace, "search").get("phase") == "Serving",
+                120,
+                "pipeline serving",
+            )
+        except AssertionError as exc:  # say where it stood
+            pods = core.list_namespaced_pod(namespace).items
+            where = [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
+            raise AssertionError(
+                f"{exc}: {_status(custom, namespace, 'search')}; {where}"
+            ) from None
         status = _status(custom, namespace, "search")
         assert status["predictedP99Ms"] <= 300
         assert status["costPerHour"] > 0

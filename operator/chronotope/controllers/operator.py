@@ -75,7 +75,11 @@ def build_registry(
             return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_with_service_account(**kwargs)
 
-    @kopf.timer(GROUP, VERSION, "trainingjobs", interval=interval, registry=registry)
+    # backoff: a failed pass (a namespace being deleted, an API hiccup) is retried at the
+    # next interval, not after kopf's default minute
+    @kopf.timer(
+        GROUP, VERSION, "trainingjobs", interval=interval, backoff=interval, registry=registry
+    )
     async def trainingjob_timer(body: Any, patch: Any, **_: Any) -> None:
         job = {
             "metadata": dict(body["metadata"]),
@@ -105,7 +109,9 @@ def _pipelines(
     metrics: OperatorMetrics,
     tuner: TunerSettings,
 ) -> None:
-    @kopf.timer(GROUP, VERSION, "inferencepipelines", interval=interval, registry=registry)
+    @kopf.timer(
+        GROUP, VERSION, "inferencepipelines", interval=interval, backoff=interval, registry=registry
+    )
     async def pipeline_timer(body: Any, patch: Any, **_: Any) -> None:
         obj = _plain(
             {
