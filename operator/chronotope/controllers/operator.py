@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +27,9 @@ from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_statu
 from chronotope.workloads.training_status import condition
 
 __all__ = ["apply_outcome", "build_registry"]
+
+PIPELINE_WORKERS = 4
+"""Threads that reconcile InferencePipelines (apart from the TrainingJobs' pool)."""
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +113,10 @@ def _pipelines(
     metrics: OperatorMetrics,
     tuner: TunerSettings,
 ) -> None:
+    # threads of their own: TrainingJob reconciles queued on their decide lock must not
+    # take every thread of the event loop's default pool from the pipelines
+    pool = ThreadPoolExecutor(PIPELINE_WORKERS, thread_name_prefix="pipelines")
+
     @kopf.timer(
         GROUP, VERSION, "inferencepipelines", interval=interval, backoff=interval, registry=registry
     )
@@ -121,8 +129,8 @@ def _pipelines(
             }
         )
         try:
-            outcome = await asyncio.to_thread(
-                reconcile_pipeline, obj, ops, datetime.now(UTC), tuner
+            outcome = await asyncio.get_running_loop().run_in_executor(
+                pool, reconcile_pipeline, obj, ops, datetime.now(UTC), tuner
             )
         except Exception as exc:  # one bad pipeline marks itself, never the operator
             invalid = isinstance(exc, ValueError)
