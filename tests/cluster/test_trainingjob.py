@@ -105,18 +105,34 @@ def test_competing_jobs_never_bind_a_partial_gang(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
     api, custom, core = jobs_api
-    types = [("H100-SXM5-80GB", 2.0), ("A100-SXM4-80GB", 1.0)]
+    fast, slow = f"FAST-{namespace[-6:].upper()}", f"SLOW-{namespace[-6:].upper()}"
+    # GPU types only this test uses, so other tests' leftovers cannot take its GPUs
+    with (
+        _gpu_nodes(api, core, f"cf-{namespace[-6:]}", fast, 2, per_node=8),
+        _gpu_nodes(api, core, f"cs-{namespace[-6:]}", slow, 2, per_node=8),
+    ):
+        _compete(api, custom, core, namespace, fast=fast, slow=slow)
+
+
+def _compete(
+    api: Any,
+    custom: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    ns: str,
+    *,
+    fast: str,
+    slow: str,
+) -> None:
+    types = [(fast, 2.0), (slow, 1.0)]
     for name in ("alpha", "beta", "gamma"):  # each 2 x 8 GPUs; 32 such GPUs exist: two fit
-        custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, job(name, 2, 8, types)
-        )
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(name, 2, 8, types))
     deadline = time.monotonic() + 60
     phases: dict[str, str] = {}
     while time.monotonic() < deadline:
-        for gang, (bound, size) in _bound_counts(core, namespace).items():
+        for gang, (bound, size) in _bound_counts(core, ns).items():
             assert bound in (0, size), f"gang {gang} partially bound: {bound}/{size}"
         phases = {
-            n: (_get(api, namespace, n).get("status") or {}).get("phase", "")
+            n: (_get(api, ns, n).get("status") or {}).get("phase", "")
             for n in ("alpha", "beta", "gamma")
         }
         if sorted(phases.values()) == ["Running", "Running", "Waiting"]:
@@ -124,19 +140,17 @@ def test_competing_jobs_never_bind_a_partial_gang(
         time.sleep(1)
     assert sorted(phases.values()) == ["Running", "Running", "Waiting"], phases
     waiting = next(n for n, p in phases.items() if p == "Waiting")
-    status = _get(api, namespace, waiting)["status"]
-    assert "waiting for H100-SXM5-80GB: it frees up" in status["whyWaiting"]
+    status = _get(api, ns, waiting)["status"]
+    assert f"waiting for {fast}: it frees up" in status["whyWaiting"]
     assert "nothing fits now" in status["whyWaiting"]
     running = next(n for n, p in phases.items() if p == "Running")
-    plan = _get(api, namespace, running)["status"]["plan"]
+    plan = _get(api, ns, running)["status"]["plan"]
     assert plan["workers"] == 2
     assert plan["totalGpus"] == 16
-    assert plan["gpuType"] in ("H100-SXM5-80GB", "A100-SXM4-80GB")
+    assert plan["gpuType"] in (fast, slow)
     # the faster type goes first
-    assert "H100-SXM5-80GB" in {
-        _get(api, namespace, n)["status"]["plan"]["gpuType"]
-        for n, p in phases.items()
-        if p == "Running"
+    assert fast in {
+        _get(api, ns, n)["status"]["plan"]["gpuType"] for n, p in phases.items() if p == "Running"
     }
 
 
