@@ -10,7 +10,7 @@ that cannot be planned gets a condition and one event, and nothing is built.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Traffic
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.planners.inferline import (
+    StageModel,
     TunerInput,
     cost_per_hour,
     envelope,
@@ -164,9 +165,10 @@ def reconcile(
         current = [
             int(rows[s.name].get("replicas", k)) for s, k in zip(plan.stages, planned, strict=True)
         ]
+    model = model_from_spec(spec, {})
     tuned: tuple[dict[str, Any], dict[str, Any] | None] | None = None
     if spec.traffic.prometheus is not None:
-        envelope_pts = _envelope_points(sample, plan) if sample is not None else None
+        envelope_pts = _envelope_points(spec, sample, plan) if sample is not None else None
         current, tuned = _tune(
             ops,
             spec,
@@ -178,14 +180,13 @@ def reconcile(
             out=out,
             settings=settings,
             new_envelope=envelope_pts,
+            stages=model.stages,
         )
     running = with_replicas(plan, current)
     for deployment, service in stage_objects(obj, spec, running):
         ops.apply(deployment, service)
     out.status = pipeline_status(obj, running, ops.deployments(namespace, name), now, planned)
-    out.status["costPerHour"] = round(
-        cost_per_hour(model_from_spec(spec, {}), running.outcome.config), 3
-    )
+    out.status["costPerHour"] = round(cost_per_hour(model, running.outcome.config), 3)
     if tuned is not None:
         out.status["tuner"] = tuned[0]
         if tuned[1] is not None:
@@ -235,10 +236,12 @@ def _plan_words(plan: PipelinePlan) -> str:
     )
 
 
-def _envelope_points(sample: list[float], plan: PipelinePlan) -> list[dict[str, Any]]:
+def _envelope_points(
+    spec: InferencePipelineSpec, sample: list[float], plan: PipelinePlan
+) -> list[dict[str, Any]]:
+    stages = model_from_spec(spec.model_copy(update={"stages": list(plan.stages)}), {}).stages
     service = min(
-        st_.latency(c.gpu_type, c.batch)
-        for st_, c in zip(_stage_models(plan), plan.outcome.config, strict=True)
+        st_.latency(c.gpu_type, c.batch) for st_, c in zip(stages, plan.outcome.config, strict=True)
     )
     points = [
         {"windowSeconds": round(w, 4), "maxQueries": q} for w, q in envelope(sample, service, 60.0)
@@ -247,21 +250,6 @@ def _envelope_points(sample: list[float], plan: PipelinePlan) -> list[dict[str, 
     span = max(sample[-1] - sample[0], 1e-9)
     points.append({"windowSeconds": round(span, 4), "maxQueries": len(sample)})
     return points
-
-
-def _stage_models(plan: PipelinePlan) -> list[Any]:
-    from chronotope.planners.inferline import StageModel
-
-    return [
-        StageModel(
-            s.name,
-            {
-                p.gpu_type: tuple(sorted((b.batch_size, b.latency_ms / 1000) for b in p.batches))
-                for p in s.profiles
-            },
-        )
-        for s in plan.stages
-    ]
 
 
 def _tune(
@@ -276,6 +264,7 @@ def _tune(
     out: Outcome,
     settings: TunerSettings,
     new_envelope: list[dict[str, Any]] | None,
+    stages: Sequence[StageModel],
 ) -> tuple[list[int], tuple[dict[str, Any], dict[str, Any] | None]]:
     """One tuner pass on the live rate; holds the replicas when Prometheus does not answer."""
     source = spec.traffic.prometheus
@@ -305,7 +294,7 @@ def _tune(
         widest = envelope_pts[-1]
         anchor = float(widest["maxQueries"]) / float(widest["windowSeconds"])
     decision = tune(
-        model_from_spec(spec, {}).stages,
+        stages,
         planned,
         current,
         TunerInput(rate_qps=rate, recent_max_qps=recent, now_s=now.timestamp()),

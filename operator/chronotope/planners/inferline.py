@@ -36,12 +36,13 @@ from itertools import pairwise
 import numpy as np
 import numpy.typing as npt
 
-from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
+from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Stage
 
 __all__ = [
     "Infeasible",
     "PipelineModel",
     "PlanOutcome",
+    "Schedule",
     "StageConfig",
     "StageModel",
     "TunerDecision",
@@ -51,7 +52,11 @@ __all__ = [
     "model_from_spec",
     "plan_chronotope",
     "plan_inferline",
+    "serve",
+    "service_time",
     "simulate_pipeline",
+    "simulate_schedules",
+    "stage_share",
     "tune",
     "whole_gpus",
 ]
@@ -165,25 +170,108 @@ def _visits(model: PipelineModel, n: int, seed: int) -> BoolArray:
     return visited
 
 
-def _serve(
-    arrive: FloatArray, replicas: int, batch: int, latency: Callable[[int], float]
+Schedule = list[tuple[float, int]]
+"""(time s, replicas) changes of one stage, starting at time 0."""
+
+
+def serve(
+    arrive: FloatArray,
+    schedule: Schedule,
+    batch: int,
+    latency: Sequence[float],
+    cold_start_s: float = 0.0,
 ) -> FloatArray:
-    """Completion time of each query (in arrival order) at one stage."""
+    """Completion time of each query (in arrival order) at one stage.
+
+    `latency[k]` is the time of a batch of k. The replica count follows
+    `schedule`: a new replica serves after `cold_start_s`, a retired one
+    finishes its batch first. A replica that falls idle takes every query
+    waiting, up to `batch`.
+    """
     n = len(arrive)
     done = np.empty(n)
-    free = [0.0] * max(replicas, 1)
+    target = schedule[0][1]
+    free = [0.0] * max(target, 1)
     heapq.heapify(free)
-    table = [latency(k) for k in range(batch + 1)]
+    retire = 0
+    e = 1
     i = 0
     while i < n:
-        t = heapq.heappop(free)
-        start = max(t, float(arrive[i]))
+        start = max(free[0], float(arrive[i]))
+        while e < len(schedule) and schedule[e][0] <= start:
+            t, k = schedule[e]
+            if k > target:
+                for _ in range(k - target):
+                    heapq.heappush(free, t + cold_start_s)
+            else:
+                retire += target - k
+            target = k
+            e += 1
+            start = max(free[0], float(arrive[i]))
+        t_free = heapq.heappop(free)
+        if retire and free:  # a retired replica leaves once its batch is done
+            retire -= 1
+            continue
+        start = max(t_free, float(arrive[i]))
         j = min(i + batch, int(np.searchsorted(arrive, start, side="right")))
-        finish = start + table[j - i]
+        finish = start + latency[j - i]
         done[i:j] = finish
         heapq.heappush(free, finish)
         i = j
     return done
+
+
+def _parents(model: PipelineModel) -> list[list[int]]:
+    parents: list[list[int]] = [[] for _ in model.stages]
+    for src, dst, _ in model.edges:
+        parents[dst].append(src)
+    return parents
+
+
+def _stage_finish(
+    i: int,
+    arrivals: FloatArray,
+    visits: BoolArray,
+    parent_finish: Sequence[FloatArray],
+    serve_stage: Callable[[FloatArray], FloatArray],
+) -> FloatArray:
+    """When each query leaves stage i (NaN if it does not visit it), given its parents'."""
+    n = len(arrivals)
+    ready = arrivals.copy() if i == 0 else np.full(n, -np.inf)
+    for f in parent_finish:
+        ready = np.fmax(ready, f)
+    out = np.full(n, np.nan)
+    idx = np.flatnonzero(visits[i])
+    if len(idx):
+        order = idx[np.argsort(ready[idx], kind="stable")]
+        out[order] = serve_stage(ready[order])
+    return out
+
+
+def simulate_schedules(
+    model: PipelineModel,
+    config: Config,
+    schedules: Sequence[Schedule],
+    arrivals: FloatArray,
+    *,
+    cold_start_s: float = 0.0,
+    seed: int = 0,
+) -> FloatArray:
+    """End-to-end latency of every query when each stage's replicas follow a schedule."""
+    visits = _visits(model, len(arrivals), seed)
+    parents = _parents(model)
+    finish: list[FloatArray] = []
+    for i, (stage, c) in enumerate(zip(model.stages, config, strict=True)):
+        table = [stage.latency(c.gpu_type, k) for k in range(c.batch + 1)]
+
+        def run(
+            ready: FloatArray, i: int = i, c: StageConfig = c, table: list[float] = table
+        ) -> FloatArray:
+            return serve(ready, schedules[i], c.batch, table, cold_start_s)
+
+        finish.append(_stage_finish(i, arrivals, visits, [finish[p] for p in parents[i]], run))
+    latency: FloatArray = np.nanmax(np.vstack(finish), axis=0) - arrivals
+    return latency
 
 
 class _Estimator:
@@ -193,9 +281,7 @@ class _Estimator:
         self.model = model
         self.arrivals = np.sort(np.asarray(arrivals, dtype=np.float64))
         self.visits = _visits(model, len(self.arrivals), seed)
-        self.parents: list[list[int]] = [[] for _ in model.stages]
-        for src, dst, _ in model.edges:
-            self.parents[dst].append(src)
+        self.parents = _parents(model)
         self._cache: dict[tuple[int, tuple[StageConfig, ...]], FloatArray] = {}
         self.evaluations = 0
 
@@ -214,21 +300,15 @@ class _Estimator:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        mine = self.visits[i]
-        if i == 0:
-            ready = self.arrivals.copy()
-        else:
-            ready = np.full(len(self.arrivals), -np.inf)
-            for p in self.parents[i]:
-                ready = np.fmax(ready, self._finish(p, config))
-        out = np.full(len(self.arrivals), np.nan)
-        idx = np.flatnonzero(mine)
-        if len(idx):
-            order = idx[np.argsort(ready[idx], kind="stable")]
-            stage, c = self.model.stages[i], config[i]
-            out[order] = _serve(
-                ready[order], c.replicas, c.batch, lambda n: stage.latency(c.gpu_type, n)
-            )
+        stage, c = self.model.stages[i], config[i]
+        table = [stage.latency(c.gpu_type, k) for k in range(c.batch + 1)]
+        out = _stage_finish(
+            i,
+            self.arrivals,
+            self.visits,
+            [self._finish(p, config) for p in self.parents[i]],
+            lambda ready: serve(ready, [(0.0, c.replicas)], c.batch, table),
+        )
         self._cache[key] = out
         return out
 
@@ -263,13 +343,23 @@ def simulate_pipeline(
     return _Estimator(model, np.asarray(arrivals, dtype=np.float64), seed).latencies(config)
 
 
+def _longest_path(model: PipelineModel, own: Sequence[float]) -> float:
+    """The longest path through the DAG when stage i takes `own[i]`."""
+    longest = list(own)
+    for src, dst, _ in sorted(model.edges, key=lambda e: e[1]):
+        longest[dst] = max(longest[dst], longest[src] + own[dst])
+    return max(longest)
+
+
 def minimum_service_time(model: PipelineModel) -> float:
     """The longest path's sum of batch-1 latencies on each stage's fastest GPU type."""
-    best = [min(s.latency(g, 1) for g in s.profiles) for s in model.stages]
-    longest = list(best)
-    for src, dst, _ in sorted(model.edges, key=lambda e: e[1]):
-        longest[dst] = max(longest[dst], longest[src] + best[dst])
-    return max(longest)
+    return _longest_path(model, [min(s.latency(g, 1) for g in s.profiles) for s in model.stages])
+
+
+def service_time(model: PipelineModel, config: Config) -> float:
+    """A configuration's service time: the longest path of its batches' latencies."""
+    own = [st.latency(c.gpu_type, c.batch) for st, c in zip(model.stages, config, strict=True)]
+    return _longest_path(model, own)
 
 
 def _fastest(stage: StageModel) -> str:
@@ -466,17 +556,22 @@ def envelope(
         w = min(2 * w, largest_s)
 
 
+def stage_share(stage: Stage) -> float:
+    """GPUs one replica of a spec stage holds: its compute share, its count, or one."""
+    if stage.gpu is not None and stage.gpu.shared is not None:
+        return stage.gpu.shared.compute_percent / 100
+    if stage.gpu is not None and stage.gpu.count:
+        return float(stage.gpu.count)
+    return 1.0
+
+
 def model_from_spec(spec: InferencePipelineSpec, default_prices: dict[str, float]) -> PipelineModel:
     """The planner's view of an InferencePipeline spec (prices: the spec's, else the defaults)."""
     index = {s.name: i for i, s in enumerate(spec.stages)}
     prices = dict(default_prices) | {c.gpu_type: c.per_hour for c in spec.costs}
     stages = []
     for s in spec.stages:
-        share = 1.0
-        if s.gpu is not None and s.gpu.shared is not None:
-            share = s.gpu.shared.compute_percent / 100
-        elif s.gpu is not None and s.gpu.count:
-            share = float(s.gpu.count)
+        share = stage_share(s)
         stages.append(
             StageModel(
                 name=s.name,

@@ -44,11 +44,14 @@ from chronotope.planners.inferline import (
     Config,
     Infeasible,
     PipelineModel,
+    Schedule,
     StageConfig,
     TunerInput,
     envelope,
     plan_chronotope,
     plan_inferline,
+    service_time,
+    simulate_schedules,
     tune,
     whole_gpus,
 )
@@ -65,9 +68,6 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 
 INFERENCE_POLICIES = ("peak", "hpa", "inferline", "chronotope")
-
-Schedule = list[tuple[float, int]]
-"""(time s, replicas) changes of one stage, starting at time 0."""
 
 
 def load_arrivals(path: Path) -> FloatArray:
@@ -131,80 +131,6 @@ class InferenceRun:
     latencies_s: FloatArray
 
 
-def _serve_dynamic(
-    arrive: FloatArray,
-    schedule: Schedule,
-    batch: int,
-    latency: list[float],
-    cold_start_s: float,
-) -> FloatArray:
-    """Completion times at one stage whose replica count follows `schedule`."""
-    import heapq
-
-    n = len(arrive)
-    done = np.empty(n)
-    target = schedule[0][1]
-    free = [0.0] * max(target, 1)
-    heapq.heapify(free)
-    retire = 0
-    e = 1
-    i = 0
-    while i < n:
-        start = max(free[0], float(arrive[i]))
-        while e < len(schedule) and schedule[e][0] <= start:
-            t, k = schedule[e]
-            if k > target:
-                for _ in range(k - target):
-                    heapq.heappush(free, t + cold_start_s)
-            else:
-                retire += target - k
-            target = k
-            e += 1
-            start = max(free[0], float(arrive[i]))
-        t_free = heapq.heappop(free)
-        if retire and free:  # a retired replica leaves once its batch is done
-            retire -= 1
-            continue
-        start = max(t_free, float(arrive[i]))
-        j = min(i + batch, int(np.searchsorted(arrive, start, side="right")))
-        finish = start + latency[j - i]
-        done[i:j] = finish
-        heapq.heappush(free, finish)
-        i = j
-    return done
-
-
-def _simulate(
-    model: PipelineModel,
-    config: Config,
-    schedules: Sequence[Schedule],
-    arrivals: FloatArray,
-    *,
-    cold_start_s: float,
-    seed: int,
-) -> FloatArray:
-    """End-to-end latency of every query under per-stage replica schedules."""
-    rng = np.random.default_rng(seed)
-    n = len(arrivals)
-    visits = np.zeros((len(model.stages), n), dtype=np.bool_)
-    visits[0] = True
-    parents: list[list[int]] = [[] for _ in model.stages]
-    for src, dst, frac in sorted(model.edges, key=lambda x: x[1]):
-        visits[dst] |= visits[src] & (rng.random(n) < frac)
-        parents[dst].append(src)
-    finish = np.full((len(model.stages), n), np.nan)
-    for i, (stage, c) in enumerate(zip(model.stages, config, strict=True)):
-        ready = arrivals.copy() if i == 0 else np.full(n, -np.inf)
-        for p in parents[i]:
-            ready = np.fmax(ready, finish[p])
-        idx = np.flatnonzero(visits[i])
-        order = idx[np.argsort(ready[idx], kind="stable")]
-        table = [stage.latency(c.gpu_type, k) for k in range(c.batch + 1)]
-        finish[i, order] = _serve_dynamic(ready[order], schedules[i], c.batch, table, cold_start_s)
-    latency: FloatArray = np.nanmax(finish, axis=0) - arrivals
-    return latency
-
-
 def _rate(arrivals: FloatArray, visits: float, window_s: float) -> float:
     """The most queries per second into a stage over any window of `window_s`."""
     ends = np.searchsorted(arrivals, arrivals + window_s, side="left")
@@ -250,15 +176,6 @@ def _hpa_schedules(
             t += 15.0
         out.append(sched)
     return out
-
-
-def service_time(model: PipelineModel, config: Config) -> float:
-    """The pipeline's service time: the longest path of the planned batches' latencies."""
-    own = [st.latency(c.gpu_type, c.batch) for st, c in zip(model.stages, config, strict=True)]
-    longest = list(own)
-    for src, dst, _ in sorted(model.edges, key=lambda e: e[1]):
-        longest[dst] = max(longest[dst], longest[src] + own[dst])
-    return max(longest)
 
 
 def inferline_tuner(
@@ -390,7 +307,7 @@ def run_policy(
         scheds = tuner_fn(priced, config, planning, arrivals=serving, end=end, settings=tuner)
     else:
         raise ValueError(f"unknown policy {policy!r}; one of {', '.join(INFERENCE_POLICIES)}")
-    lat = _simulate(priced, config, scheds, serving, cold_start_s=cold_start_s, seed=seed)
+    lat = simulate_schedules(priced, config, scheds, serving, cold_start_s=cold_start_s, seed=seed)
     hours, cost = _gpu_hours(priced, config, scheds, end)
     span_h = max(end / 3600, 1e-9)
     return InferenceRun(

@@ -23,6 +23,7 @@ from chronotope.planners.inferline import (
     PlanOutcome,
     model_from_spec,
     plan_chronotope,
+    stage_share,
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
 from chronotope.solver.model import Reason
@@ -225,11 +226,7 @@ def pipeline_status(
                 "readyReplicas": ready,
             }
         )
-        share = 1.0
-        if stage.gpu is not None and stage.gpu.shared is not None:
-            share = stage.gpu.shared.compute_percent / 100
-        elif stage.gpu is not None and stage.gpu.count:
-            share = float(stage.gpu.count)
+        share = stage_share(stage)
         total += c.replicas * share
         by_type[c.gpu_type] = by_type.get(c.gpu_type, 0.0) + c.replicas * share
         if ready < c.replicas:

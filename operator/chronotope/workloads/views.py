@@ -273,10 +273,6 @@ def usage(
 DESCRIPTION_ANNOTATION = "kubernetes.io/description"
 
 
-def _meta_key(obj: Obj) -> str:
-    return _key(obj)
-
-
 def dashboard_state(
     nodes: Sequence[Obj],
     pods: Sequence[Obj],
@@ -302,7 +298,7 @@ def dashboard_state(
         deadline = ((spec.get("utility") or {}).get("deadline")) or None
         job_rows.append(
             {
-                "key": _meta_key(job),
+                "key": _key(job),
                 "phase": str(status.get("phase") or "New"),
                 "queue": str(spec.get("queue") or "default"),
                 "gpuType": plan.get("gpuType"),
@@ -319,7 +315,7 @@ def dashboard_state(
         status = p.get("status") or {}
         pipeline_rows.append(
             {
-                "key": _meta_key(p),
+                "key": _key(p),
                 "phase": status.get("phase"),
                 "stages": status.get("stages") or [],
                 "predictedP99Ms": status.get("predictedP99Ms"),
@@ -331,7 +327,7 @@ def dashboard_state(
         )
     variant_rows = [
         {
-            "key": _meta_key(v),
+            "key": _key(v),
             "phase": (v.get("status") or {}).get("phase"),
             "residency": (v.get("status") or {}).get("residency"),
         }
