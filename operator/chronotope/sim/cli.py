@@ -44,7 +44,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register `simulate openb`, `training` and `inference` on the subcommand set `subparsers`."""
+    """Register `simulate openb`, `training`, `inference` and `variants` on `subparsers`."""
     sim = subparsers.add_parser("simulate", help="replay a GPU trace with online policies")
     traces = sim.add_subparsers(dest="trace_kind", metavar="TRACE")
     # `simulate training` is defined in chronotope.sim.training_cli
@@ -54,6 +54,9 @@ def add_parser(subparsers: Any) -> None:
     from chronotope.sim import inference_cli
 
     inference_cli.add_parser(traces)
+    from chronotope.sim import serving_cli
+
+    serving_cli.add_parser(traces)
     p = traces.add_parser("openb", help="the Alibaba openb GPU-sharing trace (ATC'23)")
     p.add_argument("--nodes", type=Path, required=True, help="node list CSV")
     p.add_argument("--pods", type=Path, nargs="+", required=True, help="pod list CSV(s)")

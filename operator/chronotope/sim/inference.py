@@ -59,8 +59,10 @@ from chronotope.planners.inferline import (
 __all__ = [
     "INFERENCE_POLICIES",
     "InferenceRun",
+    "TraceRequests",
     "TunerSettings",
     "load_arrivals",
+    "load_requests",
     "rescale",
     "run_policy",
 ]
@@ -70,28 +72,60 @@ FloatArray = npt.NDArray[np.float64]
 INFERENCE_POLICIES = ("peak", "hpa", "inferline", "chronotope")
 
 
-def load_arrivals(path: Path) -> FloatArray:
-    """Arrival times in seconds from the first, sorted, from any supported trace format."""
+@dataclass(frozen=True)
+class TraceRequests:
+    """Requests of a trace: arrival seconds from the first (sorted) and token counts.
+
+    Token counts are -1 where the format has none (one time per line).
+    """
+
+    times: FloatArray
+    prompt_tokens: npt.NDArray[np.int64]
+    output_tokens: npt.NDArray[np.int64]
+
+
+def load_requests(path: Path) -> TraceRequests:
+    """Arrivals and token counts from Azure LLM CSV, Mooncake JSONL or one time per line."""
     text = path.read_text()
     first = text.lstrip().split("\n", 1)[0]
-    times: list[float]
+    rows: list[tuple[float, int, int]]
     if first.startswith("TIMESTAMP"):
-        rows = csv.DictReader(text.splitlines())
-        stamps = [datetime.fromisoformat(r["TIMESTAMP"][:26]) for r in rows]
-        times = [t.timestamp() for t in stamps]
-    elif first.startswith("{"):
-        times = [
-            float(json.loads(line)["timestamp"]) / 1000
-            for line in text.splitlines()
-            if line.strip()
+        rows = [
+            (
+                datetime.fromisoformat(r["TIMESTAMP"][:26]).timestamp(),
+                int(r.get("ContextTokens") or -1),
+                int(r.get("GeneratedTokens") or -1),
+            )
+            for r in csv.DictReader(text.splitlines())
         ]
+    elif first.startswith("{"):
+        rows = []
+        for line in text.splitlines():
+            if line.strip():
+                item = json.loads(line)
+                rows.append(
+                    (
+                        float(item["timestamp"]) / 1000,
+                        int(item.get("input_length", -1)),
+                        int(item.get("output_length", -1)),
+                    )
+                )
     else:
-        times = [float(x) for x in text.split()]
-    if not times:
+        rows = [(float(x), -1, -1) for x in text.split()]
+    if not rows:
         raise ValueError(f"{path}: no arrivals")
-    a = np.sort(np.asarray(times, dtype=np.float64))
-    since: FloatArray = a - a[0]
-    return since
+    rows.sort(key=lambda r: r[0])
+    times = np.asarray([r[0] for r in rows], dtype=np.float64)
+    return TraceRequests(
+        times - times[0],
+        np.asarray([r[1] for r in rows], dtype=np.int64),
+        np.asarray([r[2] for r in rows], dtype=np.int64),
+    )
+
+
+def load_arrivals(path: Path) -> FloatArray:
+    """Arrival times in seconds from the first, sorted, from any supported trace format."""
+    return load_requests(path).times
 
 
 def rescale(arrivals: FloatArray, target_qps: float) -> FloatArray:
