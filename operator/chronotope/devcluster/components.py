@@ -136,5 +136,9 @@ def kwok_argv(binary: Path, kubeconfig: Path, ports: Ports) -> list[str]:
         f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
         f"--cidr={POD_CIDR}",
         "--node-ip=127.0.0.1",
+        # renew a Lease per node, as a kubelet does: the node lifecycle controller reads
+        # it as the heartbeat (without it, every node went Unknown after the 50 s grace
+        # period and every pod NotReady for good)
+        "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{ports.kwok}",
     ]
