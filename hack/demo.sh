@@ -49,6 +49,16 @@ for _ in $(seq 30); do
 done
 k get inferencepipeline video-analytics -o custom-columns='NAME:.metadata.name,PHASE:.status.phase,GPUS:.status.gpuTypes,P99-MS:.status.predictedP99Ms,COST/H:.status.costPerHour'
 
+say "kubectl get modelvariants   # one serving group: shared base replicas, deltas on GPU or swapped"
+for _ in $(seq 60); do
+  serving=$(k get modelvariants -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -cE '^(Serving|Swapped)$' || true)
+  [[ "$serving" -ge 3 ]] && break
+  sleep 1
+done
+k get modelvariants -o custom-columns='NAME:.metadata.name,PHASE:.status.phase,GROUP:.spec.servingGroup,GPU-TYPE:.status.gpuType,RESIDENCY:.status.residency,SWAP-MS:.status.expectedSwapLatencyMs,REPLICA:.status.servingReplica'
+say "kubectl get configmap llama-7b-placement -o jsonpath='{.data.placement\.txt}'   # the data plane's contract"
+k get configmap llama-7b-placement -o jsonpath='{.data.placement\.txt}' || true
+
 say "kubectl chronotope gpus --gpu-type T4   # the GPU map (plugin: .venv/bin/kubectl-chronotope)"
 PATH="$PWD/.venv/bin:$PATH" KUBECONFIG="$kubeconfig" kubectl chronotope gpus --gpu-type T4 || true
 say "kubectl chronotope plan -A   # the space-time plan"

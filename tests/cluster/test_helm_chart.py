@@ -118,6 +118,9 @@ def test_install_rbac_and_uninstall(kube_cluster: KubeCluster, namespace: str) -
 
     assert can("operator", "create", "pods", "-n", "default")
     assert can("operator", "patch", "trainingjobs.chronotope.dev", "--subresource=status", "-A")
+    assert can("operator", "patch", "configmaps", "-n", "default")  # placement ConfigMaps
+    assert can("operator", "update", "deployments.apps", "-n", "default")  # serving groups
+    assert not can("operator", "delete", "configmaps", "-n", "default")
     assert not can("operator", "get", "secrets", "-A")
     assert not can("operator", "get", "secrets", "-n", namespace)
     assert not can("operator", "delete", "nodes")

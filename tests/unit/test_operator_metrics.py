@@ -39,3 +39,22 @@ def test_jobs_not_reconciled_lately_drop_out() -> None:
     assert 'chronotope_trainingjobs{phase="Running"} 1.0' in generate_latest(m.registry).decode()
     now[0] += 2.0
     assert "chronotope_trainingjobs{" not in generate_latest(m.registry).decode()
+
+
+def test_serving_groups_report_replicas_residency_and_passes() -> None:
+    now = [100.0]
+    m = OperatorMetrics(clock=lambda: now[0], group_stale_after_s=120.0)
+    m.observe_group("ns", "llama", 2, {"chat": "GPU", "sql": "Host"})
+    m.observe_group("ns", "tiny", None, {})  # could not be planned
+    text = generate_latest(m.registry).decode()
+    assert 'chronotope_serving_group_replicas{group="llama",namespace="ns"} 2.0' in text
+    assert (
+        'chronotope_variant_residency{group="llama",namespace="ns",residency="Host",variant="sql"}'
+        " 1.0"
+    ) in text
+    assert (
+        'chronotope_serving_group_passes_total{group="tiny",namespace="ns",result="unplannable"}'
+        " 1.0"
+    ) in text
+    now[0] += 121.0  # not planned lately: its variants are gone
+    assert "chronotope_serving_group_replicas{" not in generate_latest(m.registry).decode()

@@ -18,7 +18,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--prometheus",
         default="http://127.0.0.1:9090",
-        help="Prometheus base URL for InferencePipelines whose traffic query names none",
+        help="Prometheus base URL for InferencePipelines and ModelVariants whose traffic "
+        "query names none",
     )
     parser.add_argument(
         "--dashboard-port",
@@ -32,6 +33,12 @@ def add_parser(sub: Any) -> None:
         type=float,
         default=60.0,
         help="an InferencePipeline stage scales down only this long after its last change",
+    )
+    parser.add_argument(
+        "--variant-refresh-s",
+        type=float,
+        default=30.0,
+        help="a ModelVariant serving group is re-planned on any change, else this often",
     )
     parser.add_argument(
         "--interval", type=float, default=2.0, help="seconds between reconciles of each job"
@@ -59,11 +66,13 @@ def _run(args: argparse.Namespace) -> int:
 
     from chronotope.controllers.inferencepipeline import TunerSettings
     from chronotope.controllers.metrics import OperatorMetrics
+    from chronotope.controllers.modelvariant import GroupMemo
     from chronotope.controllers.operator import build_registry
     from chronotope.kube.client import connect
     from chronotope.kube.pipeline_ops import KubePipelineOps
     from chronotope.kube.store import OperatorCache
     from chronotope.kube.trainingjob_ops import KubeClusterOps
+    from chronotope.kube.variant_ops import KubeVariantOps
 
     if args.kubeconfig:
         # kopf logs in through the kubernetes client, which reads KUBECONFIG (the edge
@@ -80,7 +89,10 @@ def _run(args: argparse.Namespace) -> int:
         from chronotope.dashboard.server import serve_dashboard
 
         serve_dashboard(cache, args.dashboard_port, args.dashboard_address)
-    metrics = OperatorMetrics(stale_after_s=max(30.0, 10 * args.interval))
+    metrics = OperatorMetrics(
+        stale_after_s=max(30.0, 10 * args.interval),
+        group_stale_after_s=max(120.0, 4 * args.variant_refresh_s),
+    )
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_address)
     registry = build_registry(
@@ -89,6 +101,8 @@ def _run(args: argparse.Namespace) -> int:
         metrics=metrics,
         pipeline_ops=KubePipelineOps(api, cache, prometheus=args.prometheus),
         tuner=TunerSettings(down_delay_s=args.tuner_down_delay_s),
+        variant_ops=KubeVariantOps(api, cache, prometheus=args.prometheus),
+        memo=GroupMemo(refresh_s=args.variant_refresh_s),
     )
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None

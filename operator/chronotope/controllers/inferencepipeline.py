@@ -4,8 +4,11 @@
 `kube.pipeline_ops`), checks the stages' ModelVariant references, plans
 (`workloads.pipeline.plan_pipeline`, on the traffic source's sample) when the
 spec changed or no plan is recorded, applies one Deployment and Service per
-stage, and reports the plan, readiness, predicted P99 and cost. A pipeline
-that cannot be planned gets a condition and one event, and nothing is built.
+stage, and reports the plan, readiness, predicted P99 and cost. A stage that
+names a ModelVariant is served by the variant's serving group (the
+ModelVariant controller's Deployment): it gets no objects of its own. A
+pipeline that cannot be planned gets a condition and one event, and nothing
+is built.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Traffic
+from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.planners.inferline import (
     StageModel,
@@ -39,7 +45,9 @@ from chronotope.workloads.pipeline import (
     with_replicas,
 )
 from chronotope.workloads.replan import parse_time
+from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_status import condition
+from chronotope.workloads.variants import group_name
 
 __all__ = ["PipelineOps", "TunerSettings", "reconcile"]
 
@@ -55,8 +63,12 @@ class PipelineOps(Protocol):
         """The ConfigMap, or None."""
         ...
 
-    def model_variant_exists(self, namespace: str, name: str) -> bool:
-        """Whether the ModelVariant exists."""
+    def model_variant(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ModelVariant, or None."""
+        ...
+
+    def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Deployment (a serving group's), or None."""
         ...
 
     def query_rate(self, address: str | None, query: str) -> float | str:
@@ -123,18 +135,31 @@ def _arrivals(ops: PipelineOps, namespace: str, traffic: Traffic) -> list[float]
     return sample_arrivals(rate)
 
 
-def _missing_variant(
+def _variant_groups(
     ops: PipelineOps, namespace: str, spec: InferencePipelineSpec
-) -> Reason | None:
+) -> dict[str, str] | Reason:
+    """Stage -> the serving group of the ModelVariant it names, or why one is missing."""
+    groups = {}
     for stage in spec.stages:
         variant = stage.model.variant
-        if variant and not ops.model_variant_exists(namespace, variant):
+        if not variant:
+            continue
+        obj = ops.model_variant(namespace, variant)
+        if obj is None:
             return Reason(
                 code="ModelVariantMissing",
                 message=f"stage {stage.name} serves ModelVariant {namespace}/{variant}, "
                 "which does not exist",
             )
-    return None
+        try:
+            groups[stage.name] = group_name(ModelVariantSpec.model_validate(obj.get("spec")))
+        except ValidationError:
+            return Reason(
+                code="ModelVariantInvalid",
+                message=f"stage {stage.name} serves ModelVariant {namespace}/{variant}, "
+                "whose spec is invalid (see its status)",
+            )
+    return groups
 
 
 def reconcile(
@@ -150,7 +175,8 @@ def reconcile(
     spec = InferencePipelineSpec.model_validate(obj["spec"])
     old = obj.get("status") or {}
     out = Outcome()
-    plan, sample = _plan(ops, obj, spec, old, out)
+    groups = _variant_groups(ops, namespace, spec)
+    plan, sample = (groups, None) if isinstance(groups, Reason) else _plan(ops, obj, spec, old, out)
     if isinstance(plan, Reason):
         out.status = failed_status(obj, plan, now)
         if plan.message != old.get("whyWaiting"):
@@ -182,10 +208,16 @@ def reconcile(
             new_envelope=envelope_pts,
             stages=model.stages,
         )
+    assert not isinstance(groups, Reason)
     running = with_replicas(plan, current)
-    for deployment, service in stage_objects(obj, spec, running):
+    for deployment, service in stage_objects(obj, spec, running, groups):
         ops.apply(deployment, service)
-    out.status = pipeline_status(obj, running, ops.deployments(namespace, name), now, planned)
+    deployments = dict(ops.deployments(namespace, name))
+    for group in set(groups.values()):
+        found = ops.deployment(namespace, object_name(group))
+        if found is not None:
+            deployments[object_name(group)] = found
+    out.status = pipeline_status(obj, running, deployments, now, planned, groups=groups)
     out.status["costPerHour"] = round(cost_per_hour(model, running.outcome.config), 3)
     if tuned is not None:
         out.status["tuner"] = tuned[0]
@@ -204,9 +236,6 @@ def _plan(
     """The recorded plan if it still holds, else a new one (and its sample), else why not."""
     meta = obj["metadata"]
     namespace = meta["namespace"]
-    why = _missing_variant(ops, namespace, spec)
-    if why is not None:
-        return why, None
     types = gpu_types(ops.nodes())
     if old.get("observedGeneration") == meta.get("generation"):
         recorded = plan_from_status(spec, old, types)

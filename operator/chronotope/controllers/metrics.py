@@ -10,6 +10,12 @@
 * `chronotope_trainingjob_waiting_gpus{gpu_type}`: GPUs that waiting jobs
   planned but could not get, by the first GPU type they accept (the queue's
   demand, as Kueue reports pending workloads)
+* `chronotope_serving_group_replicas{namespace,group}`: base replicas of each
+  ModelVariant serving group, as last planned
+* `chronotope_variant_residency{namespace,group,variant,residency}`: 1 for
+  where each variant's delta is (GPU, Host, Disk)
+* `chronotope_serving_group_passes_total{namespace,group,result}`: group
+  passes (re-plans), `planned` or `unplannable`
 """
 
 from __future__ import annotations
@@ -66,13 +72,58 @@ class _Jobs(Collector):
         yield demand
 
 
+class _Groups(Collector):
+    """Serving groups as last planned; a group not planned for a while drops out."""
+
+    def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], tuple[float, int, dict[str, str]]] = {}
+        self._stale_after_s = stale_after_s
+
+    def observe(
+        self, namespace: str, group: str, replicas: int, residency: Mapping[str, str]
+    ) -> None:
+        with self._lock:
+            self._seen[namespace, group] = (self._clock(), replicas, dict(residency))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self._clock()
+        with self._lock:
+            fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
+            self._seen = fresh
+        replicas = GaugeMetricFamily(
+            "chronotope_serving_group_replicas",
+            "Base-model replicas of a ModelVariant serving group, as last planned",
+            labels=["namespace", "group"],
+        )
+        residency = GaugeMetricFamily(
+            "chronotope_variant_residency",
+            "1 for the tier that holds a variant's delta (GPU, Host or Disk)",
+            labels=["namespace", "group", "variant", "residency"],
+        )
+        for (namespace, group), (_, n, where) in sorted(fresh.items()):
+            replicas.add_metric([namespace, group], n)
+            for variant, tier in sorted(where.items()):
+                residency.add_metric([namespace, group, variant, tier], 1)
+        yield replicas
+        yield residency
+
+
 class OperatorMetrics:
     """The operator's metrics on their own registry (tests may build several)."""
 
     def __init__(
-        self, stale_after_s: float = 30.0, clock: Callable[[], float] = time.monotonic
+        self,
+        stale_after_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        group_stale_after_s: float = 120.0,
     ) -> None:
-        """Build the metrics; a job not seen for `stale_after_s` seconds drops out of the gauges."""
+        """Build the metrics; a job not seen for `stale_after_s` seconds drops out of the gauges.
+
+        A serving group drops out when not planned for `group_stale_after_s`
+        (groups are re-planned on change, and at least every refresh period).
+        """
         self.registry = CollectorRegistry()
         self.reconcile_seconds = Histogram(
             "chronotope_trainingjob_reconcile_seconds",
@@ -89,6 +140,26 @@ class OperatorMetrics:
         )
         self._jobs = _Jobs(stale_after_s, clock)
         self.registry.register(self._jobs)
+        self.group_passes = Counter(
+            "chronotope_serving_group_passes_total",
+            "Passes (re-plans) of ModelVariant serving groups",
+            ["namespace", "group", "result"],
+            registry=self.registry,
+        )
+        self._groups = _Groups(group_stale_after_s, clock)
+        self.registry.register(self._groups)
+
+    def observe_group(
+        self,
+        namespace: str,
+        group: str,
+        replicas: int | None,
+        residency: Mapping[str, str],
+    ) -> None:
+        """Record a serving group's pass: replicas (None: it could not be planned), residency."""
+        result = "unplannable" if replicas is None else "planned"
+        self.group_passes.labels(namespace, group, result).inc()
+        self._groups.observe(namespace, group, replicas or 0, residency)
 
     def observe_job(self, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         """Record a job's phase (from `status`, else the job's) and GPU demand for the gauges."""

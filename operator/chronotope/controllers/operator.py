@@ -23,13 +23,19 @@ import kopf
 from chronotope.controllers.inferencepipeline import PipelineOps, TunerSettings
 from chronotope.controllers.inferencepipeline import reconcile as reconcile_pipeline
 from chronotope.controllers.metrics import OperatorMetrics
+from chronotope.controllers.modelvariant import GroupMemo, VariantOps
+from chronotope.controllers.modelvariant import reconcile as reconcile_variant
 from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status, reconcile
+from chronotope.planners.variants import GroupPlan
+from chronotope.workloads.serving_group import GroupResult
 from chronotope.workloads.training_status import condition
 
 __all__ = ["apply_outcome", "build_registry"]
 
 PIPELINE_WORKERS = 4
 """Threads that reconcile InferencePipelines (apart from the TrainingJobs' pool)."""
+VARIANT_WORKERS = 4
+"""Threads that reconcile ModelVariants (apart from the other kinds' pools)."""
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +64,21 @@ def apply_outcome(
 
 def build_registry(
     ops: ClusterOps,
+    *,
     interval: float = 2.0,
     metrics: OperatorMetrics | None = None,
     pipeline_ops: PipelineOps | None = None,
     tuner: TunerSettings | None = None,
+    variant_ops: VariantOps | None = None,
+    memo: GroupMemo | None = None,
 ) -> kopf.OperatorRegistry:
     """A kopf registry with the login handler and the TrainingJob timer wired to `ops`.
 
     Each TrainingJob is reconciled every `interval` seconds, off the event loop;
     reconcile latency, events and job phases go to `metrics` (a fresh set if None).
-    With `pipeline_ops`, InferencePipelines are reconciled on the same interval.
+    With `pipeline_ops`, InferencePipelines are reconciled on the same interval;
+    with `variant_ops`, ModelVariants too, their serving groups' passes kept in
+    `memo` (a fresh one if None) and counted in `metrics`.
     """
     registry = kopf.OperatorRegistry()
     metrics = metrics or OperatorMetrics()
@@ -103,7 +114,75 @@ def build_registry(
 
     if pipeline_ops is not None:
         _pipelines(registry, pipeline_ops, interval, metrics, tuner or TunerSettings())
+    if variant_ops is not None:
+        memo = memo or GroupMemo()
+        if memo.on_pass is None:
+            memo.on_pass = _group_metrics(metrics)
+        _variants(registry, variant_ops, interval, metrics, memo)
     return registry
+
+
+def _body(body: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = _plain(
+        {
+            "metadata": dict(body["metadata"]),
+            "spec": dict(body["spec"]),
+            "status": dict(body.get("status") or {}),
+        }
+    )
+    return obj
+
+
+def _failed(body: Any, patch: Any, kind: str, exc: Exception) -> None:
+    """Mark one object whose reconcile raised: Failed with the reason, one event per message."""
+    invalid = isinstance(exc, ValueError)
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = "; ".join(lines[:3])[:900] or type(exc).__name__
+    message = f"{'invalid spec' if invalid else 'internal error'}: {said}"
+    if (body.get("status") or {}).get("whyWaiting") != message:  # said once
+        if not invalid:
+            meta = body["metadata"]
+            log.exception("%s %s/%s failed", kind, meta.get("namespace"), meta.get("name"))
+        kopf.warn(body, reason="InvalidSpec" if invalid else "ReconcileError", message=message)
+    patch.status.update({"phase": "Failed", "whyWaiting": message})
+
+
+def _group_metrics(metrics: OperatorMetrics) -> Any:
+    def on_pass(namespace: str, result: GroupResult) -> None:
+        plan = result.plan
+        replicas = len(plan.replicas) if isinstance(plan, GroupPlan) else None
+        residency = {
+            v: str(s["residency"]) for v, s in result.statuses.items() if s.get("residency")
+        }
+        metrics.observe_group(namespace, result.group, replicas, residency)
+
+    return on_pass
+
+
+def _variants(
+    registry: kopf.OperatorRegistry,
+    ops: VariantOps,
+    interval: float,
+    metrics: OperatorMetrics,
+    memo: GroupMemo,
+) -> None:
+    # threads of their own, as the pipelines have: a slow group pass (API writes, a
+    # Prometheus timeout) must not hold up the other kinds
+    pool = ThreadPoolExecutor(VARIANT_WORKERS, thread_name_prefix="variants")
+
+    @kopf.timer(
+        GROUP, VERSION, "modelvariants", interval=interval, backoff=interval, registry=registry
+    )
+    async def variant_timer(body: Any, patch: Any, **_: Any) -> None:
+        obj = _body(body)
+        try:
+            outcome = await asyncio.get_running_loop().run_in_executor(
+                pool, reconcile_variant, obj, ops, datetime.now(UTC), memo
+            )
+        except Exception as exc:  # one bad variant (or group) marks itself, never the operator
+            _failed(body, patch, "ModelVariant", exc)
+            return
+        apply_outcome(outcome, body, patch, metrics)
 
 
 def _pipelines(
@@ -121,32 +200,13 @@ def _pipelines(
         GROUP, VERSION, "inferencepipelines", interval=interval, backoff=interval, registry=registry
     )
     async def pipeline_timer(body: Any, patch: Any, **_: Any) -> None:
-        obj = _plain(
-            {
-                "metadata": dict(body["metadata"]),
-                "spec": dict(body["spec"]),
-                "status": dict(body.get("status") or {}),
-            }
-        )
+        obj = _body(body)
         try:
             outcome = await asyncio.get_running_loop().run_in_executor(
                 pool, reconcile_pipeline, obj, ops, datetime.now(UTC), tuner
             )
         except Exception as exc:  # one bad pipeline marks itself, never the operator
-            invalid = isinstance(exc, ValueError)
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            said = "; ".join(lines[:3])[:900] or type(exc).__name__
-            message = f"{'invalid spec' if invalid else 'internal error'}: {said}"
-            if (body.get("status") or {}).get("whyWaiting") != message:  # said once
-                if not invalid:
-                    meta = obj["metadata"]
-                    log.exception(
-                        "InferencePipeline %s/%s failed", meta.get("namespace"), meta.get("name")
-                    )
-                kopf.warn(
-                    body, reason="InvalidSpec" if invalid else "ReconcileError", message=message
-                )
-            patch.status.update({"phase": "Failed", "whyWaiting": message})
+            _failed(body, patch, "InferencePipeline", exc)
             return
         apply_outcome(outcome, body, patch, metrics)
 

@@ -8,10 +8,6 @@ updated; the live rate is one Prometheus instant query.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
 from kubernetes import client
@@ -19,12 +15,12 @@ from kubernetes.client.exceptions import ApiException
 
 from chronotope.kube import workloads as kw
 from chronotope.kube.client import raw_json
+from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
 from chronotope.kube.store import OperatorCache
 from chronotope.workloads.pipeline import PIPELINE_LABEL
 
 __all__ = ["DEFAULT_PROMETHEUS", "KubePipelineOps"]
 
-DEFAULT_PROMETHEUS = "http://127.0.0.1:9090"
 _NOT_FOUND = 404
 _CONFLICT = 409
 
@@ -56,34 +52,43 @@ class KubePipelineOps:
         """The ConfigMap, or None."""
         return kw.read_config_map(self.api, namespace, name)
 
-    def model_variant_exists(self, namespace: str, name: str) -> bool:
-        """Whether the ModelVariant exists."""
+    def model_variant(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ModelVariant (from the watch cache when there is one), or None."""
+        if self.cache is not None:
+            found = self.cache.variants.list(namespace)
+            return next((v for v in found if v["metadata"]["name"] == name), None)
         try:
-            client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-                "chronotope.dev", "v1alpha1", namespace, "modelvariants", name
+            obj = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                "chronotope.dev",
+                "v1alpha1",
+                namespace,
+                "modelvariants",
+                name,
+                _preload_content=False,
             )
         except ApiException as exc:
             if exc.status == _NOT_FOUND:
-                return False
+                return None
             raise
-        return True
+        found_one: dict[str, Any] = raw_json(obj)
+        return found_one
+
+    def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Deployment, or None."""
+        try:
+            obj = client.AppsV1Api(self.api).read_namespaced_deployment(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == _NOT_FOUND:
+                return None
+            raise
+        found: dict[str, Any] = raw_json(obj)
+        return found
 
     def query_rate(self, address: str | None, query: str) -> float | str:
         """A PromQL instant query's first value, or why it could not be read."""
-        base = (address or self.prometheus).rstrip("/")
-        url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
-                body = json.loads(resp.read())
-        except (OSError, ValueError) as exc:
-            return f"Prometheus at {base} did not answer: {exc}"
-        result = (body.get("data") or {}).get("result") or []
-        if body.get("status") != "success" or not result:
-            return f"Prometheus query {query!r} returned no series"
-        try:
-            return float(result[0]["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            return f"Prometheus query {query!r} returned no number"
+        return instant_query(address or self.prometheus, query, self.timeout_s)
 
     def deployments(self, namespace: str, pipeline: str) -> dict[str, dict[str, Any]]:
         """The pipeline's stage Deployments, by name."""

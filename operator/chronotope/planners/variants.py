@@ -12,8 +12,9 @@ compressed deltas, and batches requests for different variants together.
   (those whose TTFT SLO cannot absorb a swap from host first, then by load),
   each on as many replicas as its load needs, hot variants (more than
   `hot_share` of one replica) on at least two, each copy on the least-loaded
-  replica with a free slot (the previous plan's holders first, so a re-plan
-  moves as few deltas as it can);
+  replica with a free slot (the previous plan's holders first while they
+  stay within capacity, so a re-plan moves as few deltas as it can); a group
+  with a hot variant has at least two replicas;
 - which of the rest stay in host memory (by load, while the host budget
   lasts) and which on disk; their requests go to whichever replica has room
   (a delta loaded per request gains nothing from affinity), and each has a
@@ -225,6 +226,8 @@ def _option(inp: GroupInput, gpu: GpuPerf, available: int, need_qps: float) -> _
         replicas = inp.replicas
     else:
         replicas = max(1, math.ceil(need_qps / planned), *(v.min_replicas for v in inp.variants))
+        if any(v.qps / planned > st.hot_share for v in inp.variants):
+            replicas = max(replicas, 2)  # a hot variant is never on a single replica
     return _Option(gpu, cost, slots, planned, replicas, available)
 
 
@@ -344,10 +347,14 @@ def _resident(inp: GroupInput, lay: _Layout, v: VariantDemand, load: float, host
         p = inp.previous.placements[v.name]
         if p.residency is Tier.GPU:
             prev = set(p.replicas)
-    chosen = sorted(free, key=lambda i: (i not in prev, lay.util[i], i))[:copies]
+    share = load / copies
+    # the previous holders first (fewer moves), unless that would take them over capacity
+    chosen = sorted(
+        free, key=lambda i: (i not in prev or lay.util[i] + share > 1.0, lay.util[i], i)
+    )[:copies]
     for i in chosen:
         lay.held[i].append(v.name)
-        lay.util[i] += load / copies
+        lay.util[i] += share
     chosen.sort()
     lay.placements[v.name] = Placement(
         v.name,

@@ -6,6 +6,10 @@ what comes back. The plan is `planners.inferline.plan_chronotope` restricted
 to the GPU types with schedulable nodes; each stage becomes a Deployment and
 a Service, its pods placed by the chronotope scheduler on the planned GPU
 type (a whole GPU, or a share with its compute and memory annotations).
+A stage that names a ModelVariant is served by the variant's serving group
+(`workloads.serving_group`): it gets no objects of its own, its upstream
+stages call the group's Service, and its status row reports the group's
+replicas.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from chronotope.planners.inferline import (
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
 from chronotope.solver.model import Reason
+from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_status import condition
 
 __all__ = [
@@ -39,6 +44,7 @@ __all__ = [
     "plan_from_status",
     "plan_pipeline",
     "sample_arrivals",
+    "stage_deployment_name",
     "stage_objects",
     "with_replicas",
 ]
@@ -48,8 +54,6 @@ STAGE_LABEL = "chronotope.dev/stage"
 SAMPLE_SECONDS = 60.0
 """Length of the sample trace drawn for a fixed or live rate (seconds)."""
 SERVER_PORT = 8080
-VARIANT_SERVER_IMAGE = "registry.example/chronotope/variant-server:0.1"
-"""Image of a stage that serves a ModelVariant (the serving group is the ModelVariant issue's)."""
 
 
 @dataclass(frozen=True)
@@ -117,17 +121,33 @@ def _owner(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def stage_deployment_name(pipeline: str, stage: str, groups: Mapping[str, str]) -> str:
+    """The Deployment (and Service) that serves a stage: its own, or its serving group's."""
+    group = groups.get(stage)
+    return object_name(group) if group else f"{pipeline}-{stage}"
+
+
 def stage_objects(
-    pipeline: Mapping[str, Any], spec: InferencePipelineSpec, plan: PipelinePlan
+    pipeline: Mapping[str, Any],
+    spec: InferencePipelineSpec,
+    plan: PipelinePlan,
+    groups: Mapping[str, str] | None = None,
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(Deployment, Service) per stage, as planned."""
+    """(Deployment, Service) per stage, as planned; none for stages in `groups`.
+
+    `groups` maps a stage that names a ModelVariant to the variant's serving group.
+    """
+    groups = groups or {}
     name = pipeline["metadata"]["name"]
     namespace = pipeline["metadata"]["namespace"]
     children: dict[str, list[str]] = {s.name: [] for s in spec.stages}
     for e in spec.edges:
-        children[e.from_].append(f"http://{name}-{e.to}.{namespace}.svc:{SERVER_PORT}")
+        host = stage_deployment_name(name, e.to, groups)
+        children[e.from_].append(f"http://{host}.{namespace}.svc:{SERVER_PORT}")
     out = []
     for stage, c in zip(plan.stages, plan.outcome.config, strict=True):
+        if stage.model.variant:  # served by its variant's serving group
+            continue
         labels = {PIPELINE_LABEL: name, STAGE_LABEL: stage.name}
         limits: dict[str, str]
         annotations: dict[str, str] = {}
@@ -140,15 +160,13 @@ def stage_objects(
         else:
             count = stage.gpu.count if stage.gpu is not None and stage.gpu.count else 1
             limits = {GPU_RESOURCE: str(count)}
-        image = stage.model.image or VARIANT_SERVER_IMAGE
+        image = str(stage.model.image)
         env = [
             {"name": "CHRONOTOPE_STAGE", "value": stage.name},
             {"name": "CHRONOTOPE_MAX_BATCH", "value": str(c.batch)},
             {"name": "CHRONOTOPE_GPU_TYPE", "value": c.gpu_type},
             {"name": "CHRONOTOPE_DOWNSTREAM", "value": ",".join(children[stage.name])},
         ]
-        if stage.model.variant:
-            env.append({"name": "CHRONOTOPE_MODEL_VARIANT", "value": stage.model.variant})
         deployment = {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -205,8 +223,16 @@ def pipeline_status(
     deployments: Mapping[str, Mapping[str, Any]],
     now: datetime,
     planned: Sequence[int] | None = None,
+    *,
+    groups: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Status of a planned pipeline: plan per stage, readiness, predicted P99 and cost."""
+    """Status of a planned pipeline: plan per stage, readiness, predicted P99 and cost.
+
+    A stage in `groups` reports its serving group's Deployment (in
+    `deployments` by its name): the group's replicas, its GPUs not counted
+    as the pipeline's.
+    """
+    groups = groups or {}
     meta = pipeline["metadata"]
     generation = meta.get("generation")
     stages = []
@@ -215,17 +241,25 @@ def pipeline_status(
     short = []
     base = list(planned) if planned is not None else [c.replicas for c in plan.outcome.config]
     for stage, c, k_plan in zip(plan.stages, plan.outcome.config, base, strict=True):
-        ready = _ready(deployments, f"{meta['name']}-{stage.name}")
-        stages.append(
-            {
-                "name": stage.name,
-                "gpuType": c.gpu_type,
-                "batchSize": c.batch,
-                "replicas": c.replicas,
-                "plannedReplicas": k_plan,
-                "readyReplicas": ready,
-            }
-        )
+        served_by = groups.get(stage.name)
+        name = stage_deployment_name(meta["name"], stage.name, groups)
+        ready = _ready(deployments, name)
+        row = {
+            "name": stage.name,
+            "gpuType": c.gpu_type,
+            "batchSize": c.batch,
+            "replicas": c.replicas,
+            "plannedReplicas": k_plan,
+            "readyReplicas": ready,
+        }
+        if served_by:
+            group_spec = (deployments.get(name) or {}).get("spec") or {}
+            row |= {"servedBy": served_by, "replicas": int(group_spec.get("replicas") or 0)}
+            if ready < 1:
+                short.append(f"{stage.name}: serving group {served_by} has no ready replica")
+            stages.append(row)
+            continue
+        stages.append(row)
         share = stage_share(stage)
         total += c.replicas * share
         by_type[c.gpu_type] = by_type.get(c.gpu_type, 0.0) + c.replicas * share

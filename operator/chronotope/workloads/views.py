@@ -156,9 +156,16 @@ def explain(
             f"predicted to finish {plan.get('predictedCompletionTime')}"
         )
     for stage in status.get("stages") or []:
+        served = f", served by serving group {stage['servedBy']}" if stage.get("servedBy") else ""
         lines.append(
             f"stage {stage.get('name')}: {stage.get('readyReplicas', 0)}/{stage.get('replicas')} "
-            f"ready on {stage.get('gpuType')} (batch {stage.get('batchSize')})"
+            f"ready on {stage.get('gpuType')} (batch {stage.get('batchSize')}){served}"
+        )
+    if status.get("residency"):  # a ModelVariant
+        lines.append(
+            f"delta in {status['residency']} (swap-in {status.get('expectedSwapLatencyMs')} ms), "
+            f"served by {status.get('servingReplica') or 'no pod yet'} on "
+            f"{status.get('node') or '-'} ({status.get('gpuType')})"
         )
     for c in status.get("conditions") or []:
         lines.append(

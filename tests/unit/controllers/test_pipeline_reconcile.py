@@ -32,7 +32,9 @@ class FakeOps:
     def __init__(self, nodes: list[dict[str, Any]]) -> None:
         self._nodes = nodes
         self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
-        self.variants: set[tuple[str, str]] = set()
+        self.variants: dict[tuple[str, str], dict[str, Any]] = {}
+        self.groups: dict[str, dict[str, Any]] = {}
+        """Serving groups' Deployments (the ModelVariant controller's), by name."""
         self.applied: dict[str, dict[str, Any]] = {}
         self.rate: float | str = 50.0
 
@@ -42,8 +44,11 @@ class FakeOps:
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.config_maps.get((namespace, name))
 
-    def model_variant_exists(self, namespace: str, name: str) -> bool:
-        return (namespace, name) in self.variants
+    def model_variant(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.variants.get((namespace, name))
+
+    def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.groups.get(name)
 
     def query_rate(self, address: str | None, query: str) -> float | str:
         return self.rate
@@ -71,7 +76,11 @@ def _ops() -> FakeOps:
     ops = FakeOps([_node("t4-0", "T4", 1), _node("a-0", "A100-SXM4-80GB", 8)])
     arrivals = yaml.safe_load((ROOT / "manifests/demo/video-arrivals.yaml").read_text())
     ops.config_maps["ns", "video-arrivals"] = arrivals
-    ops.variants.add(("ns", "ocr-receipts"))
+    variants = yaml.safe_load_all((ROOT / "manifests/samples/modelvariants-llama.yaml").read_text())
+    ops.variants["ns", "ocr-receipts"] = next(
+        v for v in variants if v["metadata"]["name"] == "ocr-receipts"
+    )
+    ops.groups["llama-7b"] = {"spec": {"replicas": 3}, "status": {"readyReplicas": 2}}
     return ops
 
 
@@ -82,18 +91,20 @@ def test_a_pipeline_is_planned_built_and_serving() -> None:
     assert out.status["predictedP99Ms"] <= 250
     assert out.status["costPerHour"] > 0
     assert [s["name"] for s in out.status["stages"]] == ["detect", "pose", "ocr"]
-    assert set(ops.applied) == {
-        "video-analytics-detect",
-        "video-analytics-pose",
-        "video-analytics-ocr",
-    }
+    # the ocr stage names a ModelVariant: its serving group serves it, nothing of its own
+    assert set(ops.applied) == {"video-analytics-detect", "video-analytics-pose"}
+    ocr = out.status["stages"][2]
+    assert (ocr["servedBy"], ocr["replicas"], ocr["readyReplicas"]) == ("llama-7b", 3, 2)
     pose = ops.applied["video-analytics-pose"]["spec"]["template"]
     assert pose["spec"]["containers"][0]["resources"]["limits"] == {"chronotope.dev/gpu-share": "1"}
     assert pose["metadata"]["annotations"]["chronotope.dev/gpu-compute-percent"] == "50"
     detect = ops.applied["video-analytics-detect"]["spec"]["template"]["spec"]
     assert detect["schedulerName"] == "chronotope"
     env = {e["name"]: e["value"] for e in detect["containers"][0]["env"]}
-    assert "video-analytics-pose.ns.svc" in env["CHRONOTOPE_DOWNSTREAM"]
+    assert env["CHRONOTOPE_DOWNSTREAM"].split(",") == [
+        "http://video-analytics-pose.ns.svc:8080",
+        "http://llama-7b.ns.svc:8080",  # the serving group's Service
+    ]
     assert [e[1] for e in out.events] == ["Planned"]
     # the recorded plan is reused: no second planning event, same replicas
     again = reconcile(obj | {"status": out.status}, ops, NOW)
@@ -101,11 +112,45 @@ def test_a_pipeline_is_planned_built_and_serving() -> None:
     assert again.status["stages"] == out.status["stages"]
 
 
+def test_a_variant_stage_waits_for_its_serving_group() -> None:
+    ops, obj = _ops(), _sample()
+    ops.groups.clear()  # the ModelVariant controller has not built the group yet
+    out = reconcile(obj, ops, NOW)
+    assert out.status["phase"] == "Planning"
+    assert out.status["whyWaiting"] == (
+        "waiting for replicas: ocr: serving group llama-7b has no ready replica"
+    )
+    ocr = out.status["stages"][2]
+    assert (ocr["servedBy"], ocr["replicas"], ocr["readyReplicas"]) == ("llama-7b", 0, 0)
+    # its GPUs are the group's, not the pipeline's
+    own = out.status["stages"][:2]
+    assert out.status["totalGpus"] == pytest.approx(own[0]["replicas"] + 0.5 * own[1]["replicas"])
+    ops.groups["llama-7b"] = {"spec": {"replicas": 1}, "status": {"readyReplicas": 1}}
+    assert reconcile(obj | {"status": out.status}, ops, NOW).status["phase"] == "Serving"
+
+
+def test_a_stage_naming_a_variant_without_a_group_name_uses_the_base() -> None:
+    ops, obj = _ops(), _sample()
+    del ops.variants["ns", "ocr-receipts"]["spec"]["servingGroup"]
+    ops.groups = {
+        "meta-llama-llama-2-7b-hf": {"spec": {"replicas": 1}, "status": {"readyReplicas": 1}}
+    }
+    out = reconcile(obj, ops, NOW)
+    assert out.status["stages"][2]["servedBy"] == "meta-llama-llama-2-7b-hf"
+    assert out.status["phase"] == "Serving"
+
+
 @pytest.mark.parametrize(
     ("change", "code", "phase"),
     [
         pytest.param(
             lambda o, ops: ops.variants.clear(), "ModelVariantMissing", "Pending", id="variant"
+        ),
+        pytest.param(
+            lambda o, ops: ops.variants["ns", "ocr-receipts"]["spec"].pop("base"),
+            "ModelVariantInvalid",
+            "Pending",
+            id="variant-invalid",
         ),
         pytest.param(
             lambda o, ops: o["spec"]["slo"].update(p99LatencyMs=20),
@@ -178,7 +223,10 @@ def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
     first = reconcile(obj, ops, NOW, settings)
     assert [e[1] for e in first.events] == ["Planned"]
     base = [s["replicas"] for s in first.status["stages"]]
-    assert base == [s["plannedReplicas"] for s in first.status["stages"]]
+    assert base == [
+        s["plannedReplicas"] if "servedBy" not in s else s["replicas"]
+        for s in first.status["stages"]
+    ]
     assert first.status["tuner"]["plannedEnvelope"][-2]["windowSeconds"] == 60.0
 
     def step(status: dict[str, Any], seconds: float) -> Any:

@@ -148,3 +148,25 @@ def test_planning_256_variants_on_32_replicas_is_quick() -> None:
     assert len(plan.replicas) == 32
     # not a wall-time gate (bench/variant_planner.py measures it): a loose sanity bound
     assert time.perf_counter() - started < 30
+
+
+def test_a_hot_variant_gets_a_second_replica_even_when_one_would_do() -> None:
+    variants = (VariantDemand("hot", 1300, 1.5, 2000), VariantDemand("cold", 1300, 0.01, 2000))
+    plan = _plan(GroupInput("g", LLAMA_7B, variants, {A100.name: (A100, 4)}))
+    assert len(plan.replicas) == 2
+    assert plan.placements["hot"].replicas == (0, 1)
+
+
+def test_previous_holders_are_kept_only_within_capacity() -> None:
+    gpus = {A100.name: (A100, 4)}
+    quiet = _plan(GroupInput("g", LLAMA_7B, _zipf(8, 0.5), gpus, replicas=4))
+    # traffic moves: the variants that shared replica 1 all become busy
+    together = set(max(quiet.replicas, key=lambda r: len(r.resident)).resident)
+    busy = tuple(
+        VariantDemand(v.name, 1300, 2.0 if v.name in together else 0.01, 2000)
+        for v in _zipf(8, 0.5)
+    )
+    plan = _plan(GroupInput("g", LLAMA_7B, busy, gpus, replicas=4, previous=quiet))
+    assert len(together) >= 2
+    holders = {i for v in together for i in plan.placements[v].replicas}
+    assert len(holders) > 1  # spread out, not all left on their old replica

@@ -98,6 +98,42 @@ def test_why_joins_status_conditions_events_and_a_hint() -> None:
     assert lines[-1].startswith("unblock: it needs 16 GPU(s) of one of its types (A100: 3 free)")
 
 
+def test_why_a_model_variant_and_a_stage_served_by_its_group() -> None:
+    variant = {
+        "metadata": {"namespace": "ns", "name": "chat"},
+        "status": {
+            "phase": "Swapped",
+            "residency": "Host",
+            "expectedSwapLatencyMs": 31.5,
+            "servingReplica": "llama-0",
+            "node": "l4-0",
+            "gpuType": "L4",
+            "whyWaiting": "in host memory",
+        },
+    }
+    lines = explain("ModelVariant", variant, [])
+    assert "delta in Host (swap-in 31.5 ms), served by llama-0 on l4-0 (L4)" in lines
+    pipeline = {
+        "metadata": {"namespace": "ns", "name": "p"},
+        "status": {
+            "phase": "Serving",
+            "stages": [
+                {
+                    "name": "ocr",
+                    "gpuType": "A100",
+                    "batchSize": 8,
+                    "replicas": 3,
+                    "readyReplicas": 3,
+                    "servedBy": "llama",
+                },
+            ],
+        },
+    }
+    assert "stage ocr: 3/3 ready on A100 (batch 8), served by serving group llama" in explain(
+        "InferencePipeline", pipeline, []
+    )
+
+
 def test_the_gantt_marks_now_and_deadlines_by_gpu_type() -> None:
     def job(
         name: str, gpu: str | None, start_h: float, end_h: float, deadline_h: float | None = None

@@ -325,6 +325,12 @@ class StagePlan(ApiModel):
         default=None, ge=0, description="Replica count the planner chose for the sample trace."
     )
     ready_replicas: int = Field(default=0, ge=0, description="Replicas serving now.")
+    served_by: str | None = Field(
+        default=None,
+        max_length=63,
+        description="Serving group whose replicas serve this stage (a stage that names a "
+        "ModelVariant); replicas are then the group's.",
+    )
 
 
 class TunerMode(StrEnum):

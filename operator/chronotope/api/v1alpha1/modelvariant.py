@@ -3,10 +3,10 @@
 It carries DeltaZip's inputs: the base model (shared by every variant of it
 and kept resident), the delta (compression bits, sparsity pattern such as
 2:4, compressed size, which sets the swap cost), the variant's expected
-traffic and latency SLO, and the serving group whose replicas batch
-requests for different variants of one base together. The status reports
-where the delta lives (GPU, host memory or disk) and the expected swap
-latency.
+traffic (or a Prometheus query for its live rate), its time-to-first-token
+SLO, and the serving group whose replicas batch requests for different
+variants of one base together. The status reports where the delta lives
+(GPU, host memory or disk) and the expected swap latency.
 
 Pure: no Kubernetes client imports.
 """
@@ -20,6 +20,7 @@ from pydantic import Field
 
 from chronotope.api.v1alpha1._base import ApiModel, KindInfo, PrinterColumn, Rule
 from chronotope.api.v1alpha1.common import Condition, DnsLabel, GpuRequest, ObjectMeta
+from chronotope.api.v1alpha1.inferencepipeline import PrometheusSource
 
 __all__ = [
     "KIND",
@@ -91,17 +92,22 @@ class Delta(ApiModel):
 
 
 class VariantTraffic(ApiModel):
-    """Traffic the variant is expected to receive."""
+    """Traffic the variant is expected to receive, and where to read its live rate."""
 
     expected_qps: float = Field(ge=0, le=10_000_000, description="Mean queries per second.")
     peak_qps: float | None = Field(default=None, ge=0, le=10_000_000, description="Peak rate.")
+    prometheus: PrometheusSource | None = Field(
+        default=None,
+        description="A live Prometheus rate; when set (and answering) it replaces expectedQPS "
+        "for planning.",
+    )
 
 
 class VariantSlo(ApiModel):
-    """The variant's latency objective."""
+    """The variant's latency objective: the P99 time to first token."""
 
     p99_latency_ms: float = Field(
-        gt=0, le=600_000, description="99th-percentile latency bound, in ms."
+        gt=0, le=600_000, description="99th-percentile time to first token, in ms."
     )
 
 
@@ -148,8 +154,15 @@ class ModelVariantSpec(ApiModel):
     )
     gpu: GpuRequest | None = Field(
         default=None,
-        description="GPUs for a serving replica when the operator starts one; "
-        "omit for one whole GPU.",
+        description="GPUs for each replica of the serving group; the group takes the largest "
+        "request of its variants (whole GPUs over a share); omit for one whole GPU.",
+    )
+    replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Serving replicas that keep this delta resident at least; "
+        "hot variants get more.",
     )
 
 

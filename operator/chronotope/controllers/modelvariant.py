@@ -1,0 +1,256 @@
+"""ModelVariant reconciliation, in the InferencePipeline controller's shape.
+
+`reconcile` runs for one ModelVariant, but a variant is served by its serving
+group: the base's replicas shared by the group's variants. So the pass groups
+the namespace's variants (`workloads.variants`), and the group's pass (plan,
+placement ConfigMap, Service, Deployment: `workloads.serving_group`) runs
+only when the group's inputs changed (its variants' specs and generations,
+the GPU types and counts of the nodes, the live rates, the group's pods) or
+its last apply is older than `refresh_s`. `GroupMemo` keeps the last result
+per group, so the other variants' passes read their status from it. The
+variant then gets its status and its events: one per distinct waiting
+reason, one when it starts serving, one per placement change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from chronotope.controllers.trainingjob import Outcome
+from chronotope.workloads.placement import parse_doc
+from chronotope.workloads.serving_group import (
+    GroupResult,
+    config_map_name,
+    failed_status,
+    serve_group,
+)
+from chronotope.workloads.variants import (
+    ServingGroup,
+    gpu_pool,
+    group_variants,
+    replica_request,
+)
+
+__all__ = ["GroupMemo", "VariantOps", "reconcile"]
+
+Key = tuple[str, str]
+"""(namespace, serving group)"""
+
+
+class VariantOps(Protocol):
+    """What `reconcile` reads from and writes to the cluster."""
+
+    def variants(self, namespace: str) -> list[dict[str, Any]]:
+        """The ModelVariants of a namespace."""
+        ...
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """All nodes."""
+        ...
+
+    def pods(self, namespace: str, group: str) -> list[dict[str, Any]]:
+        """The serving group's pods."""
+        ...
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, or None."""
+        ...
+
+    def query_rate(self, address: str | None, query: str) -> float | str:
+        """Queries per second from Prometheus, or why it could not be read."""
+        ...
+
+    def apply(self, objects: Sequence[dict[str, Any]]) -> None:
+        """Create or update the objects, in order."""
+        ...
+
+
+@dataclass
+class _Entry:
+    fingerprint: str
+    at: datetime
+    result: GroupResult
+    pending: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+
+
+class GroupMemo:
+    """The last pass of every serving group, shared by its variants' passes (thread-safe).
+
+    `on_pass(namespace, result)` is called after each group pass (the
+    operator's metrics). `passes` counts them.
+    """
+
+    def __init__(
+        self,
+        refresh_s: float = 30.0,
+        rate_ttl_s: float = 5.0,
+        on_pass: Callable[[str, GroupResult], None] | None = None,
+    ) -> None:
+        """Re-apply a group at least every `refresh_s`; reuse a live rate for `rate_ttl_s`."""
+        self.refresh_s = refresh_s
+        self.rate_ttl_s = rate_ttl_s
+        self.on_pass = on_pass
+        self.passes = 0
+        self._lock = threading.Lock()
+        self._group_locks: dict[Key, threading.Lock] = {}
+        self._entries: dict[Key, _Entry] = {}
+        self._rates: dict[tuple[str, ...], tuple[datetime, float | str]] = {}
+
+    def _group_lock(self, key: Key) -> threading.Lock:
+        with self._lock:
+            return self._group_locks.setdefault(key, threading.Lock())
+
+    def _rate(
+        self, ops: VariantOps, key: tuple[str, ...], address: str | None, now: datetime
+    ) -> float | str:
+        with self._lock:
+            hit = self._rates.get(key)
+        if hit is not None and (now - hit[0]).total_seconds() < self.rate_ttl_s:
+            return hit[1]
+        value = ops.query_rate(address, key[-1])
+        with self._lock:
+            self._rates[key] = (now, value)
+        return value
+
+    def rates(
+        self, ops: VariantOps, namespace: str, group: ServingGroup, now: datetime
+    ) -> dict[str, float | str]:
+        """Live rates of the group's variants that read theirs from Prometheus."""
+        out: dict[str, float | str] = {}
+        for m in group.members:
+            source = m.spec.traffic.prometheus
+            if source is not None:
+                key = (namespace, m.name, source.address or "", source.query)
+                out[m.name] = self._rate(ops, key, source.address, now)
+        return out
+
+    def serve(
+        self, ops: VariantOps, namespace: str, group: ServingGroup, variant: str, now: datetime
+    ) -> tuple[GroupResult, list[tuple[str, str, str]]]:
+        """The group's current result (a new pass if its inputs changed), and `variant`'s events."""
+        key = (namespace, group.name)
+        with self._group_lock(key):
+            rates = self.rates(ops, namespace, group, now)
+            nodes, pods = ops.nodes(), ops.pods(namespace, group.name)
+            fp = fingerprint(group, nodes, pods, rates)
+            with self._lock:
+                entry = self._entries.get(key)
+            fresh = entry is not None and (now - entry.at).total_seconds() < self.refresh_s
+            if entry is None or entry.fingerprint != fp or not fresh:
+                cm = ops.config_map(namespace, config_map_name(group.name)) or {}
+                result = serve_group(
+                    group,
+                    namespace,
+                    nodes=nodes,
+                    pods=pods,
+                    previous_doc=parse_doc(cm.get("data")),
+                    rates=rates,
+                    now=now,
+                )
+                if result.objects:
+                    ops.apply(result.objects)
+                members = {m.name for m in group.members}
+                pending = {
+                    v: e for v, e in (entry.pending if entry else {}).items() if v in members
+                }
+                for v, events in result.events.items():
+                    pending[v] = [*pending.get(v, []), *events]
+                entry = _Entry(fp, now, result, pending)
+                with self._lock:
+                    self._entries[key] = entry
+                    self.passes += 1
+                if self.on_pass is not None:
+                    self.on_pass(namespace, result)
+            self._forget_stale(now)
+            # the group lock is held: no other pass of this group touches `pending`
+            return entry.result, entry.pending.pop(variant, [])
+
+    def _forget_stale(self, now: datetime) -> None:
+        """Drop groups and rates not seen for ten refresh periods (their variants are gone)."""
+        horizon = 10 * max(self.refresh_s, self.rate_ttl_s)
+        with self._lock:
+            self._entries = {
+                k: e for k, e in self._entries.items() if (now - e.at).total_seconds() <= horizon
+            }
+            self._rates = {
+                k: v for k, v in self._rates.items() if (now - v[0]).total_seconds() <= horizon
+            }
+
+
+def fingerprint(
+    group: ServingGroup,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    rates: Mapping[str, float | str],
+) -> str:
+    """A digest of everything a group pass reads; equal digests give equal passes."""
+    pool = gpu_pool(nodes, replica_request(group.members))
+    pod_rows = []
+    for p in pods:
+        meta, status = p.get("metadata") or {}, p.get("status") or {}
+        conditions = status.get("conditions") or []
+        ready = [c.get("status") for c in conditions if c.get("type") == "Ready"]
+        pod_rows.append(
+            (
+                meta.get("name"),
+                (p.get("spec") or {}).get("nodeName"),
+                status.get("phase"),
+                ready,
+                bool(meta.get("deletionTimestamp")),
+            )
+        )
+    facts = {
+        "members": [
+            (m.name, m.uid, m.generation, m.spec.model_dump(mode="json")) for m in group.members
+        ],
+        "owners": [(m.name, m.uid) for m in group.owners],
+        "gpus": sorted((t, perf.memory_mib, n) for t, (perf, n) in pool.items()),
+        "pods": sorted(pod_rows, key=lambda r: str(r[0])),
+        # two significant digits: Prometheus noise does not re-plan every pass
+        "rates": {k: v if isinstance(v, str) else float(f"{v:.2g}") for k, v in rates.items()},
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def reconcile(
+    obj: Mapping[str, Any], ops: VariantOps, now: datetime, memo: GroupMemo | None = None
+) -> Outcome:
+    """One pass over one ModelVariant; see the module docstring."""
+    meta = obj["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    out = Outcome()
+    if meta.get("deletionTimestamp"):
+        return out
+    others = [v for v in ops.variants(namespace) if (v.get("metadata") or {}).get("name") != name]
+    grouping = group_variants([*others, obj])
+    if name in grouping.failed:
+        status = failed_status(meta.get("generation"), grouping.failed[name], now)
+    else:
+        group = grouping.groups[grouping.group_of[name]]
+        result, events = (memo or GroupMemo()).serve(ops, namespace, group, name, now)
+        status = result.statuses[name]
+        out.events.extend(events)
+    out.events[:0] = _status_events(obj.get("status") or {}, status)
+    out.status = status
+    return out
+
+
+def _status_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """One event when the variant starts serving, one per distinct reason it is not."""
+    phase, why = new.get("phase"), new.get("whyWaiting")
+    if phase == "Serving" and old.get("phase") != "Serving":
+        where = f"{new.get('servingReplica')} ({new.get('node')}, {new.get('gpuType')})"
+        return [("Normal", "Serving", f"serving on {where}, delta resident on the GPU")]
+    if why and why != old.get("whyWaiting"):
+        ready: Mapping[str, Any] = next(
+            (c for c in new.get("conditions") or [] if c["type"] == "Ready"), {}
+        )
+        kind = "Warning" if phase == "Failed" else "Normal"
+        return [(kind, str(ready.get("reason") or phase), str(why))]
+    return []

@@ -1,0 +1,312 @@
+"""ModelVariants into serving groups and planner input (pure).
+
+A serving group is the variants of one base model that share its replicas
+(`spec.servingGroup`, or one group per base model when omitted). This module
+turns a namespace's ModelVariant objects into groups, sets aside the
+variants that cannot be served (each with a reason of its own, never
+holding the others back), and builds the variant planner's input
+(`planners.variants.GroupInput`) from a group, the nodes and the live rates.
+
+Bad input is per variant:
+
+- a spec the models reject (InvalidSpec), or a delta not smaller than its
+  base (DeltaTooLarge; the CRD's CEL rejects it, objects admitted before
+  that rule still reach us);
+- two variants of one group that name different bases: the base most of
+  them name is served (ties: the oldest variant's), the others get
+  BaseMismatch.
+
+A replica's GPUs are the largest request of its variants: whole GPUs when
+any variant asks for them or names none (a whole GPU holds any share), else
+one share with the largest memory and compute any variant asks for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from chronotope.api.v1alpha1.common import GpuRequest, GpuShare, SharePriority, WorkloadProfile
+from chronotope.api.v1alpha1.modelvariant import BaseModelRef, ModelVariantSpec
+from chronotope.planners.llmcost import GpuPerf, ModelShape, gpu_perf
+from chronotope.planners.variants import GroupInput, GroupPlan, VariantDemand
+from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
+from chronotope.solver.model import Reason
+
+__all__ = [
+    "Grouping",
+    "Member",
+    "ServingGroup",
+    "gpu_pool",
+    "group_input",
+    "group_name",
+    "group_variants",
+    "replica_request",
+    "usable_gpu_nodes",
+]
+
+_MAX_LABEL = 63
+_WHOLE = 100
+
+
+@dataclass(frozen=True)
+class Member:
+    """One ModelVariant object, validated: what the group pass needs of it."""
+
+    name: str
+    uid: str | None
+    generation: int | None
+    created: str
+    spec: ModelVariantSpec
+
+
+@dataclass(frozen=True)
+class ServingGroup:
+    """The variants served together on one base's replicas."""
+
+    name: str
+    base: BaseModelRef
+    members: tuple[Member, ...]
+    """The variants served (those that agree on the base), by name."""
+    owners: tuple[Member, ...]
+    """Every variant that names this group, served or not: the group's objects' owners."""
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """A namespace's variants in groups, and the ones that cannot be served, with why."""
+
+    groups: dict[str, ServingGroup]
+    failed: dict[str, Reason]
+    group_of: dict[str, str]
+    """Variant name -> the group it names (every variant whose spec validates)."""
+
+
+def group_name(spec: ModelVariantSpec) -> str:
+    """`spec.servingGroup`, or a DNS label derived from the base model's name.
+
+    e.g. meta-llama/Llama-2-7b-hf -> meta-llama-llama-2-7b-hf; a name that
+    would be longer than 63 characters keeps a hash of the whole.
+    """
+    if spec.serving_group:
+        return spec.serving_group
+    name = re.sub(r"[^a-z0-9]+", "-", spec.base.name.lower()).strip("-") or "base"
+    if not name[0].isalpha():
+        name = f"m-{name}"
+    if len(name) > _MAX_LABEL:
+        digest = hashlib.sha1(spec.base.name.encode()).hexdigest()[:8]
+        name = f"{name[: _MAX_LABEL - 9].rstrip('-')}-{digest}"
+    return name
+
+
+def _member(obj: Mapping[str, Any]) -> Member | Reason:
+    meta = obj.get("metadata") or {}
+    raw = obj.get("spec") or {}
+    try:
+        spec = ModelVariantSpec.model_validate(raw)
+    except ValidationError as exc:
+        return _invalid(raw, exc)
+    if spec.delta.compressed_size_mib >= spec.base.size_mib:  # the same rule, defensively
+        return _too_large(spec.delta.compressed_size_mib, spec.base.size_mib)
+    return Member(
+        name=str(meta.get("name")),
+        uid=meta.get("uid"),
+        generation=meta.get("generation"),
+        created=str(meta.get("creationTimestamp") or ""),
+        spec=spec,
+    )
+
+
+def _too_large(delta: Any, base: Any) -> Reason:
+    return Reason(
+        code="DeltaTooLarge",
+        message=f"the delta ({delta} MiB) is not smaller than its base ({base} MiB): "
+        "serve it as a model of its own",
+        unresolvable=True,
+    )
+
+
+def _invalid(raw: Mapping[str, Any], exc: ValidationError) -> Reason:
+    base = (raw.get("base") or {}).get("sizeMiB")
+    delta = (raw.get("delta") or {}).get("compressedSizeMiB")
+    if isinstance(base, int) and isinstance(delta, int) and delta >= base:
+        return _too_large(delta, base)
+    first = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()[:3]
+    )
+    return Reason(code="InvalidSpec", message=f"invalid spec: {first}", unresolvable=True)
+
+
+def _base_key(base: BaseModelRef) -> tuple[str, int]:
+    return (base.name, base.size_mib)
+
+
+def group_variants(objs: Sequence[Mapping[str, Any]]) -> Grouping:
+    """Group one namespace's ModelVariant objects; see the module docstring.
+
+    Objects being deleted are left out (their group is re-planned without them).
+    """
+    by_group: dict[str, list[Member]] = {}
+    failed: dict[str, Reason] = {}
+    group_of: dict[str, str] = {}
+    for obj in objs:
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        member = _member(obj)
+        if isinstance(member, Reason):
+            failed[str(meta.get("name"))] = member
+            continue
+        group = group_name(member.spec)
+        group_of[member.name] = group
+        by_group.setdefault(group, []).append(member)
+    groups: dict[str, ServingGroup] = {}
+    for group, members in sorted(by_group.items()):
+        members.sort(key=lambda m: m.name)
+        votes = Counter(_base_key(m.spec.base) for m in members)
+        oldest: dict[tuple[str, int], Member] = {}
+        for m in sorted(members, key=lambda m: (m.created, m.name)):
+            oldest.setdefault(_base_key(m.spec.base), m)
+        key = max(votes, key=lambda k: (votes[k], -_rank(oldest[k], members)))
+        base = oldest[key].spec.base
+        served = tuple(m for m in members if _base_key(m.spec.base) == key)
+        for m in members:
+            if _base_key(m.spec.base) != key:
+                failed[m.name] = Reason(
+                    code="BaseMismatch",
+                    message=f"serving group {group} serves base {base.name} ({base.size_mib} MiB),"
+                    f" as {votes[key]} of its {len(members)} variants say; this variant names "
+                    f"{m.spec.base.name} ({m.spec.base.size_mib} MiB): fix spec.base or "
+                    "set another spec.servingGroup",
+                    unresolvable=True,
+                )
+        groups[group] = ServingGroup(group, base, served, tuple(members))
+    return Grouping(groups, failed, group_of)
+
+
+def _rank(member: Member, members: Sequence[Member]) -> int:
+    """Age rank: 0 for the oldest variant of the group."""
+    ordered = sorted(members, key=lambda m: (m.created, m.name))
+    return ordered.index(member)
+
+
+def replica_request(members: Sequence[Member]) -> GpuRequest:
+    """What one replica of the group asks for: the largest of its variants' requests."""
+    counts = [m.spec.gpu.count for m in members if m.spec.gpu is not None and m.spec.gpu.count]
+    whole = any(m.spec.gpu is None for m in members) or counts
+    if whole or not members:
+        return GpuRequest(count=max(counts, default=1))
+    shares = [m.spec.gpu.shared for m in members if m.spec.gpu is not None and m.spec.gpu.shared]
+    profiles = {s.profile for s in shares}
+    return GpuRequest(
+        shared=GpuShare(
+            memory_mib=max(s.memory_mib for s in shares),
+            compute_percent=max(s.compute_percent for s in shares),
+            priority=(
+                SharePriority.HIGH
+                if any(s.priority is SharePriority.HIGH for s in shares)
+                else SharePriority.BEST_EFFORT
+            ),
+            profile=profiles.pop() if len(profiles) == 1 else WorkloadProfile.UNKNOWN,
+        )
+    )
+
+
+def usable_gpu_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int | None]]:
+    """(GPU product, GPUs, memory MiB if labelled) of every Ready, schedulable GPU node."""
+    out = []
+    for node in nodes:
+        meta, status = node.get("metadata") or {}, node.get("status") or {}
+        if (node.get("spec") or {}).get("unschedulable") or meta.get("deletionTimestamp"):
+            continue
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        labels = meta.get("labels") or {}
+        product = labels.get(GPU_PRODUCT_LABEL)
+        try:
+            gpus = int(str((status.get("capacity") or {}).get(GPU_RESOURCE) or 0))
+            memory = int(labels[GPU_MEMORY_LABEL]) if GPU_MEMORY_LABEL in labels else None
+        except ValueError:
+            continue
+        if ready and product and gpus > 0:
+            out.append((str(product), gpus, memory))
+    return out
+
+
+def gpu_pool(
+    nodes: Sequence[Mapping[str, Any]], request: GpuRequest
+) -> dict[str, tuple[GpuPerf, int]]:
+    """GPU types the group can use: one replica's performance and how many replicas fit.
+
+    Whole GPUs: k GPUs per replica act as one k-times larger GPU (tensor
+    parallel), and a node holds floor(GPUs / k) replicas. A share: the GPU's
+    memory capped at the share's, compute and bandwidth scaled by its
+    percentage, and as many shares per GPU as memory and compute allow.
+    Types without a performance profile (`planners.llmcost.GPUS`) are left out.
+    """
+    pool: dict[str, tuple[GpuPerf, int]] = {}
+    for product, gpus, memory in usable_gpu_nodes(nodes):
+        perf = gpu_perf(product, memory)
+        if perf is None:
+            continue
+        if request.shared is not None:
+            share = request.shared
+            per_gpu = min(_WHOLE // share.compute_percent, perf.memory_mib // share.memory_mib)
+            scale = share.compute_percent / _WHOLE
+            one = GpuPerf(
+                perf.name,
+                min(perf.memory_mib, share.memory_mib),
+                perf.tflops * scale,
+                perf.hbm_gbps * scale,
+                perf.host_link_gbps,
+            )
+            fits = gpus * per_gpu
+        else:
+            k = request.count or 1
+            one = GpuPerf(
+                perf.name,
+                perf.memory_mib * k,
+                perf.tflops * k,
+                perf.hbm_gbps * k,
+                perf.host_link_gbps,
+            )
+            fits = gpus // k
+        if fits <= 0:
+            continue
+        known = pool.get(product)
+        pool[product] = (one, fits + (known[1] if known else 0))
+    return pool
+
+
+def group_input(
+    group: ServingGroup,
+    nodes: Sequence[Mapping[str, Any]],
+    rates: Mapping[str, float],
+    previous: GroupPlan | None,
+) -> GroupInput:
+    """The planner's input: the group's variants at their live rate (else expectedQPS)."""
+    variants = tuple(
+        VariantDemand(
+            name=m.name,
+            delta_mib=m.spec.delta.compressed_size_mib,
+            qps=rates.get(m.name, m.spec.traffic.expected_qps),
+            ttft_slo_ms=m.spec.slo.p99_latency_ms,
+            min_replicas=m.spec.replicas or 1,
+        )
+        for m in group.members
+    )
+    return GroupInput(
+        group=group.name,
+        shape=ModelShape.of(group.base.size_mib, group.base.parameters_billions),
+        variants=variants,
+        gpus=gpu_pool(nodes, replica_request(group.members)),
+        previous=previous,
+    )

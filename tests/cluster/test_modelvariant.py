@@ -1,0 +1,202 @@
+"""ModelVariants on the real control plane: grouped, planned, built, placed by the chronotope
+scheduler, replicated when hot, and re-placed when a node carrying a replica goes away."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
+from chronotope.sim.clusterspec import load_spec, node_manifests
+from tests.kubetest import KubeCluster, wait_for
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "modelvariants"
+H100 = "H100-SXM5-80GB"
+LABEL = "chronotope.dev/serving-group"
+DEMO_SPEC = Path(__file__).resolve().parents[2] / "manifests" / "clusters" / "demo.yaml"
+
+
+def mv(name: str, qps: float = 0.2, group: str | None = "llama", **over: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "base": {"name": "meta-llama/Llama-2-7b-hf", "parametersBillions": 6.7, "sizeMiB": 13000},
+        "delta": {"uri": f"s3://deltas/{name}.delta", "bits": 4, "compressedSizeMiB": 600},
+        "traffic": {"expectedQPS": qps},
+        "slo": {"p99LatencyMs": 2000},
+    }
+    if group:
+        spec["servingGroup"] = group
+    spec |= over
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ModelVariant",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+class Api:
+    """The three clients the test reads through, and where things stand (for failures)."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.ns = namespace
+
+    def status(self, name: str) -> dict[str, Any]:
+        obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+        return dict(obj.get("status") or {})
+
+    def doc(self, group: str = "llama") -> dict[str, Any]:
+        try:
+            cm = self.core.read_namespaced_config_map(f"{group}-placement", self.ns)
+        except client.exceptions.ApiException:
+            return {}
+        return dict(json.loads(cm.data["placement.json"]))
+
+    def pods(self, group: str = "llama") -> list[Any]:
+        return list(self.core.list_namespaced_pod(self.ns, label_selector=f"{LABEL}={group}").items)
+
+    def where(self) -> str:
+        pods = [(p.metadata.name, p.spec.node_name, p.status.phase) for p in self.pods()]
+        return f"pods {pods}; placement {self.doc()}"
+
+    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        try:
+            return wait_for(predicate, timeout, what)
+        except AssertionError as exc:  # say where it stood
+            raise AssertionError(f"{exc}: {self.where()}") from None
+
+
+def _serving(k: Api, names: list[str]) -> bool:
+    return all(k.status(n).get("phase") == "Serving" for n in names)
+
+
+def _routes_ready(doc: dict[str, Any], variant: str, at_least: int) -> list[dict[str, Any]]:
+    route = [e for e in (doc.get("routes") or {}).get(variant, []) if e["state"] == "serving"]
+    if len(route) >= at_least and all(e["pod"] and e["ready"] for e in route):
+        return route
+    return []
+
+
+def _check_built(k: Api) -> None:
+    """One Deployment per group on the planned GPU type; the placement and status agree."""
+    llama = k.apps.read_namespaced_deployment("llama", k.ns)
+    assert llama.spec.replicas == 1
+    template = llama.spec.template.spec
+    assert template.scheduler_name == "chronotope"
+    assert template.node_selector == {"nvidia.com/gpu.product": H100}
+    assert template.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
+    assert sorted(o.name for o in llama.metadata.owner_references) == ["chat", "ocr", "sql"]
+    other = k.apps.read_namespaced_deployment("mistralai-mistral-7b-v0-1", k.ns)
+    assert [o.name for o in other.metadata.owner_references] == ["mistral-chat"]
+    # the placement ConfigMap names the pod that holds the three deltas, and where it runs
+    (replica_pod,) = k.pods()
+    (replica,) = k.doc()["replicas"]
+    assert replica["pod"] == replica_pod.metadata.name
+    assert replica["node"] == replica_pod.spec.node_name
+    assert replica["ready"] is True
+    assert sorted(d["variant"] for d in replica["resident"]) == ["chat", "ocr", "sql"]
+    assert {d["uri"] for d in replica["resident"]} >= {"s3://deltas/chat.delta"}
+    for name in ("chat", "sql", "ocr"):
+        status = k.status(name)
+        assert status["residency"] == "GPU"
+        assert status["expectedSwapLatencyMs"] == 0
+        assert status["gpuType"] == H100
+        assert status["servingReplica"] == replica_pod.metadata.name
+        assert status["node"] == replica_pod.spec.node_name
+        resident = next(c for c in status["conditions"] if c["type"] == "Resident")
+        assert resident["status"] == "True"
+        assert "resident on replica 1 of 1" in resident["message"]
+    nodes = {n.metadata.name: n.metadata.labels for n in k.core.list_node().items}
+    assert nodes[replica_pod.spec.node_name]["nvidia.com/gpu.product"] == H100
+
+
+def _make_hot(k: Api) -> list[dict[str, Any]]:
+    """chat's traffic goes up: it is replicated and the Deployment grows to hold it."""
+    k.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, k.ns, PLURAL, "chat", {"spec": {"traffic": {"expectedQPS": 8}}}
+    )
+    route: list[dict[str, Any]] = k.wait(
+        lambda: _routes_ready(k.doc(), "chat", 2), 120, "chat on two Ready replicas"
+    )
+    replicas = k.apps.read_namespaced_deployment("llama", k.ns).spec.replicas
+    assert replicas == len(k.doc()["replicas"])
+    assert replicas >= 2
+    assert len({e["pod"] for e in route}) == len(route)
+
+    def resident() -> str:
+        status = k.status("chat")
+        cond = next(c for c in status["conditions"] if c["type"] == "Resident")
+        return f"{status['phase']}: {cond['message']}"
+
+    # chat's status follows on its own next pass
+    said = k.wait(lambda: "8.0 QPS" in resident() and resident(), 30, "chat's status re-planned")
+    assert said.startswith("Serving: resident on replicas 1, 2 of ")
+    return route
+
+
+def _lose_a_node(k: Api, api: Any, route: list[dict[str, Any]], names: list[str]) -> None:
+    """A node carrying one of chat's replicas goes: the pod is re-placed, the routes follow."""
+    victim = next(p for p in k.pods() if p.metadata.name == route[-1]["pod"]).spec.node_name
+    manifest = next(
+        m for m in node_manifests(load_spec(DEMO_SPEC)) if m["metadata"]["name"] == victim
+    )
+    lost = {p.metadata.name for p in k.pods() if p.spec.node_name == victim}
+    try:
+        k.core.delete_node(victim)
+        # what the pod garbage collector does for pods bound to a deleted node, sooner
+        for name in lost:
+            k.core.delete_namespaced_pod(name, k.ns, grace_period_seconds=0)
+
+        def re_placed() -> list[dict[str, Any]]:
+            doc = k.doc()
+            pods = {p.metadata.name: p.spec.node_name for p in k.pods()}
+            slots = doc.get("replicas") or []
+            if any(r["pod"] in lost or r["pod"] not in pods or not r["ready"] for r in slots):
+                return []
+            if victim in pods.values():
+                return []
+            return _routes_ready(doc, "chat", 2)
+
+        moved = k.wait(re_placed, 120, "the lost replica re-placed and routed")
+        assert not {e["pod"] for e in moved} & lost
+        # each variant's status follows on its own next pass
+        k.wait(
+            lambda: _serving(k, names) and k.status("chat")["servingReplica"] not in lost,
+            60,
+            "chat serving from a pod that still exists",
+        )
+        assert k.status("chat")["servingReplica"] in {e["pod"] for e in moved}
+    finally:
+        if victim not in {n.metadata.name for n in k.core.list_node().items}:
+            apply_nodes(api, [manifest])
+            wait_nodes_ready(api, {victim}, 60)
+
+
+def test_variants_are_served_replicated_when_hot_and_re_placed_when_a_node_goes(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    with kube_cluster.api_client() as api:
+        k = Api(api, namespace)
+        mistral = {"name": "mistralai/Mistral-7B-v0.1", "parametersBillions": 7.2, "sizeMiB": 14000}
+        variants = [
+            mv("chat"),
+            mv("sql", 0.1),
+            mv("ocr"),
+            mv("mistral-chat", 0.1, None, base=mistral),
+        ]
+        for body in variants:
+            k.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        names = [v["metadata"]["name"] for v in variants]
+        k.wait(lambda: _serving(k, names), 120, "every variant serving")
+        _check_built(k)
+        route = _make_hot(k)
+        _lose_a_node(k, api, route, names)

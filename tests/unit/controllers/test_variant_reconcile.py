@@ -1,0 +1,198 @@
+"""ModelVariant `reconcile` against a fake `VariantOps`: the group memo, events, isolation."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from chronotope.controllers.modelvariant import GroupMemo, VariantOps, reconcile
+from chronotope.controllers.trainingjob import Outcome
+from tests.variant_fixtures import node, pod, variant
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+class FakeOps:
+    """Objects in memory; counts applies and Prometheus queries."""
+
+    def __init__(self, variants: list[dict[str, Any]]) -> None:
+        self.objs = {v["metadata"]["name"]: v for v in variants}
+        self._nodes = [node("h100-0"), node("h100-1")]
+        self._pods: dict[str, list[dict[str, Any]]] = {}
+        self.applied: dict[tuple[str, str], dict[str, Any]] = {}
+        self.applies = 0
+        self.queries = 0
+        self.rate: float | str = 0.2
+
+    def variants(self, namespace: str) -> list[dict[str, Any]]:
+        return list(self.objs.values())
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._nodes
+
+    def pods(self, namespace: str, group: str) -> list[dict[str, Any]]:
+        return self._pods.get(group, [])
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.applied.get(("ConfigMap", name))
+
+    def query_rate(self, address: str | None, query: str) -> float | str:
+        self.queries += 1
+        return self.rate
+
+    def apply(self, objects: Sequence[dict[str, Any]]) -> None:
+        self.applies += 1
+        for obj in objects:
+            self.applied[obj["kind"], obj["metadata"]["name"]] = copy.deepcopy(obj)
+
+    def run_pods(self, group: str, *, ready: bool = True) -> None:
+        """The Deployment controller and scheduler: one bound pod per replica."""
+        replicas = self.applied["Deployment", group]["spec"]["replicas"]
+        self._pods[group] = [
+            pod(f"{group}-{i}", f"h100-{i % 2}", ready=ready, group=group) for i in range(replicas)
+        ]
+
+
+def _protocol(ops: FakeOps) -> VariantOps:
+    return ops  # mypy checks the fake against the Protocol
+
+
+def _pass(ops: FakeOps, memo: GroupMemo, now: datetime = NOW) -> dict[str, Outcome]:
+    """One timer round: every variant reconciled once, its status written back."""
+    out = {}
+    for name, obj in list(ops.objs.items()):
+        outcome = reconcile(obj, ops, now, memo)
+        obj["status"] = outcome.status
+        out[name] = outcome
+    return out
+
+
+def _three() -> FakeOps:
+    return FakeOps([variant("a"), variant("b"), variant("c")])
+
+
+def test_one_group_pass_serves_every_variant_of_the_group() -> None:
+    ops, memo = _three(), GroupMemo()
+    first = _pass(ops, memo)
+    assert memo.passes == 1
+    assert ops.applies == 1
+    assert set(ops.applied) == {
+        ("ConfigMap", "llama-placement"),
+        ("Service", "llama"),
+        ("Deployment", "llama"),
+    }
+    for outcome in first.values():
+        assert outcome.status["phase"] == "Pending"
+        assert [e[1] for e in outcome.events] == ["Pending", "Placed"]
+    quiet = _pass(ops, memo)  # nothing changed: the memo answers, nothing is said twice
+    assert memo.passes == 1
+    assert all(o.events == [] for o in quiet.values())
+    ops.run_pods("llama")
+    serving = _pass(ops, memo)
+    assert memo.passes == 2  # the pods changed
+    for outcome in serving.values():
+        assert outcome.status["phase"] == "Serving"
+        assert [e[1] for e in outcome.events] == ["Serving"]
+        assert "llama-0 (h100-0, H100-SXM5-80GB)" in outcome.events[0][2]
+    assert _pass(ops, memo)["a"].events == []
+
+
+def test_a_spec_change_replans_and_the_memo_refreshes_after_its_interval() -> None:
+    ops, memo = _three(), GroupMemo(refresh_s=30)
+    _pass(ops, memo)
+    ops.run_pods("llama")
+    _pass(ops, memo)
+    passes = memo.passes
+    hot = variant("a", qps=8, generation=2)
+    ops.objs["a"] = hot | {"status": ops.objs["a"]["status"]}
+    _pass(ops, memo)
+    assert memo.passes == passes + 1
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 2
+    _pass(ops, memo, NOW + timedelta(seconds=10))
+    assert memo.passes == passes + 1
+    _pass(ops, memo, NOW + timedelta(seconds=31))  # re-applied even though nothing changed
+    assert memo.passes == passes + 2
+
+
+def test_a_node_change_replans() -> None:
+    ops, memo = _three(), GroupMemo()
+    _pass(ops, memo)
+    ops._nodes = [node("a100-0", "A100-SXM4-80GB", 8)]
+    _pass(ops, memo)
+    assert memo.passes == 2
+    selector = ops.applied["Deployment", "llama"]["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector == {"nvidia.com/gpu.product": "A100-SXM4-80GB"}
+
+
+def test_a_bad_variant_fails_alone_and_says_so_once() -> None:
+    ops = FakeOps(
+        [
+            variant("a"),
+            variant("huge", delta_mib=20000),
+            variant("other-base", base="mistralai/Mistral-7B-v0.1", base_mib=14000, created=5),
+        ]
+    )
+    memo = GroupMemo()
+    first = _pass(ops, memo)
+    assert first["huge"].status["phase"] == "Failed"
+    assert first["huge"].events == [
+        ("Warning", "DeltaTooLarge", first["huge"].status["whyWaiting"])
+    ]
+    assert first["other-base"].status["conditions"][0]["reason"] == "BaseMismatch"
+    assert first["a"].status["phase"] == "Pending"
+    assert first["a"].status["gpuType"] == "H100-SXM5-80GB"
+    owners = ops.applied["Deployment", "llama"]["metadata"]["ownerReferences"]
+    assert {o["name"] for o in owners} == {"a", "other-base"}
+    again = _pass(ops, memo)
+    assert again["huge"].events == []
+    assert again["other-base"].events == []
+
+
+def test_a_live_rate_is_read_once_per_ttl_and_replans_when_it_moves() -> None:
+    source = {"traffic": {"expectedQPS": 0.1, "prometheus": {"query": "rate(req[1m])"}}}
+    ops = FakeOps([variant("a", **source), variant("b")])
+    memo = GroupMemo(rate_ttl_s=5)
+    _pass(ops, memo)
+    assert ops.queries == 1  # two variants' passes, one query
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 1
+    ops.rate = 20.0
+    _pass(ops, memo, NOW + timedelta(seconds=2))  # within the TTL: the old rate
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 1
+    _pass(ops, memo, NOW + timedelta(seconds=6))
+    assert ops.queries == 2
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] > 1
+
+
+def test_concurrent_passes_of_one_group_plan_it_once() -> None:
+    ops, memo = _three(), GroupMemo()
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def one(name: str) -> None:
+        start.wait()
+        try:
+            reconcile(ops.objs[name], ops, NOW, memo)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in ("a", "b", "c") * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert errors == []
+    assert memo.passes == 1
+    assert ops.applies == 1
+
+
+def test_a_variant_being_deleted_is_left_alone_and_its_group_replans_without_it() -> None:
+    ops, memo = _three(), GroupMemo()
+    _pass(ops, memo)
+    ops.objs["c"]["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    assert reconcile(ops.objs["c"], ops, NOW, memo) == Outcome()
+    _pass(ops, memo)
+    doc = ops.applied["ConfigMap", "llama-placement"]["data"]["placement.json"]
+    assert '"c"' not in doc
