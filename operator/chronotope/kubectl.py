@@ -45,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     why = sub.add_parser("why", parents=[common], help="why KIND/NAME waits or sits where it is")
     why.add_argument("target", help="KIND/NAME: trainingjob, inferencepipeline, modelvariant, pod")
     sub.add_parser("plan", parents=[common], help="the TrainingJobs' space-time plan (text Gantt)")
-    sub.add_parser("top", parents=[common], help="GPU use by type, namespace and queue")
+    sub.add_parser(
+        "top", parents=[common], help="GPU use by type, namespace and queue; pipelines' P99"
+    )
     return parser
 
 
@@ -158,13 +160,16 @@ def _plan(api: Any, args: argparse.Namespace, namespace: str | None) -> int:
 
 def _top(api: Any, args: argparse.Namespace) -> int:
     from chronotope.kube.views import list_kind
-    from chronotope.workloads.views import usage
+    from chronotope.workloads.views import pipeline_latency, usage
 
-    data = usage(
-        list_kind(api, "node", None),
-        list_kind(api, "pod", None),
-        list_kind(api, "trainingjob", None),
+    data: dict[str, Any] = dict(
+        usage(
+            list_kind(api, "node", None),
+            list_kind(api, "pod", None),
+            list_kind(api, "trainingjob", None),
+        )
     )
+    data["pipelines"] = pipeline_latency(list_kind(api, "inferencepipeline", None))
     if args.output in ("json", "yaml"):
         _print(data, args.output)
         return 0
@@ -177,7 +182,25 @@ def _top(api: Any, args: argparse.Namespace) -> int:
     print(f"\n{'QUEUE':<26}{'GPUS':>8}{'JOBS':>6}")
     for q, v in sorted(data["byQueue"].items()):
         print(f"{q:<26}{v['gpus']:>8.0f}{v['jobs']:>6.0f}")
+    if data["pipelines"]:
+        _print_latency(data["pipelines"])
     return 0
+
+
+def _print_latency(rows: list[dict[str, Any]]) -> None:
+    """The pipelines' P99 table: predicted, observed, SLO (ms) and SloMet."""
+
+    def ms(v: Any) -> str:
+        return "-" if v is None else f"{v:g}"
+
+    width = max([len(r["pipeline"]) for r in rows] + [8])
+    print(f"\n{'PIPELINE':<{width}}{'PREDICTED':>11}{'OBSERVED':>10}{'SLO':>8}  SLO-MET")
+    for r in rows:
+        met = f"{r['sloMet']} ({r['reason']})" if r["sloMet"] else "-"
+        print(
+            f"{r['pipeline']:<{width}}{ms(r['predictedP99Ms']):>11}"
+            f"{ms(r['observedP99Ms']):>10}{ms(r['sloMs']):>8}  {met}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

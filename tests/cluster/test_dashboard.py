@@ -1,15 +1,21 @@
 """The operator's dashboard in a real browser (Debian Chromium driven by Playwright):
 the GPU map names a known pod's GPU, the Gantt shows the jobs on their planned GPU types,
-a job added with the API appears without a reload, and markup in user strings stays text.
+a job added with the API appears without a reload, markup in user strings stays text, and
+a pipeline's predicted and observed P99 over time is charted against its SLO.
 Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from kubernetes import client
@@ -106,3 +112,144 @@ def test_the_dashboard_shows_gpus_the_plan_and_new_jobs_live(
         page.wait_for_selector(f'rect[data-job="{namespace}/beta"]', timeout=30000)
         assert time.monotonic() - started < 30
         page.screenshot(path=str(ARTIFACTS / "dashboard-live.png"), full_page=True)
+
+
+RATE_QUERY = "rate(requests_total[5s])"
+P99_QUERY = "histogram_quantile(0.99, sum(rate(pipeline_request_seconds_bucket[1m])) by (le))"
+OBSERVED_S = 0.3125
+"""What the stand-in Prometheus answers for the P99 query (seconds): over the 250 ms SLO."""
+
+
+@pytest.fixture
+def prometheus() -> Iterator[str]:
+    """A stand-in for Prometheus' instant-query API: 40 queries/s, and P99 = OBSERVED_S.
+
+    The browser test is about rendering; the real Prometheus is in test_pipeline_prometheus.
+    """
+
+    class Query(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
+            value = OBSERVED_S if query == P99_QUERY else 40.0
+            result = [{"metric": {}, "value": [time.time(), str(value)]}]
+            body = json.dumps(
+                {"status": "success", "data": {"resultType": "vector", "result": result}}
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Query)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def _latency_pipeline(url: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferencePipeline",
+        "metadata": {"name": "lat"},
+        "spec": {
+            "stages": [
+                {
+                    "name": "embed",
+                    "model": {"image": "registry.example/embed:1"},
+                    "profiles": [
+                        {
+                            "gpuType": "V100-SXM2-32GB",
+                            "batches": [{"batchSize": 1, "latencyMs": 10, "throughputQPS": 100}],
+                        }
+                    ],
+                }
+            ],
+            "slo": {"p99LatencyMs": 250, "observedP99Query": P99_QUERY},
+            "traffic": {"prometheus": {"query": RATE_QUERY, "address": url}},
+            "costs": [{"gpuType": "V100-SXM2-32GB", "perHour": 1.5}],
+        },
+    }
+
+
+def _points(polyline: Any) -> list[tuple[float, float]]:
+    pairs = polyline.get_attribute("points").split()
+    return [(float(x), float(y)) for x, y in (p.split(",") for p in pairs)]
+
+
+def test_the_dashboard_charts_predicted_against_observed_p99(
+    kube_cluster: KubeCluster,
+    chronotope_operator: int,
+    namespace: str,
+    page: Any,
+    prometheus: str,
+) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    key = f"{namespace}/lat"
+    with kube_cluster.api_client() as api:
+        custom = client.CustomObjectsApi(api)
+        plural = "inferencepipelines"
+
+        def status() -> dict[str, Any]:
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, "lat")
+            return dict(obj.get("status") or {})
+
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, _latency_pipeline(prometheus)
+        )
+        # the controller's own first point first: a pass that began before the patch below
+        # then finds its history unchanged and leaves the patched one alone
+        wait_for(lambda: status().get("observedP99Ms") == 312.5, 60, "observed P99 read")
+        assert status()["p99History"]
+        # ten known points, 30 s apart and ending now: observed climbs over the SLO, one gap
+        now = datetime.now(UTC).replace(microsecond=0)
+        observed = [100, 120, 140, None, 180, 220, 260, 290, 300, 312.5]
+        history = []
+        for i, ms in enumerate(observed):
+            point: dict[str, Any] = {
+                "time": (now - timedelta(seconds=30 * (9 - i))).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "predictedMs": 150.0,
+            }
+            if ms is not None:
+                point["observedMs"] = ms
+            history.append(point)
+        custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, plural, "lat", {"status": {"p99History": history}}
+        )
+        wait_for(lambda: len(status().get("p99History") or []) >= 10, 30, "patched history")
+
+        page.goto(f"http://127.0.0.1:{chronotope_operator}/")
+        chart = f'svg.p99[data-pipeline="{key}"]'
+        page.wait_for_selector(f'{chart} polyline[data-series="observed"]', timeout=30000)
+        wait_for(
+            lambda: len(page.query_selector_all(f"{chart} polyline")) == 3,
+            30,
+            "the patched history drawn",
+        )
+        predicted = page.query_selector_all(f'{chart} polyline[data-series="predicted"]')
+        observed_runs = page.query_selector_all(f'{chart} polyline[data-series="observed"]')
+        slo = page.query_selector_all(f'{chart} line[data-series="slo"]')
+        assert (len(predicted), len(observed_runs), len(slo)) == (1, 2, 1)  # the gap splits it
+        # ten points, or eleven if the controller's next 30 s slot began meanwhile
+        drawn = _points(predicted[0])
+        assert len(drawn) in (10, 11)
+        before_gap, after_gap = (_points(p) for p in observed_runs)
+        assert (len(before_gap), len(after_gap)) == (3, len(drawn) - 4)
+        # time runs left to right; a higher latency is drawn higher (smaller y)
+        xs = [x for x, _ in before_gap + after_gap]
+        assert xs == sorted(xs)
+        slo_y = float(slo[0].get_attribute("y1"))
+        assert slo[0].get_attribute("y1") == slo[0].get_attribute("y2")  # horizontal
+        assert before_gap[0][1] > slo_y > after_gap[-1][1]  # 100 ms below, 312.5 ms above
+        assert after_gap[1][1] > slo_y > after_gap[2][1]  # 220 ms below, 260 ms above
+        assert page.text_content(f'{chart} line[data-series="slo"] title') == "SLO 250 ms"
+        # the table row: predicted / observed / SLO, and the SloMet verdict
+        row = page.wait_for_selector(f'#pipelines tr[data-pipeline="{key}"]', timeout=30000)
+        text = row.inner_text()
+        assert " / 312.5 / 250" in text
+        assert "False (ObservedOverSlo)" in text
+        page.screenshot(path=str(ARTIFACTS / "dashboard-p99.png"), full_page=True)

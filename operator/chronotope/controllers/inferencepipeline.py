@@ -4,7 +4,9 @@
 `kube.pipeline_ops`), checks the stages' ModelVariant references, plans
 (`workloads.pipeline.plan_pipeline`, on the traffic source's sample) when the
 spec changed or no plan is recorded, applies one Deployment and Service per
-stage, and reports the plan, readiness, predicted P99 and cost. A stage that
+stage, and reports the plan, readiness, predicted P99 and cost, and the
+observed P99 against the SLO (`workloads.pipeline.observe_slo` on the answer
+to `spec.slo.observedP99Query`). A stage that
 names a ModelVariant is served by the variant's serving group (the
 ModelVariant controller's Deployment): it gets no objects of its own. A
 pipeline that cannot be planned gets a condition and one event, and nothing
@@ -36,6 +38,7 @@ from chronotope.solver.model import Reason
 from chronotope.workloads.pipeline import (
     PipelinePlan,
     failed_status,
+    observe_slo,
     parse_trace,
     pipeline_status,
     plan_from_status,
@@ -72,7 +75,7 @@ class PipelineOps(Protocol):
         ...
 
     def query_rate(self, address: str | None, query: str) -> float | str:
-        """Queries per second from Prometheus, or why it could not be read."""
+        """A Prometheus instant query's first value (a rate, a latency), or why not read."""
         ...
 
     def deployments(self, namespace: str, pipeline: str) -> dict[str, dict[str, Any]]:
@@ -223,7 +226,34 @@ def reconcile(
         out.status["tuner"] = tuned[0]
         if tuned[1] is not None:
             out.status["conditions"].append(tuned[1])
+    _observe(ops, spec, obj, out, now)
     return out
+
+
+def _observe(
+    ops: PipelineOps,
+    spec: InferencePipelineSpec,
+    obj: Mapping[str, Any],
+    out: Outcome,
+    now: datetime,
+) -> None:
+    """Read the observed P99 (if the spec asks) and add it, its history and `SloMet` to `out`."""
+    query = spec.slo.observed_p99_query
+    answer: float | str | None = None
+    if query:
+        source = spec.traffic.prometheus
+        answer = ops.query_rate(source.address if source is not None else None, query)
+    seen = observe_slo(
+        obj.get("status") or {},
+        spec.slo.p99_latency_ms,
+        answer,
+        predicted_ms=out.status.get("predictedP99Ms"),
+        now=now,
+        generation=obj["metadata"].get("generation"),
+    )
+    out.status |= seen.fields
+    out.status["conditions"].append(seen.condition)
+    out.events += seen.events
 
 
 def _plan(

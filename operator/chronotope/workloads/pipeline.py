@@ -10,18 +10,27 @@ A stage that names a ModelVariant is served by the variant's serving group
 (`workloads.serving_group`): it gets no objects of its own, its upstream
 stages call the group's Service, and its status row reports the group's
 replicas.
+
+Observed latency (`observe_slo`): the observed P99 query's answer becomes
+`observedP99Ms`, a point of the bounded `p99History` and the `SloMet`
+condition, with one event when the verdict flips.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Stage
+from chronotope.api.v1alpha1.inferencepipeline import (
+    MAX_P99_HISTORY,
+    InferencePipelineSpec,
+    Stage,
+)
 from chronotope.planners.inferline import (
     Infeasible,
     PlanOutcome,
@@ -31,6 +40,7 @@ from chronotope.planners.inferline import (
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
 from chronotope.solver.model import Reason
+from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_status import condition
 
@@ -38,7 +48,11 @@ __all__ = [
     "PIPELINE_LABEL",
     "STAGE_LABEL",
     "PipelinePlan",
+    "SloObservation",
+    "append_history",
     "failed_status",
+    "observe_slo",
+    "observed_ms",
     "parse_trace",
     "pipeline_status",
     "plan_from_status",
@@ -54,6 +68,9 @@ STAGE_LABEL = "chronotope.dev/stage"
 SAMPLE_SECONDS = 60.0
 """Length of the sample trace drawn for a fixed or live rate (seconds)."""
 SERVER_PORT = 8080
+HISTORY_STEP_S = 30.0
+"""Fewest seconds between two `p99History` points (the history lives in etcd)."""
+SLO_CONDITION = "SloMet"
 
 
 @dataclass(frozen=True)
@@ -346,3 +363,133 @@ def plan_from_status(
         0,
     )
     return PipelinePlan(outcome, tuple(stages))
+
+
+@dataclass(frozen=True)
+class SloObservation:
+    """What one pass learned about observed latency.
+
+    `fields` are the status fields (`observedP99Ms`, `p99History`; None
+    removes one), `condition` is `SloMet`, `events` the (type, reason,
+    message) to post: one only when the verdict flips.
+    """
+
+    fields: dict[str, Any]
+    condition: dict[str, Any]
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def observed_ms(answer: float | str) -> float | str:
+    """The observed P99 in ms from a query's answer in seconds, or why it is no latency."""
+    if isinstance(answer, str):
+        return answer
+    if not math.isfinite(answer) or answer < 0:
+        # histogram_quantile gives NaN when the window saw no requests
+        return f"the observed P99 query returned {answer:g}, not a latency (no requests?)"
+    return round(answer * 1000, 1)
+
+
+def append_history(
+    history: Sequence[Mapping[str, Any]],
+    now: datetime,
+    predicted_ms: float | None,
+    observed: float | None,
+) -> list[dict[str, Any]]:
+    """`history` with this pass's reading: a new point at most once per `HISTORY_STEP_S`.
+
+    A point has `time` (RFC 3339, when its slot began), `predictedMs` and,
+    once read, `observedMs`. While the newest point is younger than the step
+    (or in the future), the reading updates it in place, so it always holds
+    the latest reading (a failed read keeps the slot's last good one);
+    otherwise a point is appended and the oldest beyond `MAX_P99_HISTORY`
+    are dropped.
+    """
+    out = [dict(p) for p in history]
+    if out:
+        try:
+            last = parse_time(out[-1].get("time"))
+        except ValueError:  # a hand-edited point: start a fresh slot now
+            last = None
+        if last is not None and (now - last).total_seconds() < HISTORY_STEP_S:
+            if predicted_ms is not None:
+                out[-1]["predictedMs"] = predicted_ms
+            if observed is not None:
+                out[-1]["observedMs"] = observed
+            return out[-MAX_P99_HISTORY:]
+    point: dict[str, Any] = {"time": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if predicted_ms is not None:
+        point["predictedMs"] = predicted_ms
+    if observed is not None:
+        point["observedMs"] = observed
+    out.append(point)
+    return out[-MAX_P99_HISTORY:]
+
+
+def _last_verdict(old: Mapping[str, Any], slo_ms: float) -> bool | None:
+    """Whether the last known observation met the SLO; None if there was none.
+
+    The `SloMet` condition says it while it is True or False; while it is
+    Unknown (a failed query) the newest history point with an observation
+    does (it holds the last good reading), so a query that fails for a while
+    does not repeat the event.
+    """
+    for c in old.get("conditions") or []:
+        if c.get("type") == SLO_CONDITION and c.get("status") in ("True", "False"):
+            return bool(c["status"] == "True")
+    for point in reversed(old.get("p99History") or []):
+        if point.get("observedMs") is not None:
+            return float(point["observedMs"]) <= slo_ms
+    return None
+
+
+def observe_slo(
+    old: Mapping[str, Any],
+    slo_ms: float,
+    answer: float | str | None,
+    *,
+    predicted_ms: float | None,
+    now: datetime,
+    generation: int | None,
+) -> SloObservation:
+    """Observed P99 against the SLO (pure): status fields, `SloMet` and the events to post.
+
+    `old` is the status before this pass; `answer` the observed P99 query's
+    value in seconds, why it could not be read, or None when the spec has no
+    query (then the history and the observed value are removed).
+    """
+    if answer is None:
+        return SloObservation(
+            {"observedP99Ms": None, "p99History": None},
+            condition(
+                SLO_CONDITION,
+                False,
+                "NoObservation",
+                "spec.slo.observedP99Query is not set: observed latency is not measured",
+                now=now,
+                generation=generation,
+            )
+            | {"status": "Unknown"},
+        )
+    value = observed_ms(answer)
+    got = value if isinstance(value, float) else None
+    history = append_history(old.get("p99History") or [], now, predicted_ms, got)
+    fields: dict[str, Any] = {"observedP99Ms": got, "p99History": history}
+    if isinstance(value, str):
+        why = f"observed P99 unknown: {value}"
+        unknown = condition(
+            SLO_CONDITION, False, "NoObservation", why, now=now, generation=generation
+        )
+        return SloObservation(fields, unknown | {"status": "Unknown"})
+    met = value <= slo_ms
+    predicted = f" (predicted {predicted_ms:g} ms)" if predicted_ms is not None else ""
+    words = "within" if met else "over"
+    message = f"observed P99 {value:g} ms is {words} the SLO of {slo_ms:g} ms{predicted}"
+    reason = "ObservedWithinSlo" if met else "ObservedOverSlo"
+    cond = condition(SLO_CONDITION, met, reason, message, now=now, generation=generation)
+    before = _last_verdict(old, slo_ms)
+    events: list[tuple[str, str, str]] = []
+    if not met and before is not False:
+        events.append(("Warning", "SloViolated", message))
+    elif met and before is False:
+        events.append(("Normal", "SloRecovered", message))
+    return SloObservation(fields, cond, events)

@@ -8,6 +8,8 @@
 - `gantt`: the TrainingJobs' space-time plan as text, one row per job grouped
   by GPU type, with now and the deadlines marked.
 - `usage`: GPUs in use by type, by namespace and by queue.
+- `pipeline_latency`: each InferencePipeline's predicted and observed P99
+  against its SLO, with the `SloMet` condition.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "gantt",
     "gpu_map",
     "gpu_totals",
+    "pipeline_latency",
     "usage",
 ]
 
@@ -155,6 +158,8 @@ def explain(
             f"plan: {plan.get('workers')} worker(s) on {plan.get('gpuType')}, "
             f"predicted to finish {plan.get('predictedCompletionTime')}"
         )
+    if kind == "InferencePipeline":
+        lines += _latency_lines(obj)
     for stage in status.get("stages") or []:
         served = f", served by serving group {stage['servedBy']}" if stage.get("servedBy") else ""
         lines.append(
@@ -176,6 +181,52 @@ def explain(
         lines.append(f"event {e.get('type')} {e.get('reason')}: {e.get('message')}")
     lines += _unblock(kind, obj, phase, free_by_type or {})
     return lines
+
+
+def _slo_met(status: Obj) -> dict[str, Any] | None:
+    """The `SloMet` condition's status, reason and message, or None."""
+    found = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "SloMet"),
+        None,
+    )
+    if found is None:
+        return None
+    return {k: found.get(k) for k in ("status", "reason", "message")}
+
+
+def _latency_lines(pipeline: Obj) -> list[str]:
+    """`P99: observed .., predicted .., SLO ..[, SloMet=..]`, when there is anything to say."""
+    (row,) = pipeline_latency([pipeline])
+    if row["predictedP99Ms"] is None and row["observedP99Ms"] is None:
+        return []
+
+    def ms(v: Any) -> str:
+        return "-" if v is None else f"{v:g} ms"
+
+    verdict = f", SloMet={row['sloMet']}" if row["sloMet"] else ""
+    return [
+        f"P99: observed {ms(row['observedP99Ms'])}, predicted {ms(row['predictedP99Ms'])}, "
+        f"SLO {ms(row['sloMs'])}{verdict}"
+    ]
+
+
+def pipeline_latency(pipelines: Sequence[Obj]) -> list[dict[str, Any]]:
+    """Per InferencePipeline: predicted and observed P99, the SLO and `SloMet`'s status."""
+    rows = []
+    for p in pipelines:
+        status = p.get("status") or {}
+        met = _slo_met(status)
+        rows.append(
+            {
+                "pipeline": _key(p),
+                "predictedP99Ms": status.get("predictedP99Ms"),
+                "observedP99Ms": status.get("observedP99Ms"),
+                "sloMs": ((p.get("spec") or {}).get("slo") or {}).get("p99LatencyMs"),
+                "sloMet": met["status"] if met else None,
+                "reason": met["reason"] if met else None,
+            }
+        )
+    return rows
 
 
 def _unblock(kind: str, obj: Obj, phase: str, free_by_type: Mapping[str, int]) -> list[str]:
@@ -326,6 +377,9 @@ def dashboard_state(
                 "phase": status.get("phase"),
                 "stages": status.get("stages") or [],
                 "predictedP99Ms": status.get("predictedP99Ms"),
+                "observedP99Ms": status.get("observedP99Ms"),
+                "p99History": status.get("p99History") or [],
+                "sloMet": _slo_met(status),
                 "sloMs": ((p.get("spec") or {}).get("slo") or {}).get("p99LatencyMs"),
                 "costPerHour": status.get("costPerHour"),
                 "tuner": (status.get("tuner") or {}).get("mode"),

@@ -37,6 +37,9 @@ class FakeOps:
         """Serving groups' Deployments (the ModelVariant controller's), by name."""
         self.applied: dict[str, dict[str, Any]] = {}
         self.rate: float | str = 50.0
+        self.answers: dict[str, float | str] = {}
+        """Answers by query (the observed P99 query's); any other query gets `rate`."""
+        self.asked: list[tuple[str | None, str]] = []
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
@@ -51,7 +54,8 @@ class FakeOps:
         return self.groups.get(name)
 
     def query_rate(self, address: str | None, query: str) -> float | str:
-        return self.rate
+        self.asked.append((address, query))
+        return self.answers.get(query, self.rate)
 
     def deployments(self, namespace: str, pipeline: str) -> dict[str, dict[str, Any]]:
         return self.applied
@@ -273,3 +277,101 @@ def test_nodes_going_not_ready_keep_the_running_plan() -> None:
     assert later.status["phase"] != "Failed"
     assert later.status["stages"] == first.status["stages"]
     assert later.events == []
+
+
+P99_QUERY = "histogram_quantile(0.99, sum(rate(pipeline_request_seconds_bucket[1m])) by (le))"
+
+
+def _observed(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["spec"]["slo"]["observedP99Query"] = P99_QUERY
+    return obj
+
+
+def _slo_met(status: dict[str, Any]) -> dict[str, Any]:
+    (found,) = [c for c in status["conditions"] if c["type"] == "SloMet"]
+    return found
+
+
+def test_the_observed_p99_is_read_recorded_and_compared_with_the_slo() -> None:
+    ops, obj = _ops(), _observed(_sample())
+    ops.answers[P99_QUERY] = 0.1234  # seconds
+    out = reconcile(obj, ops, NOW)
+    assert (None, P99_QUERY) in ops.asked  # no traffic.prometheus: the operator's default
+    assert out.status["observedP99Ms"] == 123.4
+    assert out.status["p99History"] == [
+        {
+            "time": "2030-01-01T00:00:00Z",
+            "predictedMs": out.status["predictedP99Ms"],
+            "observedMs": 123.4,
+        }
+    ]
+    met = _slo_met(out.status)
+    assert (met["status"], met["reason"]) == ("True", "ObservedWithinSlo")
+    assert [e[1] for e in out.events] == ["Planned"]
+    # the spec's Prometheus address is asked when the traffic names one
+    obj["spec"]["traffic"] = {"prometheus": {"query": "rate(x[5s])", "address": "http://p:9090"}}
+    reconcile(obj, ops, NOW)
+    assert ("http://p:9090", P99_QUERY) in ops.asked
+
+
+def test_slo_violation_and_recovery_are_each_one_event() -> None:
+    from datetime import timedelta
+
+    ops, obj = _ops(), _observed(_sample())
+    status: dict[str, Any] = {}
+    timeline = [0.1, 0.3, 0.31, 0.32, 0.3, 0.1, 0.1]  # seconds; the SLO is 250 ms
+    reasons = []
+    for i, seconds in enumerate(timeline):
+        ops.answers[P99_QUERY] = seconds
+        out = reconcile(obj | {"status": status}, ops, NOW + timedelta(seconds=2 * i))
+        reasons += [e[1] for e in out.events if e[1] != "Planned"]
+        # as the handler writes it: conditions merged by type
+        status = status | out.status
+        if i == 1:
+            met = _slo_met(out.status)
+            assert (met["status"], met["reason"]) == ("False", "ObservedOverSlo")
+            assert out.status["phase"] == "Serving"  # the plan is not touched
+    assert reasons == ["SloViolated", "SloRecovered"]
+    ops.answers[P99_QUERY] = 0.3  # a fresh pipeline over the SLO at once
+    violated = next(e for e in reconcile(obj, ops, NOW).events if e[1] == "SloViolated")
+    assert violated[0] == "Warning"
+    assert "observed P99 300 ms is over the SLO of 250 ms" in violated[2]
+    # 7 passes 2 s apart: one slot of the history
+    assert len(status["p99History"]) == 1
+
+
+def test_a_failed_latency_query_says_why_in_the_condition_only() -> None:
+    ops, obj = _ops(), _observed(_sample())
+    ops.answers[P99_QUERY] = 0.1
+    first = reconcile(obj, ops, NOW)
+    ops.answers[P99_QUERY] = "Prometheus at http://127.0.0.1:9090 did not answer: refused"
+    held = reconcile(obj | {"status": first.status}, ops, NOW)
+    met = _slo_met(held.status)
+    assert (met["status"], met["reason"]) == ("Unknown", "NoObservation")
+    assert "did not answer: refused" in met["message"]
+    assert held.status["observedP99Ms"] is None  # removed, not a stale number
+    assert held.status["whyWaiting"] is None  # planning is fine
+    assert held.status["phase"] == "Serving"
+    assert held.status["stages"] == first.status["stages"]
+    assert held.events == []
+    # the slot's last good reading stays in the history
+    assert held.status["p99History"][-1]["observedMs"] == 100.0
+
+
+def test_without_a_latency_query_nothing_is_asked_and_slo_met_is_unknown() -> None:
+    ops, obj = _ops(), _sample()
+    out = reconcile(obj, ops, NOW)
+    assert ops.asked == []  # trace traffic, no latency query: no Prometheus at all
+    met = _slo_met(out.status)
+    assert (met["status"], met["reason"]) == ("Unknown", "NoObservation")
+    assert out.status["observedP99Ms"] is None
+    assert out.status["p99History"] is None
+
+
+def test_a_pipeline_that_cannot_be_planned_is_not_observed() -> None:
+    ops, obj = _ops(), _observed(_sample())
+    obj["spec"]["slo"]["p99LatencyMs"] = 20  # infeasible
+    out = reconcile(obj, ops, NOW)
+    assert out.status["phase"] == "Failed"
+    assert ops.asked == []
+    assert "observedP99Ms" not in out.status

@@ -200,3 +200,71 @@ def test_dashboard_state_keeps_user_strings_raw_for_the_page_to_set_as_text() ->
     assert row["deadline"] == "2030-01-02T00:00:00Z"
     assert row["why"] == "queued"
     assert state["totals"] == {"A100": {"free": 1, "shared": 0, "whole": 0}}
+
+
+def _latency_pipeline() -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "p"},
+        "spec": {"slo": {"p99LatencyMs": 200, "observedP99Query": "q"}},
+        "status": {
+            "phase": "Serving",
+            "predictedP99Ms": 150.0,
+            "observedP99Ms": 497.5,
+            "p99History": [
+                {"time": "2030-01-01T00:00:00Z", "predictedMs": 150.0, "observedMs": 99.5}
+            ],
+            "conditions": [
+                {
+                    "type": "SloMet",
+                    "status": "False",
+                    "reason": "ObservedOverSlo",
+                    "message": "observed P99 497.5 ms is over the SLO of 200 ms",
+                }
+            ],
+        },
+    }
+
+
+def test_why_a_pipeline_shows_observed_against_predicted_p99() -> None:
+    lines = explain("InferencePipeline", _latency_pipeline(), [])
+    assert "P99: observed 497.5 ms, predicted 150 ms, SLO 200 ms, SloMet=False" in lines, lines
+    assert (
+        "condition SloMet=False (ObservedOverSlo): observed P99 497.5 ms is over the SLO of 200 ms"
+        in lines
+    )
+    # nothing observed yet: a dash, and no verdict
+    bare = {"metadata": {"namespace": "ns", "name": "q"}, "status": {"predictedP99Ms": 90.0}}
+    assert "P99: observed -, predicted 90 ms, SLO -" in explain("InferencePipeline", bare, [])
+    # no P99 line for a pipeline with nothing to say, nor for other kinds
+    assert not any(line.startswith("P99") for line in explain("InferencePipeline", {}, []))
+    assert not any(
+        line.startswith("P99") for line in explain("TrainingJob", _latency_pipeline(), [])
+    )
+
+
+def test_pipeline_latency_rows_for_top_and_the_dashboard() -> None:
+    from chronotope.workloads.views import dashboard_state, pipeline_latency
+
+    assert pipeline_latency([_latency_pipeline()]) == [
+        {
+            "pipeline": "ns/p",
+            "predictedP99Ms": 150.0,
+            "observedP99Ms": 497.5,
+            "sloMs": 200,
+            "sloMet": "False",
+            "reason": "ObservedOverSlo",
+        }
+    ]
+    state = dashboard_state([], [], [], pipelines=[_latency_pipeline()], variants=[], now=NOW)
+    (row,) = state["pipelines"]
+    assert row["observedP99Ms"] == 497.5
+    assert row["p99History"] == _latency_pipeline()["status"]["p99History"]
+    assert row["sloMet"] == {
+        "status": "False",
+        "reason": "ObservedOverSlo",
+        "message": "observed P99 497.5 ms is over the SLO of 200 ms",
+    }
+    empty = dashboard_state(
+        [], [], [], pipelines=[{"metadata": {"name": "x"}}], variants=[], now=NOW
+    )
+    assert (empty["pipelines"][0]["p99History"], empty["pipelines"][0]["sloMet"]) == ([], None)

@@ -32,6 +32,7 @@ from chronotope.api.v1alpha1.common import (
 
 __all__ = [
     "KIND",
+    "MAX_P99_HISTORY",
     "BatchPoint",
     "CostEntry",
     "Edge",
@@ -42,6 +43,7 @@ __all__ = [
     "InferencePipelineStatus",
     "LatencySlo",
     "ModelRef",
+    "P99Point",
     "PipelinePhase",
     "PrometheusSource",
     "Stage",
@@ -159,6 +161,14 @@ class LatencySlo(ApiModel):
 
     p99_latency_ms: float = Field(
         gt=0, le=600_000, description="99th-percentile latency bound, in ms."
+    )
+    observed_p99_query: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="PromQL whose first sample is the observed end-to-end P99 latency in "
+        "seconds, e.g. histogram_quantile(0.99, sum(rate(x_seconds_bucket[1m])) by (le)); "
+        "asked of traffic.prometheus.address, else the operator's --prometheus.",
     )
 
 
@@ -363,6 +373,19 @@ class TunerState(ApiModel):
     )
 
 
+MAX_P99_HISTORY = 60
+
+
+class P99Point(ApiModel):
+    """Predicted and observed P99 latency at one time."""
+
+    time: datetime = Field(description="When the point was recorded.")
+    predicted_ms: float | None = Field(default=None, ge=0, description="Predicted P99, ms.")
+    observed_ms: float | None = Field(
+        default=None, ge=0, description="Observed P99, ms; absent when it could not be read."
+    )
+
+
 class InferencePipelineStatus(ApiModel):
     """The planner's configuration, its predictions, and the tuner's state."""
 
@@ -371,7 +394,7 @@ class InferencePipelineStatus(ApiModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,
-        description="Standard conditions: Planned, Ready, SLOAtRisk.",
+        description="Standard conditions: Planned, Ready, SLOAtRisk, SloMet.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     stages: list[StagePlan] = Field(default_factory=list, description="Choice per stage.")
@@ -381,6 +404,15 @@ class InferencePipelineStatus(ApiModel):
     )
     predicted_p99_ms: float | None = Field(
         default=None, description="Predicted end-to-end P99, ms."
+    )
+    observed_p99_ms: float | None = Field(
+        default=None, description="Observed end-to-end P99 (spec.slo.observedP99Query), ms."
+    )
+    p99_history: list[P99Point] = Field(
+        default_factory=list,
+        max_length=MAX_P99_HISTORY,
+        description="Predicted and observed P99 over time: a point every 30 s at most, "
+        "the newest 60.",
     )
     cost_per_hour: float | None = Field(default=None, description="Predicted cost per hour.")
     tuner: TunerState | None = Field(default=None, description="Tuner state.")
@@ -412,6 +444,7 @@ KIND = KindInfo(
         PrinterColumn("GPUs", ".status.totalGpus", "number", "GPUs held by all stages"),
         PrinterColumn("GPU-Types", ".status.gpuTypes", description="GPU types in use"),
         PrinterColumn("P99-ms", ".status.predictedP99Ms", "number", "Predicted P99 latency"),
+        PrinterColumn("Observed-ms", ".status.observedP99Ms", "number", "Observed P99 latency"),
         PrinterColumn("SLO-ms", ".spec.slo.p99LatencyMs", "number", "P99 latency objective"),
         PrinterColumn("Cost/h", ".status.costPerHour", "number", "Predicted cost per hour"),
         PrinterColumn("Tuner", ".status.tuner.mode", description="Tuner mode", priority=1),

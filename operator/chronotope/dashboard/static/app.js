@@ -95,6 +95,62 @@ function drawGantt(state) {
   g.setAttribute("height", Math.max(y, 40));
 }
 
+// Predicted (dashed) and observed P99 over time from status.p99History, the SLO as a
+// horizontal red line. Points without an observation break the observed line.
+function drawP99(p) {
+  const w = 240, h = 64, pad = 4;
+  const chart = svg("svg", { class: "p99", width: w, height: h, "data-pipeline": p.key });
+  const points = (p.p99History || []).map((q) => ({
+    t: Date.parse(q.time), predicted: q.predictedMs ?? null, observed: q.observedMs ?? null,
+  })).filter((q) => !Number.isNaN(q.t));
+  if (!points.length) {
+    chart.append(svg("text", { x: pad, y: h / 2 }, "no history"));
+    return chart;
+  }
+  const values = points.flatMap((q) => [q.predicted, q.observed]).filter((v) => v !== null);
+  const top = Math.max(...values, p.sloMs ?? 0, 1) * 1.1;
+  const t0 = points[0].t, t1 = points[points.length - 1].t;
+  const x = (t) => pad + (t1 > t0 ? (t - t0) / (t1 - t0) : 1) * (w - 2 * pad);
+  const y = (v) => h - pad - (v / top) * (h - 2 * pad);
+  const minutes = Math.round((t1 - t0) / 60000);
+  chart.append(svg("text", { x: pad, y: 11 }, Math.round(top) + " ms · " + minutes + " min"));
+  if (p.sloMs !== null && p.sloMs !== undefined) {
+    const slo = svg("line", {
+      x1: pad, x2: w - pad, y1: y(p.sloMs), y2: y(p.sloMs),
+      stroke: "#d00", "stroke-width": 1, "data-series": "slo",
+    });
+    slo.append(svg("title", {}, "SLO " + p.sloMs + " ms"));
+    chart.append(slo);
+  }
+  const series = [["predicted", "#4a90d9", "4,2"], ["observed", "#e67e22", ""]];
+  for (const [name, colour, dash] of series) {
+    let run = [];
+    const flush = () => {
+      if (run.length) {
+        const line = svg("polyline", {
+          points: run.join(" "), fill: "none", stroke: colour, "stroke-width": 1.5,
+          "stroke-dasharray": dash, "data-series": name,
+        });
+        line.append(svg("title", {}, name + " P99 (ms)"));
+        chart.append(line);
+      }
+      run = [];
+    };
+    for (const q of points) {
+      if (q[name] === null) flush();
+      else run.push(x(q.t).toFixed(1) + "," + y(q[name]).toFixed(1));
+    }
+    flush();
+    const last = [...points].reverse().find((q) => q[name] !== null);
+    if (last) {
+      const dot = svg("circle", { cx: x(last.t), cy: y(last[name]), r: 2, fill: colour, "data-series": name });
+      dot.append(svg("title", {}, name + " " + last[name] + " ms at " + new Date(last.t).toLocaleTimeString()));
+      chart.append(dot);
+    }
+  }
+  return chart;
+}
+
 function fill(id, rows) {
   const body = document.querySelector("#" + id + " tbody");
   body.replaceChildren();
@@ -119,8 +175,18 @@ function draw(state) {
   fill("pipelines", state.pipelines.map((p) => [
     p.key, p.phase || "",
     (p.stages || []).map((s) => s.name + ": " + s.readyReplicas + "/" + s.replicas + " " + s.gpuType).join("; "),
-    (p.predictedP99Ms ?? "") + " / " + (p.sloMs ?? ""), p.costPerHour ?? "", p.tuner || "",
+    (p.predictedP99Ms ?? "") + " / " + (p.observedP99Ms ?? "-") + " / " + (p.sloMs ?? ""),
+    p.sloMet ? p.sloMet.status + " (" + p.sloMet.reason + ")" : "",
+    p.costPerHour ?? "", p.tuner || "",
   ]));
+  document.querySelectorAll("#pipelines tbody tr").forEach((tr, i) => {
+    const p = state.pipelines[i];
+    tr.setAttribute("data-pipeline", p.key);
+    if (p.sloMet) tr.children[4].setAttribute("title", p.sloMet.message || "");
+    const cell = el("td");
+    cell.append(drawP99(p));
+    tr.append(cell);
+  });
   document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
 }
 
