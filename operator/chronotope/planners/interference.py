@@ -95,11 +95,11 @@ class Contention:
 
     sms: int = 80
     """SMs of the GPU the profiles were taken on (V100)."""
-    mm: float = 0.8
+    mm: float = 0.7
     """Extra time of a memory-bound kernel beside another memory-bound one."""
-    mixed: float = 0.08
+    mixed: float = 0.03
     """Extra time of a kernel beside one of the other class."""
-    cc: float = 0.15
+    cc: float = 0.05
     """Extra time of a compute-bound kernel beside another compute-bound one."""
 
 

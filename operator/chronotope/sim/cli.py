@@ -57,6 +57,9 @@ def add_parser(subparsers: Any) -> None:
     from chronotope.sim import serving_cli
 
     serving_cli.add_parser(traces)
+    from chronotope.sim import colocation_cli
+
+    colocation_cli.add_parser(traces)
     p = traces.add_parser("openb", help="the Alibaba openb GPU-sharing trace (ATC'23)")
     p.add_argument("--nodes", type=Path, required=True, help="node list CSV")
     p.add_argument("--pods", type=Path, nargs="+", required=True, help="pod list CSV(s)")

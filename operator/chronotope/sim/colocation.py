@@ -50,9 +50,11 @@ from chronotope.planners.interference import (
 
 __all__ = [
     "COLOCATION_POLICIES",
+    "ClusterPlacement",
     "OrionThresholds",
     "PairRun",
     "PairSetup",
+    "place_cluster",
     "simulate_pair",
 ]
 
@@ -73,7 +75,7 @@ class OrionThresholds:
 class PairSetup:
     """The HP load, how many HP requests to serve, the budget and the model."""
 
-    hp_load: float = 0.5
+    hp_load: float = 0.1
     requests: int = 200
     seed: int = 0
     budget: float = 1.10
@@ -274,3 +276,56 @@ def simulate_pair(policy: str, hp: KernelTrace, be: KernelTrace, setup: PairSetu
         mps,
         round(predicted, 4) if predicted is not None else None,
     )
+
+
+@dataclass(frozen=True)
+class ClusterPlacement:
+    """The cluster scenario: how many GPUs a policy uses for the pods, and its pairs."""
+
+    policy: str
+    gpus: int
+    pairs: tuple[tuple[str, str], ...]
+
+
+def place_cluster(
+    policy: str, hps: Sequence[KernelTrace], bes: Sequence[KernelTrace], setup: PairSetup
+) -> ClusterPlacement:
+    """GPUs used for HP inference pods `hps` and BE training pods `bes` under `policy`.
+
+    `exclusive`: one GPU per pod. `packing`: two pods per GPU in arrival order
+    (HP first), whatever they are, as memory and compute percent allow.
+    `orion`: one HP per GPU (its runtime serves one HP client), each with a BE
+    beside it while there are any. `chronotope`: the most sensitive HP first
+    (the highest best predicted slowdown), each with the BE of the lowest
+    predicted slowdown whose MPS share fits the budget; the rest alone.
+    """
+    if policy == "exclusive":
+        return ClusterPlacement(policy, len(hps) + len(bes), ())
+    if policy == "packing":
+        pods = [*hps, *bes]
+        pairs = tuple((pods[i].name, pods[i + 1].name) for i in range(0, len(pods) - 1, 2))
+        return ClusterPlacement(policy, math.ceil(len(pods) / 2), pairs)
+    if policy == "orion":
+        pairs = tuple((h.name, b.name) for h, b in zip(hps, bes, strict=False))
+        return ClusterPlacement(policy, max(len(hps), len(bes)), pairs)
+    if policy != "chronotope":
+        raise ValueError(f"unknown policy {policy!r}; one of {', '.join(COLOCATION_POLICIES)}")
+    c = setup.contention
+    fits: dict[tuple[int, int], float] = {}
+    for i, h in enumerate(hps):
+        for j, b in enumerate(bes):
+            share = best_effort_share(h, b, setup.budget, c)
+            if isinstance(share, tuple):
+                fits[(i, j)] = share[1]
+    order = sorted(
+        range(len(hps)), key=lambda i: -min((v for (a, _), v in fits.items() if a == i), default=9)
+    )
+    taken: set[int] = set()
+    chosen: list[tuple[str, str]] = []
+    for i in order:
+        options = [(v, j) for (a, j), v in fits.items() if a == i and j not in taken]
+        if options:
+            _, j = min(options)
+            taken.add(j)
+            chosen.append((hps[i].name, bes[j].name))
+    return ClusterPlacement(policy, len(hps) + len(bes) - len(chosen), tuple(chosen))
