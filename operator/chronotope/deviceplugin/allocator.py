@@ -37,6 +37,8 @@ from chronotope.sharing.assignment import (
 )
 
 __all__ = [
+    "ENV_GPU_PRIORITY",
+    "ENV_GPU_PROFILE",
     "ENV_HANDSHAKE",
     "ENV_MPS_MEMORY_LIMIT",
     "ENV_MPS_THREAD_PERCENTAGE",
@@ -54,6 +56,10 @@ ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 ENV_MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 ENV_HANDSHAKE = "CHRONOTOPE_HANDSHAKE"
+ENV_GPU_PRIORITY = "CHRONOTOPE_GPU_PRIORITY"
+"""A share's priority class (high | best-effort), for a kernel-level runtime such as Orion's."""
+ENV_GPU_PROFILE = "CHRONOTOPE_GPU_PROFILE"
+"""A share's profile (compute-bound | memory-bound | unknown) as the scheduler placed it."""
 
 
 class AllocationStore(Protocol):
@@ -98,7 +104,10 @@ def container_env(assignment: GpuAssignment) -> dict[str, str]:
     """The environment contract: what a container with this assignment sees.
 
     MPS limits are per *visible* device, so the memory limit is indexed
-    0..n-1 in `NVIDIA_VISIBLE_DEVICES` order, not by host GPU index.
+    0..n-1 in `NVIDIA_VISIBLE_DEVICES` order, not by host GPU index. The
+    compute percent is the one assigned (a BestEffort share beside a High one
+    gets what the co-location rules allow); a share that states a priority
+    also sees it and its profile (MPS itself knows no priorities).
     """
     envs = {
         ENV_VISIBLE_DEVICES: ",".join(assignment.gpu_uuids),
@@ -110,6 +119,10 @@ def container_env(assignment: GpuAssignment) -> dict[str, str]:
         envs[ENV_MPS_MEMORY_LIMIT] = ",".join(
             f"{i}={assignment.memory_mib}M" for i in range(len(assignment.gpu_uuids))
         )
+    if assignment.priority is not None:
+        envs[ENV_GPU_PRIORITY] = assignment.priority
+    if assignment.profile is not None:
+        envs[ENV_GPU_PROFILE] = assignment.profile
     return envs
 
 

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chronotope.solver.colocation import DEFAULT_BUDGET, budget_error
 from chronotope.solver.online import POLICY_NAMES
 
 if TYPE_CHECKING:
@@ -47,12 +48,32 @@ def add_parser(sub: Any) -> None:
         "expect (default: learned from the pods the extender sees)",
     )
     parser.add_argument(
+        "--interference-budget",
+        type=_budget,
+        default=DEFAULT_BUDGET,
+        metavar="X",
+        help="largest predicted slowdown of a High-priority GPU share that co-located "
+        f"shares may cause, as a factor >= 1 (default {DEFAULT_BUDGET})",
+    )
+    parser.add_argument(
         "--tie-order",
         type=Path,
         help="file of node names, one a line: among equal scores the earlier node wins "
         "(default: by name); `chronotope replay` passes the simulator's order",
     )
     parser.set_defaults(func=_run)
+
+
+def _budget(text: str) -> float:
+    """`--interference-budget`: a factor >= 1; anything else stops the start with the reason."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    why = budget_error(value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return value
 
 
 GC_THRESHOLDS = (50_000, 20, 100)
@@ -68,6 +89,7 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.kube.client import connect, core_v1
     from chronotope.kube.informer import Informer, Resource
     from chronotope.solver.cache import ClusterCache
+    from chronotope.solver.colocation import Colocation
     from chronotope.solver.online import make_policy
 
     # The watch and bind threads share the GIL with the event loop that answers
@@ -87,7 +109,9 @@ def _run(args: argparse.Namespace) -> int:
         fetch_pod=lambda ns, name: fetch_pod(api, ns, name),
         policy=make_policy(args.policy),
         cache=ClusterCache(
-            typical=_typical(args.typical_pods), tie_order=_tie_order(args.tie_order)
+            typical=_typical(args.typical_pods),
+            tie_order=_tie_order(args.tie_order),
+            colocation=Colocation(budget=args.interference_budget),
         ),
         event_fn=post_event,
     )
@@ -112,10 +136,12 @@ def _run(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     log.info(
-        "cache synced: %d nodes, %d holdings; policy %s; listening on %s:%d",
+        "cache synced: %d nodes, %d holdings; policy %s, interference budget %.2fx; "
+        "listening on %s:%d",
         len(service.cache.nodes),
         len(service.cache.holdings),
         args.policy,
+        args.interference_budget,
         args.host,
         args.port,
     )

@@ -13,7 +13,13 @@ that fails.
 
 Gang members pass only where their gang's reservation holds a slot; a pod
 the batch planner placed goes to its planned node and GPUs, or, when they no
-longer fit, wherever the policy puts it (and says so). Node and pod events
+longer fit, wherever the policy puts it (and says so). Shares are placed
+under the co-location rules (`solver.colocation`, held by the cache): a node
+they refuse fails with their reason, and a BestEffort share beside a High one
+is bound with the compute percent the rules allow, which the assignment
+carries to the device plugin with the share's priority and profile. A share
+whose profile is missing or unreadable is placed as unknown, with a warning
+event. Node and pod events
 from the watch-fed cache keep the model true; on restart it is rebuilt from
 bound pods, whose assignment annotations are the truth.
 
@@ -30,9 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chronotope.extender.gang import Gang, GangBook, gang_of
-from chronotope.sharing.assignment import BindRequest, GpuAssignment, gpu_uuid, new_handshake
+from chronotope.sharing.assignment import (
+    BindRequest,
+    GpuAssignment,
+    gpu_uuid,
+    new_handshake,
+    share_class,
+)
 from chronotope.sharing.labels import DONE_PHASES
-from chronotope.solver.cache import ClusterCache
+from chronotope.solver.cache import ClusterCache, Holding
 from chronotope.solver.fragpack import Chronotope
 from chronotope.solver.model import MILLI, Placement, PodRequest, Reason
 from chronotope.solver.policies import Policy
@@ -42,6 +54,7 @@ from chronotope.workloads.podreq import (
     planned,
     pod_key,
     pod_request,
+    profile_warning,
 )
 
 __all__ = ["BindFn", "EventFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
@@ -91,9 +104,11 @@ class ExtenderService:
     _gang_of: dict[str, Gang] = field(default_factory=dict)
     _plans: dict[str, PlannedPlacement] = field(default_factory=dict)
     _chosen: dict[str, str] = field(default_factory=dict)
+    """Node the policy chose for a pod at its last filter (prioritize scores it alone)."""
     _said: dict[str, str] = field(default_factory=dict)
     """The last "fits no node" line logged per pod: the same line is not logged again."""
-    """Node the policy chose for a pod at its last filter (prioritize scores it alone)."""
+    _warned: set[str] = field(default_factory=set)
+    """Pods whose profile fallback was already reported (once per pod)."""
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
@@ -114,6 +129,7 @@ class ExtenderService:
             return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
         self._requests[key] = req
         with self._lock:
+            self._warn_profile(key, pod)
             now = self.clock()
             self.cache.expire(now)
             self.gangs.expire(self.cache, now)
@@ -131,6 +147,17 @@ class ExtenderService:
                     return outcome
             placed = self.cache.place(key, req, node_names, self.policy, now)
         return self._outcome(key, req, placed)
+
+    def _warn_profile(self, key: str, pod: Mapping[str, Any]) -> None:
+        """Log and post, once per pod, that its share's profile fell back to unknown."""
+        if key in self._warned:
+            return
+        warning = profile_warning(pod)
+        if warning is None:
+            return
+        self._warned.add(key)
+        log.warning("pod %s: %s", key, warning)
+        self.event_fn(key, "GpuProfileUnknown", warning)
 
     def _outcome(
         self, key: str, req: PodRequest, placed: Placement | dict[str, Reason]
@@ -218,7 +245,8 @@ class ExtenderService:
             gpus = self._hold_for_bind(key, req, gang, node)
         if isinstance(gpus, str):
             return gpus
-        assignment = _assignment(node, gpus, req) if req.num_gpus else None
+        holding = self.cache.holdings.get(key)
+        assignment = _assignment(node, gpus, req, holding) if req.num_gpus else None
         try:
             self.bind_fn(BindRequest(namespace, name, uid, node, assignment))
         except Exception as exc:
@@ -298,6 +326,7 @@ class ExtenderService:
                 self.cache.forget(key)
                 self._requests.pop(key, None)
                 self._said.pop(key, None)
+                self._warned.discard(key)
                 self._plans.pop(key, None)
                 self._chosen.pop(key, None)
                 gang = self._gang_of.pop(key, None)
@@ -333,14 +362,32 @@ class ExtenderService:
                 self.on_pod("ADDED", pod)
 
 
-def _assignment(node: str, gpus: tuple[int, ...], req: PodRequest) -> GpuAssignment:
+def _assignment(
+    node: str, gpus: tuple[int, ...], req: PodRequest, holding: Holding | None
+) -> GpuAssignment:
+    """What the binder writes: the GPUs and, for a share, what the cache holds for it.
+
+    The held share is the request's, or less where the co-location rules bound
+    a BestEffort share's compute; a share that states a priority carries it and
+    its profile.
+    """
+    if not req.is_share:
+        return GpuAssignment(
+            node, gpus, tuple(gpu_uuid(node, i) for i in gpus), None, None, new_handshake()
+        )
+    milli = req.gpu_milli if holding is None else holding.gpu_milli
+    priority = profile = None
+    if req.gpu_priority is not None:
+        priority, profile = share_class(req.gpu_priority, req.gpu_profile)
     return GpuAssignment(
         node=node,
         gpu_indices=gpus,
         gpu_uuids=tuple(gpu_uuid(node, i) for i in gpus),
-        memory_mib=req.gpu_memory_mib if req.is_share else None,
-        compute_percent=req.gpu_milli * 100 // MILLI if req.is_share else None,
+        memory_mib=req.gpu_memory_mib,
+        compute_percent=milli * 100 // MILLI,
         handshake=new_handshake(),
+        priority=priority,
+        profile=profile,
     )
 
 

@@ -191,16 +191,16 @@ def parse_kernels(name: str, text: str) -> KernelTrace | Reason:
 def class_trace(name: str, profile: str, c: Contention = DEFAULT) -> KernelTrace:
     """A stand-in for a workload without kernel profiles, from its declared class.
 
-    ComputeBound: 80 % of the time in compute-bound kernels; MemoryBound: 80 %
-    memory-bound; anything else: half and half. Every kernel wants half the
-    GPU's SMs, so two such workloads fill the GPU without the SM term
-    deciding, and the class is what the prediction turns on.
+    ComputeBound: compute-bound kernels only; MemoryBound: memory-bound only;
+    anything else: half and half. (A declared class says which resource the
+    workload is bound by; mixing in the other class would make two
+    compute-bound workloads look better together than complementary ones.)
+    Every kernel wants half the GPU's SMs, so two such workloads fill the GPU
+    without the SM term deciding, and the class is what the prediction turns on.
     """
-    share = {"ComputeBound": 0.8, "MemoryBound": 0.2}.get(profile, 0.5)
-    return KernelTrace(
-        name,
-        (
-            Kernel(KernelKind.COMPUTE, c.sms // 2, 1000.0 * share),
-            Kernel(KernelKind.MEMORY, c.sms // 2, 1000.0 * (1 - share)),
-        ),
+    share = {"ComputeBound": 1.0, "MemoryBound": 0.0}.get(profile, 0.5)
+    kernels = (
+        Kernel(KernelKind.COMPUTE, c.sms // 2, 1000.0 * share),
+        Kernel(KernelKind.MEMORY, c.sms // 2, 1000.0 * (1 - share)),
     )
+    return KernelTrace(name, tuple(k for k in kernels if k.duration_ns > 0))

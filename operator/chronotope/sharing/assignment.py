@@ -6,6 +6,11 @@ them back in `Allocate` and turns them into the container's environment. This
 module is the one definition of those annotations, so the two sides cannot
 drift apart.
 
+For a share that states a priority the assignment also carries its priority
+class and profile (`assigned-priority`, `assigned-profile`, kebab-case as in
+the request annotations): the device plugin hands them to the container so a
+kernel-level runtime (Orion's) can act on them.
+
 It also defines the node-level *allocation lock*. The kubelet's `Allocate`
 call names device IDs but not the pod, so a plugin that guesses the pod by
 request size (the gpushare-device-plugin approach) gives two same-size pods
@@ -28,6 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
+from chronotope.api.v1alpha1.common import SharePriority, WorkloadProfile
+
 __all__ = [
     "ALLOCATED_AT",
     "ALLOCATION",
@@ -37,9 +44,13 @@ __all__ = [
     "ASSIGNED_GPU_UUIDS",
     "ASSIGNED_MEMORY_MIB",
     "ASSIGNED_NODE",
+    "ASSIGNED_PRIORITY",
+    "ASSIGNED_PROFILE",
     "DEVICE_PLUGIN",
     "HANDSHAKE",
     "LOCK_TTL_SECONDS",
+    "PRIORITIES",
+    "PROFILES",
     "AllocationState",
     "BindRequest",
     "GpuAssignment",
@@ -52,6 +63,7 @@ __all__ = [
     "lock_is_stale",
     "new_handshake",
     "parse_lock",
+    "share_class",
 ]
 
 _PREFIX = "chronotope.dev/"
@@ -60,6 +72,8 @@ ASSIGNED_GPUS = _PREFIX + "assigned-gpus"
 ASSIGNED_GPU_UUIDS = _PREFIX + "assigned-gpu-uuids"
 ASSIGNED_MEMORY_MIB = _PREFIX + "assigned-memory-mib"
 ASSIGNED_COMPUTE_PERCENT = _PREFIX + "assigned-compute-percent"
+ASSIGNED_PRIORITY = _PREFIX + "assigned-priority"
+ASSIGNED_PROFILE = _PREFIX + "assigned-profile"
 HANDSHAKE = _PREFIX + "handshake"
 ALLOCATION = _PREFIX + "allocation"
 ALLOCATED_AT = _PREFIX + "allocated-at"
@@ -75,6 +89,26 @@ _HANDSHAKE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 
 PERCENT = 100
 """A whole GPU's compute, in the percent an assignment states."""
+
+PRIORITIES: Mapping[str, SharePriority] = {
+    "high": SharePriority.HIGH,
+    "best-effort": SharePriority.BEST_EFFORT,
+}
+"""The values of `assigned-priority` (the request's `gpu-priority`, kebab-case)."""
+PROFILES: Mapping[str, WorkloadProfile] = {
+    "compute-bound": WorkloadProfile.COMPUTE_BOUND,
+    "memory-bound": WorkloadProfile.MEMORY_BOUND,
+    "unknown": WorkloadProfile.UNKNOWN,
+}
+"""The values of `assigned-profile` (the request's `gpu-profile`, kebab-case)."""
+
+
+def share_class(priority: SharePriority, profile: WorkloadProfile) -> tuple[str, str]:
+    """A share's priority and profile as `assigned-priority` / `assigned-profile` write them."""
+    return (
+        next(k for k, v in PRIORITIES.items() if v is priority),
+        next(k for k, v in PROFILES.items() if v is profile),
+    )
 
 
 class AllocationState(StrEnum):
@@ -119,7 +153,8 @@ class GpuAssignment:
     """The GPUs a pod was bound to, and its share of each.
 
     `memory_mib` and `compute_percent` are per-GPU limits for a shared GPU;
-    None means the pod owns the whole GPU(s).
+    None means the pod owns the whole GPU(s). `priority` and `profile` (one of
+    `PRIORITIES` / `PROFILES`) are set for shares that state a priority.
     """
 
     node: str
@@ -128,6 +163,8 @@ class GpuAssignment:
     memory_mib: int | None
     compute_percent: int | None
     handshake: str
+    priority: str | None = None
+    profile: str | None = None
 
     def __post_init__(self) -> None:
         """Reject a malformed assignment; the error names the annotation at fault."""
@@ -154,6 +191,15 @@ class GpuAssignment:
             raise ValueError(
                 f"{HANDSHAKE}: must be 1-63 letters, digits, '-' or '_', got {self.handshake!r}"
             )
+        if self.priority is not None and self.priority not in PRIORITIES:
+            raise ValueError(
+                f"{ASSIGNED_PRIORITY}: must be one of {', '.join(PRIORITIES)}, "
+                f"got {self.priority!r}"
+            )
+        if self.profile is not None and self.profile not in PROFILES:
+            raise ValueError(
+                f"{ASSIGNED_PROFILE}: must be one of {', '.join(PROFILES)}, got {self.profile!r}"
+            )
 
     @property
     def shared(self) -> bool:
@@ -173,6 +219,10 @@ class GpuAssignment:
             out[ASSIGNED_MEMORY_MIB] = str(self.memory_mib)
         if self.compute_percent is not None:
             out[ASSIGNED_COMPUTE_PERCENT] = str(self.compute_percent)
+        if self.priority is not None:
+            out[ASSIGNED_PRIORITY] = self.priority
+        if self.profile is not None:
+            out[ASSIGNED_PROFILE] = self.profile
         return out
 
     @classmethod
@@ -187,6 +237,8 @@ class GpuAssignment:
             memory_mib=_optional_int(annotations, ASSIGNED_MEMORY_MIB),
             compute_percent=_optional_int(annotations, ASSIGNED_COMPUTE_PERCENT),
             handshake=_required(annotations, HANDSHAKE),
+            priority=_optional(annotations, ASSIGNED_PRIORITY),
+            profile=_optional(annotations, ASSIGNED_PROFILE),
         )
 
 
@@ -209,6 +261,10 @@ def _int(annotations: Mapping[str, str], key: str, text: str) -> int:
         return int(text)
     except ValueError:
         raise ValueError(f"{key}: {text!r} is not an integer (in {annotations[key]!r})") from None
+
+
+def _optional(annotations: Mapping[str, str], key: str) -> str | None:
+    return None if key not in annotations else _required(annotations, key)
 
 
 def _optional_int(annotations: Mapping[str, str], key: str) -> int | None:

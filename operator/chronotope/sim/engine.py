@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chronotope.solver.colocation import Colocation, choose
 from chronotope.solver.frag import FloatArray, FragModel, FragTracker, typical_pods
 from chronotope.solver.model import ClusterSnapshot, PodRequest
 from chronotope.solver.policies import Choice, Context, Policy
@@ -157,11 +158,15 @@ class Replay:
             idle=np.zeros(n, dtype=np.int64),
         )
 
-    def record(self, e: int, spec: PodSpec, *, placed: bool) -> None:
-        """The series after arrival `e` (its placement, if any, already applied)."""
+    def record(self, e: int, spec: PodSpec, *, placed: bool, held: PodSpec | None = None) -> None:
+        """The series after arrival `e` (its placement, if any, already applied).
+
+        `held` is the pod as placed when that differs from the request (a
+        BestEffort share's compute bounded by the co-location rules).
+        """
         self.acc_arrived += spec.total_milli
         if placed:
-            self.acc_used += spec.total_milli
+            self.acc_used += (held or spec).total_milli
         else:
             self.failed += 1
         self.arrived[e] = self.acc_arrived
@@ -188,6 +193,7 @@ def simulate(
     tie_order: TieOrder = reference_rank,
     redraw_order: bool = False,
     placements: list[Choice | None] | None = None,
+    colocation: Colocation | None = None,
 ) -> RunResult:
     """Run one policy over the seed's arrivals and record the per-pod series.
 
@@ -196,26 +202,32 @@ def simulate(
     interleaved differently each cycle) from a generator of its own, so the
     policies' own randomness is unchanged. `bench/tie_order.py` compares models.
     `placements`, when given, receives each arrival's (node, GPUs), None if it failed.
+    Shares that state a priority are placed under the co-location rules
+    (`colocation`, default budget 1.10x; `solver.colocation.choose`), as the
+    extender places them; openb pods state none, so the rules never bind there.
     """
+    rules = colocation or Colocation()
     run = Replay.start(cluster, pods, seed, tune_ratio=tune_ratio, tie_order=tie_order)
     state, frag, ctx, specs = run.state, run.frag, run.ctx, run.specs
     order_rng = np.random.default_rng([seed, 99])
     for e, i in enumerate(run.order):
         spec = specs[i]
         cand = state.feasible(spec)
-        if len(cand) == 0:
+        decision = None
+        if len(cand):
+            if redraw_order:
+                ctx.rank = tie_order(state.n, order_rng)
+            decision = choose(policy, ctx, spec, cand, rules)
+        if decision is None:
             run.record(e, spec, placed=False)
             if placements is not None:
                 placements.append(None)
         else:
-            if redraw_order:
-                ctx.rank = tie_order(state.n, order_rng)
-            node, gpus = policy.choose(ctx, spec, cand)
-            state.assign(node, spec, gpus)
-            frag.refresh(node)
-            run.record(e, spec, placed=True)
+            state.assign(decision.node, decision.pod, decision.gpus)
+            frag.refresh(decision.node)
+            run.record(e, spec, placed=True, held=decision.pod)
             if placements is not None:
-                placements.append((node, gpus))
+                placements.append((decision.node, decision.gpus))
         if on_pod is not None:
             on_pod(e)
     return run.result(policy.name)

@@ -16,6 +16,12 @@ bind fails. An assumption whose bind never comes expires. After a restart the
 cache is rebuilt from bound pods (their assignment annotations are the
 truth), so nothing is lost and nothing is given out twice.
 
+Shares that state a priority also keep it, their profile and the compute
+percent they were given on their GPUs (`ClusterState.shares`); the
+co-location rules (`solver.colocation`) filter every share placement on them,
+bound a BestEffort share's compute percent beside High ones (the holding takes
+the bounded share), and say why a node is refused.
+
 Pure: plain values in, plain values out; the caller serialises access.
 """
 
@@ -27,6 +33,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from chronotope.api.v1alpha1.common import SharePriority, WorkloadProfile
+from chronotope.solver.colocation import Colocation, choose, gpu_verdict, usable_gpus
 from chronotope.solver.frag import (
     FragModel,
     FragTracker,
@@ -37,7 +45,7 @@ from chronotope.solver.frag import (
 )
 from chronotope.solver.model import MILLI, UNBOUNDED, Placement, PodRequest, Reason
 from chronotope.solver.policies import Context, Policy
-from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec
+from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec, ShareTag
 
 __all__ = ["ClusterCache", "Holding", "NodeInfo"]
 
@@ -87,6 +95,16 @@ class Holding:
     expires_at: float = 0.0
     binding: bool = False
     """A bind for this assumption is under way: it neither expires nor is replaced."""
+    priority: SharePriority | None = None
+    """A share's priority class (None: a share that states none, or whole GPUs)."""
+    profile: WorkloadProfile = WorkloadProfile.UNKNOWN
+    """A share's declared profile."""
+
+    def tag(self, key: str) -> ShareTag | None:
+        """The holding as the co-location rules see it (shares that state a priority)."""
+        if self.priority is None or not 0 < self.gpu_milli < MILLI:
+            return None
+        return ShareTag(key, self.priority, self.profile, self.gpu_milli * 100 // MILLI)
 
 
 _CHOSE_OTHER = "the chronotope policy chose another node"
@@ -109,6 +127,7 @@ class ClusterCache:
         *,
         typical: Sequence[TypicalPod] | None = None,
         tie_order: Sequence[str] | None = None,
+        colocation: Colocation | None = None,
     ) -> None:
         """An empty cache; nodes and holdings arrive through its update methods.
 
@@ -119,8 +138,10 @@ class ClusterCache:
                 or empty learns it from the pods `observe` counts.
             tie_order: Node names policies prefer on equal scores, in this order; the
                 other nodes follow by name.
+            colocation: The co-location rules for shares (default: budget 1.10x).
         """
         self.assume_ttl_s = assume_ttl_s
+        self.colocation = colocation or Colocation()
         self.nodes: dict[str, NodeInfo] = {}
         self.holdings: dict[str, Holding] = {}
         self._pending: set[str] = set()
@@ -202,10 +223,10 @@ class ClusterCache:
                 dtype=np.int64,
             )
         self._frag = None
-        for holding in self.holdings.values():
-            self._take(holding, 1)
+        for key, holding in self.holdings.items():
+            self._take(key, holding, 1)
 
-    def _take(self, h: Holding, sign: int) -> None:
+    def _take(self, key: str, h: Holding, sign: int) -> None:
         st = self._state
         if st is None:
             return  # applied when the arrays are next built
@@ -221,6 +242,7 @@ class ClusterCache:
             milli=h.gpu_milli,
             gpu_mem=h.gpu_memory_mib,
             sign=sign,
+            tag=h.tag(key),
         )
         if self._frag is not None:
             self._frag.refresh(i)
@@ -271,7 +293,11 @@ class ClusterCache:
         if spec.milli == 0:
             return ()
         if spec.is_share:
-            return (st.tightest_gpu(i, spec.milli, spec.gpu_mem),)
+            usable = usable_gpus(self.colocation, st, i, spec)
+            if isinstance(usable, Reason):
+                return usable
+            left = st.gpu_left[i]
+            return (min(usable, key=lambda g: (int(left[g]), g)),)
         return st.first_free_gpus(i, spec.num_gpus)
 
     def _why_not(self, st: ClusterState, spec: PodSpec, req: PodRequest, i: int) -> Reason | None:
@@ -309,7 +335,10 @@ class ClusterCache:
                 message=f"less than the pod's {spec.mem} MiB memory is free",
             )
         if spec.is_share:
-            if not any(st.gpu_fits(i, g, spec) for g in range(int(st.gpu_count[i]))):
+            usable = usable_gpus(self.colocation, st, i, spec)
+            if isinstance(usable, Reason):
+                return usable
+            if not usable:
                 return Reason(
                     code="InsufficientGpu", message=f"no GPU has {req.describe_gpus()} free"
                 )
@@ -345,6 +374,9 @@ class ClusterCache:
                         code="InsufficientGpu",
                         message=f"planned GPU {g} has not {req.describe_gpus()} free",
                     )
+                verdict = gpu_verdict(self.colocation, st, i, g, spec)
+                if isinstance(verdict, Reason):
+                    return verdict
             elif st.gpu_left[i, g] < MILLI:
                 return Reason(code="InsufficientGpu", message=f"planned GPU {g} is in use")
         return gpus
@@ -367,22 +399,29 @@ class ClusterCache:
 
         The candidates are the nodes of `node_names` where the pod fits now, as
         the simulator's `feasible`; the policy picks exactly as in the
-        simulator. Where the policy's share GPU lacks device memory (openb has
-        none, so the policies do not look), the tightest GPU with room is taken.
+        simulator, under the co-location rules (`solver.colocation.choose`, which
+        also takes the tightest GPU with room where the policy's share GPU lacks
+        device memory: openb has none, so the policies do not look). The
+        placement's `gpu_milli` is what the pod holds: a BestEffort share's
+        compute bounded by the rules.
         """
         st = self.state()
         spec = st.spec(req)
         cand = np.flatnonzero(st.feasible_mask(spec) & self._offered(node_names))
         if len(cand) == 0:
             return self.reasons(req, node_names)
-        ctx = self.context(req)
-        node, gpus = policy.choose(ctx, spec, cand)
-        if spec.is_share and not st.gpu_fits(node, gpus[0], spec):
-            gpus = (st.tightest_gpu(node, spec.milli, spec.gpu_mem),)
-        choice = self.assume(key, st.names[node], req, now, gpus)
+        decision = choose(policy, self.context(req), spec, cand, self.colocation)
+        if decision is None:
+            return self.reasons(req, node_names)
+        choice = self.assume(key, st.names[decision.node], req, now, decision.gpus)
         if isinstance(choice, Reason):  # an earlier bind of the same pod is under way
             return {n: choice for n in node_names}
-        return Placement(pod=key, node=st.names[node], gpu_indices=choice, gpu_milli=req.gpu_milli)
+        return Placement(
+            pod=key,
+            node=st.names[decision.node],
+            gpu_indices=choice,
+            gpu_milli=self.holdings[key].gpu_milli,
+        )
 
     def _offered(self, node_names: Sequence[str]) -> BoolArray:
         """Per node: is it among `node_names` (the last list is kept: it rarely changes)."""
@@ -459,17 +498,28 @@ class ClusterCache:
         choice = self.fit(node, req) if gpus is None else self.fit_exact(node, req, gpus)
         if isinstance(choice, Reason):
             return choice
+        milli = req.gpu_milli
+        if req.is_share:  # the rules may bound a BestEffort share's compute
+            st = self.state()
+            spec = st.spec(req)
+            percent = gpu_verdict(self.colocation, st, self._index[node], choice[0], spec)
+            if isinstance(percent, Reason):  # fit and fit_exact checked: cannot happen
+                return percent
+            if percent < spec.percent:
+                milli = percent * MILLI // 100
         self._apply(
             key,
             Holding(
                 node,
                 choice,
-                req.gpu_milli,
+                milli,
                 req.gpu_memory_mib if req.is_share else 0,
                 req.cpu_milli,
                 req.memory_mib,
                 bound=False,
                 expires_at=now + self.assume_ttl_s,
+                priority=req.gpu_priority if req.is_share else None,
+                profile=req.gpu_profile,
             ),
         )
         return choice
@@ -509,7 +559,7 @@ class ClusterCache:
             return  # a newer try of the same pod holds other GPUs: keep them
         del self.holdings[key]
         self._pending.discard(key)
-        self._take(holding, -1)
+        self._take(key, holding, -1)
 
     def expire(self, now: float) -> list[str]:
         """Drop assumptions whose bind never came; returns the keys forgotten."""
@@ -533,4 +583,4 @@ class ClusterCache:
             self._pending.discard(key)
         else:
             self._pending.add(key)
-        self._take(holding, 1)
+        self._take(key, holding, 1)

@@ -24,7 +24,13 @@ the first GPU of best score). One deviation, for CPU-only pods (rule
 Variants kept for measurement (`bench/chrono_variants.py`): `cpu_rule="usable"`
 (no guard), `"safe"` (only to nodes with no idle share at all), `"short"` (all
 idle share counts), `"zero"` (always prefer a node with no idle GPU),
-`"idle"`, `"dead"`, `"fgd"`; `share_gpu="tight"`. The policy is pure given its
+`"idle"`, `"dead"`, `"fgd"`; `share_gpu="tight"`.
+
+Shares that state a priority and a profile break FGD's ties toward GPUs
+holding shares of the complementary profile (compute-bound beside
+memory-bound, `solver.colocation.complement_key`), after the score and
+before the node order; the interference budget itself is a filter applied
+before any policy (`solver.colocation.choose`). The policy is pure given its
 `Context`.
 """
 
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from chronotope.solver.colocation import complement_key
 from chronotope.solver.model import MILLI
 from chronotope.solver.policies import Choice, Context, Policy, frag_after
 from chronotope.solver.state import IntArray, PodSpec
@@ -150,7 +157,12 @@ class Chronotope(Policy):
                 order = np.lexsort((rank, key, growth))
         elif pod.is_share:
             tie = st.gpu_left[nodes, g_idx] if self.share_gpu == "tight" else g_idx
-            order = np.lexsort((tie, rank, growth))
+            pairs = complement_key(st, pod, nodes, g_idx)
+            if pairs is None:
+                order = np.lexsort((tie, rank, growth))
+            else:  # complementary profiles after the score, before the node order
+                order = np.lexsort((tie, rank, pairs[0], growth))
+                g_idx = pairs[1]
         else:
             order = np.lexsort((rank, growth))
         best = int(order[0])

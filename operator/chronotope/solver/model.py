@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from chronotope.api.v1alpha1.common import SharePriority, WorkloadProfile
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 
 __all__ = [
@@ -163,6 +164,10 @@ class PodRequest(_Frozen):
     """Device memory needed on each GPU it uses (0: not constrained)."""
     gpu_models: tuple[str, ...] = ()
     """Allowed GPU models; empty means any."""
+    gpu_priority: SharePriority | None = None
+    """A share's priority class (co-location rules); None: states none (trace replays)."""
+    gpu_profile: WorkloadProfile = WorkloadProfile.UNKNOWN
+    """A share's declared profile: compute-bound, memory-bound or unknown."""
 
     @model_validator(mode="after")
     def _consistent(self) -> PodRequest:

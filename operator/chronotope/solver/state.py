@@ -9,6 +9,12 @@ mutable on purpose: the simulator and the batch planner's greedy pass apply one 
 time with `assign`, and the cluster cache (`solver.cache`) applies what pods
 hold with `take`; both keep the aggregates in step. Build one from a
 snapshot with `ClusterState.from_snapshot`; the snapshot itself never changes.
+
+GPU shares that state a priority (pods asking through the share annotations)
+are also kept per GPU as `ShareTag`s (`shares`), which the co-location rules
+(`solver.colocation`) read: who holds a share of the GPU, with which priority,
+profile and compute percent. Shares without a priority (trace replays) are not
+tagged, so nothing reads or changes for them.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from chronotope.api.v1alpha1.common import SharePriority, WorkloadProfile
 from chronotope.solver.model import MILLI, ClusterSnapshot, PodRequest, is_share
 
-__all__ = ["ClusterState", "PodSpec", "affinity_tag"]
+__all__ = ["ClusterState", "PodSpec", "ShareTag", "affinity_tag"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -33,6 +40,21 @@ def affinity_tag(num_gpus: int, gpu_milli: int) -> int:
     if is_share(num_gpus, gpu_milli):
         return 0
     return num_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class ShareTag:
+    """One GPU share as the co-location rules see it: whose, priority, profile, compute."""
+
+    pod: str
+    priority: SharePriority
+    profile: WorkloadProfile
+    percent: int
+    """Compute percent it holds (the MPS active thread percentage it was given)."""
+
+    def describe(self) -> str:
+        """The share in words for reasons: "High share ns/pod"."""
+        return f"{self.priority.value} share {self.pod}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +72,10 @@ class PodSpec:
     """The raw '|'-joined allowed models ('' = any), as the fragmentation model keys it."""
     gpu_mem: int = 0
     """Device memory the pod needs on each GPU it uses, MiB (0: not constrained)."""
+    priority: SharePriority | None = None
+    """A share's priority class; None for requests that state none (trace replays)."""
+    profile: WorkloadProfile = WorkloadProfile.UNKNOWN
+    """A share's declared profile (what bounds its kernels)."""
 
     @property
     def total_milli(self) -> int:
@@ -60,6 +86,17 @@ class PodSpec:
     def is_share(self) -> bool:
         """Whether the pod asks for part of one GPU."""
         return is_share(self.num_gpus, self.milli)
+
+    @property
+    def percent(self) -> int:
+        """The compute percent of one GPU the pod asks for (a share's MPS percentage)."""
+        return self.milli * 100 // MILLI
+
+    def tag(self) -> ShareTag | None:
+        """The pod's `ShareTag` as a share that states a priority, else None."""
+        if self.priority is None or not self.is_share:
+            return None
+        return ShareTag(self.name, self.priority, self.profile, self.percent)
 
 
 @dataclass
@@ -82,6 +119,10 @@ class ClusterState:
     full_free: IntArray = field(init=False)
     affinity: IntArray = field(init=False)
     """affinity[n, tag] counts placed GPU pods by `affinity_tag` (tags 0..8)."""
+    shares: dict[tuple[int, int], tuple[ShareTag, ...]] = field(init=False)
+    """(node, GPU) -> the tagged shares it holds; GPUs without any are absent."""
+    high: set[tuple[int, int]] = field(init=False)
+    """The (node, GPU) pairs among `shares` that hold a High share."""
 
     def __post_init__(self) -> None:
         """Derive the per-node aggregates from `gpu_left`; `affinity` starts with no pods."""
@@ -89,6 +130,8 @@ class ClusterState:
         self.max_left = self.gpu_left.max(axis=1, initial=0)
         self.full_free = (self.gpu_left == MILLI).sum(axis=1)
         self.affinity = np.zeros((len(self.names), 9), dtype=np.int64)
+        self.shares = {}
+        self.high = set()
 
     @property
     def n(self) -> int:
@@ -151,6 +194,23 @@ class ClusterState:
             gpu_mem_left=self.gpu_mem_left.copy(),
         )
         out.affinity = self.affinity.copy()
+        out.shares = dict(self.shares)  # the values are tuples: never changed in place
+        out.high = set(self.high)
+        return out
+
+    def masked(self, usable: BoolArray) -> ClusterState:
+        """A view in which GPUs outside `usable` [nodes, GPUs] have no free share.
+
+        What a policy reads to choose among the GPUs a pod may take: the per-node
+        aggregates (total free share, fully free GPUs) and every other array stay
+        the real ones, so node scores still measure the real fragmentation; only
+        the per-GPU free share hides the GPUs the pod may not use. Never apply a
+        placement to a view: apply it to the state it came from.
+        """
+        out = ClusterState.__new__(ClusterState)
+        for name in self.__dataclass_fields__:
+            setattr(out, name, getattr(self, name))
+        out.gpu_left = np.where(usable, self.gpu_left, 0)
         return out
 
     def spec(self, pod: PodRequest) -> PodSpec:
@@ -167,6 +227,8 @@ class ClusterState:
             allowed=allowed,
             gpu_models="|".join(pod.gpu_models),
             gpu_mem=pod.gpu_memory_mib,
+            priority=pod.gpu_priority,
+            profile=pod.gpu_profile,
         )
 
     def feasible(self, pod: PodSpec) -> IntArray:
@@ -214,11 +276,20 @@ class ClusterState:
             for g in gpus:
                 if self.gpu_left[node, g] < pod.milli:
                     raise ValueError(f"GPU {g} on {self.names[node]} cannot take {pod.milli}m")
-        self.take(node, pod.cpu, pod.mem, gpus, milli=pod.milli, gpu_mem=pod.gpu_mem)
+        self.take(node, pod.cpu, pod.mem, gpus, milli=pod.milli, gpu_mem=pod.gpu_mem, tag=pod.tag())
 
     def release(self, node: int, pod: PodSpec, gpus: tuple[int, ...]) -> None:
         """Give back what `assign` took (used by look-ahead and rollback)."""
-        self.take(node, pod.cpu, pod.mem, gpus, milli=pod.milli, gpu_mem=pod.gpu_mem, sign=-1)
+        self.take(
+            node,
+            pod.cpu,
+            pod.mem,
+            gpus,
+            milli=pod.milli,
+            gpu_mem=pod.gpu_mem,
+            sign=-1,
+            tag=pod.tag(),
+        )
 
     def take(
         self,
@@ -230,11 +301,13 @@ class ClusterState:
         milli: int,
         gpu_mem: int = 0,
         sign: int = 1,
+        tag: ShareTag | None = None,
     ) -> None:
         """Take (sign 1) or give back (sign -1) resources on a node, unchecked.
 
         `assign` checks a policy's choice first; a watch-fed cache records what
         the cluster says is bound, which is the truth even when it over-commits.
+        A share's `tag` is added to (or removed from) each of its GPUs' `shares`.
         """
         self.cpu_left[node] -= sign * cpu
         self.mem_left[node] -= sign * mem
@@ -243,7 +316,26 @@ class ClusterState:
                 self.gpu_left[node, g] -= sign * milli
                 self.gpu_mem_left[node, g] -= sign * gpu_mem
             self.affinity[node, affinity_tag(len(gpus), milli)] += sign
+            if tag is not None:
+                for g in gpus:
+                    self._tag(node, g, tag, sign)
         self._refresh(node)
+
+    def _tag(self, node: int, gpu: int, tag: ShareTag, sign: int) -> None:
+        held = self.shares.get((node, gpu), ())
+        if sign > 0:
+            held = (*held, tag)
+        elif tag in held:
+            i = held.index(tag)
+            held = held[:i] + held[i + 1 :]
+        if held:
+            self.shares[(node, gpu)] = held
+        else:
+            self.shares.pop((node, gpu), None)
+        if any(t.priority is SharePriority.HIGH for t in held):
+            self.high.add((node, gpu))
+        else:
+            self.high.discard((node, gpu))
 
     def _refresh(self, node: int) -> None:
         row = self.gpu_left[node]

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
-from chronotope.sharing.assignment import DEVICE_PLUGIN, GpuAssignment
+from chronotope.sharing.assignment import DEVICE_PLUGIN, PRIORITIES, PROFILES, GpuAssignment
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.cache import ClusterCache, Holding, NodeInfo
 from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
@@ -72,7 +73,8 @@ def pod_holding(cache: ClusterCache, key: str, pod: Mapping[str, Any], node: str
         a = None
     if a is not None and a.node == node:
         milli = MILLI if a.compute_percent is None else a.compute_percent * MILLI // 100
-        return Holding(node, a.gpu_indices, milli, a.memory_mib or 0, cpu, mem)
+        assigned = Holding(node, a.gpu_indices, milli, a.memory_mib or 0, cpu, mem)
+        return _with_class(assigned, a, req)
     if req is None or req.num_gpus == 0 or req.is_share:  # no GPU we know of
         return Holding(node, (), 0, 0, cpu, mem)
     held = cache.holdings.get(key)
@@ -89,3 +91,14 @@ def pod_holding(cache: ClusterCache, key: str, pod: Mapping[str, Any], node: str
                 len(gpus),
             )
     return Holding(node, gpus, MILLI, 0, cpu, mem)
+
+
+def _with_class(held: Holding, a: GpuAssignment, req: PodRequest | None) -> Holding:
+    """A share's priority and profile: as assigned (the decision), else as the pod asks."""
+    if a.priority is not None:
+        return replace(
+            held, priority=PRIORITIES[a.priority], profile=PROFILES[a.profile or "unknown"]
+        )
+    if req is not None and req.is_share:
+        return replace(held, priority=req.gpu_priority, profile=req.gpu_profile)
+    return held

@@ -8,6 +8,12 @@ The share annotations and their parser are the API's
 Allowed GPU models come from the pod's `nodeSelector` on
 `nvidia.com/gpu.product` (or the `chronotope.dev/gpu-models` annotation,
 a comma list) so kube-scheduler and the extender agree.
+
+A share's priority and profile (`chronotope.dev/gpu-priority`,
+`gpu-profile`) ride on the request for the co-location rules. A profile that
+does not parse is bad input that must not cost the pod its placement: the
+request falls back to the unknown profile (the conservative stand-in), and
+`profile_warning` says so for the caller to log and post as an event.
 """
 
 from __future__ import annotations
@@ -19,10 +25,13 @@ from typing import Any
 from chronotope.api.annotations import (
     GPU_COMPUTE_PERCENT,
     GPU_MEMORY_MIB,
+    GPU_PRIORITY,
+    GPU_PROFILE,
     AnnotationError,
     parse_gpu_share,
 )
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
+from chronotope.api.v1alpha1.common import GpuShare
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
 from chronotope.solver.model import MILLI, PodRequest
 
@@ -41,6 +50,7 @@ __all__ = [
     "pod_key",
     "pod_request",
     "pod_resources",
+    "profile_warning",
 ]
 
 SHARE_MEMORY_ANNOTATION = GPU_MEMORY_MIB
@@ -138,14 +148,7 @@ def pod_request(pod: Mapping[str, Any]) -> PodRequest:
         )
     if shares != 1:
         raise PodRequestError(f"{SHARE_RESOURCE}: a pod shares exactly one GPU, asked {shares}")
-    try:
-        share = parse_gpu_share(annotations)
-    except AnnotationError as exc:
-        raise PodRequestError(f"metadata.annotations[{exc.key}]: {exc.message}") from exc
-    if share is None:
-        raise PodRequestError(
-            f"metadata.annotations[{SHARE_MEMORY_ANNOTATION}] is required for a GPU share"
-        )
+    share, _ = _share(annotations)
     return PodRequest(
         name=key,
         cpu_milli=cpu,
@@ -154,7 +157,54 @@ def pod_request(pod: Mapping[str, Any]) -> PodRequest:
         gpu_milli=share.compute_percent * MILLI // 100,
         gpu_memory_mib=share.memory_mib,
         gpu_models=models,
+        gpu_priority=share.priority,
+        gpu_profile=share.profile,
     )
+
+
+def _share(annotations: Mapping[str, str]) -> tuple[GpuShare, str | None]:
+    """The share the annotations ask for, and a warning when its profile fell back to unknown.
+
+    Raises `PodRequestError` for any other bad annotation (the pod cannot be placed).
+    """
+    warning = None
+    try:
+        share = parse_gpu_share(annotations)
+    except AnnotationError as exc:
+        if exc.key != GPU_PROFILE:
+            raise PodRequestError(f"metadata.annotations[{exc.key}]: {exc.message}") from exc
+        warning = f"{exc}; placed as unknown (the conservative stand-in)"
+        rest = {k: v for k, v in annotations.items() if k != GPU_PROFILE}
+        try:
+            share = parse_gpu_share(rest)
+        except AnnotationError as again:
+            raise PodRequestError(f"metadata.annotations[{again.key}]: {again.message}") from again
+    if share is None:
+        raise PodRequestError(
+            f"metadata.annotations[{SHARE_MEMORY_ANNOTATION}] is required for a GPU share"
+        )
+    if warning is None and GPU_PRIORITY in annotations and GPU_PROFILE not in annotations:
+        warning = (
+            f"annotation {GPU_PROFILE} is missing on a share with {GPU_PRIORITY}; "
+            "placed as unknown (the conservative stand-in)"
+        )
+    return share, warning
+
+
+def profile_warning(pod: Mapping[str, Any]) -> str | None:
+    """Why a share's profile fell back to unknown (missing or unparsable), or None.
+
+    Only for pods asking for a share whose other annotations parse; the message
+    names the annotation. A missing profile is worth a warning only where the
+    pod states a priority (it asked for co-location rules).
+    """
+    if not _limits(pod, SHARE_RESOURCE):
+        return None
+    annotations: Mapping[str, str] = pod.get("metadata", {}).get("annotations") or {}
+    try:
+        return _share(annotations)[1]
+    except PodRequestError:
+        return None
 
 
 def _models(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[str, ...]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from chronotope.deviceplugin.allocator import Allocator, Granted, Refused, container_env
@@ -173,3 +175,19 @@ def test_preferred_uuids_follow_the_lock_holder() -> None:
     store.bind("p", assignment(NODE, (4, 6), "hs"))
     store.lock(NODE, "hs")
     assert allocator.preferred_uuids() == ("GPU-a100-000-4", "GPU-a100-000-6")
+
+
+def test_a_shares_priority_and_profile_reach_the_container() -> None:
+    store = FakeStore()
+    a = assignment(NODE, (1,), "hs-be", memory_mib=4096, compute_percent=20)
+    store.bind("be", replace(a, priority="best-effort", profile="memory-bound"))
+    store.lock(NODE, "hs-be")
+    result = granted(make(store).allocate([["GPU-a100-000-1::0"]]))
+    assert result.envs == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-a100-000-1",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "20",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
+        "CHRONOTOPE_HANDSHAKE": "hs-be",
+        "CHRONOTOPE_GPU_PRIORITY": "best-effort",
+        "CHRONOTOPE_GPU_PROFILE": "memory-bound",
+    }

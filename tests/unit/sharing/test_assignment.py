@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from chronotope.api.v1alpha1.common import SharePriority, WorkloadProfile
 from chronotope.sharing.assignment import (
     ALLOCATED_AT,
     ALLOCATION,
@@ -12,6 +15,8 @@ from chronotope.sharing.assignment import (
     ASSIGNED_GPUS,
     ASSIGNED_MEMORY_MIB,
     ASSIGNED_NODE,
+    ASSIGNED_PRIORITY,
+    ASSIGNED_PROFILE,
     HANDSHAKE,
     AllocationState,
     GpuAssignment,
@@ -22,6 +27,7 @@ from chronotope.sharing.assignment import (
     lock_is_stale,
     new_handshake,
     parse_lock,
+    share_class,
 )
 
 SHARED = GpuAssignment(
@@ -148,3 +154,22 @@ def test_gpu_uuid_and_handshake() -> None:
     assert len(h) == 16
     assert h != new_handshake()
     assert parse_lock(format_lock(h, 5)) == (h, 5.0)
+
+
+def test_a_shares_priority_and_profile_round_trip() -> None:
+    assert share_class(SharePriority.BEST_EFFORT, WorkloadProfile.MEMORY_BOUND) == (
+        "best-effort",
+        "memory-bound",
+    )
+    a = replace(SHARED, priority="high", profile="compute-bound")
+    annotations = a.to_annotations()
+    assert (annotations[ASSIGNED_PRIORITY], annotations[ASSIGNED_PROFILE]) == (
+        "high",
+        "compute-bound",
+    )
+    assert GpuAssignment.from_annotations(annotations) == a
+    assert ASSIGNED_PRIORITY not in SHARED.to_annotations()  # none stated: none written
+    with pytest.raises(ValueError, match="assigned-priority: must be one of high, best-effort"):
+        GpuAssignment.from_annotations({**annotations, ASSIGNED_PRIORITY: "urgent"})
+    with pytest.raises(ValueError, match="assigned-profile"):
+        replace(SHARED, profile="io-bound")
