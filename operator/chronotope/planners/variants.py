@@ -12,8 +12,9 @@ compressed deltas, and batches requests for different variants together.
   (those whose TTFT SLO cannot absorb a swap from host first, then by load),
   each on as many replicas as its load needs, hot variants (more than
   `hot_share` of one replica) on at least two, each copy on the least-loaded
-  replica with a free slot (the previous plan's holders first while they
-  stay within capacity, so a re-plan moves as few deltas as it can); a group
+  replica with a free slot (the previous plan's holders first unless they
+  would go over capacity well above the least loaded, so a re-plan moves as
+  few deltas as it can); a group
   with a hot variant has at least two replicas;
 - which of the rest stay in host memory (by load, while the host budget
   lasts) and which on disk; their requests go to whichever replica has room
@@ -47,6 +48,10 @@ __all__ = [
     "capacity_qps",
     "plan_group",
 ]
+
+
+STICKY_SLACK = 0.25
+"""A previous holder over capacity keeps a delta only while this close to the least loaded."""
 
 
 @dataclass(frozen=True)
@@ -348,10 +353,15 @@ def _resident(inp: GroupInput, lay: _Layout, v: VariantDemand, load: float, host
         if p.residency is Tier.GPU:
             prev = set(p.replicas)
     share = load / copies
-    # the previous holders first (fewer moves), unless that would take them over capacity
-    chosen = sorted(
-        free, key=lambda i: (i not in prev or lay.util[i] + share > 1.0, lay.util[i], i)
-    )[:copies]
+    least = min(lay.util[i] for i in free)
+
+    def sticky(i: int) -> bool:
+        # a previous holder keeps the delta (fewer moves) unless it would go over capacity
+        # while being well above the least-loaded replica
+        within = lay.util[i] + share <= 1.0 or lay.util[i] - least <= STICKY_SLACK
+        return i in prev and within
+
+    chosen = sorted(free, key=lambda i: (not sticky(i), lay.util[i], i))[:copies]
     for i in chosen:
         lay.held[i].append(v.name)
         lay.util[i] += share
