@@ -67,6 +67,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _PREFILL, _DECODE = 0, 1
+MAX_SCALE = 2.0**20
+"""`max_rate_at_slo` stops doubling the rate beyond this multiple of the trace's."""
 ABORT_SHARE = 0.25
 """`stop_early` runs end once this share of the requests has missed the SLO."""
 
@@ -193,6 +195,10 @@ class _Engine:
                 t = float(times[i])
                 self.policy.tick(self, t)
                 gpu = self.gpus[self.policy.route(self, i, t)]
+                if self.need[i] > gpu.kv_cap:  # can never fit its KV cache: refused, a miss
+                    self.misses += 1
+                    i += 1
+                    continue
                 gpu.waiting.append(i)
                 if gpu.busy < 0:
                     self.step(gpu, t)
@@ -634,6 +640,8 @@ def max_rate_at_slo(
     if passes(rate):
         lo, hi = rate, rate * 2
         while passes(hi):
+            if hi > rate * MAX_SCALE:  # never fails: no boundary to find (a trivial trace)
+                return round(hi, 3), runs
             lo, hi = hi, hi * 2
     else:
         hi, lo = rate, rate / 2

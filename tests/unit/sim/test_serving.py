@@ -163,3 +163,14 @@ def test_cli_writes_the_summary_the_curve_and_the_plot(tmp_path: Path) -> None:
     assert rows[0]["requests"] == "600"
     assert (out / "attainment.png").stat().st_size > 0
     assert len(list(csv.DictReader((out / "attainment.csv").open()))) >= 4
+
+
+def test_a_request_whose_kv_cache_can_never_fit_is_a_miss_not_a_deadlock() -> None:
+    work = _work(4, n=50).at_rate(1.0)
+    huge = work.prompt.copy()
+    huge[0] = 10_000_000  # more tokens than any GPU's KV cache holds
+    run = simulate(
+        "deltazip", ServingSetup(2, COST, 4), Workload(work.times, huge, work.output, work.variant)
+    )
+    assert run.requests == 50
+    assert run.slo_attainment_pct == pytest.approx(98.0)  # the other 49 are served in time
