@@ -244,6 +244,9 @@ def plan_group(inp: GroupInput) -> GroupPlan | Reason:
     options: list[_Option] = []
     why_not: list[str] = []
     for _, (gpu, count) in sorted(inp.gpus.items()):
+        if count <= 0 and inp.replicas is None:
+            why_not.append(f"{gpu.name}: no GPUs of this type")
+            continue
         opt = _option(inp, gpu, count, need)
         if isinstance(opt, str):
             why_not.append(opt)

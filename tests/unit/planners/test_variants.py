@@ -170,3 +170,10 @@ def test_previous_holders_are_kept_only_within_capacity() -> None:
     assert len(together) >= 2
     holders = {i for v in together for i in plan.placements[v].replicas}
     assert len(holders) > 1  # spread out, not all left on their old replica
+
+
+def test_a_gpu_type_with_no_gpus_is_not_planned_on() -> None:
+    gpus = {A100.name: (A100, 0)}
+    why = plan_group(GroupInput("g", LLAMA_7B, _zipf(4, 1.0), gpus))
+    assert isinstance(why, Reason)
+    assert "no GPUs of this type" in why.message
