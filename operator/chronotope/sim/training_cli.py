@@ -15,7 +15,8 @@ from typing import Any
 
 __all__ = ["DEFAULT_GAVEL", "add_parser", "run_training"]
 
-DEFAULT_GAVEL = Path("../shared/data/gavel/simulation_throughputs.json")
+DEFAULT_GAVEL = Path(__file__).resolve().parents[3] / "data" / "gavel" / "isolated_throughputs.json"
+"""Gavel's isolated throughputs, shipped in the repository (data/README.md)."""
 
 
 def add_parser(traces: Any) -> None:

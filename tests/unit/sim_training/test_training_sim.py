@@ -11,8 +11,13 @@ import pytest
 from chronotope.sim.training.engine import EngineSettings, simulate
 from chronotope.sim.training.policies import TRAINING_POLICY_NAMES, make_training_policy
 from chronotope.sim.training.report import SUMMARY_COLUMNS, summary_row
-from chronotope.sim.training.workload import TraceRow, WorkloadSettings, build_jobs
-from chronotope.sim.training_cli import run_training
+from chronotope.sim.training.workload import (
+    TraceRow,
+    WorkloadSettings,
+    build_jobs,
+    load_gavel_speeds,
+)
+from chronotope.sim.training_cli import DEFAULT_GAVEL, run_training
 from chronotope.workloads.training_policy import ChronotopePolicy, Job, JobState
 
 NO_OVERHEAD = EngineSettings(round_s=100.0, restart_overhead_s=0.0)
@@ -88,13 +93,11 @@ def test_cli_writes_exact_columns(tmp_path: Path) -> None:
         policies=",".join(TRAINING_POLICY_NAMES),
         seed=1,
         out=tmp_path / "out",
-        throughputs=root.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json",
+        throughputs=DEFAULT_GAVEL,
         deadline_share=0.3,
         round_s=360.0,
         restart_overhead_s=30.0,
     )
-    if not args.throughputs.is_file():
-        pytest.skip("shared Gavel data not present")
     run_training(args)
     with (tmp_path / "out" / "summary.csv").open() as fh:
         reader = csv.reader(fh)
@@ -171,3 +174,12 @@ def test_chronotope_hysteresis_does_not_block_shorter_jobs() -> None:
     a = _state(0, 1000, slow, "v100")
     b = _state(1, 100, slow)
     assert ChronotopePolicy(round_s=360.0).allocate(0.0, [a, b], cap) == {1: "v100", 0: "p100"}
+
+
+def test_the_shipped_throughputs_give_the_full_files_speeds() -> None:
+    full = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "gavel"
+    full /= "simulation_throughputs.json"
+    if not full.is_file():
+        pytest.skip("../shared/data is not beside the repository")
+    types = ["k80", "p100", "v100"]
+    assert load_gavel_speeds(DEFAULT_GAVEL, types) == load_gavel_speeds(full, types)
