@@ -21,7 +21,11 @@ from chronotope.sharing.labels import (
     STRATEGY_ANNOTATION,
 )
 from chronotope.workloads.parallelism import Degrees, choose_degrees
-from chronotope.workloads.podreq import PLANNED_GPUS_ANNOTATION, PLANNED_NODE_ANNOTATION
+from chronotope.workloads.podreq import (
+    PLANNED_GPUS_ANNOTATION,
+    PLANNED_NODE_ANNOTATION,
+    gpu_resources,
+)
 from chronotope.workloads.training import Decision
 
 __all__ = [
@@ -90,15 +94,9 @@ def worker_pods(
         container = spec_copy["containers"][0]
         resources = container.setdefault("resources", {})
         limits = resources.setdefault("limits", {})
-        annotations = dict(pod_meta.get("annotations") or {})
-        if spec.gpu.shared is not None:
-            limits["chronotope.dev/gpu-share"] = "1"
-            annotations |= {
-                "chronotope.dev/gpu-memory-mib": str(spec.gpu.shared.memory_mib),
-                "chronotope.dev/gpu-compute-percent": str(spec.gpu.shared.compute_percent),
-            }
-        else:
-            limits["nvidia.com/gpu"] = str(decision.gpus_per_worker)
+        gpu_limits, gpu_annotations = gpu_resources(spec.gpu.shared, decision.gpus_per_worker)
+        limits.update(gpu_limits)
+        annotations = dict(pod_meta.get("annotations") or {}) | gpu_annotations
         env = [e for e in container.get("env", []) if e.get("name") not in _ENV_NAMES]
         env += [
             {"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{namespace}.svc"},

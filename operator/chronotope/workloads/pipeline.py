@@ -38,8 +38,9 @@ from chronotope.planners.inferline import (
     plan_chronotope,
     stage_share,
 )
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL
 from chronotope.solver.model import Reason
+from chronotope.workloads.podreq import gpu_resources
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_status import condition
@@ -166,17 +167,10 @@ def stage_objects(
         if stage.model.variant:  # served by its variant's serving group
             continue
         labels = {PIPELINE_LABEL: name, STAGE_LABEL: stage.name}
-        limits: dict[str, str]
-        annotations: dict[str, str] = {}
-        if stage.gpu is not None and stage.gpu.shared is not None:
-            limits = {SHARE_RESOURCE: "1"}
-            annotations = {
-                "chronotope.dev/gpu-compute-percent": str(stage.gpu.shared.compute_percent),
-                "chronotope.dev/gpu-memory-mib": str(stage.gpu.shared.memory_mib),
-            }
-        else:
-            count = stage.gpu.count if stage.gpu is not None and stage.gpu.count else 1
-            limits = {GPU_RESOURCE: str(count)}
+        gpu = stage.gpu
+        limits, annotations = gpu_resources(
+            gpu.shared if gpu is not None else None, (gpu.count if gpu else None) or 1
+        )
         image = str(stage.model.image)
         env = [
             {"name": "CHRONOTOPE_STAGE", "value": stage.name},

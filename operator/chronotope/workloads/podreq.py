@@ -29,6 +29,7 @@ from chronotope.api.annotations import (
     GPU_PROFILE,
     AnnotationError,
     parse_gpu_share,
+    to_annotations,
 )
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
 from chronotope.api.v1alpha1.common import GpuShare
@@ -45,6 +46,7 @@ __all__ = [
     "SHARE_RESOURCE",
     "PlannedPlacement",
     "PodRequestError",
+    "gpu_resources",
     "planned",
     "pod_gpu_request",
     "pod_key",
@@ -239,3 +241,15 @@ def planned(pod: Mapping[str, Any]) -> PlannedPlacement | None:
             f"metadata.annotations[{PLANNED_GPUS_ANNOTATION}]: {raw!r} is not a list of indices"
         ) from None
     return PlannedPlacement(node, gpus)
+
+
+def gpu_resources(shared: GpuShare | None, count: int) -> tuple[dict[str, str], dict[str, str]]:
+    """(container limits, pod annotations) asking for `count` whole GPUs or the share.
+
+    The writing side of this module: what `pod_request` reads back. A share
+    carries all its annotations (memory, compute, priority, profile), so the
+    co-location rules see what the custom resource declared.
+    """
+    if shared is not None:
+        return {SHARE_RESOURCE: "1"}, to_annotations(shared)
+    return {GPU_RESOURCE: str(count)}, {}

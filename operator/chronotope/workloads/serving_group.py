@@ -23,11 +23,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from chronotope.api.annotations import to_annotations
 from chronotope.api.v1alpha1.modelvariant import Residency, VariantPhase
 from chronotope.planners.llmcost import Tier
 from chronotope.planners.variants import GroupPlan, Placement, plan_group
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL
 from chronotope.solver.model import Reason
 from chronotope.workloads.placement import (
     JSON_KEY,
@@ -40,6 +39,7 @@ from chronotope.workloads.placement import (
     pod_views,
     render_text,
 )
+from chronotope.workloads.podreq import gpu_resources
 from chronotope.workloads.training_status import condition
 from chronotope.workloads.variants import Member, ServingGroup, group_input, replica_request
 
@@ -298,9 +298,7 @@ def _owners(group: ServingGroup) -> list[dict[str, Any]]:
 def _pod_resources(group: ServingGroup) -> tuple[dict[str, str], dict[str, str]]:
     """(container limits, pod annotations) of one replica: whole GPUs or a share."""
     request = replica_request(group.members)
-    if request.shared is not None:
-        return {SHARE_RESOURCE: "1"}, to_annotations(request.shared)
-    return {GPU_RESOURCE: str(request.count or 1)}, {}
+    return gpu_resources(request.shared, request.count or 1)
 
 
 def group_objects(
