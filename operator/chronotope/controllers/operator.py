@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -32,10 +32,8 @@ from chronotope.workloads.training_status import condition
 
 __all__ = ["apply_outcome", "build_registry"]
 
-PIPELINE_WORKERS = 4
-"""Threads that reconcile InferencePipelines (apart from the TrainingJobs' pool)."""
-VARIANT_WORKERS = 4
-"""Threads that reconcile ModelVariants (apart from the other kinds' pools)."""
+KIND_WORKERS = 4
+"""Threads that reconcile InferencePipelines, and ModelVariants, each kind its own pool."""
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +111,27 @@ def build_registry(
         apply_outcome(outcome, body, patch, metrics)
 
     if pipeline_ops is not None:
-        _pipelines(registry, pipeline_ops, interval, metrics, tuner or TunerSettings())
+        p_ops, settings = pipeline_ops, tuner or TunerSettings()
+        _isolated_timer(
+            registry,
+            "inferencepipelines",
+            "InferencePipeline",
+            interval=interval,
+            metrics=metrics,
+            reconcile_one=lambda obj, now: reconcile_pipeline(obj, p_ops, now, settings),
+        )
     if variant_ops is not None:
-        memo = memo or GroupMemo()
-        if memo.on_pass is None:
-            memo.on_pass = _group_metrics(metrics)
-        _variants(registry, variant_ops, interval, metrics, memo)
+        v_ops, groups = variant_ops, memo or GroupMemo()
+        if groups.on_pass is None:
+            groups.on_pass = _group_metrics(metrics)
+        _isolated_timer(
+            registry,
+            "modelvariants",
+            "ModelVariant",
+            interval=interval,
+            metrics=metrics,
+            reconcile_one=lambda obj, now: reconcile_variant(obj, v_ops, now, groups),
+        )
     return registry
 
 
@@ -159,54 +172,41 @@ def _group_metrics(metrics: OperatorMetrics) -> Any:
     return on_pass
 
 
-def _variants(
+def _isolated_timer(
     registry: kopf.OperatorRegistry,
-    ops: VariantOps,
+    plural: str,
+    kind: str,
+    *,
     interval: float,
     metrics: OperatorMetrics,
-    memo: GroupMemo,
+    reconcile_one: Callable[[dict[str, Any], datetime], Outcome],
 ) -> None:
-    # threads of their own, as the pipelines have: a slow group pass (API writes, a
-    # Prometheus timeout) must not hold up the other kinds
-    pool = ThreadPoolExecutor(VARIANT_WORKERS, thread_name_prefix="variants")
+    """A timer reconciling each object of `plural` on a thread pool of its own.
+
+    Threads of their own: TrainingJob reconciles queued on their decide lock,
+    or a slow pass of another kind (API writes, a Prometheus timeout), must not
+    hold this kind up. One object whose reconcile raises marks itself Failed
+    (`_failed`), never the operator.
+    """
+    pool = ThreadPoolExecutor(KIND_WORKERS, thread_name_prefix=plural)
 
     @kopf.timer(
-        GROUP, VERSION, "modelvariants", interval=interval, backoff=interval, registry=registry
+        GROUP,
+        VERSION,
+        plural,
+        id=f"{plural}-timer",
+        interval=interval,
+        backoff=interval,
+        registry=registry,
     )
-    async def variant_timer(body: Any, patch: Any, **_: Any) -> None:
+    async def timer(body: Any, patch: Any, **_: Any) -> None:
         obj = _body(body)
         try:
             outcome = await asyncio.get_running_loop().run_in_executor(
-                pool, reconcile_variant, obj, ops, datetime.now(UTC), memo
+                pool, reconcile_one, obj, datetime.now(UTC)
             )
-        except Exception as exc:  # one bad variant (or group) marks itself, never the operator
-            _failed(body, patch, "ModelVariant", exc)
-            return
-        apply_outcome(outcome, body, patch, metrics)
-
-
-def _pipelines(
-    registry: kopf.OperatorRegistry,
-    ops: PipelineOps,
-    interval: float,
-    metrics: OperatorMetrics,
-    tuner: TunerSettings,
-) -> None:
-    # threads of their own: TrainingJob reconciles queued on their decide lock must not
-    # take every thread of the event loop's default pool from the pipelines
-    pool = ThreadPoolExecutor(PIPELINE_WORKERS, thread_name_prefix="pipelines")
-
-    @kopf.timer(
-        GROUP, VERSION, "inferencepipelines", interval=interval, backoff=interval, registry=registry
-    )
-    async def pipeline_timer(body: Any, patch: Any, **_: Any) -> None:
-        obj = _body(body)
-        try:
-            outcome = await asyncio.get_running_loop().run_in_executor(
-                pool, reconcile_pipeline, obj, ops, datetime.now(UTC), tuner
-            )
-        except Exception as exc:  # one bad pipeline marks itself, never the operator
-            _failed(body, patch, "InferencePipeline", exc)
+        except Exception as exc:
+            _failed(body, patch, kind, exc)
             return
         apply_outcome(outcome, body, patch, metrics)
 

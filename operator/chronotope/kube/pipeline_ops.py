@@ -15,42 +15,17 @@ from kubernetes.client.exceptions import ApiException
 
 from chronotope.kube import workloads as kw
 from chronotope.kube.client import raw_json
-from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
-from chronotope.kube.store import OperatorCache
+from chronotope.kube.reads import KubeReads
 from chronotope.workloads.pipeline import PIPELINE_LABEL
 
-__all__ = ["DEFAULT_PROMETHEUS", "KubePipelineOps"]
+__all__ = ["KubePipelineOps"]
 
 _NOT_FOUND = 404
 _CONFLICT = 409
 
 
-class KubePipelineOps:
+class KubePipelineOps(KubeReads):
     """`PipelineOps` on a real API server; see the module docstring."""
-
-    def __init__(
-        self,
-        api: client.ApiClient,
-        cache: OperatorCache | None = None,
-        *,
-        prometheus: str = DEFAULT_PROMETHEUS,
-        timeout_s: float = 3.0,
-    ) -> None:
-        """Read and write through `api`; nodes from `cache`; `prometheus` if a spec names none."""
-        self.api = api
-        self.cache = cache
-        self.prometheus = prometheus
-        self.timeout_s = timeout_s
-
-    def nodes(self) -> list[dict[str, Any]]:
-        """All nodes, from the watch cache when there is one."""
-        if self.cache is not None:
-            return self.cache.nodes.list()
-        return kw.list_nodes(self.api)
-
-    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ConfigMap, or None."""
-        return kw.read_config_map(self.api, namespace, name)
 
     def model_variant(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ModelVariant (from the watch cache when there is one), or None."""
@@ -85,10 +60,6 @@ class KubePipelineOps:
             raise
         found: dict[str, Any] = raw_json(obj)
         return found
-
-    def query_rate(self, address: str | None, query: str) -> float | str:
-        """A PromQL instant query's first value, or why it could not be read."""
-        return instant_query(address or self.prometheus, query, self.timeout_s)
 
     def deployments(self, namespace: str, pipeline: str) -> dict[str, dict[str, Any]]:
         """The pipeline's stage Deployments, by name."""

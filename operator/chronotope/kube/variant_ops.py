@@ -20,8 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from chronotope.kube import workloads as kw
 from chronotope.kube.client import raw_json
-from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
-from chronotope.kube.store import OperatorCache
+from chronotope.kube.reads import KubeReads
 from chronotope.workloads.serving_group import GROUP_LABEL
 
 __all__ = ["KubeVariantOps"]
@@ -29,22 +28,8 @@ __all__ = ["KubeVariantOps"]
 _CONFLICT = 409
 
 
-class KubeVariantOps:
+class KubeVariantOps(KubeReads):
     """`VariantOps` on a real API server; see the module docstring."""
-
-    def __init__(
-        self,
-        api: client.ApiClient,
-        cache: OperatorCache | None = None,
-        *,
-        prometheus: str = DEFAULT_PROMETHEUS,
-        timeout_s: float = 3.0,
-    ) -> None:
-        """Read and write through `api`; lists from `cache`; `prometheus` if a spec names none."""
-        self.api = api
-        self.cache = cache
-        self.prometheus = prometheus
-        self.timeout_s = timeout_s
 
     def variants(self, namespace: str) -> list[dict[str, Any]]:
         """The ModelVariants of a namespace."""
@@ -58,26 +43,12 @@ class KubeVariantOps:
         items: list[dict[str, Any]] = data.get("items") or []
         return items
 
-    def nodes(self) -> list[dict[str, Any]]:
-        """All nodes."""
-        if self.cache is not None:
-            return self.cache.nodes.list()
-        return kw.list_nodes(self.api)
-
     def pods(self, namespace: str, group: str) -> list[dict[str, Any]]:
         """The serving group's pods."""
         selector = f"{GROUP_LABEL}={group}"
         if self.cache is not None:
             return self.cache.pods.list(namespace, selector)
         return kw.list_pods(self.api, namespace, selector)
-
-    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ConfigMap, or None."""
-        return kw.read_config_map(self.api, namespace, name)
-
-    def query_rate(self, address: str | None, query: str) -> float | str:
-        """A PromQL instant query's first value, or why it could not be read."""
-        return instant_query(address or self.prometheus, query, self.timeout_s)
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> None:
         """Create each object, or patch what the controller owns of it."""
