@@ -20,11 +20,11 @@ venv:
 	bash hack/venv.sh
 
 lint: venv
-	.venv/bin/ruff check operator tests bench hack
-	.venv/bin/ruff format --check operator tests bench hack
+	.venv/bin/ruff check operator tests e2e bench hack
+	.venv/bin/ruff format --check operator tests e2e bench hack
 	.venv/bin/mypy
 	.venv/bin/lint-imports
 
 fmt: venv
-	.venv/bin/ruff format operator tests bench hack
-	.venv/bin/ruff check --fix operator tests bench hack
+	.venv/bin/ruff format operator tests e2e bench hack
+	.venv/bin/ruff check --fix operator tests e2e bench hack

@@ -18,8 +18,8 @@ step "system packages (Debian prometheus and chromium, for the tuner and dashboa
 bash hack/system-packages.sh
 
 step "ruff"
-ruff check operator tests bench hack
-ruff format --check operator tests bench hack
+ruff check operator tests e2e bench hack
+ruff format --check operator tests e2e bench hack
 
 step "mypy --strict"
 mypy
@@ -29,12 +29,17 @@ lint-imports
 
 step "pytest"
 set +e
-pytest "$@"
+mkdir -p test-artifacts
+pytest --junitxml=test-artifacts/junit.xml "$@"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then
   echo "error: pytest collected no tests" >&2
   exit 1
+fi
+if [[ $rc -eq 0 && $# -eq 0 ]]; then
+  # the whole suite: both tests/ (unit) and e2e/ (real cluster) must have run
+  python hack/check-ran.py test-artifacts/junit.xml
 fi
 step "done (exit $rc)"
 exit $rc

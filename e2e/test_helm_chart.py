@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "chronotope"
 
 

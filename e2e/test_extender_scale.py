@@ -24,8 +24,8 @@ from chronotope.devcluster.cluster import LocalCluster
 from chronotope.kube.client import api_client
 from chronotope.sharing.assignment import GpuAssignment
 from chronotope.sim.clusterspec import ClusterSpec
-from tests.cluster.test_extender import gpu_pod
-from tests.kubetest import wait_for
+from e2e.kubetest import wait_for
+from e2e.test_extender import gpu_pod
 
 pytestmark = pytest.mark.cluster
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
 BIN = str(Path(sys.executable).parent)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from chronotope.api.v1alpha1 import MODELS
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((REPO_ROOT / "manifests" / "samples").glob("*.yaml"))
 INVALID = sorted((REPO_ROOT / "tests" / "fixtures" / "invalid").glob("*.yaml"))
 

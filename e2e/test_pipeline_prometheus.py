@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.conftest import TUNER_DOWN_DELAY_S
-from tests.kubetest import KubeCluster, wait_for
+from e2e.conftest import TUNER_DOWN_DELAY_S
+from e2e.kubetest import KubeCluster, wait_for
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "inferencepipelines"
 

@@ -18,12 +18,12 @@ from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
 from chronotope.planners.profile import profile_to_data
 from chronotope.sharing.assignment import GpuAssignment
 from chronotope.sim.clusterspec import ClusterSpec, node_manifests
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "trainingjobs"
-SAILOR = Path(__file__).resolve().parents[1] / "fixtures" / "sailor" / "OPT-350"
+SAILOR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "sailor" / "OPT-350"
 
 
 def job(

@@ -16,7 +16,7 @@ from chronotope.devcluster import process
 from chronotope.devcluster.binaries import ensure_binaries
 from chronotope.devcluster.cluster import ClusterError, LocalCluster
 from chronotope.devcluster.process import ComponentError
-from tests.kubetest import KubeCluster
+from e2e.kubetest import KubeCluster
 
 pytestmark = pytest.mark.cluster
 

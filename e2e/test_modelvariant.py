@@ -13,14 +13,14 @@ from kubernetes import client
 
 from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
 from chronotope.sim.clusterspec import load_spec, node_manifests
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "modelvariants"
 H100 = "H100-SXM5-80GB"
 LABEL = "chronotope.dev/serving-group"
-DEMO_SPEC = Path(__file__).resolve().parents[2] / "manifests" / "clusters" / "demo.yaml"
+DEMO_SPEC = Path(__file__).resolve().parents[1] / "manifests" / "clusters" / "demo.yaml"
 
 
 def mv(name: str, qps: float = 0.2, group: str | None = "llama", **over: Any) -> dict[str, Any]:

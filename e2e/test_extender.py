@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from chronotope.sharing.assignment import GpuAssignment
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 

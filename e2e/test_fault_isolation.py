@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "trainingjobs"
 

@@ -37,8 +37,8 @@ from chronotope.sharing.assignment import GpuAssignment, gpu_uuid
 from chronotope.solver.colocation import Colocation
 from chronotope.solver.model import Reason
 from chronotope.solver.state import ShareTag
+from e2e.kubetest import KubeCluster, wait_for
 from tests.fake_kubelet import FakeKubelet, fake_kubelet
-from tests.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -33,8 +33,8 @@ from chronotope.sharing.assignment import (
     format_lock,
     gpu_uuid,
 )
+from e2e.kubetest import KubeCluster, wait_for
 from tests.fake_kubelet import FakeKubelet, fake_kubelet
-from tests.kubetest import KubeCluster, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.kubetest import KubeCluster, kubectl_binary
+from e2e.kubetest import KubeCluster, kubectl_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = REPO_ROOT / "manifests" / "clusters" / "demo.yaml"

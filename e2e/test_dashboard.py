@@ -20,9 +20,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from kubernetes import client
 
-from tests.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 GROUP, VERSION = "chronotope.dev", "v1alpha1"
 MARKUP = '<img src=x onerror="document.title=1"><b>bold</b>'
