@@ -7,10 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "ClusterSettings"]
+from chronotope.paths import REPO_ROOT
 
-# operator/chronotope/devcluster/settings.py -> repository root
-REPO_ROOT = Path(__file__).resolve().parents[3]
+__all__ = ["REPO_ROOT", "ClusterSettings"]
 
 
 @dataclass(frozen=True)

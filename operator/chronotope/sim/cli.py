@@ -13,6 +13,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from chronotope.paths import data_file
+
 __all__ = ["POLICIES", "SUMMARY_COLUMNS", "add_parser", "parse_seeds"]
 
 POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "chronotope")
@@ -61,8 +63,19 @@ def add_parser(subparsers: Any) -> None:
 
     colocation_cli.add_parser(traces)
     p = traces.add_parser("openb", help="the Alibaba openb GPU-sharing trace (ATC'23)")
-    p.add_argument("--nodes", type=Path, required=True, help="node list CSV")
-    p.add_argument("--pods", type=Path, nargs="+", required=True, help="pod list CSV(s)")
+    p.add_argument(
+        "--nodes",
+        type=Path,
+        default=data_file("openb", "openb_node_list_gpu_node.csv"),
+        help="node list CSV (default: the openb GPU nodes in data/openb/)",
+    )
+    p.add_argument(
+        "--pods",
+        type=Path,
+        nargs="+",
+        default=[data_file("openb", "openb_pod_list_default.csv")],
+        help="pod list CSV(s) (default: the openb `default` trace in data/openb/)",
+    )
     p.add_argument(
         "--policies",
         default=",".join(POLICIES),

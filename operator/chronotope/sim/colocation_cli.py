@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chronotope.paths import data_file
+
 __all__ = ["SUMMARY", "add_parser"]
 
 SUMMARY = (
@@ -25,7 +27,12 @@ def add_parser(traces: Any) -> None:
     p = traces.add_parser(
         "colocation", help="high-priority inference beside best-effort training (Orion kernels)"
     )
-    p.add_argument("--kernels", type=Path, required=True, help="directory of Orion kernel profiles")
+    p.add_argument(
+        "--kernels",
+        type=Path,
+        default=data_file("orion", "model_kernels"),
+        help="directory of Orion kernel profiles (default: data/orion/model_kernels/)",
+    )
     p.add_argument("--policies", default="exclusive,packing,orion,chronotope")
     p.add_argument("--seed", type=int, default=0, help="seeds the HP arrivals")
     p.add_argument("--out", type=Path, required=True, help="output directory")

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chronotope.paths import data_file
+
 __all__ = ["SUMMARY", "add_parser"]
 
 SUMMARY = (
@@ -33,8 +35,9 @@ def add_parser(traces: Any) -> None:
     p.add_argument(
         "--trace",
         type=Path,
-        required=True,
-        help="Azure LLM CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or Mooncake JSONL",
+        default=data_file("azure-llm", "AzureLLMInferenceTrace_conv.csv"),
+        help="Azure LLM CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or Mooncake JSONL "
+        "(default: the Azure conv trace in data/azure-llm/)",
     )
     p.add_argument("--variants", type=int, default=64, help="variants of the base")
     p.add_argument("--zipf", type=float, default=1.0, help="popularity: Zipf exponent")

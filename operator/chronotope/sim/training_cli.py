@@ -13,16 +13,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_GAVEL", "add_parser", "run_training"]
+from chronotope.paths import data_file
 
-DEFAULT_GAVEL = Path(__file__).resolve().parents[3] / "data" / "gavel" / "isolated_throughputs.json"
+__all__ = ["DEFAULT_GAVEL", "DEFAULT_TRACE", "add_parser", "run_training"]
+
+DEFAULT_GAVEL = data_file("gavel", "isolated_throughputs.json")
 """Gavel's isolated throughputs, shipped in the repository (data/README.md)."""
+DEFAULT_TRACE = data_file("philly", "philly.csv")
+"""The Philly trace, shipped in the repository (data/README.md)."""
 
 
 def add_parser(traces: Any) -> None:
     """Add `training` to the `simulate` sub-subparsers."""
     p = traces.add_parser("training", help="Philly training jobs, FIFO/LAS/EDF/Gavel/ours")
-    p.add_argument("--trace", type=Path, required=True, help="philly.csv")
+    p.add_argument(
+        "--trace", type=Path, default=DEFAULT_TRACE, help="philly.csv (default: data/philly/)"
+    )
     p.add_argument("--start", required=True, help="window start, e.g. '2017-10-20 08:00:00'")
     p.add_argument("--end", required=True, help="window end (exclusive)")
     p.add_argument("--cluster", type=Path, required=True, help="ClusterSpec YAML")
