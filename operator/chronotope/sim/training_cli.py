@@ -10,6 +10,7 @@ Heavy imports happen in the handler so `chronotope --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,13 @@ def add_parser(traces: Any) -> None:
     p.add_argument("--deadline-share", type=float, default=0.3, help="share of jobs with one")
     p.add_argument("--round-s", type=float, default=360.0, help="lease round length")
     p.add_argument("--restart-overhead-s", type=float, default=30.0)
+    p.add_argument(
+        "--estimate-error",
+        default="none",
+        metavar="lognormal:SIGMA",
+        help="give policies that use durations a noisy estimate: true * exp(N(0, SIGMA)), "
+        "seeded (default: none, the exact duration)",
+    )
     p.set_defaults(func=_handle)
 
 
@@ -64,6 +72,7 @@ def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
         build_jobs,
         capacity_from_spec,
         load_gavel_speeds,
+        parse_estimate_error,
         read_philly_window,
     )
 
@@ -81,7 +90,9 @@ def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
     rows = read_philly_window(args.trace, args.start, args.end)
     if not rows:
         raise SystemExit(f"no jobs in [{args.start}, {args.end})")
-    workload = WorkloadSettings(deadline_share=args.deadline_share)
+    workload = WorkloadSettings(
+        deadline_share=args.deadline_share, estimate_sigma=parse_estimate_error(args.estimate_error)
+    )
     jobs = build_jobs(rows, speeds, max(capacity.values()), workload, args.seed)
     engine = EngineSettings(round_s=args.round_s, restart_overhead_s=args.restart_overhead_s)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -103,11 +114,36 @@ def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
     bound = write_bounds(jobs, args.seed, args.out / "bounds.csv")
     print(f"lower bound on avg_jct_h (mean isolated best run time): {bound:.4f} (bounds.csv)")
     title = f"Philly {args.start} to {args.end}, seed {args.seed}, {len(jobs)} jobs"
+    if workload.estimate_sigma > 0:
+        title += f", estimates lognormal sigma {workload.estimate_sigma:g}"
     plot_jct_cdf(curves, args.out / "jct_cdf.png", title)
     return summary
 
 
+def _usage_error(args: argparse.Namespace) -> str | None:
+    """The first bad argument, in one line, or None (checked before any heavy work)."""
+    from chronotope.sim.training.workload import parse_estimate_error, parse_time
+
+    try:
+        start, end = parse_time(args.start), parse_time(args.end)
+        parse_estimate_error(args.estimate_error)
+    except ValueError as exc:
+        return str(exc)
+    if end <= start:
+        return f"--end {args.end!r} is not after --start {args.start!r}"
+    for flag, path in (("--trace", args.trace), ("--cluster", args.cluster)):
+        if not path.is_file():
+            return f"{flag} {path}: no such file"
+    if not args.throughputs.is_file():
+        return f"--throughputs {args.throughputs}: no such file"
+    return None
+
+
 def _handle(args: argparse.Namespace) -> int:
+    problem = _usage_error(args)
+    if problem is not None:
+        print(f"chronotope simulate training: error: {problem}", file=sys.stderr)
+        return 2
     for row in run_training(args):
         print(", ".join(f"{k}={v}" for k, v in row.items()))
     return 0

@@ -36,17 +36,35 @@ Each decision (arrival, completion, lease round):
    which starting there would cost anyway). No GPU idles while a waiting job
    fits on it.
 
-Durations are taken from the job (the TrainingJob's duration estimate; in the
-simulator the trace's duration), as SRTF-style schedulers assume.
+Durations are estimates: the TrainingJob's `spec.estimate` (with its
+`completedFraction` applied), or in the simulator the trace's duration, exact or
+made noisy (`--estimate-error`). The policy never reads a job's true remaining
+work: it plans with `JobState.estimated_remaining_s`, which corrects the
+estimate online from observed progress (work done so far): a job that runs past
+its estimate is assumed to need as much again as it has done (the doubling rule
+of schedulers without oracles), so a badly underestimated job cannot keep
+jumping the queue. Deadlines need more than a point estimate: the policy also
+learns how wrong estimates are from the jobs that finished (the ratio of the
+work they really did to their estimate, whose spread it keeps), and judges
+urgency with a pessimistic estimate (the `pessimism` quantile of that ratio) and
+reachability with an optimistic one (the `1 - pessimism` quantile), so a job
+whose estimate is too low becomes urgent early enough and one whose estimate is
+too high is not given up as unreachable. With exact estimates both are the
+point estimate.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = ["ChronotopePolicy", "Job", "JobState", "TrainingPolicy"]
+
+MIN_ERRORS = 5
+"""Finished estimated jobs needed before their estimate errors are trusted as a spread."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,11 @@ class Job:
     job_type: str
     speed: Mapping[str, float]
     deadline_s: float | None = None
+    estimate_s: float | None = None  # the owner's estimate of work_s (None: exact)
+
+    def estimated_work_s(self) -> float:
+        """The run time on the reference type that the owner declared (`work_s` if exact)."""
+        return self.work_s if self.estimate_s is None else self.estimate_s
 
     def best_runtime_s(self) -> float:
         """Run time alone on the job's fastest GPU type."""
@@ -78,9 +101,25 @@ class JobState:
     finish_s: float | None = None
     received_s: dict[str, float] = field(default_factory=dict)
 
+    def done_s(self) -> float:
+        """Work done so far, in reference seconds (observable: time run times speed)."""
+        return max(0.0, self.job.work_s - self.remaining_s)
+
+    def estimated_remaining_s(self) -> float:
+        """What the policy believes is left, in reference seconds (see the module docstring).
+
+        The estimate minus the work done; once the job has run past its estimate, as
+        much again as it has done. Exact (`remaining_s`) when the job has no estimate.
+        """
+        if self.job.estimate_s is None:
+            return self.remaining_s
+        done = self.done_s()
+        left = self.job.estimate_s - done
+        return left if left > 0 else max(done, 1.0)
+
     def best_remaining_s(self) -> float:
-        """Remaining run time on the job's fastest GPU type."""
-        return self.remaining_s / max(self.job.speed.values())
+        """Estimated remaining run time on the job's fastest GPU type."""
+        return self.estimated_remaining_s() / max(self.job.speed.values())
 
 
 class TrainingPolicy(Protocol):
@@ -116,6 +155,7 @@ class ChronotopePolicy:
         congestion: float = 1.0,
         passes: int = 2,
         switch_s: float | None = None,
+        pessimism: float = 0.8,
     ) -> None:
         """Set the lease round `round_s` and the knobs the module docstring names.
 
@@ -130,11 +170,56 @@ class ChronotopePolicy:
         self.passes = passes
         # A held lease is given up (moved or yielded) only for a gain above one round.
         self.switch_s = round_s if switch_s is None else switch_s
+        self.pessimism = pessimism
+        # log(work done / estimate) of finished estimated jobs, sorted; and the jobs last seen
+        self._log_errors: list[float] = []
+        self._seen: dict[int, JobState] = {}
+
+    def _learn(self, active: Sequence[JobState]) -> None:
+        """Record how wrong the estimates of jobs that finished since the last decision were.
+
+        A job that left the active set finished; its work done is then its true work,
+        which the operator observes too (its run time on known speeds).
+        """
+        now_ids = {js.job.job_id for js in active}
+        for jid, js in self._seen.items():
+            est = js.job.estimate_s
+            if jid not in now_ids and est is not None and est > 0:
+                bisect.insort(self._log_errors, math.log(js.job.work_s / est))
+        self._seen = {js.job.job_id: js for js in active}
+
+    def _error_factor(self, q: float) -> float:
+        """The q-quantile of finished jobs' (true / estimated) work; 1 until a few finished."""
+        n = len(self._log_errors)
+        if n < MIN_ERRORS:
+            return 1.0
+        return math.exp(self._log_errors[min(n - 1, int(q * n))])
+
+    def _pessimistic_remaining_s(self, js: JobState) -> float:
+        """Remaining reference work if the estimate is off by the `pessimism` quantile."""
+        est = js.job.estimate_s
+        if est is None:
+            return js.remaining_s
+        hi = est * self._error_factor(self.pessimism) - js.done_s()
+        return max(hi, js.estimated_remaining_s())
+
+    def _planned_work_s(self, js: JobState) -> float:
+        """Remaining reference work the plan reserves: pessimistic for a job with a deadline.
+
+        So a deadline job whose estimate may be too low picks a type fast enough for
+        the work it may really have left; others plan with the point estimate.
+        """
+        if js.job.deadline_s is None:
+            return js.estimated_remaining_s()
+        return self._pessimistic_remaining_s(js)
 
     def _urgent(self, now: float, js: JobState) -> bool:
         d = js.job.deadline_s
         if d is None:
             return False
+        if js.job.estimate_s is not None:
+            # its laxity is unknowable: every deadline job not yet late goes first (EDF)
+            return d > now
         best = js.best_remaining_s()
         laxity = d - now - best
         return 0 <= laxity <= max(self.urgency * best, 2 * self.round_s)
@@ -143,6 +228,7 @@ class ChronotopePolicy:
         self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
     ) -> dict[int, str]:
         """Order, plan and backfill the active jobs (see the module docstring); job_id -> type."""
+        self._learn(active)
         urgent = sorted(
             (js for js in active if self._urgent(now, js)),
             key=lambda s: (s.job.deadline_s, s.job.job_id),
@@ -213,7 +299,7 @@ class ChronotopePolicy:
                 if start is None or (urgent_job and start > 0):
                     continue
                 restart = 0.0 if (js.gpu_type == g and start == 0) else self.restart_s
-                run = restart + js.remaining_s / js.job.speed[g]
+                run = restart + self._planned_work_s(js) / js.job.speed[g]
                 cost = start + run
                 if js.gpu_type is not None and restart > 0:
                     cost += self.switch_s  # leaving a held lease: hysteresis

@@ -97,6 +97,7 @@ def test_cli_writes_exact_columns(tmp_path: Path) -> None:
         deadline_share=0.3,
         round_s=360.0,
         restart_overhead_s=30.0,
+        estimate_error="none",
     )
     run_training(args)
     with (tmp_path / "out" / "summary.csv").open() as fh:

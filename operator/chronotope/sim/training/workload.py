@@ -11,6 +11,11 @@ A documented share of jobs (default 30 %, seeded) gets a deadline
 `arrival + slack * isolated run time on its fastest type`, slack uniform in
 [`slack_lo`, `slack_hi`]. Gang sizes above the largest single-type pool are
 clamped to it, and durations below one minute are raised to one minute.
+
+Estimates: with `estimate_sigma` > 0 each job also carries its owner's estimate
+of its run time, `duration * exp(N(0, sigma))`, drawn from a generator of its own
+(seeded by the seed), so job types, deadlines and arrivals are the same at every
+sigma. Sigma 0 means exact estimates (the policy sees the true duration).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +41,8 @@ __all__ = [
     "build_jobs",
     "capacity_from_spec",
     "load_gavel_speeds",
+    "parse_estimate_error",
+    "parse_time",
     "read_philly_window",
 ]
 
@@ -60,11 +68,37 @@ class WorkloadSettings(BaseModel):
     slack_lo: float = Field(default=1.5, ge=1)
     slack_hi: float = Field(default=4.0, ge=1)
     min_duration_s: float = Field(default=60.0, ge=1)
+    estimate_sigma: float = Field(
+        default=0.0, ge=0, le=5, description="lognormal error of the owners' duration estimates"
+    )
 
 
 def parse_time(text: str) -> datetime:
-    """Philly timestamps ('2017-10-09 06:00:00'); 'T' separators are accepted too."""
-    return datetime.strptime(text.replace("T", " "), TIME_FORMAT)
+    """A Philly timestamp ('2017-10-09 06:00:00', 'T' separator accepted) or a date (midnight).
+
+    ValueError (naming the expected forms) for anything else.
+    """
+    cleaned = text.strip().replace("T", " ")
+    for fmt in (TIME_FORMAT, "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(cleaned, fmt)
+        except ValueError:
+            continue
+    raise ValueError(f"{text!r} is not a date or timestamp (YYYY-MM-DD or YYYY-MM-DD HH:MM:SS)")
+
+
+def parse_estimate_error(text: str) -> float:
+    """`lognormal:SIGMA` (or `none`) -> sigma; ValueError naming the expected form."""
+    if text.strip().lower() in ("none", "exact", "0"):
+        return 0.0
+    kind, sep, value = text.partition(":")
+    try:
+        sigma = float(value)
+    except ValueError:
+        sigma = math.nan
+    if kind.strip().lower() != "lognormal" or not sep or not 0 <= sigma <= 5:  # noqa: PLR2004
+        raise ValueError(f"{text!r}: expected lognormal:SIGMA with 0 <= SIGMA <= 5, or none")
+    return sigma
 
 
 def read_philly_window(path: Path, start: str, end: str) -> list[TraceRow]:
@@ -107,6 +141,7 @@ def build_jobs(
 ) -> list[Job]:
     """Seeded job types and deadlines for trace rows."""
     rng = random.Random(seed)
+    noise = random.Random(f"estimate-{seed}")
     types = sorted(speeds)
     jobs = []
     for i, row in enumerate(rows):
@@ -118,6 +153,9 @@ def build_jobs(
         deadline = None
         if has_deadline:
             deadline = row.submit_s + slack * work / max(speed.values())
+        estimate = None
+        if settings.estimate_sigma > 0:
+            estimate = work * math.exp(noise.gauss(0.0, settings.estimate_sigma))
         jobs.append(
             Job(
                 job_id=i,
@@ -127,6 +165,7 @@ def build_jobs(
                 job_type=job_type,
                 speed=speed,
                 deadline_s=deadline,
+                estimate_s=estimate,
             )
         )
     return jobs
