@@ -174,6 +174,7 @@ class ChronotopePolicy:
         # log(work done / estimate) of finished estimated jobs, sorted; and the jobs last seen
         self._log_errors: list[float] = []
         self._seen: dict[int, JobState] = {}
+        self._suffix: list[float] = [0.0]
 
     def _learn(self, active: Sequence[JobState]) -> None:
         """Record how wrong the estimates of jobs that finished since the last decision were.
@@ -210,8 +211,35 @@ class ChronotopePolicy:
         the work it may really have left; others plan with the point estimate.
         """
         if js.job.deadline_s is None:
-            return js.estimated_remaining_s()
+            return self._expected_remaining_s(js)
         return self._pessimistic_remaining_s(js)
+
+    def _expected_remaining_s(self, js: JobState) -> float:
+        """Expected remaining reference work given the work done, under the learned errors.
+
+        The job's total is its estimate times a ratio drawn from the finished jobs' (true /
+        estimated) ratios; given that it has run `done` without finishing, only ratios that
+        put the total above `done` remain possible, and the expectation is over those. With
+        too few finished jobs, or none that would still run, `estimated_remaining_s`.
+        """
+        est = js.job.estimate_s
+        if est is None or len(self._log_errors) < MIN_ERRORS:
+            return js.estimated_remaining_s()
+        done = js.done_s()
+        # sorted ratios: the ones above done/est form a suffix
+        cut = bisect.bisect_right(self._log_errors, math.log(max(done, 1e-9) / est))
+        alive = len(self._log_errors) - cut
+        if alive == 0:
+            return js.estimated_remaining_s()
+        return est * self._ratio_suffix()[cut] / alive - done
+
+    def _ratio_suffix(self) -> list[float]:
+        """Suffix sums of the sorted (true / estimated) ratios, rebuilt when one was added."""
+        if len(self._suffix) != len(self._log_errors) + 1:
+            self._suffix = [0.0] * (len(self._log_errors) + 1)
+            for i in range(len(self._log_errors) - 1, -1, -1):
+                self._suffix[i] = self._suffix[i + 1] + math.exp(self._log_errors[i])
+        return self._suffix
 
     def _urgent(self, now: float, js: JobState) -> bool:
         d = js.job.deadline_s
@@ -236,7 +264,7 @@ class ChronotopePolicy:
         urgent_ids = {js.job.job_id for js in urgent}
 
         def key(s: JobState) -> tuple[float, int]:
-            k = s.job.num_gpus * s.best_remaining_s()
+            k = s.job.num_gpus * self._expected_remaining_s(s) / max(s.job.speed.values())
             if s.gpu_type is not None:
                 k *= self.lease_discount
             return (k, s.job.job_id)

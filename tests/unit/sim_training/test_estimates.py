@@ -139,3 +139,18 @@ def test_the_cli_answers_a_bad_argument_with_one_line(tmp_path: Path) -> None:
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1, out.stderr
         assert needle in lines[0]
+
+
+@pytest.mark.parametrize("name", [n for n in TRAINING_POLICY_NAMES if n != "chronotope"])
+def test_baselines_do_not_read_estimates(name: str) -> None:
+    speeds = {"a": {"v100": 1.0, "k80": 0.4}, "b": {"v100": 1.0, "k80": 0.8}}
+    results = []
+    for sigma in (0.0, 1.0):
+        jobs = build_jobs(
+            _rows()[:60], speeds, 4, WorkloadSettings(estimate_sigma=sigma, deadline_share=0.3), 1
+        )
+        res = simulate(
+            jobs, {"v100": 4, "k80": 4}, make_training_policy(name, 360.0), EngineSettings()
+        )
+        results.append(res.finish_s)
+    assert results[0] == results[1]
