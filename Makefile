@@ -1,8 +1,11 @@
 # Chronotope: the two commands are `make demo` and `make test`.
-.PHONY: demo test down status build venv lint fmt
+.PHONY: demo demo-helm test down status build venv lint fmt
 
 demo: venv  ## bring up the local GPU cluster with the demo workloads and show it
 	bash hack/demo.sh
+
+demo-helm: venv  ## the demo with the components under the Helm chart's ServiceAccounts and RBAC
+	bash hack/demo.sh --chart-identities
 
 test:  ## run the whole test suite (quality gates + unit + real-cluster tests)
 	bash hack/test.sh

@@ -8,6 +8,11 @@ already running cluster instead (it is then left alone).
 
 Each test that needs API objects takes `namespace`: a fresh namespace, deleted
 afterwards.
+
+The extender, its kube-scheduler, the operator and the device plugins the tests
+start run under the Helm chart's ServiceAccounts and RBAC (`chart_identities`),
+so every flow also proves the chart grants enough. Set CHRONOTOPE_TEST_ADMIN=1 to
+run them as cluster-admin instead (for debugging a failure that may be RBAC).
 """
 
 from __future__ import annotations
@@ -67,18 +72,41 @@ def kube_cluster(cluster_settings: Any) -> Iterator[KubeCluster]:
 
 
 @pytest.fixture(scope="session")
-def chronotope_scheduler(kube_cluster: KubeCluster) -> int:
+def chart_identities(kube_cluster: KubeCluster) -> Any:
+    """The chart's ServiceAccounts + RBAC applied, a token kubeconfig each (ChartIdentities).
+
+    None (components run as cluster-admin) with CHRONOTOPE_TEST_ADMIN=1 or on a
+    cluster the tests did not start.
+    """
+    if os.environ.get("CHRONOTOPE_TEST_ADMIN") == "1" or kube_cluster.local is None:
+        return None
+    return kube_cluster.local.chart_identities()
+
+
+@pytest.fixture(scope="session")
+def device_plugin_kubeconfig(kube_cluster: KubeCluster, chart_identities: Any) -> Path:
+    """The kubeconfig a test's `chronotope device-plugin` process runs with."""
+    if chart_identities is None:
+        return kube_cluster.kubeconfig
+    path: Path = chart_identities.kubeconfig("device-plugin")
+    return path
+
+
+@pytest.fixture(scope="session")
+def chronotope_scheduler(kube_cluster: KubeCluster, chart_identities: Any) -> int:
     """The Chronotope extender plus a kube-scheduler with the `chronotope` profile; its port."""
     if kube_cluster.local is None:
         raise RuntimeError(
             "extender tests need the cluster the tests start (unset CHRONOTOPE_TEST_KUBECONFIG)"
         )
-    port: int = kube_cluster.local.start_chronotope_scheduler()
+    port: int = kube_cluster.local.start_chronotope_scheduler(identities=chart_identities)
     return port
 
 
 @pytest.fixture(scope="session")
-def chronotope_operator(kube_cluster: KubeCluster, chronotope_scheduler: int) -> int:
+def chronotope_operator(
+    kube_cluster: KubeCluster, chronotope_scheduler: int, chart_identities: Any
+) -> int:
     """The CRDs installed and the Chronotope controllers running (with the scheduler).
 
     Returns the port of the operator's dashboard (on 127.0.0.1).
@@ -94,7 +122,8 @@ def chronotope_operator(kube_cluster: KubeCluster, chronotope_scheduler: int) ->
             str(TUNER_DOWN_DELAY_S),
             "--dashboard-port",
             str(dashboard),
-        )
+        ),
+        identities=chart_identities,
     )
     return dashboard
 

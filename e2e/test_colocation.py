@@ -100,7 +100,12 @@ def _add_node(core: Any, api: Any, name: str, model: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def colo(kube_cluster: KubeCluster, chronotope_scheduler: int) -> Iterator[Colo]:
+def colo(
+    kube_cluster: KubeCluster,
+    chronotope_scheduler: int,
+    chart_identities: Any,
+    device_plugin_kubeconfig: Path,
+) -> Iterator[Colo]:
     from kubernetes import client
 
     assert kube_cluster.local is not None
@@ -117,7 +122,7 @@ def colo(kube_cluster: KubeCluster, chronotope_scheduler: int) -> Iterator[Colo]
                 proc = subprocess.Popen(
                     [
                         *(sys.executable, "-m", "chronotope", "-v", "device-plugin"),
-                        *("--node-name", first, "--kubeconfig", str(kube_cluster.kubeconfig)),
+                        *("--node-name", first, "--kubeconfig", str(device_plugin_kubeconfig)),
                         *("--plugin-dir", str(plugin_dir), "--resource-name", RESOURCE),
                         *("--gpus", "1", "--shares-per-gpu", "10", "--watch-interval", "0.5"),
                     ],
@@ -128,13 +133,17 @@ def colo(kube_cluster: KubeCluster, chronotope_scheduler: int) -> Iterator[Colo]
                     registration = kubelet.next_registration(timeout=120)
                     # restarted after the plugin marked its node, so the binder takes its lock
                     kube_cluster.local.start_chronotope_scheduler(
-                        chronotope_scheduler, ("--interference-budget", f"{budget:.2f}")
+                        chronotope_scheduler,
+                        ("--interference-budget", f"{budget:.2f}"),
+                        identities=chart_identities,
                     )
                     yield Colo(model, nodes, budget, kubelet, registration.endpoint, core)
                 finally:
                     proc.terminate()
                     proc.wait(timeout=60)
-                    kube_cluster.local.start_chronotope_scheduler(chronotope_scheduler)
+                    kube_cluster.local.start_chronotope_scheduler(
+                        chronotope_scheduler, identities=chart_identities
+                    )
         finally:
             for name in nodes:
                 core.delete_node(name)

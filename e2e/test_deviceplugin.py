@@ -75,7 +75,7 @@ def _node_manifest(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def plugin(kube_cluster: KubeCluster) -> Iterator[Plugin]:
+def plugin(kube_cluster: KubeCluster, device_plugin_kubeconfig: Path) -> Iterator[Plugin]:
     from kubernetes import client
 
     node = f"dp-{uuid.uuid4().hex[:6]}"
@@ -96,7 +96,7 @@ def plugin(kube_cluster: KubeCluster) -> Iterator[Plugin]:
                         "--node-name",
                         node,
                         "--kubeconfig",
-                        str(kube_cluster.kubeconfig),
+                        str(device_plugin_kubeconfig),  # the chart's device-plugin identity
                         "--plugin-dir",
                         str(plugin_dir),
                         "--resource-name",

@@ -28,13 +28,40 @@ def _job(name: str, template: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _create_past_the_webhook(
+    kube_cluster: KubeCluster, api: Any, namespace: str, obj: dict[str, Any]
+) -> None:
+    """Create a job the admission webhook would deny, as if stored before it was installed."""
+    from kubernetes.client.exceptions import ApiException
+
+    from chronotope.devcluster.cluster import WEBHOOK_NAME
+    from chronotope.kube.admission import delete_webhook_configurations
+
+    custom = client.CustomObjectsApi(api)
+    delete_webhook_configurations(api, WEBHOOK_NAME)
+
+    def created() -> bool:
+        try:
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj)
+        except ApiException as exc:  # the API server may still apply the deleted registration
+            if exc.status != 422:
+                raise
+            return False
+        return True
+
+    try:
+        wait_for(created, 30, "the webhook registration to be gone")
+    finally:
+        kube_cluster.local.register_webhooks()
+
+
 def test_a_bad_template_is_marked_and_does_not_block_its_queue(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         bad = _job("bad-template", {"spec": {"containers": "not-a-list"}})
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, bad)
+        _create_past_the_webhook(kube_cluster, api, namespace, bad)
         time.sleep(1)  # older: ahead of the good one in the queue
         good = _job("good", {"spec": {"containers": [{"name": "w", "image": "x"}]}})
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, good)

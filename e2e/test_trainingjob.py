@@ -447,7 +447,7 @@ def test_operator_restarted_mid_resize_converges(
     kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/restarty", "--replicas=3")
     assert kube_cluster.local is not None
     kube_cluster.local.stop_component("chronotope-operator")  # killed mid-resize
-    kube_cluster.local.start_operator()
+    kube_cluster.local.restart_operator()  # same identity, flags and webhook
 
     def converged() -> bool:
         status = _get(api, namespace, "restarty").get("status") or {}

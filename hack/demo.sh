@@ -2,14 +2,32 @@
 # The demo: a real local control plane with simulated heterogeneous GPU nodes, the
 # Chronotope scheduler (kube-scheduler + extender) and operator, sample custom resources
 # and GPU pods placed on whole and shared GPUs. Leaves the cluster running; `make down`.
+# `--chart-identities` (make demo-helm): the components run under the Helm chart's
+# ServiceAccounts and RBAC (token kubeconfigs), not as cluster-admin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+identities=()
+case "${1:-}" in
+  "") ;;
+  --chart-identities) identities=(--chart-identities) ;;
+  *) echo "usage: $0 [--chart-identities]" >&2; exit 2 ;;
+esac
 export PATH="$PWD/.venv/bin:$PATH"
 chronotope dev cluster down >/dev/null 2>&1 || true
-chronotope dev cluster up --spec manifests/clusters/demo.yaml --with-scheduler --with-operator --dashboard-port 8090
+chronotope dev cluster up --spec manifests/clusters/demo.yaml --with-scheduler --with-operator --dashboard-port 8090 "${identities[@]}"
 kubeconfig="$(chronotope dev cluster status | sed -n 's/^kubeconfig: //p')"
 k() { kubectl --kubeconfig "$kubeconfig" "$@"; }
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+
+if [[ ${#identities[@]} -gt 0 ]]; then
+  ids="$(dirname "$kubeconfig")/identities"
+  say "kubectl auth whoami --kubeconfig $ids/chronotope-operator.kubeconfig   # who the operator is"
+  kubectl --kubeconfig "$ids/chronotope-operator.kubeconfig" auth whoami
+  say "kubectl auth can-i get secrets -A --kubeconfig $ids/chronotope-operator.kubeconfig"
+  kubectl --kubeconfig "$ids/chronotope-operator.kubeconfig" auth can-i get secrets -A || true
+  say "kubectl auth can-i create pods --kubeconfig $ids/chronotope-scheduler.kubeconfig   # the extender binds, never creates"
+  kubectl --kubeconfig "$ids/chronotope-scheduler.kubeconfig" auth can-i create pods || true
+fi
 
 say "kubectl get nodes   # GPU capacity and topology"
 k get nodes -o custom-columns='NAME:.metadata.name,GPU:.metadata.labels.nvidia\.com/gpu\.product,GPUS:.status.capacity.nvidia\.com/gpu,MEM(MiB):.metadata.labels.nvidia\.com/gpu\.memory,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,RACK:.metadata.labels.chronotope\.dev/rack,NVLINK:.metadata.labels.chronotope\.dev/nvlink-domain'

@@ -66,20 +66,26 @@ spec:
       image: jupyter/base-notebook
 ```
 
-## Rules the API server cannot check (yet)
+## Rules the CRD cannot check: the admission webhook
 
 CEL rules run inside the API server with a cost budget and cannot reach other
-objects. These are left to an admission webhook (planned) and to the
-operator, which reports them in status conditions:
+objects. The operator's admission webhook (docs/webhook.md) checks the rest;
+the operator reports the same problems in status conditions, for objects
+stored while the webhook was off:
 
-- a stage's `model.variant` must name an existing ModelVariant, and a trace
-  source's ConfigMap and key must exist;
-- `parallelism.modelProfile` must name an existing profile;
-- GPU types must exist in the cluster, and when `gpuTypes[].memoryMiB` is
-  omitted the GPU's memory comes from node labels, so a shared request is
-  checked against it only at scheduling time;
-- pod-template contents (`spec.template`) are checked when the operator
-  creates the pods, not on admission.
+- denied: a `spec.template` the Pod API would refuse (a wrong type, a missing
+  required field, a malformed quantity, GPUs in container resources), named
+  by field path; and, while a TrainingJob runs, a change to `spec.template`,
+  `spec.gpu` or `spec.checkpoint.path` (`replicas` stays free for `kubectl
+  scale`);
+- warned (`kubectl` prints `Warning:`): a stage's `model.variant` that names
+  no ModelVariant, a trace source's ConfigMap or key that does not exist, a
+  `parallelism.modelProfile` that is missing or unusable (these may be
+  created next: the controllers wait for them), GPU types no node has, and a
+  shared request larger than every GPU of its types (memory from node
+  labels); unknown fields in `spec.template`;
+- defaulted: object-valued defaults such as a TrainingJob's `placement` and
+  `restart` are written into the stored spec.
 
 DAG acyclicity *is* checked by the API server, by requiring stages in
 topological order; it uses two-variable CEL comprehensions, so the

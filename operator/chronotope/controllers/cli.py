@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
 import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chronotope.controllers.metrics import OperatorMetrics
+    from chronotope.workloads.leader import LeaseTiming
 
 __all__ = ["add_parser"]
 
@@ -44,8 +54,15 @@ def add_parser(sub: Any) -> None:
         "--interval", type=float, default=2.0, help="seconds between reconciles of each job"
     )
     parser.add_argument(
-        "--health-port", type=int, default=0, help="serve /healthz on this loopback port (0: off)"
+        "--health-port", type=int, default=0, help="serve /healthz on this port (0: off)"
     )
+    parser.add_argument(
+        "--health-address",
+        default="127.0.0.1",
+        help="address for /healthz (a kubelet probe needs the pod's IP: 0.0.0.0)",
+    )
+    _add_leader_flags(parser)
+    _add_webhook_flags(parser)
     parser.add_argument(
         "--metrics-port",
         type=int,
@@ -61,6 +78,95 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(func=_run)
 
 
+def _add_webhook_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--webhook-port",
+        type=int,
+        default=0,
+        help="serve the validating and defaulting admission webhook (HTTPS) on this port (0: off)",
+    )
+    parser.add_argument(
+        "--webhook-address", default="0.0.0.0", help="address for the webhook (default: all)"
+    )
+    parser.add_argument(
+        "--webhook-cert-dir",
+        type=Path,
+        help="directory with tls.crt and tls.key; when it has neither, a self-signed CA "
+        "(ca.crt, the registration's caBundle) and serving certificate are generated into it",
+    )
+    parser.add_argument(
+        "--webhook-host",
+        action="append",
+        help="DNS name or IP the generated certificate is for (repeatable; default: "
+        "127.0.0.1 and localhost)",
+    )
+
+
+def _start_webhook(args: argparse.Namespace, api: Any, cache: Any) -> str | None:
+    """Start the admission webhook when --webhook-port is set; why it could not, or None."""
+    import ssl
+
+    from chronotope.controllers.webhook import WebhookServer, WebhookSettings
+    from chronotope.controllers.webhook_tls import ensure_certificates
+    from chronotope.kube.admission import KubeAdmissionLookups, pod_template_types
+
+    if not args.webhook_port:
+        return None
+    if args.webhook_cert_dir is None:
+        return "--webhook-port needs --webhook-cert-dir (its tls.crt/tls.key, or where to generate)"
+    hosts = args.webhook_host or ["127.0.0.1", "localhost"]
+    try:
+        files = ensure_certificates(args.webhook_cert_dir, hosts)
+        settings = WebhookSettings(args.webhook_port, args.webhook_address, files.cert, files.key)
+        WebhookServer(settings, KubeAdmissionLookups(api, cache), pod_template_types()).start()
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        return f"admission webhook: {exc}"
+    if files.ca is not None:
+        logging.getLogger(__name__).info("webhook CA bundle: %s", files.ca)
+    return None
+
+
+def _add_leader_flags(parser: argparse.ArgumentParser) -> None:
+    from chronotope.workloads.leader import LeaseTiming
+
+    default = LeaseTiming()
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run the controllers only while holding a coordination.k8s.io Lease "
+        "(several replicas: one leads, the others stand by)",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default="default",
+        help="namespace of the Lease (the chart passes its release namespace)",
+    )
+    parser.add_argument("--leader-election-id", default="chronotope-operator", help="Lease name")
+    parser.add_argument(
+        "--leader-election-identity",
+        default="",
+        help="holder identity (default: $POD_NAME, else hostname and a random suffix)",
+    )
+    parser.add_argument(
+        "--leader-lease-duration",
+        type=int,
+        default=default.lease_s,
+        help="seconds a Lease holds without renewal",
+    )
+    parser.add_argument(
+        "--leader-renew-deadline",
+        type=float,
+        default=default.renew_deadline_s,
+        help="seconds a leader may go without renewing before it exits",
+    )
+    parser.add_argument(
+        "--leader-retry-period",
+        type=float,
+        default=default.retry_s,
+        help="seconds between attempts to acquire or renew",
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -74,6 +180,10 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.kube.trainingjob_ops import KubeClusterOps
     from chronotope.kube.variant_ops import KubeVariantOps
 
+    timing = _leader_timing(args)
+    if isinstance(timing, str):
+        logging.getLogger(__name__).error("bad leader-election durations: %s", timing)
+        return 2
     if args.kubeconfig:
         # kopf logs in through the kubernetes client, which reads KUBECONFIG (the edge
         # of the program is the one place that touches the environment)
@@ -89,6 +199,10 @@ def _run(args: argparse.Namespace) -> int:
         from chronotope.dashboard.server import serve_dashboard
 
         serve_dashboard(cache, args.dashboard_port, args.dashboard_address)
+    webhook_error = _start_webhook(args, api, cache)  # every replica serves it, leader or not
+    if webhook_error:
+        logging.getLogger(__name__).error("%s", webhook_error)
+        return 1
     metrics = OperatorMetrics(
         stale_after_s=max(30.0, 10 * args.interval),
         group_stale_after_s=max(120.0, 4 * args.variant_refresh_s),
@@ -105,6 +219,95 @@ def _run(args: argparse.Namespace) -> int:
         memo=GroupMemo(refresh_s=args.variant_refresh_s),
     )
     logging.getLogger("kopf").setLevel(logging.WARNING)
-    liveness = f"http://127.0.0.1:{args.health_port}/healthz" if args.health_port else None
-    kopf.run(registry=registry, standalone=True, clusterwide=True, liveness_endpoint=liveness)
+    liveness = (
+        f"http://{args.health_address}:{args.health_port}/healthz" if args.health_port else None
+    )
+
+    def run_controllers(stop: threading.Event | None = None) -> None:
+        # kopf stops on SIGTERM itself once it runs; `stop` covers a signal that came
+        # before. It reaches kopf as a future of kopf's loop: a threading.Event would
+        # park a thread of the loop's executor that the loop's shutdown then waits for.
+        loop = asyncio.new_event_loop()
+        stopped: asyncio.Future[None] = loop.create_future()
+        if stop is not None:
+            threading.Thread(
+                target=_forward_stop, args=(stop, loop, stopped), name="stop", daemon=True
+            ).start()
+        try:
+            kopf.run(
+                loop=loop,
+                registry=registry,
+                standalone=True,
+                clusterwide=True,
+                liveness_endpoint=liveness,
+                stop_flag=stopped,
+            )
+        finally:  # what asyncio.run does after its coroutine
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+
+    if timing is not None:
+        return _run_elected(args, timing, api, metrics, run_controllers)
+    metrics.leader.set(1)  # no election: this process is the one writer
+    run_controllers()
     return 0
+
+
+def _forward_stop(
+    stop: threading.Event, loop: asyncio.AbstractEventLoop, stopped: asyncio.Future[None]
+) -> None:
+    stop.wait()
+
+    def resolve() -> None:
+        if not stopped.done():
+            stopped.set_result(None)
+
+    with contextlib.suppress(RuntimeError):  # the loop already closed: kopf stopped on its own
+        loop.call_soon_threadsafe(resolve)
+
+
+def _leader_timing(args: argparse.Namespace) -> LeaseTiming | str | None:
+    """The election's durations with --leader-elect (None without), or why they are wrong."""
+    from chronotope.workloads.leader import LeaseTiming
+
+    if not args.leader_elect:
+        return None
+    try:
+        return LeaseTiming(
+            lease_s=args.leader_lease_duration,
+            renew_deadline_s=args.leader_renew_deadline,
+            retry_s=args.leader_retry_period,
+        )
+    except ValueError as exc:
+        return str(exc)
+
+
+def _run_elected(
+    args: argparse.Namespace,
+    timing: LeaseTiming,
+    api: Any,
+    metrics: OperatorMetrics,
+    run_controllers: Callable[[threading.Event], None],
+) -> int:
+    """Run the controllers only while this process holds the Lease (controllers.leader)."""
+    from chronotope.controllers.leader import LeaderElection, run_elected
+    from chronotope.kube.leader import KubeLease
+
+    identity = (
+        args.leader_election_identity
+        or os.environ.get("POD_NAME")
+        or f"{socket.gethostname()}_{secrets.token_hex(4)}"
+    )
+    namespace, name = args.leader_election_namespace, args.leader_election_id
+    election = LeaderElection(
+        KubeLease(api, namespace, name, timeout_s=timing.retry_s * 2),
+        identity,
+        timing,
+        name=f"{namespace}/{name}",
+        on_leading=lambda leading: metrics.leader.set(1 if leading else 0),
+    )
+    health = (args.health_address, args.health_port) if args.health_port else None
+    return run_elected(election, run_controllers, health=health)

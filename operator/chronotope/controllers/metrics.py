@@ -16,6 +16,9 @@
   where each variant's delta is (GPU, Host, Disk)
 * `chronotope_serving_group_passes_total{namespace,group,result}`: group
   passes (re-plans), `planned` or `unplannable`
+* `chronotope_operator_leader`: 1 while this process runs the controllers
+  (holds the leader Lease, or runs without `--leader-elect`), 0 while it
+  stands by
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -148,6 +151,11 @@ class OperatorMetrics:
         )
         self._groups = _Groups(group_stale_after_s, clock)
         self.registry.register(self._groups)
+        self.leader = Gauge(
+            "chronotope_operator_leader",
+            "1 while this replica runs the controllers (holds the leader Lease), else 0",
+            registry=self.registry,
+        )
 
     def observe_group(
         self,

@@ -45,6 +45,12 @@ def add_parser(sub: Any) -> None:
         default=0,
         help="with --with-operator: serve the operator's dashboard on 127.0.0.1:PORT",
     )
+    up.add_argument(
+        "--chart-identities",
+        action="store_true",
+        help="apply the Helm chart's ServiceAccounts and RBAC and run the extender, its "
+        "kube-scheduler and the operator under them (token kubeconfigs), not as cluster-admin",
+    )
     up.set_defaults(func=_up)
 
     down = csub.add_parser("down", help="stop every process of the cluster (also after a crash)")
@@ -62,6 +68,12 @@ def add_parser(sub: Any) -> None:
     nodes = dev_sub.add_parser("nodes", help="add the nodes of a cluster spec to a running cluster")
     _name(nodes)
     nodes.add_argument("--spec", type=Path, required=True)
+    nodes.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="print the kwok Node manifests as YAML instead (for another cluster, e.g. kind)",
+    )
     nodes.set_defaults(func=_nodes)
 
 
@@ -84,6 +96,7 @@ def _fail(exc: Exception) -> int:
 def _up(args: argparse.Namespace) -> int:
     from chronotope.devcluster.binaries import BinaryError
     from chronotope.devcluster.cluster import ClusterError
+    from chronotope.devcluster.identities import COMPONENTS
     from chronotope.devcluster.process import ComponentError
     from chronotope.sim.clusterspec import load_spec
 
@@ -91,16 +104,30 @@ def _up(args: argparse.Namespace) -> int:
         spec = load_spec(args.spec) if args.spec else None
         cluster = _cluster(args)
         state = cluster.up(spec, apiserver_port=args.port)
+        identities = cluster.chart_identities() if args.chart_identities else None
+        if identities is not None:
+            for component in COMPONENTS:
+                who = identities.username(component)
+                print(f"{component} identity: {who} ({identities.kubeconfig(component)})")
         if args.with_scheduler:
-            port = cluster.start_chronotope_scheduler()
+            port = cluster.start_chronotope_scheduler(identities=identities)
             print(f"chronotope extender listening on http://127.0.0.1:{port}")
         if args.with_operator:
             extra = ("--dashboard-port", str(args.dashboard_port)) if args.dashboard_port else ()
-            cluster.start_operator(extra_args=extra)
+            cluster.start_operator(extra_args=extra, identities=identities)
             print("chronotope operator running (CRDs installed)")
             if args.dashboard_port:
                 print(f"dashboard: http://127.0.0.1:{args.dashboard_port}/")
-    except (BinaryError, ClusterError, ComponentError, TimeoutError, ValueError, OSError) as exc:
+    except (
+        BinaryError,
+        ClusterError,
+        ComponentError,
+        TimeoutError,
+        ValueError,
+        OSError,
+        RuntimeError,  # helm template failed
+        LookupError,  # a ServiceAccount the chart should have rendered is missing
+    ) as exc:
         return _fail(exc)
     print(f"cluster {state.name} is up: {state.server}")
     print(f"export KUBECONFIG={state.kubeconfig}")
@@ -147,8 +174,17 @@ def _build(args: argparse.Namespace) -> int:
 
 def _nodes(args: argparse.Namespace) -> int:
     from chronotope.devcluster.cluster import ClusterError
-    from chronotope.sim.clusterspec import load_spec
+    from chronotope.sim.clusterspec import load_spec, node_manifests
 
+    if args.print_only:
+        import yaml
+
+        try:
+            manifests = node_manifests(load_spec(args.spec))
+        except (ValueError, OSError) as exc:
+            return _fail(exc)
+        sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False))
+        return 0
     try:
         count = _cluster(args).add_nodes(load_spec(args.spec))
     except (ClusterError, TimeoutError, ValueError, OSError) as exc:

@@ -17,6 +17,7 @@ clusters can run side by side.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
@@ -33,6 +34,12 @@ import yaml
 
 from chronotope.devcluster import components, process
 from chronotope.devcluster.binaries import Binaries, ensure_binaries
+from chronotope.devcluster.identities import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_RELEASE,
+    ChartIdentities,
+    setup_chart_identities,
+)
 from chronotope.devcluster.kubeconfig import write_kubeconfig
 from chronotope.devcluster.pki import Pki, generate_pki
 from chronotope.devcluster.settings import ClusterSettings
@@ -41,6 +48,39 @@ from chronotope.sim.clusterspec import ClusterSpec, node_manifests
 __all__ = ["ClusterError", "ClusterRecord", "LocalCluster"]
 
 log = logging.getLogger(__name__)
+
+
+WEBHOOK_NAME = "chronotope-devcluster"
+"""Name of the webhook configurations `register_webhooks` writes (cluster-scoped)."""
+
+
+def _webhooks_in_effect(api: Any) -> bool:
+    """Whether the API server calls the webhook: a probe is denied, and one is defaulted."""
+    from chronotope.kube.admission import dry_run_create
+    from chronotope.workloads.admission_wire import VALIDATING_WEBHOOK
+
+    spec = {
+        "replicas": 1,
+        "gpu": {"count": 1},
+        "gpuTypes": [{"name": "probe", "relativeSpeed": 1.0}],
+        "estimate": {"referenceGpuType": "probe", "durationSeconds": 1},
+        "template": {"spec": {"containers": "not-a-list"}},
+    }
+    probe = {
+        "apiVersion": "chronotope.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "webhook-probe", "namespace": "default"},
+        "spec": spec,
+    }
+    denied = dry_run_create(api, probe)
+    good = dict(probe, spec=dict(spec, template={}))
+    defaulted = dry_run_create(api, good)
+    return (
+        isinstance(denied, str)
+        and VALIDATING_WEBHOOK in denied
+        and isinstance(defaulted, dict)
+        and "restart" in defaulted["spec"]
+    )
 
 
 class ClusterError(RuntimeError):
@@ -57,6 +97,7 @@ class ClusterRecord:
     processes: list[dict[str, Any]] = field(default_factory=list)
     spec_name: str | None = None
     operator_metrics_port: int | None = None
+    operator_webhook_port: int | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -91,6 +132,10 @@ class LocalCluster:
         self.directory = settings.state_root / name
         self.state_file = self.directory / "state.json"
         self._extender_args: tuple[str, ...] = ()
+        self._extender_kubeconfig: Path | None = None
+        self._operator_call: tuple[float, tuple[str, ...], ChartIdentities | None, bool] | None = (
+            None
+        )
 
     # ------------------------------------------------------------------ state
     def load_state(self) -> ClusterRecord | None:
@@ -254,23 +299,31 @@ class LocalCluster:
         return stopped
 
     def start_chronotope_scheduler(
-        self, extender_port: int | None = None, extender_args: tuple[str, ...] = ()
+        self,
+        extender_port: int | None = None,
+        extender_args: tuple[str, ...] = (),
+        identities: ChartIdentities | None = None,
     ) -> int:
         """Run the Chronotope extender and a kube-scheduler with the `chronotope` profile.
 
         Returns the extender's port. The extender runs as `python -m chronotope
         scheduler` from this interpreter, so it is the code under test;
-        `extender_args` go on its command line (`--policy fgd`, ...).
+        `extender_args` go on its command line (`--policy fgd`, ...). With
+        `identities`, both run as the chart's scheduler ServiceAccount (the chart
+        binds it the extender's role and the built-in system:kube-scheduler roles);
+        without, as cluster-admin.
         """
         state = self.load_state()
         if state is None:
             raise ClusterError(f"cluster {self.name!r} is not running")
         port = extender_port or process.free_port()
         self._extender_args = extender_args
+        kubeconfig = identities.kubeconfig("scheduler") if identities else state.kubeconfig
+        self._extender_kubeconfig = kubeconfig
         self._start_extender(state, port)
         binaries = ensure_binaries(self.settings, build=False)
         config = yaml.safe_load(self.settings.chronotope_scheduler_config.read_text())
-        config.setdefault("clientConnection", {})["kubeconfig"] = str(state.kubeconfig)
+        config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
         config.setdefault("leaderElection", {})["leaderElect"] = False
         for extender in config.get("extenders", []):
             extender["urlPrefix"] = f"http://127.0.0.1:{port}"
@@ -280,16 +333,50 @@ class LocalCluster:
         ports = dataclasses.replace(components.Ports(**state.ports), scheduler=sched_port)
         self.start_component(
             "chronotope-kube-scheduler",
-            components.scheduler_argv(binaries.kube_scheduler, path, state.kubeconfig, ports),
+            components.scheduler_argv(binaries.kube_scheduler, path, kubeconfig, ports),
             f"https://127.0.0.1:{sched_port}/healthz",
         )
         return port
 
-    def start_operator(self, interval: float = 1.0, extra_args: tuple[str, ...] = ()) -> None:
+    def chart_identities(
+        self, release: str = DEFAULT_RELEASE, namespace: str = DEFAULT_NAMESPACE
+    ) -> ChartIdentities:
+        """Apply the Helm chart's ServiceAccounts and RBAC; a token kubeconfig per component.
+
+        Pass the result to `start_operator` / `start_chronotope_scheduler` to run
+        them under the chart's identities (devcluster.identities).
+        """
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        return setup_chart_identities(
+            state.kubeconfig,
+            ensure_binaries(self.settings, build=False).helm,
+            self.settings.repo_root / "charts" / "chronotope",
+            self.directory / "identities",
+            kube_version=self.settings.k8s_version,
+            release=release,
+            namespace=namespace,
+        )
+
+    def start_operator(
+        self,
+        interval: float = 1.0,
+        extra_args: tuple[str, ...] = (),
+        identities: ChartIdentities | None = None,
+        webhook: bool = True,
+    ) -> None:
         """Install the CRDs and run the Chronotope controllers (`python -m chronotope operator`).
 
         Its Prometheus metrics port is kept in the state (`operator_metrics_port`).
+        The CRDs are installed as cluster-admin; with `identities` the operator
+        process runs as the chart's operator ServiceAccount (else as cluster-admin).
+        With `webhook`, it serves the admission webhook on a free loopback port
+        (`operator_webhook_port`) with a self-signed certificate in `webhook/`, and
+        the webhook is registered (`register_webhooks`); without, any earlier
+        registration is removed. `restart_operator` repeats this call.
         """
+        self._operator_call = (interval, extra_args, identities, webhook)
         from chronotope.kube.client import api_client
         from chronotope.kube.crds import install_crds
 
@@ -304,7 +391,17 @@ class LocalCluster:
             install_crds(api, crds)
         port, metrics_port = process.free_port(), process.free_port()
         state.operator_metrics_port = metrics_port
+        state.operator_webhook_port = process.free_port() if webhook else None
         self._save(state)
+        webhook_args = (
+            [
+                *("--webhook-port", str(state.operator_webhook_port)),
+                *("--webhook-address", "127.0.0.1", "--webhook-host", "127.0.0.1"),
+                *("--webhook-cert-dir", str(self.directory / "webhook")),
+            ]
+            if webhook
+            else []
+        )
         self.start_component(
             "chronotope-operator",
             [
@@ -313,7 +410,7 @@ class LocalCluster:
                 "chronotope",
                 "operator",
                 "--kubeconfig",
-                str(state.kubeconfig),
+                str(identities.kubeconfig("operator") if identities else state.kubeconfig),
                 "--health-port",
                 str(port),
                 "--interval",
@@ -322,10 +419,73 @@ class LocalCluster:
                 str(metrics_port),
                 "--metrics-address",
                 "127.0.0.1",
+                *webhook_args,
                 *extra_args,
             ],
             f"http://127.0.0.1:{port}/healthz",
         )
+        if webhook:
+            self.register_webhooks()
+        else:
+            from chronotope.kube.admission import delete_webhook_configurations
+
+            with api_client(state.kubeconfig) as api:
+                delete_webhook_configurations(api, WEBHOOK_NAME)
+
+    def restart_operator(self) -> None:
+        """Stop the operator and start it again as the last `start_operator` call did."""
+        if self._operator_call is None:
+            raise ClusterError("the operator was not started by this LocalCluster")
+        interval, extra_args, identities, webhook = self._operator_call
+        self.start_operator(interval, extra_args, identities, webhook)
+
+    def register_webhooks(
+        self, failure_policy: str = "Fail", timeout_seconds: int = 5, *, wait: bool = True
+    ) -> None:
+        """Register the operator's admission webhook with the API server.
+
+        The clientConfig is `https://127.0.0.1:<operator_webhook_port>` with the CA
+        the operator generated (`webhook/ca.crt`). With `wait`, first waits until
+        the webhook answers over TLS with that CA, and afterwards until the API
+        server applies the registration (a dry-run create is validated and
+        defaulted). Failure policy and timeout as docs/webhook.md.
+        """
+        from chronotope.kube.admission import apply_webhook_configurations
+        from chronotope.kube.client import api_client
+        from chronotope.workloads.admission_wire import webhook_configurations
+
+        state = self.load_state()
+        if state is None or state.operator_webhook_port is None:
+            raise ClusterError(f"cluster {self.name!r} runs no operator with a webhook")
+        ca = self.directory / "webhook" / "ca.crt"
+        url = f"https://127.0.0.1:{state.operator_webhook_port}"
+        started = None
+        if wait:
+            running = next(p for p in state.processes if p["name"] == "chronotope-operator")
+            started = process.Started(
+                "chronotope-operator",
+                int(running["pid"]),
+                str(running["binary"]),
+                Path(running["log"]),
+            )
+            process.wait_until(
+                started,
+                lambda: _get(f"{url}/healthz", ssl.create_default_context(cafile=str(ca))),
+                self.settings.ready_timeout,
+            )
+        client_config = {"url": url, "caBundle": base64.b64encode(ca.read_bytes()).decode()}
+        objs = webhook_configurations(
+            WEBHOOK_NAME,
+            client_config,
+            failure_policy=failure_policy,
+            timeout_seconds=timeout_seconds,
+        )
+        with api_client(state.kubeconfig) as api:
+            apply_webhook_configurations(api, objs)
+            if started is not None:
+                process.wait_until(
+                    started, lambda: _webhooks_in_effect(api), self.settings.ready_timeout
+                )
 
     def _start_extender(self, state: ClusterRecord, port: int) -> None:
         self.start_component(
@@ -336,7 +496,7 @@ class LocalCluster:
                 "chronotope",
                 "scheduler",
                 "--kubeconfig",
-                str(state.kubeconfig),
+                str(self._extender_kubeconfig or state.kubeconfig),
                 "--port",
                 str(port),
                 *self._extender_args,

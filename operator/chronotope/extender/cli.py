@@ -30,6 +30,16 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="listen address")
     parser.add_argument("--port", type=int, default=8888, help="listen port")
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="also serve Prometheus /metrics on this port, so the extender's own port can "
+        "stay on loopback (0: off; /metrics is always on --port too)",
+    )
+    parser.add_argument(
+        "--metrics-address", default="0.0.0.0", help="address for --metrics-port (default: all)"
+    )
+    parser.add_argument(
         "--sync-timeout",
         type=float,
         default=60.0,
@@ -145,8 +155,13 @@ def _run(args: argparse.Namespace) -> int:
         args.host,
         args.port,
     )
+    metrics = Metrics()
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port, addr=args.metrics_address, registry=metrics.registry)
     web.run_app(
-        build_app(service, Metrics()),
+        build_app(service, metrics),
         host=args.host,
         port=args.port,
         print=None,
