@@ -96,17 +96,18 @@ def test_lint_and_render_are_accepted_by_the_api_server(
 
 def test_values_with_unknown_keys_or_wrong_types_are_refused(kube_cluster: KubeCluster) -> None:
     helm = _helm(kube_cluster)
-    for bad in (
-        ["--set", "operator.replicas=6"],
-        ["--set", "nosuch=1"],
-        ["--set", "devicePlugin.enabled=maybe"],
-        ["--set", "webhook.failurePolicy=Sometimes"],
-        ["--set", "webhook.timeoutSeconds=60"],
-        ["--set", "webhook.nosuch=1"],
+    for bad, named in (
+        (["--set", "operator.replicas=6"], "/operator/replicas"),
+        (["--set", "nosuch=1"], "'nosuch' not allowed"),
+        (["--set", "devicePlugin.enabled=maybe"], "/devicePlugin/enabled"),
+        (["--set", "webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
+        (["--set", "webhook.timeoutSeconds=60"], "/webhook/timeoutSeconds"),
+        (["--set", "webhook.nosuch=1"], "'nosuch' not allowed"),
     ):
         out = _run(helm, "template", "t", str(CHART), "--kube-version", "1.33.0", *bad)
         assert out.returncode != 0, bad
         assert "values don't meet the specifications of the schema" in out.stderr
+        assert named in out.stderr, (bad, out.stderr)  # the message names the key
 
 
 def test_two_operator_replicas_elect_a_leader(kube_cluster: KubeCluster) -> None:
@@ -246,10 +247,51 @@ def test_the_webhook_objects_match_the_operator_and_its_registration(
     assert [v["name"] for v in off_pod["volumes"]] == ["tmp"]  # no webhook certificate
 
 
+def _a_users_training_job(kube_cluster: KubeCluster, namespace: str) -> Any:
+    """Create TrainingJob `keep` (CRDs applied first); returns a reader of its uid ("": gone)."""
+    applied = _run(
+        *kube_cluster.kubectl, "apply", "--server-side", "--force-conflicts",
+        "--field-manager=chronotope-tests", "-f", str(ROOT / "crds"),
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    wait_for(
+        lambda: _run(*kube_cluster.kubectl, "get", "trainingjobs", "-A").returncode == 0,
+        60,
+        "TrainingJob CRD served",
+    )
+    keep = {
+        "apiVersion": "chronotope.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "keep", "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "gpu": {"count": 1},
+            "gpuTypes": [{"name": "NoSuchGPU", "relativeSpeed": 1.0}],
+            "estimate": {"referenceGpuType": "NoSuchGPU", "durationSeconds": 60},
+            "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]}},
+        },
+    }
+    created = _run(*kube_cluster.kubectl, "create", "-f", "-", stdin=json.dumps(keep))
+    assert created.returncode == 0, created.stderr
+
+    def keep_uid() -> str:
+        out = _run(
+            *kube_cluster.kubectl, "get", "trainingjob", "keep", "-n", namespace,
+            "-o", "jsonpath={.metadata.uid}",
+        )  # fmt: skip
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    return keep_uid
+
+
 def test_install_rbac_and_uninstall(kube_cluster: KubeCluster, namespace: str) -> None:
     helm = _helm(kube_cluster)
     env_kube = ["--kubeconfig", str(kube_cluster.kubeconfig)]
     release = f"r{namespace[-6:]}"
+    # a custom resource from before the install must outlive install, upgrade, rollback and
+    # uninstall (Helm never upgrades or deletes the CRDs of a chart's crds/)
+    keep_uid = _a_users_training_job(kube_cluster, namespace)
+    assert (uid := keep_uid())
     installed = _run(helm, *env_kube, "install", release, str(CHART), "--namespace", namespace)
     assert installed.returncode == 0, installed.stderr
 
@@ -330,6 +372,7 @@ def test_install_rbac_and_uninstall(kube_cluster: KubeCluster, namespace: str) -
     assert upgraded.returncode == 0, upgraded.stderr
     assert not can("device-plugin", "patch", "nodes")  # its role went with the DaemonSet
     assert webhook_ca() == ca  # the upgrade kept the webhook's certificate (lookup)
+    assert keep_uid() == uid  # the upgrade kept the custom resource
     rolled = _run(helm, *env_kube, "rollback", release, "1", "--namespace", namespace)
     assert rolled.returncode == 0, rolled.stderr
     assert can("device-plugin", "patch", "nodes")
@@ -352,6 +395,7 @@ def test_install_rbac_and_uninstall(kube_cluster: KubeCluster, namespace: str) -
         return [line for line in out.stdout.splitlines() if line]
 
     wait_for(lambda: leftovers() == [], 60, "no orphaned objects")
+    assert keep_uid() == uid  # uninstalling the chart keeps the CRDs and what users made
 
 
 def test_each_container_runs_as_the_user_its_image_needs(kube_cluster: KubeCluster) -> None:
