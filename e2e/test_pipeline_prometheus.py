@@ -232,12 +232,16 @@ def test_the_tuner_follows_live_traffic_from_prometheus(
         down_at = time.monotonic()
         assert down_at - up_at >= TUNER_DOWN_DELAY_S  # never down within the delay
         wait_for(lambda: replicas() == base, TUNER_DOWN_DELAY_S + 60, "back to the plan")
-        reasons = {
-            e.reason
-            for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
-            if e.involved_object.name == "live"
-        }
-        assert {"Planned", "ScaledUp", "ScaledDown"} <= reasons
+
+        def reasons() -> set[str]:
+            return {
+                e.reason
+                for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
+                if e.involved_object.name == "live"
+            }
+
+        # the events are posted after the Deployment patch: give them a moment
+        wait_for(lambda: {"Planned", "ScaledUp", "ScaledDown"} <= reasons(), 30, "tuner events")
 
 
 def test_observed_p99_from_prometheus_against_the_slo(

@@ -114,6 +114,10 @@ def test_competing_jobs_never_bind_a_partial_gang(
         _compete(api, custom, core, namespace, fast=fast, slow=slow)
 
 
+PARTIAL_GRACE_S = 20.0
+"""How long a gang may be seen part-bound while kube-scheduler binds its pods in turn."""
+
+
 def _compete(
     api: Any,
     custom: client.CustomObjectsApi,
@@ -128,9 +132,18 @@ def _compete(
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(name, 2, 8, types))
     deadline = time.monotonic() + 60
     phases: dict[str, str] = {}
+    # kube-scheduler binds a gang's pods one scheduling cycle at a time, so a gang is seen
+    # part-bound for a moment (longer on a busy machine); a gang that stays part-bound
+    # (some workers bound, the rest never) is the split this test forbids
+    partial_since: dict[str, float] = {}
     while time.monotonic() < deadline:
+        now = time.monotonic()
         for gang, (bound, size) in _bound_counts(core, ns).items():
-            assert bound in (0, size), f"gang {gang} partially bound: {bound}/{size}"
+            if bound in (0, size):
+                partial_since.pop(gang, None)
+                continue
+            since = partial_since.setdefault(gang, now)
+            assert now - since < PARTIAL_GRACE_S, f"gang {gang} stays part-bound: {bound}/{size}"
         phases = {
             n: (_get(api, ns, n).get("status") or {}).get("phase", "")
             for n in ("alpha", "beta", "gamma")

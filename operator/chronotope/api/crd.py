@@ -61,7 +61,7 @@ def build_crd(info: KindInfo) -> dict[str, Any]:
                 "shortNames": list(info.short_names),
                 "categories": list(info.categories),
             },
-            "scope": "Namespaced",
+            "scope": "Namespaced" if info.namespaced else "Cluster",
             "versions": [version],
         },
     }

@@ -141,6 +141,7 @@ class KindInfo:
     columns: tuple[PrinterColumn, ...]
     scale: ScaleSubresource | None = None
     categories: tuple[str, ...] = ("chronotope",)
+    namespaced: bool = True  # False: a cluster-scoped kind (Queue)
 
     @property
     def singular(self) -> str:

@@ -1,0 +1,222 @@
+"""Queue: a team's GPU quota, per GPU type, shared within a cohort (Kueue's ClusterQueue).
+
+A Queue is cluster-scoped: the platform team gives each team one. It holds a
+nominal quota per GPU type (whole GPUs, and GPU shares in thousandths of a
+GPU), an optional cohort whose members lend each other their unused nominal
+quota (up to a per-type borrowing limit), a fair-share weight that orders
+borrowers (dominant-resource share divided by weight, lowest first), and a
+reclaim policy: whether the queue may preempt borrowed work, after a
+checkpoint grace period, when it needs its own quota back. Namespaces reach a
+Queue through a LocalQueue (`localqueue`). The accounting is
+`chronotope.workloads.quota`; docs/queues.md describes the rules.
+
+Pure: no Kubernetes client imports.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from chronotope.api.v1alpha1._base import ApiModel, KindInfo, PrinterColumn, Rule
+from chronotope.api.v1alpha1.common import Condition, DnsLabel, GpuTypeName, ObjectMeta
+
+__all__ = [
+    "DEFAULT_RECLAIM_GRACE_SECONDS",
+    "KIND",
+    "MILLI_PER_GPU",
+    "GpuQuota",
+    "GpuTypeUsage",
+    "Queue",
+    "QueueReclaim",
+    "QueueSpec",
+    "QueueStatus",
+    "ReclaimPolicy",
+]
+
+MILLI_PER_GPU = 1000
+"""GPU-share units per GPU: a share of computePercent P counts 10 x P."""
+
+DEFAULT_RECLAIM_GRACE_SECONDS = 30
+"""The SIGTERM grace period the operator gives workers it stops after asking them to
+checkpoint (`kube.workloads.delete_pods`); a TrainingJob has no grace field of its own."""
+
+MAX_QUOTA_GPUS = 1_000_000  # a sanity bound far above any cluster
+
+
+def _types_unique(quotas: list[GpuQuota]) -> bool:
+    names = [q.gpu_type for q in quotas]
+    return len(names) == len(set(names))
+
+
+class GpuQuota(ApiModel):
+    """The queue's nominal quota of one GPU type, and how much more it may borrow."""
+
+    gpu_type: GpuTypeName = Field(
+        description="GPU product name as nodes label it (nvidia.com/gpu.product), as in a "
+        "TrainingJob's gpuTypes, e.g. A100-SXM4-80GB."
+    )
+    gpus: int = Field(
+        ge=0,
+        le=MAX_QUOTA_GPUS,
+        description="Nominal quota of whole GPUs of this type; the queue's own, lent to the "
+        "cohort while unused.",
+    )
+    share_milli: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_QUOTA_GPUS * MILLI_PER_GPU,
+        description="Nominal quota of GPU shares of this type, in thousandths of a GPU (a share "
+        "with computePercent P uses 10 x P); counted apart from whole GPUs.",
+    )
+    borrowing_limit: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_QUOTA_GPUS,
+        description="Most whole GPUs of this type the queue may borrow from its cohort above "
+        "its nominal quota (and 1000 x this many share units); omit for no limit. Needs a "
+        "cohort.",
+    )
+
+
+class ReclaimPolicy(StrEnum):
+    """What the queue does when its nominal quota is lent out and its own work waits."""
+
+    NEVER = "Never"
+    PREEMPT_BORROWED = "PreemptBorrowed"
+
+
+class QueueReclaim(ApiModel):
+    """How the queue takes back nominal quota that other queues of its cohort borrowed."""
+
+    policy: ReclaimPolicy = Field(
+        default=ReclaimPolicy.NEVER,
+        description="Never: wait until the borrowers finish. PreemptBorrowed: checkpoint and "
+        "stop borrowed work (the queues that borrowed most for their weight first, newest "
+        "workload first, only as many as needed).",
+    )
+    grace_period_seconds: int = Field(
+        default=DEFAULT_RECLAIM_GRACE_SECONDS,
+        ge=0,
+        le=86_400,
+        description="Seconds a preempted worker gets to checkpoint and exit after SIGTERM; "
+        "the same default as any checkpointed stop of a TrainingJob.",
+    )
+
+
+class QueueSpec(ApiModel):
+    """The queue's GPU quotas, cohort, fair-share weight and reclaim policy."""
+
+    rules = (
+        Rule(
+            cel="self.quotas.all(a, self.quotas.exists_one(b, b.gpuType == a.gpuType))",
+            message="quotas must list each gpuType once",
+            check=lambda s: _types_unique(s.quotas),
+            field=".quotas",
+        ),
+        Rule(
+            cel="has(self.cohort) || self.quotas.all(q, !has(q.borrowingLimit))",
+            message="borrowingLimit needs a cohort to borrow from",
+            check=lambda s: (
+                s.cohort is not None or all(q.borrowing_limit is None for q in s.quotas)
+            ),
+            field=".quotas",
+            reason="FieldValueForbidden",
+        ),
+    )
+
+    quotas: list[GpuQuota] = Field(
+        min_length=1,
+        max_length=32,
+        description="Nominal quota per GPU type. Work may use only the types listed here "
+        "(list a type with gpus: 0 to borrow it only).",
+    )
+    cohort: DnsLabel | None = Field(
+        default=None,
+        description="Queues with the same cohort lend each other their unused nominal quota; "
+        "omit to neither borrow nor lend.",
+    )
+    weight: float = Field(
+        default=1.0,
+        gt=0,
+        le=1000,
+        description="Fair-share weight: when several queues of a cohort want to borrow, the "
+        "one with the lowest dominant borrowed share divided by weight goes first.",
+    )
+    reclaim: QueueReclaim = Field(
+        default_factory=QueueReclaim,
+        description="Whether the queue preempts borrowed work to get its quota back.",
+    )
+
+
+class GpuTypeUsage(ApiModel):
+    """What the queue's admitted work holds of one GPU type, and what it borrows and lends."""
+
+    gpu_type: str = Field(max_length=63, description="GPU type.")
+    used: int = Field(default=0, ge=0, description="Whole GPUs held by admitted work.")
+    borrowed: int = Field(
+        default=0, ge=0, description="Whole GPUs used above the nominal quota (from the cohort)."
+    )
+    lent: int = Field(
+        default=0, ge=0, description="Unused nominal whole GPUs that other queues now use."
+    )
+    used_share_milli: int = Field(default=0, ge=0, description="GPU-share units held.")
+    borrowed_share_milli: int = Field(default=0, ge=0, description="GPU-share units borrowed.")
+    lent_share_milli: int = Field(default=0, ge=0, description="GPU-share units lent.")
+
+
+class QueueStatus(ApiModel):
+    """The queue's usage per GPU type and its workloads."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The .metadata.generation this status describes."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Standard conditions: Active.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    gpus: list[GpuTypeUsage] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Usage, borrowed and lent GPUs per GPU type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["gpuType"],
+        },
+    )
+    admitted_workloads: int = Field(default=0, ge=0, description="Workloads admitted now.")
+    pending_workloads: int = Field(default=0, ge=0, description="Workloads waiting for quota.")
+
+
+class Queue(ApiModel):
+    """A cluster-wide GPU quota per GPU type, lent and borrowed within a cohort."""
+
+    api_version: Literal["chronotope.dev/v1alpha1"] = Field(
+        default="chronotope.dev/v1alpha1", description="API version."
+    )
+    kind: Literal["Queue"] = Field(default="Queue", description="Kind.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
+    spec: QueueSpec = Field(description="Desired state.")
+    status: QueueStatus | None = Field(default=None, description="Observed state.")
+
+
+KIND = KindInfo(
+    kind="Queue",
+    plural="queues",
+    short_names=("q",),
+    spec_model=QueueSpec,
+    status_model=QueueStatus,
+    columns=(
+        PrinterColumn("Cohort", ".spec.cohort", description="Cohort it borrows from and lends to"),
+        PrinterColumn("Weight", ".spec.weight", "number", "Fair-share weight"),
+        PrinterColumn("Admitted", ".status.admittedWorkloads", "integer", "Workloads admitted"),
+        PrinterColumn("Pending", ".status.pendingWorkloads", "integer", "Workloads waiting"),
+        PrinterColumn("Reclaim", ".spec.reclaim.policy", description="Reclaim policy", priority=1),
+        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+    ),
+    namespaced=False,
+)

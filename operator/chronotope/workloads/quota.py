@@ -1,0 +1,550 @@
+"""Queue quota accounting: admit, borrow by fair share, wait with a reason, reclaim (pure).
+
+Why: a Queue (`api.v1alpha1.queue`) gives a team a nominal quota per GPU type
+and lets the queues of a cohort lend each other what they do not use. This
+module holds every rule of that accounting, on plain typed values, so the
+TrainingJob controller (and later the other workload controllers) only feeds
+it the Queues, LocalQueues and admitted workloads it reads, and writes back
+what it returns. The rules (docs/queues.md):
+
+- a pending workload is admitted against the Queue its LocalQueue names,
+  with one of its GPU-type alternatives; within its queue's nominal quota
+  first (pass 1, in the caller's order);
+- a workload within its nominal quota whose quota is lent out reclaims it
+  (pass 2, before anyone borrows more): under `PreemptBorrowed`, from the
+  queues that borrowed most for their weight, newest workload first, only
+  as many as needed; under `Never` it waits for the borrowers to finish;
+- then by borrowing the cohort's unused nominal quota, up to the queue's
+  borrowing limit; when several queues want to borrow, the one whose
+  dominant borrowed share (borrowed / cohort nominal, over GPU types),
+  divided by its weight, would be lowest after admission goes first (DRF,
+  pass 3);
+- everything else waits with a message naming the queue, the GPU type and
+  the quota that blocks.
+
+Within a queue, a workload that does not fit does not hold back later ones
+(Kueue's BestEffortFIFO). With no Queue at all, quotas are off and every
+workload is admitted (clusters that never create a Queue work as before).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
+from chronotope.api.v1alpha1.queue import (
+    MILLI_PER_GPU,
+    GpuTypeUsage,
+    QueueSpec,
+    QueueStatus,
+    ReclaimPolicy,
+)
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+
+__all__ = [
+    "Admission",
+    "AdmittedWorkload",
+    "Demand",
+    "PendingWorkload",
+    "QueueQuota",
+    "QuotaBook",
+    "Resource",
+    "Unit",
+    "Verdict",
+    "WaitReason",
+    "admit",
+    "demands_of",
+    "queue_statuses",
+    "reclaim_victims",
+]
+
+
+class Unit(StrEnum):
+    """The two quota pools of a GPU type: whole GPUs, and shares in thousandths of a GPU."""
+
+    GPUS = "gpus"
+    SHARE_MILLI = "shareMilli"
+
+
+Resource = tuple[str, Unit]
+"""One quota pool: (GPU type, unit)."""
+
+
+@dataclass(frozen=True)
+class QueueQuota:
+    """One Queue's quota, as the accounting reads it."""
+
+    name: str
+    nominal: Mapping[Resource, int]
+    borrowing_limit: Mapping[Resource, int]  # a pool absent here may borrow without limit
+    cohort: str | None = None
+    weight: float = 1.0
+    reclaim: ReclaimPolicy = ReclaimPolicy.NEVER
+    grace_seconds: int = 30
+
+    @classmethod
+    def from_spec(cls, name: str, spec: QueueSpec) -> QueueQuota:
+        """The accounting view of a Queue's spec."""
+        nominal: dict[Resource, int] = {}
+        limit: dict[Resource, int] = {}
+        for q in spec.quotas:
+            nominal[(q.gpu_type, Unit.GPUS)] = q.gpus
+            nominal[(q.gpu_type, Unit.SHARE_MILLI)] = q.share_milli
+            if q.borrowing_limit is not None:
+                limit[(q.gpu_type, Unit.GPUS)] = q.borrowing_limit
+                limit[(q.gpu_type, Unit.SHARE_MILLI)] = q.borrowing_limit * MILLI_PER_GPU
+        return cls(
+            name=name,
+            nominal=nominal,
+            borrowing_limit=limit,
+            cohort=spec.cohort,
+            weight=spec.weight,
+            reclaim=spec.reclaim.policy,
+            grace_seconds=spec.reclaim.grace_period_seconds,
+        )
+
+    def gpu_types(self) -> list[str]:
+        """The GPU types the queue lists, sorted."""
+        return sorted({gpu_type for gpu_type, _ in self.nominal})
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a workload holds on one GPU-type alternative."""
+
+    gpu_type: str
+    gpus: int = 0
+    share_milli: int = 0
+
+    def pools(self) -> dict[Resource, int]:
+        """The quota pools this demand takes, with amounts (zero amounts left out)."""
+        found = {(self.gpu_type, Unit.GPUS): self.gpus}
+        found[(self.gpu_type, Unit.SHARE_MILLI)] = self.share_milli
+        return {r: n for r, n in found.items() if n > 0}
+
+
+def demands_of(spec: TrainingJobSpec, workers: int | None = None) -> tuple[Demand, ...]:
+    """A TrainingJob's alternatives, in its gpuTypes order, for `workers` (default: replicas)."""
+    n = spec.replicas if workers is None else workers
+    if spec.gpu.shared is not None:
+        milli = spec.gpu.shared.compute_percent * MILLI_PER_GPU // 100
+        return tuple(Demand(t.name, share_milli=milli * n) for t in spec.gpu_types)
+    return tuple(Demand(t.name, gpus=(spec.gpu.count or 1) * n) for t in spec.gpu_types)
+
+
+@dataclass(frozen=True)
+class AdmittedWorkload:
+    """A workload that holds quota: its Queue, its usage, and when it was admitted."""
+
+    key: str
+    queue: str
+    usage: Mapping[Resource, int]
+    admitted_at: float = 0.0  # any monotone clock; larger is newer
+
+
+@dataclass(frozen=True)
+class PendingWorkload:
+    """A workload waiting for quota: its namespace, LocalQueue name and alternatives."""
+
+    key: str
+    namespace: str
+    local_queue: str
+    alternatives: tuple[Demand, ...]
+
+
+class Verdict(StrEnum):
+    """What a pending workload may do now."""
+
+    ADMIT = "Admit"  # within its queue's nominal quota
+    BORROW = "Borrow"  # above nominal, on quota the cohort lends
+    RECLAIM = "Reclaim"  # within nominal once the `victims` (borrowers) have stopped
+    WAIT = "Wait"
+
+
+class WaitReason(StrEnum):
+    """Why a workload waits (the condition reason the controller writes)."""
+
+    LOCAL_QUEUE_MISSING = "LocalQueueMissing"
+    QUEUE_MISSING = "QueueMissing"
+    NO_QUOTA_FOR_TYPE = "NoQuotaForGpuType"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The decision for one pending workload."""
+
+    key: str
+    verdict: Verdict
+    queue: str | None = None
+    demand: Demand | None = None  # the alternative chosen (None while waiting)
+    borrowed: Mapping[Resource, int] = field(default_factory=dict)
+    victims: tuple[str, ...] = ()  # RECLAIM: stop these (with grace_seconds) first
+    grace_seconds: int | None = None
+    reason: WaitReason | None = None
+    message: str = ""
+
+
+class QuotaBook:
+    """Queues, LocalQueues and what admitted workloads use: one cycle's mutable ledger."""
+
+    def __init__(
+        self,
+        queues: Mapping[str, QueueSpec],
+        local_queues: Mapping[tuple[str, str], LocalQueueSpec],
+        admitted: Iterable[AdmittedWorkload] = (),
+    ) -> None:
+        """Build the ledger from the Queues and LocalQueues ((namespace, name) keys)."""
+        self.queues = {name: QueueQuota.from_spec(name, spec) for name, spec in queues.items()}
+        self.local_queues = {key: spec.queue for key, spec in local_queues.items()}
+        self.usage: dict[str, Counter[Resource]] = {name: Counter() for name in self.queues}
+        self.workloads: dict[str, AdmittedWorkload] = {}
+        for workload in admitted:
+            self.add(workload)
+
+    def add(self, workload: AdmittedWorkload) -> None:
+        """Count a workload's usage (a workload of a deleted Queue counts nowhere)."""
+        if workload.queue in self.usage:
+            self.usage[workload.queue].update(workload.usage)
+            self.workloads[workload.key] = workload
+
+    def remove(self, key: str) -> None:
+        """Stop counting an admitted workload (it is being preempted or has ended)."""
+        workload = self.workloads.pop(key)
+        self.usage[workload.queue].subtract(workload.usage)
+
+    def members(self, queue: QueueQuota) -> list[QueueQuota]:
+        """The queues that share quota with `queue` (itself alone without a cohort)."""
+        if queue.cohort is None:
+            return [queue]
+        return [q for q in self.queues.values() if q.cohort == queue.cohort]
+
+    def used(self, queue: str, pool: Resource) -> int:
+        """What the queue's admitted workloads hold of `pool`."""
+        return self.usage[queue][pool]
+
+    def borrowed(self, queue: QueueQuota, pool: Resource) -> int:
+        """What the queue uses of `pool` above its nominal quota."""
+        return max(0, self.used(queue.name, pool) - queue.nominal.get(pool, 0))
+
+    def cohort_free(self, queue: QueueQuota, pool: Resource) -> int:
+        """Nominal quota of the cohort (or the lone queue) that nobody uses now."""
+        members = self.members(queue)
+        total = sum(q.nominal.get(pool, 0) for q in members)
+        return max(0, total - sum(self.used(q.name, pool) for q in members))
+
+    def dominant_share(
+        self, queue: QueueQuota, extra: Mapping[Resource, int] | None = None
+    ) -> float:
+        """Largest borrowed / cohort-nominal over pools (with `extra` added), over weight."""
+        extra = extra or {}
+        members = self.members(queue)
+        share = 0.0
+        for pool in set(queue.nominal) | set(extra):
+            total = sum(q.nominal.get(pool, 0) for q in members)
+            over = self.used(queue.name, pool) + extra.get(pool, 0) - queue.nominal.get(pool, 0)
+            if total > 0 and over > 0:
+                share = max(share, over / total)
+        return share / queue.weight
+
+
+@dataclass(frozen=True)
+class _Fit:
+    verdict: Verdict
+    borrowed: dict[Resource, int]
+    blocked: str = ""  # WAIT: what blocks, for the message
+    reason: WaitReason = WaitReason.QUOTA_EXCEEDED
+
+
+def _label(pool: Resource) -> str:
+    return pool[0] if pool[1] is Unit.GPUS else f"{pool[0]} shares (milli)"
+
+
+def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
+    """Whether `demand` fits `queue` now: within nominal, by borrowing, by reclaiming, or not."""
+    if demand.gpu_type not in queue.gpu_types():
+        types = ", ".join(queue.gpu_types())
+        text = f"queue {queue.name} has no quota for {demand.gpu_type} (its types: {types})"
+        return _Fit(Verdict.WAIT, {}, text, WaitReason.NO_QUOTA_FOR_TYPE)
+    verdicts: list[Verdict] = []
+    borrowed: dict[Resource, int] = {}
+    for pool, amount in demand.pools().items():
+        nominal, used = queue.nominal.get(pool, 0), book.used(queue.name, pool)
+        head = f"queue {queue.name}: {_label(pool)} {used}/{nominal} in use"
+        free = book.cohort_free(queue, pool)
+        over = used + amount - nominal
+        if over <= 0:
+            if free >= amount:
+                verdicts.append(Verdict.ADMIT)
+            elif queue.reclaim is ReclaimPolicy.PREEMPT_BORROWED:
+                verdicts.append(Verdict.RECLAIM)
+            else:
+                lent = amount - free
+                text = f"{head}, {lent} lent in cohort {queue.cohort}; reclaim policy Never waits"
+                return _Fit(Verdict.WAIT, {}, text + " for the borrowers to finish")
+            continue
+        if queue.cohort is None:
+            return _Fit(Verdict.WAIT, {}, f"{head}, no cohort to borrow from")
+        limit = queue.borrowing_limit.get(pool)
+        if limit is not None and over > limit:
+            return _Fit(Verdict.WAIT, {}, f"{head}, borrowing limit {limit}")
+        if free < amount:
+            return _Fit(Verdict.WAIT, {}, f"{head}, cohort {queue.cohort} has {free} to lend")
+        verdicts.append(Verdict.BORROW)
+        borrowed[pool] = over - book.borrowed(queue, pool)
+    if Verdict.RECLAIM in verdicts and Verdict.BORROW in verdicts:
+        text = f"queue {queue.name}: {demand.gpu_type} needs both borrowed and reclaimed quota"
+        return _Fit(Verdict.WAIT, {}, text)
+    worst = max(verdicts, key=_ORDER.index, default=Verdict.ADMIT)
+    return _Fit(worst, borrowed)
+
+
+_ORDER = (Verdict.ADMIT, Verdict.BORROW, Verdict.RECLAIM, Verdict.WAIT)
+
+
+def _best(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> tuple[Demand, _Fit]:
+    """The alternative with the best verdict (earlier alternatives win ties)."""
+    fits = [(demand, _fit(book, queue, demand)) for demand in pending.alternatives]
+    return min(fits, key=lambda pair: _ORDER.index(pair[1].verdict))
+
+
+def _resolve(book: QuotaBook, pending: PendingWorkload) -> QueueQuota | Admission:
+    """The workload's Queue, or a WAIT naming the missing LocalQueue or Queue."""
+    name = book.local_queues.get((pending.namespace, pending.local_queue))
+    if name is None:
+        text = f"no LocalQueue {pending.local_queue} in namespace {pending.namespace}"
+        return Admission(
+            pending.key, Verdict.WAIT, None, reason=WaitReason.LOCAL_QUEUE_MISSING, message=text
+        )
+    queue = book.queues.get(name)
+    if queue is None:
+        where = f"{pending.namespace}/{pending.local_queue}"
+        text = f"LocalQueue {where} names Queue {name}, which does not exist"
+        return Admission(
+            pending.key, Verdict.WAIT, name, reason=WaitReason.QUEUE_MISSING, message=text
+        )
+    return queue
+
+
+def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple[str, ...] | None:
+    """Borrowed workloads to stop so `demand` fits `queue`'s nominal quota; None if too few.
+
+    Only workloads of other cohort queues that borrow a needed pool are
+    candidates; the queue that borrowed most for its weight goes first, its
+    newest workload first; a queue stops being a candidate once it no longer
+    borrows; victims not needed in the end are spared.
+    """
+    need = {p: a - book.cohort_free(queue, p) for p, a in demand.pools().items()}
+    need = {p: n for p, n in need.items() if n > 0}
+    others = [q for q in book.members(queue) if q.name != queue.name]
+    chosen: list[AdmittedWorkload] = []
+    freed: Counter[Resource] = Counter()
+    taken: set[str] = set()
+
+    def borrowing(q: QueueQuota) -> float:
+        return max((max(0, book.borrowed(q, p) - _taken(q, p)) / q.weight for p in need), default=0)
+
+    def _taken(q: QueueQuota, pool: Resource) -> int:
+        return sum(w.usage.get(pool, 0) for w in chosen if w.queue == q.name)
+
+    while any(freed[p] < n for p, n in need.items()):
+        lenders = [q for q in others if borrowing(q) > 0]
+        if not lenders:
+            return None
+        top = max(sorted(lenders, key=lambda q: q.name), key=borrowing)  # ties: first by name
+        mine = [
+            w
+            for w in book.workloads.values()
+            if w.queue == top.name and w.key not in taken and any(w.usage.get(p) for p in need)
+        ]
+        victim = max(mine, key=lambda w: (w.admitted_at, w.key))
+        chosen.append(victim)
+        taken.add(victim.key)
+        freed.update(victim.usage)
+    for victim in list(reversed(chosen)):  # spare any victim the others cover alone
+        rest = freed.copy()
+        rest.subtract(victim.usage)
+        if all(rest[p] >= n for p, n in need.items()):
+            chosen.remove(victim)
+            freed = rest
+    return tuple(w.key for w in chosen)
+
+
+def _apply(book: QuotaBook, key: str, queue: QueueQuota, demand: Demand, now: float) -> None:
+    book.add(AdmittedWorkload(key, queue.name, demand.pools(), now))
+
+
+Resolved = list[tuple[PendingWorkload, QueueQuota]]
+
+
+def admit(
+    book: QuotaBook, pending: Sequence[PendingWorkload], now: float = 0.0
+) -> dict[str, Admission]:
+    """One admission cycle over `pending` (in queue order); updates `book` as it admits.
+
+    Returns a decision per workload key. A RECLAIM decision already counts the
+    workload and no longer counts its victims, so later decisions in the same
+    cycle neither reuse that quota nor pick the same victims.
+    """
+    decisions: dict[str, Admission] = {}
+    if not book.queues:
+        off = "no Queue exists: quotas are off"
+        return {
+            p.key: Admission(p.key, Verdict.ADMIT, demand=p.alternatives[0], message=off)
+            for p in pending
+        }
+    resolved: Resolved = []
+    for p in pending:
+        found = _resolve(book, p)
+        if isinstance(found, Admission):
+            decisions[p.key] = found
+        else:
+            resolved.append((p, found))
+    _within_nominal(book, resolved, decisions, now)
+    _reclaim(book, resolved, decisions, now)
+    _borrow_by_fair_share(book, resolved, decisions, now)
+    for p, queue in resolved:
+        if p.key not in decisions:
+            decisions[p.key] = _wait(book, queue, p)
+    return decisions
+
+
+def _within_nominal(
+    book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
+) -> None:
+    """Pass 1: admit, in order, what fits its queue's nominal quota with nothing to reclaim."""
+    for p, queue in resolved:
+        demand, fit = _best(book, queue, p)
+        if fit.verdict is Verdict.ADMIT:
+            _apply(book, p.key, queue, demand, now)
+            decisions[p.key] = Admission(p.key, Verdict.ADMIT, queue.name, demand)
+
+
+def _borrow_by_fair_share(
+    book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
+) -> None:
+    """Pass 3: admit borrowers one at a time, the lowest weighted dominant share (after) first."""
+    while True:
+        offers = []
+        for order, (p, queue) in enumerate(resolved):
+            if p.key in decisions:
+                continue
+            demand, fit = _best(book, queue, p)
+            if fit.verdict is Verdict.BORROW:
+                share = book.dominant_share(queue, demand.pools())
+                offers.append((share, order, p, queue, demand, fit))
+        if not offers:
+            return
+        _, _, p, queue, demand, fit = min(offers, key=lambda o: (o[0], o[1]))
+        _apply(book, p.key, queue, demand, now)
+        decisions[p.key] = Admission(p.key, Verdict.BORROW, queue.name, demand, fit.borrowed)
+
+
+def _reclaim(
+    book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
+) -> None:
+    """Pass 2: reclaim lent quota for what fits its nominal quota, before anyone borrows."""
+    for p, queue in resolved:
+        if p.key in decisions:
+            continue
+        demand, fit = _best(book, queue, p)
+        if fit.verdict not in (Verdict.RECLAIM, Verdict.ADMIT):
+            continue
+        victims = reclaim_victims(book, queue, demand) if fit.verdict is Verdict.RECLAIM else ()
+        if victims is None:
+            continue
+        for key in victims:  # a victim may free more than needed: later ones may fit now
+            book.remove(key)
+        _apply(book, p.key, queue, demand, now)
+        text = f"queue {queue.name} reclaims {demand.gpu_type} lent in cohort {queue.cohort}"
+        decisions[p.key] = Admission(
+            p.key,
+            fit.verdict,
+            queue.name,
+            demand,
+            fit.borrowed,
+            victims=victims,
+            grace_seconds=queue.grace_seconds if victims else None,
+            message=text if victims else "",
+        )
+
+
+def _wait(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> Admission:
+    fits = [_fit(book, queue, demand) for demand in pending.alternatives]
+    texts = [
+        f.blocked or f"queue {queue.name}: too few borrowed workloads to reclaim" for f in fits
+    ]
+    reasons = {f.reason for f in fits}
+    reason = reasons.pop() if len(reasons) == 1 else WaitReason.QUOTA_EXCEEDED
+    message = "; ".join(dict.fromkeys(texts))
+    return Admission(pending.key, Verdict.WAIT, queue.name, reason=reason, message=message)
+
+
+def _lent(book: QuotaBook, cohort: list[QueueQuota], pool: Resource) -> dict[str, int]:
+    """The cohort's borrowed amount split over its lenders, in proportion to their idle quota.
+
+    A lender never lends more than its nominal quota minus what it uses; the
+    split rounds by largest remainder (ties by name), so the parts add up.
+    """
+    idle = {q.name: max(0, q.nominal.get(pool, 0) - book.used(q.name, pool)) for q in cohort}
+    borrowed = sum(book.borrowed(q, pool) for q in cohort)
+    total_idle = sum(idle.values())
+    out = min(borrowed, total_idle)
+    if out == 0:
+        return {}
+    exact = {name: out * n / total_idle for name, n in idle.items()}
+    lent = {name: int(x) for name, x in exact.items()}
+    rest = out - sum(lent.values())
+    for name in sorted(exact, key=lambda n: (-(exact[n] - lent[n]), n))[:rest]:
+        lent[name] += 1
+    return lent
+
+
+def queue_statuses(
+    book: QuotaBook, decisions: Mapping[str, Admission] | None = None
+) -> dict[str, QueueStatus]:
+    """Every Queue's status numbers: per GPU type used, borrowed, lent; workload counts.
+
+    `decisions` (from `admit` on the same book) gives the pending counts; a
+    workload admitted by RECLAIM still waits for its victims, so it counts as
+    pending, not admitted.
+    """
+    decisions = decisions or {}
+    waiting = {k for k, d in decisions.items() if d.verdict in (Verdict.RECLAIM, Verdict.WAIT)}
+    lent: dict[tuple[str, Resource], int] = {}
+    seen: set[str | None] = set()
+    for queue in book.queues.values():
+        if queue.cohort in seen and queue.cohort is not None:
+            continue
+        seen.add(queue.cohort)
+        cohort = book.members(queue)
+        for pool in {p for q in cohort for p in q.nominal}:
+            for name, n in _lent(book, cohort, pool).items():
+                lent[(name, pool)] = n
+    statuses = {}
+    for queue in book.queues.values():
+        rows = []
+        for gpu_type in queue.gpu_types():
+            gpus, milli = (gpu_type, Unit.GPUS), (gpu_type, Unit.SHARE_MILLI)
+            rows.append(
+                GpuTypeUsage(
+                    gpu_type=gpu_type,
+                    used=book.used(queue.name, gpus),
+                    borrowed=book.borrowed(queue, gpus),
+                    lent=lent.get((queue.name, gpus), 0),
+                    used_share_milli=book.used(queue.name, milli),
+                    borrowed_share_milli=book.borrowed(queue, milli),
+                    lent_share_milli=lent.get((queue.name, milli), 0),
+                )
+            )
+        admitted = sum(
+            1 for w in book.workloads.values() if w.queue == queue.name and w.key not in waiting
+        )
+        pending = sum(1 for k in waiting if decisions[k].queue == queue.name)
+        statuses[queue.name] = QueueStatus(
+            gpus=rows, admitted_workloads=admitted, pending_workloads=pending
+        )
+    return statuses

@@ -1,0 +1,398 @@
+"""Queue quota accounting: every rule by a table, and the invariants by hypothesis."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chronotope.api.v1alpha1 import LocalQueueSpec, QueueSpec, TrainingJobSpec
+from chronotope.api.v1alpha1.queue import DEFAULT_RECLAIM_GRACE_SECONDS
+from chronotope.kube.workloads import delete_pods
+from chronotope.workloads.quota import (
+    AdmittedWorkload,
+    Demand,
+    PendingWorkload,
+    QuotaBook,
+    Unit,
+    Verdict,
+    WaitReason,
+    admit,
+    demands_of,
+    queue_statuses,
+)
+
+A100, L4 = "A100", "L4"
+GPUS = Unit.GPUS
+
+
+def _queue(
+    *quotas: tuple[str, int] | tuple[str, int, int],
+    cohort: str | None = "ml",
+    weight: float = 1.0,
+    reclaim: str = "Never",
+    share: int = 0,
+) -> QueueSpec:
+    rows: list[dict[str, Any]] = []
+    for q in quotas:
+        row: dict[str, Any] = {"gpuType": q[0], "gpus": q[1], "shareMilli": share}
+        if len(q) == 3:
+            row["borrowingLimit"] = q[2]
+        rows.append(row)
+    spec: dict[str, Any] = {"quotas": rows, "weight": weight, "reclaim": {"policy": reclaim}}
+    if cohort:
+        spec["cohort"] = cohort
+    return QueueSpec.model_validate(spec)
+
+
+def _book(queues: dict[str, QueueSpec], running: Sequence[tuple[str, str, int]] = ()) -> QuotaBook:
+    """Queues, a LocalQueue `default` per queue in namespace = queue name, running A100 work."""
+    local = {(name, "default"): LocalQueueSpec(queue=name) for name in queues}
+    admitted = [
+        AdmittedWorkload(key, queue, {(A100, GPUS): n}, admitted_at=float(i))
+        for i, (key, queue, n) in enumerate(running)
+    ]
+    return QuotaBook(queues, local, admitted)
+
+
+def _job(key: str, queue: str, *alternatives: tuple[str, int]) -> PendingWorkload:
+    demands = tuple(Demand(t, gpus=n) for t, n in alternatives) or (Demand(A100, gpus=1),)
+    return PendingWorkload(key, queue, "default", demands)
+
+
+# --- resolution: missing LocalQueue / Queue -----------------------------------------------
+
+
+def test_no_queue_at_all_means_quotas_are_off() -> None:
+    book = QuotaBook({}, {})
+    out = admit(book, [_job("j", "ns", (A100, 64))])
+    assert out["j"].verdict is Verdict.ADMIT
+    assert "quotas are off" in out["j"].message
+
+
+def test_missing_local_queue_waits_naming_it() -> None:
+    book = _book({"team-a": _queue((A100, 8))})
+    out = admit(book, [PendingWorkload("j", "other-ns", "default", (Demand(A100, 1),))])
+    assert out["j"].verdict is Verdict.WAIT
+    assert out["j"].reason is WaitReason.LOCAL_QUEUE_MISSING
+    assert out["j"].message == "no LocalQueue default in namespace other-ns"
+
+
+def test_local_queue_naming_a_missing_queue_waits_naming_both() -> None:
+    book = QuotaBook(
+        {"team-a": _queue((A100, 8))}, {("ns", "default"): LocalQueueSpec(queue="team-z")}
+    )
+    out = admit(book, [PendingWorkload("j", "ns", "default", (Demand(A100, 1),))])
+    assert out["j"].reason is WaitReason.QUEUE_MISSING
+    assert out["j"].queue == "team-z"
+    assert "LocalQueue ns/default names Queue team-z, which does not exist" in out["j"].message
+
+
+# --- nominal quota, borrowing, limits -------------------------------------------------------
+
+# (queues, running, job alternatives, verdict, message fragment)
+CASES: list[tuple[str, dict[str, QueueSpec], list[tuple[str, str, int]], tuple[tuple[str, int], ...], Verdict, str]] = [  # noqa: E501
+    ("within nominal", {"team-a": _queue((A100, 8))}, [("r", "team-a", 4)], ((A100, 4),),
+     Verdict.ADMIT, ""),
+    ("no cohort: nominal is the cap", {"team-a": _queue((A100, 8), cohort=None)},
+     [("r", "team-a", 8)], ((A100, 1),), Verdict.WAIT,
+     "queue team-a: A100 8/8 in use, no cohort to borrow from"),
+    ("borrow idle quota of the cohort",
+     {"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8))}, [("r", "team-a", 8)],
+     ((A100, 4),), Verdict.BORROW, ""),
+    ("cohort has nothing to lend",
+     {"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8))},
+     [("r", "team-a", 8), ("s", "team-b", 8)], ((A100, 1),), Verdict.WAIT,
+     "queue team-a: A100 8/8 in use, cohort ml has 0 to lend"),
+    ("borrowing limit", {"team-a": _queue((A100, 8, 2)), "team-b": _queue((A100, 8))},
+     [("r", "team-a", 8)], ((A100, 3),), Verdict.WAIT,
+     "queue team-a: A100 8/8 in use, borrowing limit 2"),
+    ("borrowing up to the limit", {"team-a": _queue((A100, 8, 2)), "team-b": _queue((A100, 8))},
+     [("r", "team-a", 8)], ((A100, 2),), Verdict.BORROW, ""),
+    ("type not in the queue", {"team-a": _queue((A100, 8))}, [], ((L4, 1),), Verdict.WAIT,
+     "queue team-a has no quota for L4 (its types: A100)"),
+    ("a type listed with 0 GPUs may only borrow",
+     {"team-a": _queue((A100, 0)), "team-b": _queue((A100, 8))}, [], ((A100, 2),),
+     Verdict.BORROW, ""),
+    ("other cohorts lend nothing",
+     {"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8), cohort="other")},
+     [("r", "team-a", 8)], ((A100, 1),), Verdict.WAIT, "cohort ml has 0 to lend"),
+    ("first alternative that fits nominal wins over borrowing",
+     {"team-a": _queue((A100, 8), (L4, 4)), "team-b": _queue((A100, 8))},
+     [("r", "team-a", 8)], ((A100, 1), (L4, 1)), Verdict.ADMIT, ""),
+    ("quota lent out, policy Never: wait for the borrowers",
+     {"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8))},
+     [("b1", "team-b", 8), ("b2", "team-b", 8)], ((A100, 2),), Verdict.WAIT,
+     "queue team-a: A100 0/8 in use, 2 lent in cohort ml; reclaim policy Never waits"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("queues", "running", "alternatives", "verdict", "message"),
+    [pytest.param(*case[1:], id=case[0]) for case in CASES],
+)
+def test_admission_rules(
+    queues: dict[str, QueueSpec],
+    running: list[tuple[str, str, int]],
+    alternatives: tuple[tuple[str, int], ...],
+    verdict: Verdict,
+    message: str,
+) -> None:
+    out = admit(_book(queues, running), [_job("j", "team-a", *alternatives)])["j"]
+    assert out.verdict is verdict, out
+    assert message in out.message
+    if verdict is Verdict.WAIT:
+        assert out.reason in (WaitReason.QUOTA_EXCEEDED, WaitReason.NO_QUOTA_FOR_TYPE)
+        assert out.demand is None
+    else:
+        assert out.demand is not None
+
+
+def test_borrowed_amount_is_what_lies_above_nominal() -> None:
+    book = _book({"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8))}, [("r", "team-a", 6)])
+    out = admit(book, [_job("j", "team-a", (A100, 4))])["j"]
+    assert out.verdict is Verdict.BORROW
+    assert out.borrowed == {(A100, GPUS): 2}
+
+
+def test_share_quota_is_its_own_pool() -> None:
+    queues = {"team-a": _queue((L4, 1), share=500, cohort=None)}
+    book = _book(queues)
+    big = PendingWorkload("big", "team-a", "default", (Demand(L4, share_milli=600),))
+    small = PendingWorkload("small", "team-a", "default", (Demand(L4, share_milli=300),))
+    out = admit(book, [big, small])
+    assert out["big"].verdict is Verdict.WAIT
+    assert "L4 shares (milli) 300/500 in use, no cohort" in out["big"].message
+    assert out["small"].verdict is Verdict.ADMIT
+
+
+def test_a_job_that_does_not_fit_does_not_hold_back_later_ones() -> None:
+    book = _book({"team-a": _queue((A100, 8), cohort=None)}, [("r", "team-a", 6)])
+    out = admit(book, [_job("big", "team-a", (A100, 4)), _job("small", "team-a", (A100, 2))])
+    assert out["big"].verdict is Verdict.WAIT
+    assert out["small"].verdict is Verdict.ADMIT
+
+
+def test_one_cycle_never_admits_the_same_quota_twice() -> None:
+    book = _book({"team-a": _queue((A100, 8), cohort=None)})
+    out = admit(book, [_job(f"j{i}", "team-a", (A100, 3)) for i in range(4)])
+    assert [out[f"j{i}"].verdict for i in range(4)] == [Verdict.ADMIT] * 2 + [Verdict.WAIT] * 2
+
+
+# --- fair share among borrowers -------------------------------------------------------------
+
+
+def test_borrowers_are_served_by_weighted_dominant_share() -> None:
+    # team-c lends 8; team-a already borrows 2, team-b none: team-b goes first though listed last
+    queues = {
+        "team-a": _queue((A100, 4)),
+        "team-b": _queue((A100, 4)),
+        "team-c": _queue((A100, 8)),
+    }
+    book = _book(queues, [("a0", "team-a", 6), ("b0", "team-b", 4)])
+    out = admit(book, [_job("a1", "team-a", (A100, 4)), _job("b1", "team-b", (A100, 4))])
+    assert out["b1"].verdict is Verdict.BORROW
+    assert out["a1"].verdict is Verdict.WAIT  # 2 left to lend after b1 took 4
+    assert "cohort ml has 2 to lend" in out["a1"].message
+
+
+def test_weight_lets_a_queue_borrow_more_before_others() -> None:
+    queues = {
+        "team-a": _queue((A100, 4), weight=3),
+        "team-b": _queue((A100, 4)),
+        "team-c": _queue((A100, 8)),
+    }
+    # a borrows 2 already (share 2/16/3), b borrows 1 (1/16): a still goes first
+    book = _book(queues, [("a0", "team-a", 6), ("b0", "team-b", 5)])
+    out = admit(book, [_job("b1", "team-b", (A100, 2)), _job("a1", "team-a", (A100, 2))])
+    assert out["a1"].verdict is Verdict.BORROW
+    assert out["b1"].verdict is Verdict.BORROW
+    book2 = _book(queues, [("a0", "team-a", 6), ("b0", "team-b", 5)])
+    first = admit(book2, [_job("b1", "team-b", (A100, 5)), _job("a1", "team-a", (A100, 5))])
+    assert first["a1"].verdict is Verdict.BORROW  # 5 left: only one of them fits, a wins
+    assert first["b1"].verdict is Verdict.WAIT
+
+
+# --- reclaim --------------------------------------------------------------------------------
+
+
+def _reclaim_book(policy: str = "PreemptBorrowed", c_weight: float = 2) -> QuotaBook:
+    queues = {
+        "team-a": _queue((A100, 8), reclaim=policy, weight=1),
+        "team-b": _queue((A100, 4), weight=1),
+        "team-c": _queue((A100, 4), weight=c_weight),
+    }
+    # b borrows 4 (4/1), c borrows 2 (2/2): a uses nothing, all of its 8 lent out but 2
+    running = [("b-old", "team-b", 2), ("b-mid", "team-b", 3), ("b-new", "team-b", 3)]
+    running += [("c-old", "team-c", 3), ("c-new", "team-c", 3)]
+    return _book(queues, running)
+
+
+def test_reclaim_takes_from_the_biggest_borrower_newest_first_only_as_needed() -> None:
+    book = _reclaim_book()
+    out = admit(book, [_job("a1", "team-a", (A100, 5))])["a1"]
+    assert out.verdict is Verdict.RECLAIM
+    assert out.victims == ("b-new",)  # 2 free + 3 freed = 5
+    assert out.grace_seconds == DEFAULT_RECLAIM_GRACE_SECONDS
+    assert "queue team-a reclaims A100 lent in cohort ml" in out.message
+
+
+def test_reclaim_reranks_the_borrowers_after_each_victim() -> None:
+    # need 6; b borrows 4, c 2 (same weight): b-new (3) leaves b borrowing 1 < c's 2: c-new
+    out = admit(_reclaim_book(c_weight=1), [_job("a1", "team-a", (A100, 8))])["a1"]
+    assert out.verdict is Verdict.RECLAIM
+    assert out.victims == ("b-new", "c-new")
+    # with c's weight 2 (2/2 = 1), b (1/1) and c tie; the first by name, b, gives again
+    again = admit(_reclaim_book(), [_job("a1", "team-a", (A100, 8))])["a1"]
+    assert again.victims == ("b-new", "b-mid")
+
+
+def test_a_smaller_job_backfills_the_free_quota_first() -> None:
+    pending = [_job("a1", "team-a", (A100, 8)), _job("a2", "team-a", (A100, 1))]
+    out = admit(_reclaim_book(), pending)
+    assert out["a2"].verdict is Verdict.ADMIT  # fits the 2 free GPUs now (BestEffortFIFO)
+    assert out["a1"].verdict is Verdict.WAIT  # 1 + 8 would exceed a's nominal 8: it borrows
+    assert "queue team-a: A100 1/8 in use, cohort ml has 1 to lend" in out["a1"].message
+
+
+def test_reclaim_spares_a_victim_the_others_cover() -> None:
+    queues = {"team-a": _queue((A100, 8), reclaim="PreemptBorrowed"), "team-b": _queue((A100, 2))}
+    book = _book(queues, [("b-old", "team-b", 3), ("b-new", "team-b", 2)])
+    out = admit(book, [_job("a1", "team-a", (A100, 8))])["a1"]
+    # need 3: b-new (2) is not enough, b-old (3) is, and alone: b-new is spared
+    assert out.victims == ("b-old",)
+
+
+def test_reclaim_policy_never_waits() -> None:
+    out = admit(_reclaim_book("Never"), [_job("a1", "team-a", (A100, 5))])["a1"]
+    assert out.verdict is Verdict.WAIT
+    assert "3 lent in cohort ml; reclaim policy Never waits" in out.message
+
+
+def test_reclaim_never_takes_a_workload_of_a_queue_within_its_nominal_quota() -> None:
+    queues = {
+        "team-a": _queue((A100, 4), reclaim="PreemptBorrowed"),
+        "team-b": _queue((A100, 2)),
+        "team-c": _queue((A100, 2)),
+    }
+    # b borrows 2; c uses its own 2 with the newest workload
+    book = _book(queues, [("b0", "team-b", 4), ("c0", "team-c", 2)])
+    out = admit(book, [_job("a1", "team-a", (A100, 4))])["a1"]
+    assert out.verdict is Verdict.RECLAIM
+    assert out.victims == ("b0",)
+
+
+def test_default_grace_is_the_operators_checkpointed_stop() -> None:
+    grace = inspect.signature(delete_pods).parameters["grace_seconds"].default
+    assert grace == DEFAULT_RECLAIM_GRACE_SECONDS
+
+
+# --- status numbers -------------------------------------------------------------------------
+
+
+def test_status_shows_used_borrowed_and_lent_per_type() -> None:
+    queues = {
+        "team-a": _queue((A100, 8), (L4, 2)),
+        "team-b": _queue((A100, 6)),
+        "team-c": _queue((A100, 2)),
+    }
+    book = _book(queues, [("a0", "team-a", 12), ("b0", "team-b", 1)])
+    pending = [_job("w", "team-a", (A100, 9))]
+    status = queue_statuses(book, admit(book, pending))
+    a100 = {name: s.gpus[0] for name, s in status.items()}
+    assert (a100["team-a"].used, a100["team-a"].borrowed, a100["team-a"].lent) == (12, 4, 0)
+    # 4 borrowed, split over the idle 5 (b) and 2 (c) by largest remainder: 2.86 -> 3, 1.14 -> 1
+    assert (a100["team-b"].lent, a100["team-c"].lent) == (3, 1)
+    assert [g.gpu_type for g in status["team-a"].gpus] == [A100, L4]
+    assert status["team-a"].pending_workloads == 1
+    assert status["team-a"].admitted_workloads == 1
+
+
+def test_a_reclaiming_workload_is_pending_and_its_victims_are_gone_from_the_numbers() -> None:
+    book = _reclaim_book()
+    decisions = admit(book, [_job("a1", "team-a", (A100, 5))])
+    status = queue_statuses(book, decisions)
+    assert status["team-a"].pending_workloads == 1
+    assert status["team-a"].admitted_workloads == 0
+    assert status["team-b"].gpus[0].used == 5
+
+
+def test_demands_of_a_training_job() -> None:
+    base: dict[str, Any] = {
+        "replicas": 4,
+        "template": {},
+        "gpuTypes": [{"name": A100, "relativeSpeed": 1}, {"name": L4, "relativeSpeed": 0.3}],
+        "estimate": {"referenceGpuType": A100, "durationSeconds": 60},
+    }
+    whole = TrainingJobSpec.model_validate({**base, "gpu": {"count": 2}})
+    assert demands_of(whole) == (Demand(A100, gpus=8), Demand(L4, gpus=8))
+    assert demands_of(whole, workers=1) == (Demand(A100, gpus=2), Demand(L4, gpus=2))
+    shared = {"shared": {"memoryMiB": 1024, "computePercent": 30}}
+    share = TrainingJobSpec.model_validate({**base, "gpu": shared})
+    assert demands_of(share)[0] == Demand(A100, share_milli=1200)
+
+
+# --- invariants -----------------------------------------------------------------------------
+
+_queue_sizes = st.lists(
+    st.tuples(st.integers(0, 8), st.one_of(st.none(), st.integers(0, 6)), st.sampled_from([1, 2])),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=_queue_sizes,
+    running=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), max_size=8),
+    jobs=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 6)), min_size=1, max_size=10),
+    reclaim=st.booleans(),
+)
+def test_invariants(
+    sizes: list[tuple[int, int | None, int]],
+    running: list[tuple[int, int]],
+    jobs: list[tuple[int, int]],
+    reclaim: bool,
+) -> None:
+    policy = "PreemptBorrowed" if reclaim else "Never"
+    queues = {
+        f"q{i}": _queue(
+            (A100, n, limit) if limit is not None else (A100, n), weight=w, reclaim=policy
+        )
+        for i, (n, limit, w) in enumerate(sizes)
+    }
+    names = list(queues)
+    # start from a state the accounting itself admitted
+    book = _book(queues)
+    admit(
+        book, [_job(f"r{i}", names[q % len(names)], (A100, n)) for i, (q, n) in enumerate(running)]
+    )
+    before = {k: w.queue for k, w in book.workloads.items()}
+    pending = [_job(f"j{i}", names[q % len(names)], (A100, n)) for i, (q, n) in enumerate(jobs)]
+    decisions = admit(book, pending)
+    total_nominal = sum(q.nominal.get((A100, GPUS), 0) for q in book.queues.values())
+    assert sum(book.used(n, (A100, GPUS)) for n in names) <= total_nominal
+    for queue in book.queues.values():
+        limit = queue.borrowing_limit.get((A100, GPUS))
+        used = book.used(queue.name, (A100, GPUS))
+        if limit is not None:
+            assert used <= queue.nominal[(A100, GPUS)] + limit  # never over nominal + borrowable
+    for d in decisions.values():
+        for victim in d.victims:
+            assert victim in before  # never a workload admitted in the same cycle
+            assert before[victim] != d.queue  # only others' work
+        if d.victims:
+            assert reclaim
+        # what lies within its nominal quota can always be reclaimed from the borrowers
+        assert "too few borrowed workloads" not in d.message
+    for name, status in queue_statuses(book, decisions).items():
+        row = status.gpus[0]
+        nominal = book.queues[name].nominal[(A100, GPUS)]
+        assert row.lent <= max(0, nominal - row.used)  # lending never goes below what it uses
+        assert row.borrowed == max(0, row.used - nominal)
+    lent = sum(s.gpus[0].lent for s in queue_statuses(book).values())
+    assert lent == sum(s.gpus[0].borrowed for s in queue_statuses(book).values())
