@@ -385,7 +385,8 @@ def test_install_rbac_and_uninstall(kube_cluster: KubeCluster, namespace: str) -
             "get",
             "clusterroles,clusterrolebindings,roles,rolebindings,deployments,daemonsets,"
             "serviceaccounts,configmaps,services,secrets,validatingwebhookconfigurations,"
-            "mutatingwebhookconfigurations",
+            "mutatingwebhookconfigurations,validatingadmissionpolicies,"
+            "validatingadmissionpolicybindings",
             "-A",
             "-l",
             f"app.kubernetes.io/instance={release}",

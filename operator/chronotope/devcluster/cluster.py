@@ -193,6 +193,7 @@ class LocalCluster:
         self._save(state)
         try:
             self._start_all(state, ports, binaries)
+            self.install_assignment_policy()
             if spec is not None:
                 self.add_nodes(spec)
         except BaseException:
@@ -337,6 +338,27 @@ class LocalCluster:
             f"https://127.0.0.1:{sched_port}/healthz",
         )
         return port
+
+    def install_assignment_policy(self) -> None:
+        """Install the policy that lets only the scheduler write GPU assignments (as admin).
+
+        manifests/security/assignment-policy.yaml is the chart's policy for the
+        default release: it trusts the chart's scheduler ServiceAccount (what the
+        extender runs as with `chart_identities()`) and system:masters (what it runs
+        as without); docs/security.md.
+        """
+        from chronotope.kube.admission_policy import (
+            apply_admission_policies,
+            load_admission_policies,
+        )
+        from chronotope.kube.client import api_client
+
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        path = self.settings.repo_root / "manifests" / "security" / "assignment-policy.yaml"
+        with api_client(state.kubeconfig) as api:
+            apply_admission_policies(api, load_admission_policies(path))
 
     def chart_identities(
         self, release: str = DEFAULT_RELEASE, namespace: str = DEFAULT_NAMESPACE

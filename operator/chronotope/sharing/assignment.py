@@ -60,6 +60,7 @@ __all__ = [
     "format_lock",
     "format_timestamp",
     "gpu_uuid",
+    "is_scheduler_key",
     "lock_is_stale",
     "new_handshake",
     "parse_lock",
@@ -76,6 +77,15 @@ ASSIGNED_PRIORITY = _PREFIX + "assigned-priority"
 ASSIGNED_PROFILE = _PREFIX + "assigned-profile"
 HANDSHAKE = _PREFIX + "handshake"
 ALLOCATION = _PREFIX + "allocation"
+
+
+def is_scheduler_key(key: str) -> bool:
+    """Whether only the scheduler may write this pod annotation (`assigned-*`, the handshake).
+
+    The assignment policy (charts/chronotope/templates/assignment-policy.yaml) enforces it
+    at admission; code that copies user annotations onto pods drops these keys.
+    """
+    return key.startswith(_PREFIX + "assigned-") or key == HANDSHAKE
 ALLOCATED_AT = _PREFIX + "allocated-at"
 ALLOCATION_LOCK = _PREFIX + "allocation-lock"  # on the Node, not the pod
 DEVICE_PLUGIN = _PREFIX + "device-plugin"

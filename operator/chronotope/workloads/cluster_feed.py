@@ -2,9 +2,12 @@
 
 The extender's watch and the operator's capacity view read the same objects
 the same way: a node's GPU model and count, GPU memory, allocatable CPU and
-memory; a bound pod's assignment annotations (the truth), or, for a pod bound
-without one (another scheduler), its whole GPUs by count and its CPU and
-memory requests. Pure: plain dicts in, cache updates out.
+memory; a bound pod's assignment annotations, or, for a pod bound without one,
+its whole GPUs by count and its CPU and memory requests. Only the `chronotope`
+scheduler's pods have their assignment read (`scheduler_assignment`): the
+admission policy lets only the scheduler write assignments (docs/security.md),
+and a pod of any other scheduler holds whole GPUs by its requests whatever its
+annotations say. Pure: plain dicts in, cache updates out.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from chronotope.solver.cache import ClusterCache, Holding, NodeInfo
 from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
 from chronotope.workloads.podreq import PodRequestError, pod_request
 
-__all__ = ["node_info", "pod_holding"]
+__all__ = ["SCHEDULER_NAME", "node_info", "pod_holding", "scheduler_assignment"]
 
 log = logging.getLogger(__name__)
+
+SCHEDULER_NAME = "chronotope"
+"""The `spec.schedulerName` of the pods the Chronotope extender places (and assigns GPUs)."""
 
 
 def node_info(node: Mapping[str, Any]) -> NodeInfo:
@@ -66,12 +72,8 @@ def pod_holding(cache: ClusterCache, key: str, pod: Mapping[str, Any], node: str
     cpu, mem = (req.cpu_milli, req.memory_mib) if req is not None else (0, 0)
     if req is not None:
         cache.observe(key, req)  # a restarted reader relearns the request mix
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    try:
-        a = GpuAssignment.from_annotations(annotations)
-    except ValueError:
-        a = None
-    if a is not None and a.node == node:
+    a = scheduler_assignment(pod, node)
+    if a is not None:
         milli = MILLI if a.compute_percent is None else a.compute_percent * MILLI // 100
         assigned = Holding(node, a.gpu_indices, milli, a.memory_mib or 0, cpu, mem)
         return _with_class(assigned, a, req)
@@ -91,6 +93,23 @@ def pod_holding(cache: ClusterCache, key: str, pod: Mapping[str, Any], node: str
                 len(gpus),
             )
     return Holding(node, gpus, MILLI, 0, cpu, mem)
+
+
+def scheduler_assignment(pod: Mapping[str, Any], node: str) -> GpuAssignment | None:
+    """The GPU assignment the scheduler made for `pod` on `node`; None when it counts for nothing.
+
+    Pure. None for a pod of another scheduler (its annotations are not ours to
+    trust: it holds whole GPUs by its requests), for a pod without a readable
+    assignment, and for one whose assignment names another node.
+    """
+    if (pod.get("spec") or {}).get("schedulerName") != SCHEDULER_NAME:
+        return None
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        a = GpuAssignment.from_annotations(annotations)
+    except ValueError:
+        return None
+    return a if a.node == node else None
 
 
 def _with_class(held: Holding, a: GpuAssignment, req: PodRequest | None) -> Holding:

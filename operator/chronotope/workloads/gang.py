@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.sharing.assignment import is_scheduler_key
 from chronotope.sharing.labels import (
     GANG_LABEL,
     GANG_SIZE_ANNOTATION,
@@ -96,7 +97,11 @@ def worker_pods(
         limits = resources.setdefault("limits", {})
         gpu_limits, gpu_annotations = gpu_resources(spec.gpu.shared, decision.gpus_per_worker)
         limits.update(gpu_limits)
-        annotations = dict(pod_meta.get("annotations") or {}) | gpu_annotations
+        # the template's own annotations, less any only the scheduler may write
+        user = {
+            k: v for k, v in (pod_meta.get("annotations") or {}).items() if not is_scheduler_key(k)
+        }
+        annotations = user | gpu_annotations
         env = [e for e in container.get("env", []) if e.get("name") not in _ENV_NAMES]
         env += [
             {"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{namespace}.svc"},

@@ -47,9 +47,10 @@ def share_pod(name: str, percent: int, priority: str | None, profile: str | None
     return {
         "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
         "spec": {
+            "schedulerName": "chronotope",
             "containers": [
                 {"name": "c", "resources": {"limits": {"chronotope.dev/gpu-share": "1"}}}
-            ]
+            ],
         },
     }
 

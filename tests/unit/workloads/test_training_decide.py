@@ -130,7 +130,7 @@ def test_capacity_counts_bound_assignments_and_promised_workers() -> None:
                 handshake="hs",
             ).to_annotations(),
         },
-        "spec": {"nodeName": "h", "containers": []},
+        "spec": {"schedulerName": "chronotope", "nodeName": "h", "containers": []},
     }
     pending = {
         "metadata": {"name": "b", "namespace": "n"},
@@ -184,3 +184,28 @@ def test_on_equal_utility_the_job_starts_now() -> None:
         frees_at={"H100": NOW + timedelta(minutes=10)},
     )
     assert (d.action, d.gpu_type) == (Action.START, "V100")
+
+
+def test_worker_pods_drop_annotations_only_the_scheduler_may_write() -> None:
+    job = {
+        "apiVersion": "chronotope.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u-1"},
+    }
+    forged = {
+        "chronotope.dev/assigned-gpus": "0,1,2,3",
+        "chronotope.dev/assigned-compute-percent": "1",
+        "chronotope.dev/handshake": "x",
+        "team.example/owner": "ml",
+    }
+    s = spec(
+        template={
+            "metadata": {"annotations": forged},
+            "spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]},
+        }
+    )
+    d = decide(s, nodes("H100", 2, 8, 8), NOW)
+    for pod in worker_pods(job, s, d, generation=1):
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["team.example/owner"] == "ml"  # the user's own keys stay
+        assert not [k for k in annotations if "assigned-" in k or k.endswith("/handshake")]

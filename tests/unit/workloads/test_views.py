@@ -39,6 +39,8 @@ def pod(
     return {
         "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
         "spec": {
+            # only the chronotope scheduler's pods have their assignment read
+            "schedulerName": "chronotope" if assigned else "default-scheduler",
             "nodeName": node_name,
             "containers": [{"name": "c", "resources": {"limits": limits}}],
         },
