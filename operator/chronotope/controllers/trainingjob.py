@@ -315,7 +315,7 @@ def _restart(
         c.out.events.append(("Warning", reason, why))
     c.out.annotations[GENERATION_ANNOTATION] = str(c.gen + 1)
     c.out.annotations[PREEMPTED_BY_ANNOTATION] = ""
-    c.out.status = resizing_status(c.job.get("status") or {}, why, c.now)
+    c.out.status = resizing_status(c.job.get("status") or {}, why, c.now, c.generation)
     return c.out
 
 

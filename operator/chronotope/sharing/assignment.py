@@ -86,6 +86,8 @@ def is_scheduler_key(key: str) -> bool:
     at admission; code that copies user annotations onto pods drops these keys.
     """
     return key.startswith(_PREFIX + "assigned-") or key == HANDSHAKE
+
+
 ALLOCATED_AT = _PREFIX + "allocated-at"
 ALLOCATION_LOCK = _PREFIX + "allocation-lock"  # on the Node, not the pod
 DEVICE_PLUGIN = _PREFIX + "device-plugin"

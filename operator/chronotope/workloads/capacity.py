@@ -20,7 +20,7 @@ from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import UNBOUNDED
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 
-__all__ = ["Capacity", "NodeCapacity", "cluster_capacity"]
+__all__ = ["Capacity", "NodeCapacity", "cluster_capacity", "without"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,14 @@ def cluster_capacity(
             )
         )
     return _minus_promised(out, promised)
+
+
+def without(capacity: Capacity, held: Mapping[str, int]) -> list[NodeCapacity]:
+    """`capacity` with `held` GPUs per model taken from the free ones (largest free nodes first).
+
+    What the jobs ahead of one in its queue hold back for their own start (`workloads.gates`).
+    """
+    return _minus_promised(list(capacity), dict(held))
 
 
 def _minus_promised(nodes: list[NodeCapacity], promised: dict[str, int]) -> list[NodeCapacity]:

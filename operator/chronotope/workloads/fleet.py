@@ -30,7 +30,7 @@ from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import Capacity
 from chronotope.workloads.training_policy import ChronotopePolicy, Job, JobState
 
-__all__ = ["FleetJob", "FleetOutcome", "fleet_gate"]
+__all__ = ["BandPlan", "FleetJob", "FleetOutcome", "fleet_gate", "gang_gpus", "plan_band"]
 
 ROUND_S = 60.0
 """The operator re-decides every few seconds; urgency counts at least two such rounds."""
@@ -90,6 +90,110 @@ def _job(i: int, f: FleetJob, now: datetime, types: set[str], gpus: int) -> JobS
     return JobState(job=job, remaining_s=job.work_s, gpu_type=f.running_on)
 
 
+@dataclass(frozen=True)
+class BandPlan:
+    """The policy's answer for a whole priority band at once: who starts now, on which type.
+
+    `starts` maps each job given GPUs now (`namespace/name`) to its type. It is what the
+    policy allocates, cut to the GPUs really free: the policy may give a waiting job the
+    GPUs of a running one it would preempt, but the operator never stops a running job of
+    the band, so such a start is dropped and the GPUs left idle by it are backfilled to
+    the band's other waiting jobs (the policy's own backfill rule: fastest relative to
+    the job's best type first, then policy order). No GPU that a waiting job of the band
+    accepts stays idle.
+    """
+
+    keys: tuple[str, ...]
+    """The band's jobs the policy planned (types with GPUs, gangs that fit a type)."""
+    starts: Mapping[str, str]
+
+    def outcome(self, key: str) -> FleetOutcome:
+        """Whether job `key` starts now, where, and why (a job left out of the plan passes)."""
+        if key not in self.keys:
+            return FleetOutcome(True, None, "")
+        if key in self.starts:
+            return FleetOutcome(
+                True,
+                self.starts[key],
+                f"{_POLICY} runs it now on {self.starts[key]}",
+            )
+        ahead = [k for k in self.starts if k != key]
+        shown = ahead[:NAMED_HOLDERS]
+        holders = (
+            ", ".join(shown) + (" ..." if len(ahead) > len(shown) else "") if ahead else "no job"
+        )
+        return FleetOutcome(
+            False,
+            None,
+            f"{_POLICY} gives the GPUs now to {holders} and plans this job later "
+            "(possibly on a faster type once it frees up)",
+        )
+
+
+_POLICY = (
+    "cluster policy (as simulated: deadlines at risk first, then shortest remaining "
+    "GPU-time, planned ahead per GPU type)"
+)
+
+
+def plan_band(band: Sequence[tuple[FleetJob, int]], capacity: Capacity, now: datetime) -> BandPlan:
+    """The simulator's policy over the band's jobs (each with its gang in GPUs), once."""
+    idle: dict[str, int] = {}
+    for n in capacity:
+        if n.schedulable:
+            idle[n.gpu_model] = idle.get(n.gpu_model, 0) + n.free
+    free = dict(idle)
+    for o, _ in band:
+        if o.running_on is not None:
+            free[o.running_on] = free.get(o.running_on, 0) + o.running_gpus
+    types = {t for t, c in free.items() if c > 0}
+    # ids in one global order (age, then name), so that every job's reconcile computes
+    # the same plan: "me first on ties" would let two tied jobs each wait for the other
+    entries = sorted(band, key=lambda e: (e[0].arrival, e[0].key))
+    states: list[JobState] = []
+    keys: list[str] = []
+    waiting: set[int] = set()
+    for f, gpus in entries:
+        state = _job(len(states), f, now, types, gpus)
+        if state is not None and gpus <= max(free.get(t, 0) for t in state.job.speed):
+            if f.running_on is None:
+                waiting.add(len(states))
+            states.append(state)
+            keys.append(f.key)
+    if not states:
+        return BandPlan((), {})
+    pools = {t: free[t] for t in types}  # types with GPUs to give
+    alloc = ChronotopePolicy(round_s=ROUND_S).allocate(0.0, states, pools)
+    starts = _starts_now(alloc, states, waiting, idle)
+    return BandPlan(tuple(keys), {keys[i]: t for i, t in sorted(starts.items())})
+
+
+def _starts_now(
+    alloc: Mapping[int, str], states: Sequence[JobState], waiting: set[int], idle: dict[str, int]
+) -> dict[int, str]:
+    """The waiting jobs of `alloc` that fit the `idle` GPUs, then a backfill of what is left."""
+    starts: dict[int, str] = {}
+    for i, t in alloc.items():  # plan order, then the policy's backfill
+        if i in waiting and idle.get(t, 0) >= states[i].job.num_gpus:
+            starts[i] = t
+            idle[t] -= states[i].job.num_gpus
+    # the policy's backfill again, on the GPUs its plan gave to running jobs' leases
+    rank = {i: r for r, i in enumerate(alloc)}
+    left = sorted(
+        (i for i in waiting if i not in starts), key=lambda i: (rank.get(i, len(rank)), i)
+    )
+    cands = sorted(
+        (-states[i].job.speed[t] / max(states[i].job.speed.values()), r, i, t)
+        for r, i in enumerate(left)
+        for t in states[i].job.speed
+    )
+    for _, _, i, t in cands:
+        if i not in starts and idle.get(t, 0) >= states[i].job.num_gpus:
+            starts[i] = t
+            idle[t] -= states[i].job.num_gpus
+    return starts
+
+
 def fleet_gate(
     me: FleetJob,
     my_gpus: int,
@@ -98,50 +202,10 @@ def fleet_gate(
     now: datetime,
 ) -> FleetOutcome:
     """Whether the simulator's policy, over `me` and `others`, starts `me` now, and where."""
-    free: dict[str, int] = {}
-    for n in capacity:
-        if n.schedulable:
-            free[n.gpu_model] = free.get(n.gpu_model, 0) + n.free
-    for o in others:
-        if o.running_on is not None:
-            free[o.running_on] = free.get(o.running_on, 0) + o.running_gpus
-    types = {t for t, c in free.items() if c > 0}
-    # ids in one global order (age, then name), so that every job's reconcile computes
-    # the same plan: "me first on ties" would let two tied jobs each wait for the other
-    entries = sorted(
-        [(me, my_gpus), *((o, o.running_gpus or _gang(o.spec)) for o in others)],
-        key=lambda e: (e[0].arrival, e[0].key),
-    )
-    states: list[JobState] = []
-    keys: list[str] = []
-    for f, gpus in entries:
-        state = _job(len(states), f, now, types, gpus)
-        if state is not None and gpus <= max(free.get(t, 0) for t in state.job.speed):
-            states.append(state)
-            keys.append(f.key)
-    if me.key not in keys:
-        return FleetOutcome(True, None, "")
-    mine = keys.index(me.key)
-    pools = {t: free[t] for t in types}  # types with GPUs to give
-    alloc = ChronotopePolicy(round_s=ROUND_S).allocate(0.0, states, pools)
-    if mine in alloc:
-        return FleetOutcome(
-            True,
-            alloc[mine],
-            f"cluster policy (as simulated: deadlines at risk first, then shortest remaining "
-            f"GPU-time, planned ahead per GPU type) runs it now on {alloc[mine]}",
-        )
-    ahead = [keys[i] for i in sorted(alloc) if i != mine]
-    shown = ahead[:NAMED_HOLDERS]
-    holders = ", ".join(shown) + (" ..." if len(ahead) > len(shown) else "") if ahead else "no job"
-    return FleetOutcome(
-        False,
-        None,
-        "cluster policy (as simulated: deadlines at risk first, then shortest remaining "
-        f"GPU-time, planned ahead per GPU type) gives the GPUs now to {holders} and plans "
-        "this job later (possibly on a faster type once it frees up)",
-    )
+    band = [(me, my_gpus), *((o, o.running_gpus or gang_gpus(o.spec)) for o in others)]
+    return plan_band(band, capacity, now).outcome(me.key)
 
 
-def _gang(spec: TrainingJobSpec) -> int:
+def gang_gpus(spec: TrainingJobSpec) -> int:
+    """The GPUs of the job's full gang (`replicas x gpu.count`)."""
     return spec.replicas * (spec.gpu.count or 1)

@@ -5,7 +5,9 @@ controller starts it, the gates of `START_GATES` run in order on that
 decision, each able only to hold the start back (turn it into a WAIT with a
 reason) or to move it to another GPU type:
 
-- `QueueGate`: a job ahead of this one in its queue could start now;
+- `QueueGate`: the jobs ahead of this one in its queue hold back the GPUs
+  their own planned start now needs (backfill by reservation): this job
+  starts only on what is left over;
 - `FleetGate`: the cluster-wide training policy (the code `chronotope simulate
   training` runs) would not start it now, or would start it on another type;
 - `JointGate`: the joint CP-SAT plan of the jobs that could start now gives
@@ -32,13 +34,20 @@ from typing import Any, ClassVar, Protocol
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
-from chronotope.workloads.capacity import Capacity
-from chronotope.workloads.fleet import FleetJob, fleet_gate
+from chronotope.workloads.capacity import Capacity, without
+from chronotope.workloads.fleet import (
+    BandPlan,
+    FleetJob,
+    FleetOutcome,
+    fleet_gate,
+    gang_gpus,
+    plan_band,
+)
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
 from chronotope.workloads.joint import Contender, arbitrate, options_for
 from chronotope.workloads.preemption import Preemption, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
-from chronotope.workloads.queueing import blocking_job, queue_key
+from chronotope.workloads.queueing import jobs_ahead, queue_key
 from chronotope.workloads.replan import completed_fraction, parse_time, remaining_work
 from chronotope.workloads.training import Action, Decision, decide
 
@@ -53,6 +62,7 @@ __all__ = [
     "JointGate",
     "QueueGate",
     "frees_at",
+    "planned_start",
     "preempt",
     "run_gates",
 ]
@@ -64,6 +74,9 @@ CONTENDING = (None, "", "Waiting", "Resizing")
 
 MAX_CONTENDERS = 8
 """Other jobs in one joint plan at most (queue heads, in queue order)."""
+
+NAMED_HOLDERS = 3
+"""Jobs ahead named in a queued job's reason at most (the rest are "...")."""
 
 ProfileLookup = Callable[[str, str], "ModelProfile | str"]
 """(namespace, ConfigMap name) -> the model profile, or why it cannot be used."""
@@ -90,6 +103,39 @@ class Decider:
         self._profile = profile
         self._pods = pods
         self._memo: dict[tuple[Any, ...], tuple[Capacity, Decision]] = {}
+        self._bands: dict[tuple[Any, ...], tuple[Cycle, BandPlan, frozenset[str]]] = {}
+
+    def band(self, cycle: Cycle, priority: int) -> tuple[BandPlan, frozenset[str]]:
+        """The fleet policy's plan for the band of `priority`, and the band's jobs; once a cycle.
+
+        The band is every live whole-GPU job of that priority that waits (without
+        workers yet) or holds GPUs, the job being decided included: each reconcile,
+        and each job ahead in a queue, reads the same plan.
+        """
+        key = (priority, id(cycle.capacity), id(cycle.jobs), cycle.now)
+        hit = self._bands.get(key)
+        if hit is not None and hit[0].capacity is cycle.capacity and hit[0].jobs is cycle.jobs:
+            return hit[1], hit[2]
+        band: list[tuple[FleetJob, int]] = []
+        for job in cycle.jobs:
+            meta = job.get("metadata") or {}
+            phase = (job.get("status") or {}).get("phase")
+            if meta.get("deletionTimestamp") or phase not in (*CONTENDING, "Running", "Starting"):
+                continue
+            try:
+                spec = TrainingJobSpec.model_validate(job.get("spec") or {})
+            except ValueError:
+                continue
+            if spec.gpu.shared is not None or spec.priority != priority:
+                continue
+            if phase in CONTENDING and job_key(job) != cycle.key and self.has_gang(job):
+                continue  # started a moment ago: its GPUs already count as taken
+            f = _fleet_job(job, spec, cycle.now)
+            band.append((f, f.running_gpus or gang_gpus(spec)))
+        plan = plan_band(band, cycle.capacity, cycle.now)
+        members = frozenset(f.key for f, _ in band if f.running_on is None)
+        self._bands[key] = (cycle, plan, members)
+        return plan, members
 
     def planner(self, namespace: str, spec: TrainingJobSpec) -> ProfilePlanner | str | None:
         """The job's profile planner; None without a model profile; why, when it is unusable."""
@@ -248,6 +294,22 @@ def fleet_verdict(
         return decision
     namespace = str((job.get("metadata") or {}).get("namespace"))
     view = replace(cycle, job=job, spec=spec)
+    me = job_key(job)
+    plain = spec.parallelism is None or spec.parallelism.model_profile is None
+    band, members = cycle.decider.band(cycle, spec.priority)
+    if plain and me in members and decision.workers * decision.gpus_per_worker == gang_gpus(spec):
+        # the band's plan, made once a cycle, is this job's own fleet verdict
+        if not any(k != me for k in band.keys):
+            return decision
+        outcome = band.outcome(me)
+        return _enact(
+            cycle,
+            namespace=namespace,
+            spec=spec,
+            decision=decision,
+            remaining=remaining,
+            outcome=outcome,
+        )
     others = [
         _fleet_job(other, other_spec, cycle.now)
         for other, other_spec in view.whole_gpu_jobs(
@@ -277,6 +339,26 @@ def fleet_verdict(
         cycle.capacity,
         cycle.now,
     )
+    return _enact(
+        cycle,
+        namespace=namespace,
+        spec=spec,
+        decision=decision,
+        remaining=remaining,
+        outcome=outcome,
+    )
+
+
+def _enact(
+    cycle: Cycle,
+    *,
+    namespace: str,
+    spec: TrainingJobSpec,
+    decision: Decision,
+    remaining: float,
+    outcome: FleetOutcome,
+) -> Decision:
+    """`decision` held back, kept or moved to the type the fleet `outcome` names."""
     if not outcome.starts:
         return Decision(Action.WAIT, outcome.reason)
     if outcome.gpu_type is None:
@@ -296,34 +378,70 @@ def fleet_verdict(
 
 
 class QueueGate:
-    """Hold a startable job back while a job ahead of it in its queue could start now.
+    """Start a job only on the GPUs the jobs ahead of it in its queue leave over.
 
-    A job ahead that cannot start, or that the fleet policy would not start, does
-    not hold its queue back (backfilling).
+    Backfill by reservation: each waiting job ahead (policy order: priority,
+    then deadline, then age) that would start now, as `decide` and the fleet
+    policy say, holds back the GPUs of that start on its type; this job is
+    decided again on the capacity without them and starts if it still fits
+    (on another type or with fewer workers if that is what fits). A job ahead
+    that cannot start now, or that the fleet policy plans for later, holds
+    nothing back, so an idle GPU never waits for a blocked head.
     """
 
     name: ClassVar[str] = "queue"
     advisory: ClassVar[bool] = False
 
     def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
-        """WAIT while a job ahead in the queue could start now and the fleet policy would let it."""
-
-        def could_start(job: Mapping[str, Any], other: TrainingJobSpec) -> bool:
-            namespace = str(job["metadata"]["namespace"])
-            left = remaining_work(job.get("status") or {})
-            d = cycle.decider.decide(namespace, other, cycle.capacity, cycle.now, remaining=left)
-            if d.action is Action.START:
-                d = fleet_verdict(cycle, job, other, d, left)
-            return d.action is Action.START
-
-        ahead = blocking_job(cycle.job, cycle.spec, cycle.jobs, could_start)
-        if ahead is None:
+        """The decision on what the jobs ahead leave over, or WAIT naming who holds the GPUs."""
+        mine = {t.name for t in cycle.spec.gpu_types}
+        held: dict[str, int] = {}
+        holders: list[str] = []
+        for job, spec in jobs_ahead(cycle.job, cycle.spec, cycle.jobs):
+            start = planned_start(cycle, job, spec)
+            if start is None or start[0] not in mine:
+                continue
+            held[start[0]] = held.get(start[0], 0) + start[1]
+            holders.append(f"{job_key(job)} ({start[1]} on {start[0]})")
+        if not held:
             return decision
+        left = without(cycle.capacity, held)
+        d = cycle.decider.decide(
+            cycle.namespace, cycle.spec, left, cycle.now, remaining=cycle.remaining
+        )
+        if d.action is Action.START:
+            if (d.gpu_type, d.workers) == (decision.gpu_type, decision.workers):
+                return decision
+            return replace(d, reason=f"{d.reason} (beside the jobs ahead in its queue)")
+        shown = ", ".join(holders[:NAMED_HOLDERS]) + (
+            " ..." if len(holders) > NAMED_HOLDERS else ""
+        )
         return Decision(
             Action.WAIT,
-            f"queued behind {ahead} in queue {cycle.spec.queue} "
-            "(policy order: priority, then deadline, then age)",
+            f"queued behind {holders[0].split(' ')[0]} in queue {cycle.spec.queue} "
+            "(policy order: priority, then deadline, then age): the jobs ahead that start "
+            f"now hold the GPUs it fits on: {shown}",
         )
+
+
+def planned_start(
+    cycle: Cycle, job: Mapping[str, Any], spec: TrainingJobSpec
+) -> tuple[str, int] | None:
+    """The GPU type and GPUs `job` would start on now (`decide`, then the fleet policy), or None.
+
+    A job whose workers exist already (it started; its status is not in the view yet)
+    starts nothing more: its GPUs count as taken in the capacity.
+    """
+    if cycle.decider.has_gang(job):
+        return None
+    namespace = str(job["metadata"]["namespace"])
+    left = remaining_work(job.get("status") or {})
+    d = cycle.decider.decide(namespace, spec, cycle.capacity, cycle.now, remaining=left)
+    if d.action is Action.START:
+        d = fleet_verdict(cycle, job, spec, d, left)
+    if d.action is not Action.START or d.gpu_type is None:
+        return None
+    return d.gpu_type, d.workers * d.gpus_per_worker
 
 
 class FleetGate:

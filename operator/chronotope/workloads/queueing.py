@@ -2,21 +2,22 @@
 
 Jobs name a queue (`spec.queue`). Among the waiting jobs of a queue the
 policy order is: higher priority first, then the earlier deadline (the
-utility's soft deadline, else its hard one), then the older job. A job may
-start only when no job ahead of it in its queue, wanting an overlapping set
-of GPU types, could start right now; jobs ahead that cannot start (not enough
-room for them yet) do not hold back smaller jobs behind them (backfilling).
+utility's soft deadline, else its hard one), then the older job. A job ahead
+of another in its queue, wanting an overlapping set of GPU types, holds back
+only the GPUs its own planned start now needs (backfill by reservation, in
+`workloads.gates.QueueGate`): a job behind it may start on the GPUs left
+over, and jobs ahead that cannot start yet hold nothing back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 
-__all__ = ["blocking_job", "queue_key"]
+__all__ = ["blocking_job", "jobs_ahead", "queue_key"]
 
 _FAR = datetime.max.isoformat()
 _WAITING = (None, "", "Pending", "Waiting", "Resizing")
@@ -36,13 +37,13 @@ def queue_key(job: Mapping[str, Any]) -> tuple[int, str, str, str]:
     )
 
 
-def blocking_job(
-    me: Mapping[str, Any],
-    spec: TrainingJobSpec,
-    jobs: Sequence[Mapping[str, Any]],
-    could_start: Callable[[Mapping[str, Any], TrainingJobSpec], bool],
-) -> str | None:
-    """The name of a job ahead of `me` in its queue that could start now, or None."""
+def jobs_ahead(
+    me: Mapping[str, Any], spec: TrainingJobSpec, jobs: Sequence[Mapping[str, Any]]
+) -> Iterator[tuple[Mapping[str, Any], TrainingJobSpec]]:
+    """The waiting jobs ahead of `me` in its queue that want a GPU type it accepts, in order.
+
+    A job whose spec does not validate is left out: a broken job never holds its queue back.
+    """
     my_key = queue_key(me)
     my_types = {t.name for t in spec.gpu_types}
     my_name = (me.get("metadata") or {}).get("name")
@@ -64,6 +65,18 @@ def blocking_job(
             other_spec = TrainingJobSpec.model_validate(other)
         except ValueError:
             continue
+        yield job, other_spec
+
+
+def blocking_job(
+    me: Mapping[str, Any],
+    spec: TrainingJobSpec,
+    jobs: Sequence[Mapping[str, Any]],
+    could_start: Callable[[Mapping[str, Any], TrainingJobSpec], bool],
+) -> str | None:
+    """The name of a job ahead of `me` in its queue that could start now, or None."""
+    for job, other_spec in jobs_ahead(me, spec, jobs):
         if could_start(job, other_spec):
+            meta = job.get("metadata") or {}
             return f"{meta.get('namespace')}/{meta.get('name')}"
     return None

@@ -405,6 +405,9 @@ def admit(
             resolved.append((p, found))
     _within_nominal(book, resolved, decisions, now)
     _reclaim(book, resolved, decisions, now)
+    # a victim may free more than its reclaimer needed: what now fits its nominal quota
+    # (waiting since pass 1) is admitted before anyone borrows
+    _within_nominal(book, resolved, decisions, now)
     _borrow_by_fair_share(book, resolved, decisions, now)
     for p, queue in resolved:
         if p.key not in decisions:
@@ -417,6 +420,8 @@ def _within_nominal(
 ) -> None:
     """Pass 1: admit, in order, what fits its queue's nominal quota with nothing to reclaim."""
     for p, queue in resolved:
+        if p.key in decisions:
+            continue
         demand, fit = _best(book, queue, p)
         if fit.verdict is Verdict.ADMIT:
             _apply(book, p.key, queue, demand, now)

@@ -3,6 +3,11 @@
 Status is always recomputed from what the cluster shows (bound pods are the
 truth), so an operator restart loses nothing: the next reconcile derives the
 same phase, placement and reasons.
+
+Every status below sets both conditions (Schedulable and Running) from one
+reason, so that merging it over an older status (conditions are merged by
+type) never leaves a condition from an earlier phase behind: a job that
+started cannot keep a "NotStarted" condition that still says why it waited.
 """
 
 from __future__ import annotations
@@ -72,9 +77,7 @@ def waiting_status(decision: Decision, now: datetime, generation: int | None) ->
                 now=now,
                 generation=generation,
             ),
-            condition(
-                "Running", False, "NotStarted", decision.reason, now=now, generation=generation
-            ),
+            condition("Running", False, "NotStarted", why.message, now=now, generation=generation),
         ],
     }
 
@@ -187,14 +190,29 @@ def started_status(
         "conditions": [
             condition(
                 "Schedulable", True, "Planned", decision.reason, now=now, generation=generation
-            )
+            ),
+            condition(
+                "Running",
+                False,
+                "WorkersStarting",
+                f"gang of {decision.workers} worker(s) created on {decision.gpu_type}; "
+                "waiting for the workers to be placed and run",
+                now=now,
+                generation=generation,
+            ),
         ],
     }
 
 
-def resizing_status(status: Mapping[str, Any], why: str, now: datetime) -> dict[str, Any]:
+def resizing_status(
+    status: Mapping[str, Any], why: str, now: datetime, generation: int | None = None
+) -> dict[str, Any]:
     """Status of a job whose gang is being stopped to re-plan (checkpoint kept)."""
     return {
+        "conditions": [
+            condition("Schedulable", True, "Replanning", why, now=now, generation=generation),
+            condition("Running", False, "Replanning", why, now=now, generation=generation),
+        ],
         "phase": "Resizing",
         "whyWaiting": why,
         "plan": None,

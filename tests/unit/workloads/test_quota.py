@@ -396,3 +396,17 @@ def test_invariants(
         assert row.borrowed == max(0, row.used - nominal)
     lent = sum(s.gpus[0].lent for s in queue_statuses(book).values())
     assert lent == sum(s.gpus[0].borrowed for s in queue_statuses(book).values())
+
+
+def test_what_a_reclaim_frees_beyond_its_need_is_admitted_in_the_same_cycle() -> None:
+    # found by hypothesis: q1 borrows 2 of q3's GPUs with one 3-GPU job; q3 reclaims for a
+    # 1-GPU job, which stops the whole 3-GPU job; q1's own 1-GPU job, waiting since pass 1,
+    # now fits q1's nominal quota and is admitted, not told "too few borrowed workloads"
+    queues = {
+        f"q{i}": _queue((A100, n), reclaim="PreemptBorrowed") for i, n in enumerate((0, 2, 0, 2))
+    }
+    book = _book(queues)
+    admit(book, [_job("r0", "q1", (A100, 1)), _job("r1", "q1", (A100, 3))])
+    decisions = admit(book, [_job("j0", "q1", (A100, 1)), _job("j1", "q3", (A100, 1))])
+    assert decisions["j1"].victims == ("r1",)
+    assert decisions["j0"].verdict is Verdict.ADMIT

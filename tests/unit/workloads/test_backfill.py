@@ -1,0 +1,386 @@
+"""Work conservation in the TrainingJob controller: backfill by reservation, stuck heads.
+
+The situation of issue 18 on the demo cluster: every H100, A100 and V100 busy,
+7 of the 8 L4 GPUs idle, a head job stuck in Starting on V100 (its workers
+never bound), and many one-GPU jobs behind it that accept all four types. The
+jobs behind must take the idle L4s in one round of reconciles; a job ahead
+holds back only the GPUs its own start now needs; a stuck head is re-planned
+and holds nothing; conditions never contradict each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.controllers.trainingjob import merged_status, reconcile
+from chronotope.sharing.labels import GENERATION_ANNOTATION
+from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.gates import Cycle, Decider, QueueGate
+from chronotope.workloads.parallelism import Degrees
+from chronotope.workloads.training import Action, Decision
+from chronotope.workloads.training_status import (
+    pods_status,
+    resizing_status,
+    started_status,
+    waiting_status,
+)
+from tests.unit.controllers.test_reconcile import FakeOps
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+SPEEDS = {"A100-SXM4-80GB": 1.0, "H100-SXM5-80GB": 1.6, "V100-SXM2-32GB": 0.6, "L4": 0.5}
+DEMO = [  # the demo cluster's training types: (pool, GPU product, nodes, GPUs per node)
+    ("h100", "H100-SXM5-80GB", 2, 8),
+    ("a100", "A100-SXM4-80GB", 2, 8),
+    ("v100", "V100-SXM2-32GB", 4, 4),
+    ("l4", "L4", 2, 4),
+]
+
+
+def node(name: str, product: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def busy_pod(name: str, node_name: str, gpus: int) -> dict[str, Any]:
+    """A pod of another scheduler holding `gpus` GPUs of `node_name`."""
+    return {
+        "metadata": {"name": name, "namespace": "other", "labels": {}},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def tjob(
+    name: str,
+    *,
+    created: datetime,
+    hours: float = 1.0,
+    gpus: int = 1,
+    types: Mapping[str, float] = SPEEDS,
+    priority: int = 0,
+    **status: Any,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "scale",
+            "uid": f"uid-{name}",
+            "generation": 1,
+            "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "annotations": {},
+        },
+        "spec": {
+            "replicas": 1,
+            "priority": priority,
+            "gpu": {"count": gpus},
+            "gpuTypes": [{"name": t, "relativeSpeed": s} for t, s in types.items()],
+            "estimate": {"referenceGpuType": next(iter(types)), "durationSeconds": hours * 3600},
+            "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]}},
+        },
+        "status": dict(status),
+    }
+
+
+def demo_with_l4s_idle() -> tuple[FakeOps, list[dict[str, Any]]]:
+    """The demo cluster with all H100/A100/V100 and one L4 busy, a stuck head and 30 jobs."""
+    nodes, busy = [], []
+    for pool, product, count, per in DEMO:
+        for i in range(count):
+            nodes.append(node(f"{pool}-{i}", product, per))
+            if pool != "l4":
+                busy.append(busy_pod(f"busy-{pool}-{i}", f"{pool}-{i}", per))
+    busy.append(busy_pod("busy-l4-0", "l4-0", 1))
+    start = NOW - timedelta(seconds=120)
+    head = tjob(
+        "s000",
+        created=NOW - timedelta(hours=2),
+        phase="Starting",
+        plan={
+            "gpuType": "V100-SXM2-32GB",
+            "workers": 1,
+            "totalGpus": 1,
+            "startTime": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "predictedCompletionTime": (start + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        conditions=[
+            {
+                "type": "Schedulable",
+                "status": "True",
+                "reason": "Planned",
+                "message": "run now on V100-SXM2-32GB",
+            },
+            {
+                "type": "Running",
+                "status": "False",
+                "reason": "NotStarted",
+                "message": "cluster policy ... runs it now on A100-SXM4-80GB, "
+                "but A100-SXM4-80GB has no room yet",
+            },
+        ],
+    )
+    jobs = [head] + [
+        tjob(
+            f"s{i:03d}",
+            created=NOW - timedelta(hours=1, seconds=-i),
+            hours=1 + (i * 7) % 4,
+            phase="Waiting",
+        )
+        for i in range(1, 31)
+    ]
+    ops = FakeOps(nodes, jobs)
+    ops._pods = [*busy, head_pod(head)]
+    return ops, jobs
+
+
+def head_pod(job: dict[str, Any]) -> dict[str, Any]:
+    """The head's one worker: created for V100, never bound (Pending, unschedulable)."""
+    return {
+        "metadata": {
+            "name": f"{job['metadata']['name']}-g0-0",
+            "namespace": "scale",
+            "labels": {JOB_LABEL: job["metadata"]["name"], "chronotope.dev/gang-generation": "0"},
+        },
+        "spec": {
+            "schedulerName": "chronotope",
+            "nodeSelector": {"nvidia.com/gpu.product": "V100-SXM2-32GB"},
+            "containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/16 nodes are available",
+                }
+            ],
+        },
+    }
+
+
+def one_round(ops: FakeOps, jobs: list[dict[str, Any]]) -> list[str]:
+    """Reconcile every job once, in name order, writing back status; the jobs that started."""
+    started = []
+    for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
+        out = reconcile(job, ops, NOW)
+        job["status"] = (job.get("status") or {}) | merged_status(
+            job.get("status") or {}, out.status
+        )
+        job["metadata"]["annotations"].update(out.annotations)
+        if any(e[1] == "Started" for e in out.events):
+            started.append(job["metadata"]["name"])
+    return started
+
+
+def started_on(ops: FakeOps, names: list[str]) -> dict[str, str]:
+    return {
+        p["metadata"]["labels"][JOB_LABEL]: p["spec"]["nodeSelector"]["nvidia.com/gpu.product"]
+        for p in ops.started
+        if p["metadata"]["labels"][JOB_LABEL] in names
+    }
+
+
+# ------------------------------------------------------------------ the issue's situation
+def busy_l4s(ops: FakeOps) -> int:
+    return sum(
+        1
+        for p in ops._pods
+        if (p["spec"].get("nodeSelector") or {}).get("nvidia.com/gpu.product") == "L4"
+        or p["metadata"]["name"] == "busy-l4-0"
+    )
+
+
+def test_jobs_behind_a_stuck_head_fill_every_idle_l4() -> None:
+    ops, jobs = demo_with_l4s_idle()
+    started = one_round(ops, jobs)
+    # the head, stuck past the timeout, is re-planned (its worker stopped); the policy
+    # plans it on an L4 as well, and every other idle L4 gets a job in the same round
+    head = jobs[0]
+    assert head["status"]["phase"] == "Resizing"
+    assert head["metadata"]["annotations"][GENERATION_ANNOTATION] == "1"
+    assert ops.stopped == ["s000-g0-0"]
+    assert len(started) == 6
+    assert set(started_on(ops, started).values()) == {"L4"}
+    waiting = [j for j in jobs if j["status"]["phase"] == "Waiting"]
+    assert len(waiting) == 30 - 6
+    # the policy plans the others later; those queued behind the re-planned head are held
+    # back by the one L4 its own start needs, and nothing else
+    queued = [
+        j["status"]["whyWaiting"] for j in waiting if "queued behind" in j["status"]["whyWaiting"]
+    ]
+    assert queued
+    assert all(q.endswith("hold the GPUs it fits on: scale/s000 (1 on L4)") for q in queued)
+    # next round the re-planned head takes the last one: all 8 L4s busy
+    assert one_round(ops, jobs) == ["s000"]
+    assert started_on(ops, ["s000"]) == {"s000": "L4"}
+    assert busy_l4s(ops) == 8
+
+
+def test_freed_gpus_go_to_the_queue_at_once() -> None:
+    ops, jobs = demo_with_l4s_idle()
+    one_round(ops, jobs)
+    ops._pods = [p for p in ops._pods if p["metadata"]["name"] != "busy-v100-0"]
+    started = one_round(ops, jobs)
+    # the head's L4 and the 4 GPUs of v100-0, none held back by a blocked head
+    assert len(started) == 5
+    assert sorted(started_on(ops, started).values()) == ["L4"] + ["V100-SXM2-32GB"] * 4
+    assert busy_l4s(ops) == 8
+
+
+# ------------------------------------------------------------------ QueueGate: reservations
+def capacity(l4_free: int) -> list[NodeCapacity]:
+    return [
+        NodeCapacity("v100-0", "V100-SXM2-32GB", 4, 0, True),
+        NodeCapacity("l4-0", "L4", 4, min(4, l4_free), True),
+        NodeCapacity("l4-1", "L4", 4, max(0, l4_free - 4), True),
+    ]
+
+
+def gate_cycle(me: dict[str, Any], jobs: list[dict[str, Any]], cap: list[NodeCapacity]) -> Cycle:
+    return Cycle(
+        job=me,
+        spec=TrainingJobSpec.model_validate(me["spec"]),
+        now=NOW,
+        capacity=cap,
+        jobs=jobs,
+        decider=Decider(lambda _n, name: f"model profile {name} not found", lambda *_: []),
+    )
+
+
+def start(c: Cycle) -> Decision:
+    d = c.decider.decide(c.namespace, c.spec, c.capacity, NOW)
+    assert d.action is Action.START
+    return d
+
+
+TYPES = {"V100-SXM2-32GB": 1.2, "L4": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "starts"),
+    [
+        pytest.param(1, True, id="fits-beside-the-head"),
+        pytest.param(2, False, id="would-delay-the-head"),
+    ],
+)
+def test_backfill_never_takes_what_the_heads_planned_start_needs(gpus: int, starts: bool) -> None:
+    # 5 L4s free; the head (higher priority, first in the queue) starts now on 4 of them
+    head = tjob("head", created=NOW, gpus=4, priority=5, types=TYPES, phase="Waiting")
+    me = tjob("me", created=NOW - timedelta(hours=1), gpus=gpus, types=TYPES, phase="Waiting")
+    c = gate_cycle(me, [head, me], capacity(5))
+    d = QueueGate()(c, start(c))
+    assert (d.action is Action.START) is starts
+    if not starts:
+        assert d.reason.startswith("queued behind scale/head in queue default")
+        assert "scale/head (4 on L4)" in d.reason
+    # the head's own start is untouched by the job behind it
+    hc = gate_cycle(head, [head, me], capacity(5))
+    assert QueueGate()(hc, start(hc)).action is Action.START
+
+
+def test_a_head_that_cannot_start_now_holds_nothing_back() -> None:
+    head = tjob("head", created=NOW, gpus=8, priority=5, types=TYPES, phase="Waiting")
+    me = tjob("me", created=NOW, types=TYPES, phase="Waiting")
+    c = gate_cycle(me, [head, me], capacity(5))
+    d = start(c)
+    assert QueueGate()(c, d) is d
+
+
+def test_a_head_whose_workers_exist_already_holds_nothing_back() -> None:
+    # its status still says Waiting (the status write is not in the view yet)
+    head = tjob("head", created=NOW, gpus=4, priority=5, types=TYPES, phase="Waiting")
+    me = tjob("me", created=NOW, gpus=2, types=TYPES, phase="Waiting")
+    worker = {
+        "metadata": {
+            "name": "head-g0-0",
+            "namespace": "scale",
+            "labels": {JOB_LABEL: "head", "chronotope.dev/gang-generation": "0"},
+        }
+    }
+    c = Cycle(
+        job=me,
+        spec=TrainingJobSpec.model_validate(me["spec"]),
+        now=NOW,
+        capacity=capacity(5),
+        jobs=[head, me],
+        decider=Decider(lambda _n, name: name, lambda _ns, sel: [worker] if "head" in sel else []),
+    )
+    d = start(c)
+    assert QueueGate()(c, d) is d
+
+
+def test_a_job_that_fits_only_on_another_type_beside_the_head_moves_there() -> None:
+    cap = [
+        NodeCapacity("v100-0", "V100-SXM2-32GB", 4, 2, True),
+        NodeCapacity("l4-0", "L4", 4, 4, True),
+    ]
+    head = tjob(
+        "head", created=NOW, gpus=2, priority=5, types={"V100-SXM2-32GB": 1.0}, phase="Waiting"
+    )
+    me = tjob("me", created=NOW, gpus=2, types=TYPES, phase="Waiting")
+    c = gate_cycle(me, [head, me], cap)
+    d = start(c)
+    assert d.gpu_type == "V100-SXM2-32GB"  # the faster type, with room for either job
+    moved = QueueGate()(c, d)
+    assert moved.action is Action.START
+    assert moved.gpu_type == "L4"
+
+
+# ------------------------------------------------------------------ one reason per status
+def consistent(status: Mapping[str, Any]) -> None:
+    """The conditions agree with the phase and with each other (one source of the reason)."""
+    conds = {c["type"]: c for c in status.get("conditions") or []}
+    phase = status["phase"]
+    assert set(conds) == {"Schedulable", "Running"}
+    if phase in ("Waiting", "Pending", "Resizing"):
+        assert conds["Running"]["status"] == "False"
+        assert conds["Schedulable"]["message"] == conds["Running"]["message"]
+        assert conds["Running"]["message"] == status["whyWaiting"]
+    elif phase == "Starting":
+        assert conds["Running"]["status"] == "False"
+        assert conds["Running"]["reason"] == "WorkersStarting"
+        assert conds["Schedulable"]["status"] == "True"
+    else:
+        assert phase == "Running"
+        assert conds["Running"]["status"] == "True"
+
+
+def test_no_status_leaves_a_condition_of_an_earlier_phase_behind() -> None:
+    wait = Decision(Action.WAIT, "cluster policy runs it now on A100, but A100 has no room yet")
+    go = Decision(
+        Action.START,
+        "run now on V100",
+        gpu_type="V100",
+        workers=1,
+        gpus_per_worker=1,
+        finish=NOW + timedelta(hours=1),
+    )
+    degrees = Degrees(1, 1, 1, None)
+    status: dict[str, Any] = {}
+    for new in (
+        waiting_status(wait, NOW, 1),
+        started_status("j", go, degrees, NOW, 1),
+        resizing_status({}, "the gang could not be placed within 45s; re-planning", NOW, 1),
+        waiting_status(wait, NOW, 1),
+        started_status("j", go, degrees, NOW, 1),
+        pods_status([], {"workers": 1, "gpuType": "V100"}, NOW, 1),
+    ):
+        status = status | merged_status(status, new)
+        consistent(status)
+    assert "A100" not in str(status["conditions"])
