@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from chronotope import certs
 
 __all__ = ["GENERATED_CA_NAME", "RENEW_BEFORE", "CertFiles", "ensure_certificates"]
 
@@ -102,70 +103,23 @@ def _canonical(host: str) -> str:
         return host
 
 
-def _san(host: str) -> x509.GeneralName:
-    try:
-        return x509.IPAddress(ipaddress.ip_address(host))
-    except ValueError:
-        return x509.DNSName(host)
-
-
 def _generate(hosts: Sequence[str], now: dt.datetime) -> tuple[bytes, bytes, bytes]:
     """(CA certificate, serving certificate, serving key) as PEM."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, GENERATED_CA_NAME)])
-    ca = (
-        _builder(ca_name, ca_name, ca_key.public_key(), now, VALIDITY * 2)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_name = certs.name(GENERATED_CA_NAME)
+    ca = certs.sign(
+        ca_name, ca_key.public_key(), ca_name, ca_key,
+        now=now, validity=VALIDITY * 2, ca=True, path_length=0,
+    )  # fmt: skip
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
-    serving = (
-        _builder(subject, ca_name, key.public_key(), now, VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    serving = certs.sign(
+        certs.name(hosts[0]),
+        key.public_key(),
+        ca_name,
+        ca_key,
+        now=now,
+        validity=VALIDITY,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=[certs.san(h) for h in hosts],
     )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return (
-        ca.public_bytes(serialization.Encoding.PEM),
-        serving.public_bytes(serialization.Encoding.PEM),
-        key_pem,
-    )
-
-
-def _builder(
-    subject: x509.Name,
-    issuer: x509.Name,
-    public_key: ec.EllipticCurvePublicKey,
-    now: dt.datetime,
-    validity: dt.timedelta,
-) -> x509.CertificateBuilder:
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + validity)
-    )
+    return certs.cert_pem(ca), certs.cert_pem(serving), certs.key_pem(key)

@@ -347,10 +347,8 @@ class LocalCluster:
         extender runs as with `chart_identities()`) and system:masters (what it runs
         as without); docs/security.md.
         """
-        from chronotope.kube.admission_policy import (
-            apply_admission_policies,
-            load_admission_policies,
-        )
+        from chronotope.kube.admission import apply_admission_objects
+        from chronotope.kube.admission_policy import load_admission_policies
         from chronotope.kube.client import api_client
 
         state = self.load_state()
@@ -358,7 +356,7 @@ class LocalCluster:
             raise ClusterError(f"cluster {self.name!r} is not running")
         path = self.settings.repo_root / "manifests" / "security" / "assignment-policy.yaml"
         with api_client(state.kubeconfig) as api:
-            apply_admission_policies(api, load_admission_policies(path))
+            apply_admission_objects(api, load_admission_policies(path))
 
     def chart_identities(
         self, release: str = DEFAULT_RELEASE, namespace: str = DEFAULT_NAMESPACE
@@ -472,7 +470,7 @@ class LocalCluster:
         server applies the registration (a dry-run create is validated and
         defaulted). Failure policy and timeout as docs/webhook.md.
         """
-        from chronotope.kube.admission import apply_webhook_configurations
+        from chronotope.kube.admission import apply_admission_objects
         from chronotope.kube.client import api_client
         from chronotope.workloads.admission_wire import webhook_configurations
 
@@ -503,7 +501,7 @@ class LocalCluster:
             timeout_seconds=timeout_seconds,
         )
         with api_client(state.kubeconfig) as api:
-            apply_webhook_configurations(api, objs)
+            apply_admission_objects(api, objs)
             if started is not None:
                 process.wait_until(
                     started, lambda: _webhooks_in_effect(api), self.settings.ready_timeout

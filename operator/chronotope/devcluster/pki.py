@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from chronotope.certs import cert_pem, key_pem, name, sign
 
 __all__ = ["Pki", "generate_pki"]
 
@@ -43,74 +45,13 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _cert_pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _name(cn: str, org: str | None = None) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    if org:
-        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-    return x509.Name(attrs)
-
-
-def _sign(
-    subject: x509.Name,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: x509.Name,
-    issuer_key: ec.EllipticCurvePrivateKey,
-    *,
-    ca: bool = False,
-    usages: list[x509.ObjectIdentifier] | None = None,
-    sans: list[x509.GeneralName] | None = None,
-) -> x509.Certificate:
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ca:
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    if usages:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
 def generate_pki(directory: Path) -> Pki:
     """Create a CA, serving and admin certificates, and the service-account keys."""
     directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("chronotope-local-ca")
-    ca = _sign(ca_name, ca_key, ca_name, ca_key, ca=True)
+    ca_name = name("chronotope-local-ca")
+    ca = sign(ca_name, ca_key.public_key(), ca_name, ca_key, now=now, validity=_VALIDITY, ca=True)
 
     serving_key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = [
@@ -124,20 +65,24 @@ def generate_pki(directory: Path) -> Pki:
         )
     ]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", _SERVICE_IP)]
-    serving = _sign(
-        _name("kube-apiserver"),
-        serving_key,
+    serving = sign(
+        name("kube-apiserver"),
+        serving_key.public_key(),
         ca_name,
         ca_key,
+        now=now,
+        validity=_VALIDITY,
         usages=[ExtendedKeyUsageOID.SERVER_AUTH],
         sans=sans,
     )
     admin_key = ec.generate_private_key(ec.SECP256R1())
-    admin = _sign(
-        _name("chronotope-admin", "system:masters"),
-        admin_key,
+    admin = sign(
+        name("chronotope-admin", "system:masters"),
+        admin_key.public_key(),
         ca_name,
         ca_key,
+        now=now,
+        validity=_VALIDITY,
         usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
     )
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -145,11 +90,11 @@ def generate_pki(directory: Path) -> Pki:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return Pki(
-        ca_cert=_write(directory / "ca.crt", _cert_pem(ca)),
-        serving_cert=_write(directory / "apiserver.crt", _cert_pem(serving)),
-        serving_key=_write(directory / "apiserver.key", _key_pem(serving_key)),
-        admin_cert=_write(directory / "admin.crt", _cert_pem(admin)),
-        admin_key=_write(directory / "admin.key", _key_pem(admin_key)),
+        ca_cert=_write(directory / "ca.crt", cert_pem(ca)),
+        serving_cert=_write(directory / "apiserver.crt", cert_pem(serving)),
+        serving_key=_write(directory / "apiserver.key", key_pem(serving_key)),
+        admin_cert=_write(directory / "admin.crt", cert_pem(admin)),
+        admin_key=_write(directory / "admin.key", key_pem(admin_key)),
         sa_public=_write(directory / "sa.pub", sa_pub),
-        sa_private=_write(directory / "sa.key", _key_pem(sa_key)),
+        sa_private=_write(directory / "sa.key", key_pem(sa_key)),
     )

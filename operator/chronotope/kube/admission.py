@@ -5,8 +5,9 @@ Lookups`): GPU types and memory from the operator's watch cache of nodes,
 ConfigMaps and ModelVariants from the API server (a GET with a short timeout;
 ModelVariants from the watch cache first). `pod_template_types` turns the
 Kubernetes client's models into the type table `workloads.pod_shape` walks.
-`apply_webhook_configurations` / `delete_webhook_configurations` register the
-webhook (the local dev cluster does; the Helm chart renders its own), and
+`apply_admission_objects` / `delete_webhook_configurations` register the
+webhook and install admission policies (the local dev cluster does; the Helm
+chart renders its own), and
 `dry_run_create` shows whether a registration is in effect.
 """
 
@@ -27,8 +28,9 @@ from chronotope.workloads.admission import AdmissionLookupError
 from chronotope.workloads.pod_shape import ObjectType
 
 __all__ = [
+    "ADMISSION_KINDS",
     "KubeAdmissionLookups",
-    "apply_webhook_configurations",
+    "apply_admission_objects",
     "delete_webhook_configurations",
     "dry_run_create",
     "pod_template_types",
@@ -166,13 +168,19 @@ _KINDS = {
     "ValidatingWebhookConfiguration": "validating_webhook_configuration",
     "MutatingWebhookConfiguration": "mutating_webhook_configuration",
 }
+ADMISSION_KINDS = {
+    **_KINDS,
+    "ValidatingAdmissionPolicy": "validating_admission_policy",
+    "ValidatingAdmissionPolicyBinding": "validating_admission_policy_binding",
+}
+"""The admissionregistration.k8s.io/v1 kinds `apply_admission_objects` installs."""
 
 
-def apply_webhook_configurations(api: client.ApiClient, objs: Iterable[Mapping[str, Any]]) -> None:
-    """Create each webhook configuration, or replace the one of that name."""
+def apply_admission_objects(api: client.ApiClient, objs: Iterable[Mapping[str, Any]]) -> None:
+    """Create each admissionregistration object (`ADMISSION_KINDS`), or replace its namesake."""
     admission = client.AdmissionregistrationV1Api(api)
     for obj in objs:
-        suffix = _KINDS[obj["kind"]]
+        suffix = ADMISSION_KINDS[obj["kind"]]
         name = obj["metadata"]["name"]
         try:
             current = raw_json(getattr(admission, f"read_{suffix}")(name, _preload_content=False))
