@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from chronotope.devcluster.kubeconfig import kubeconfig_doc, write_config
+
 __all__ = [
     "COMPONENTS",
     "DEFAULT_NAMESPACE",
@@ -130,14 +132,7 @@ def token_kubeconfig(admin: Mapping[str, Any], user: str, token: str) -> dict[st
     cluster = clusters[cluster_name]
     kept = {k: cluster[k] for k in ("server", "certificate-authority-data") if k in cluster}
     context = f"{cluster_name}-{user.rsplit(':', 1)[-1]}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": kept}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": context, "context": {"cluster": cluster_name, "user": user}}],
-        "current-context": context,
-    }
+    return kubeconfig_doc(context, cluster_name, kept, user, {"token": token})
 
 
 def render_chart_rbac(
@@ -180,8 +175,5 @@ def setup_chart_identities(
         for component in COMPONENTS:
             token = request_token(api, namespace, identities.service_account(component), expiry_s)
             config = token_kubeconfig(admin, identities.username(component), token)
-            path = identities.kubeconfig(component)
-            path.touch(mode=0o600)
-            path.chmod(0o600)
-            path.write_text(yaml.safe_dump(config, sort_keys=False))
+            write_config(identities.kubeconfig(component), config)
     return identities
