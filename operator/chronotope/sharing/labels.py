@@ -18,11 +18,14 @@ __all__ = [
     "GPU_RESOURCE",
     "PLANNED_FOR_ANNOTATION",
     "PREEMPTED_BY_ANNOTATION",
+    "SCHEDULER_NAME",
     "SHARE_RESOURCE",
     "STRATEGY_ANNOTATION",
     "ZONE_LABEL",
 ]
 
+SCHEDULER_NAME = "chronotope"
+"""The `spec.schedulerName` of pods the Chronotope scheduler (kube-scheduler + extender) places."""
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARE_RESOURCE = "chronotope.dev/gpu-share"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -33,7 +33,12 @@ from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
 from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import profile_from_data
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
+from chronotope.sharing.labels import (
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    SCHEDULER_NAME,
+    SHARE_RESOURCE,
+)
 from chronotope.workloads.pod_shape import TypeTable, check_shape
 
 __all__ = [
@@ -218,7 +223,7 @@ def _replaced_by_operator(template: Mapping[str, Any]) -> list[str]:
     out = []
     spec = template.get("spec")
     if isinstance(spec, Mapping):
-        for key, value in (("schedulerName", "chronotope"), ("restartPolicy", "Never")):
+        for key, value in (("schedulerName", SCHEDULER_NAME), ("restartPolicy", "Never")):
             if spec.get(key) not in (None, value):
                 out.append(f"spec.template.spec.{key}: replaced by {value!r} in every worker")
         selector = spec.get("nodeSelector")

@@ -15,7 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
-from chronotope.sharing.labels import DONE_PHASES, GPU_PRODUCT_LABEL, GPU_RESOURCE, ZONE_LABEL
+from chronotope.sharing.labels import (
+    DONE_PHASES,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    SCHEDULER_NAME,
+    ZONE_LABEL,
+)
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import UNBOUNDED
 from chronotope.workloads.cluster_feed import node_info, pod_holding
@@ -77,7 +83,7 @@ def cluster_capacity(
             continue
         if not bound_to:
             model = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
-            if model and spec.get("schedulerName") == "chronotope":
+            if model and spec.get("schedulerName") == SCHEDULER_NAME:
                 promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))

@@ -19,17 +19,19 @@ from typing import Any
 
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
 from chronotope.sharing.assignment import DEVICE_PLUGIN, PRIORITIES, PROFILES, GpuAssignment
-from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
+from chronotope.sharing.labels import (
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    SCHEDULER_NAME,
+)
 from chronotope.solver.cache import ClusterCache, Holding, NodeInfo
 from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
 from chronotope.workloads.podreq import PodRequestError, pod_request
 
-__all__ = ["SCHEDULER_NAME", "node_info", "pod_holding", "scheduler_assignment"]
+__all__ = ["node_info", "pod_holding", "scheduler_assignment"]
 
 log = logging.getLogger(__name__)
-
-SCHEDULER_NAME = "chronotope"
-"""The `spec.schedulerName` of the pods the Chronotope extender places (and assigns GPUs)."""
 
 
 def node_info(node: Mapping[str, Any]) -> NodeInfo:

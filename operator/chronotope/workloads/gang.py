@@ -19,6 +19,7 @@ from chronotope.sharing.labels import (
     GANG_LABEL,
     GANG_SIZE_ANNOTATION,
     GPU_PRODUCT_LABEL,
+    SCHEDULER_NAME,
     STRATEGY_ANNOTATION,
 )
 from chronotope.workloads.parallelism import Degrees, choose_degrees
@@ -118,7 +119,7 @@ def worker_pods(
         if spec.checkpoint is not None:
             env.append({"name": "CHRONOTOPE_CHECKPOINT_PATH", "value": spec.checkpoint.path})
         container["env"] = env
-        spec_copy["schedulerName"] = "chronotope"
+        spec_copy["schedulerName"] = SCHEDULER_NAME
         spec_copy["hostname"] = f"{name}-{rank}"
         spec_copy["subdomain"] = name
         spec_copy["restartPolicy"] = "Never"

@@ -38,7 +38,7 @@ from chronotope.planners.inferline import (
     plan_chronotope,
     stage_share,
 )
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL, SCHEDULER_NAME
 from chronotope.solver.model import Reason
 from chronotope.workloads.podreq import gpu_resources
 from chronotope.workloads.replan import parse_time
@@ -193,7 +193,7 @@ def stage_objects(
                 "template": {
                     "metadata": {"labels": labels, "annotations": annotations},
                     "spec": {
-                        "schedulerName": "chronotope",
+                        "schedulerName": SCHEDULER_NAME,
                         "nodeSelector": {GPU_PRODUCT_LABEL: c.gpu_type},
                         "containers": [
                             {

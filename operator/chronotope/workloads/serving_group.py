@@ -26,7 +26,7 @@ from typing import Any
 from chronotope.api.v1alpha1.modelvariant import Residency, VariantPhase
 from chronotope.planners.llmcost import Tier
 from chronotope.planners.variants import GroupPlan, Placement, plan_group
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL, SCHEDULER_NAME
 from chronotope.solver.model import Reason
 from chronotope.workloads.placement import (
     JSON_KEY,
@@ -342,7 +342,7 @@ def group_objects(
             "template": {
                 "metadata": {"labels": labels, "annotations": annotations},
                 "spec": {
-                    "schedulerName": "chronotope",
+                    "schedulerName": SCHEDULER_NAME,
                     "nodeSelector": {GPU_PRODUCT_LABEL: plan.gpu_type},
                     "containers": [
                         {

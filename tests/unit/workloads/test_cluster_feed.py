@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from chronotope.sharing.assignment import GpuAssignment, gpu_uuid
+from chronotope.sharing.labels import SCHEDULER_NAME
 from chronotope.solver.cache import ClusterCache, NodeInfo
 from chronotope.solver.model import MILLI
-from chronotope.workloads.cluster_feed import SCHEDULER_NAME, pod_holding, scheduler_assignment
+from chronotope.workloads.cluster_feed import pod_holding, scheduler_assignment
 
 NODE = "l4-000"
 
