@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KubeCluster", "kubectl_binary", "wait_for"]
+import pytest
+import yaml
+
+__all__ = ["KubeCluster", "kubectl_binary", "prometheus_server", "wait_for"]
 
 
 def kubectl_binary() -> str:
@@ -59,3 +63,34 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "con
             return value
         time.sleep(0.3)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@contextlib.contextmanager
+def prometheus_server(config: Mapping[str, Any], directory: Path) -> Iterator[str]:
+    """A real Prometheus (Debian `prometheus`) with `config`, on a loopback port; its URL.
+
+    The config and the TSDB go under `directory`; the process stops on exit.
+    """
+    from chronotope.devcluster.process import free_port
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("the Debian `prometheus` package is needed: hack/system-packages.sh")
+    path = directory / "prometheus.yml"
+    path.write_text(yaml.safe_dump(dict(config)))
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={path}",
+            f"--storage.tsdb.path={directory / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from chronotope.devcluster.process import free_port
-from e2e.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, prometheus_server, wait_for
 from tests.metric_names import PROMETHEUS_SERIES, component_registries, names_in, series_names
 
 pytestmark = pytest.mark.cluster
@@ -235,9 +235,6 @@ def prometheus(
 
     Yields its URL and the function that stops the extender.
     """
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("the Debian `prometheus` package is needed: hack/system-packages.sh")
     local = kube_cluster.local
     state = local.load_state()
     assert state is not None
@@ -275,23 +272,10 @@ def prometheus(
             for job, p in scrape
         ],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    web = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{web}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        yield f"http://127.0.0.1:{web}", lambda: local.stop_component("observability-extender")
+        with prometheus_server(config, tmp_path) as url:
+            yield url, lambda: local.stop_component("observability-extender")
     finally:
-        proc.terminate()
-        proc.wait(10)
         local.stop_component("observability-extender")
 
 

@@ -7,9 +7,6 @@ the SLO flips `SloMet` with one event each way."""
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
 import threading
 import time
 import urllib.parse
@@ -23,15 +20,9 @@ import pytest
 from kubernetes import client
 
 from e2e.conftest import TUNER_DOWN_DELAY_S
-from e2e.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, prometheus_server, wait_for
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "inferencepipelines"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0)
@@ -102,9 +93,6 @@ class Replay:
 @pytest.fixture
 def traffic(tmp_path: Path) -> Iterator[tuple[Replay, str]]:
     """The replaying exporter and a real Prometheus scraping it every second; (replay, URL)."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("the Debian `prometheus` package is needed (hack/test.sh installs it)")
     replay = Replay()
 
     class Metrics(BaseHTTPRequestHandler):
@@ -120,32 +108,21 @@ def traffic(tmp_path: Path) -> Iterator[tuple[Replay, str]]:
 
     exporter = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
-    port = _free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: replay\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter.server_address[1]}']}}]\n"
-    )
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "replay",
+                "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_address[1]}"]}],
+            }
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    }
     try:
-        # the plan is made for the rate when the pipeline is created: let it settle first
-        wait_for(lambda: abs((_rate(url) or 0.0) - replay.rate) < 4, 60, "Prometheus rate ~40")
-        yield replay, url
+        with prometheus_server(config, tmp_path) as url:
+            # the plan is made for the rate when the pipeline is created: let it settle first
+            wait_for(lambda: abs((_rate(url) or 0.0) - replay.rate) < 4, 60, "Prometheus rate ~40")
+            yield replay, url
     finally:
-        proc.terminate()
-        proc.wait(10)
         exporter.shutdown()
 
 
