@@ -58,3 +58,25 @@ def test_serving_groups_report_replicas_residency_and_passes() -> None:
     ) in text
     now[0] += 121.0  # not planned lately: its variants are gone
     assert "chronotope_serving_group_replicas{" not in generate_latest(m.registry).decode()
+
+
+def test_queue_quota_and_usage_and_a_deleted_queue_drops_out() -> None:
+    now = [0.0]
+    m = OperatorMetrics(stale_after_s=30, clock=lambda: now[0])
+    spec = {"quotas": [{"gpuType": "L4", "gpus": 4, "shareMilli": 500}]}
+    status = {
+        "gpus": [{"gpuType": "L4", "used": 6, "borrowed": 2, "lent": 0, "usedShareMilli": 250}],
+        "admittedWorkloads": 2,
+        "pendingWorkloads": 3,
+    }
+    m.observe_queue("team-a", spec, status)
+    text = generate_latest(m.registry).decode()
+    assert 'chronotope_queue_gpus{gpu_type="L4",kind="nominal",queue="team-a"} 4.0' in text
+    assert 'chronotope_queue_gpus{gpu_type="L4",kind="used",queue="team-a"} 6.0' in text
+    assert 'chronotope_queue_gpus{gpu_type="L4",kind="borrowed",queue="team-a"} 2.0' in text
+    assert (
+        'chronotope_queue_gpus{gpu_type="L4",kind="used_share_milli",queue="team-a"} 250.0' in text
+    )
+    assert 'chronotope_queue_workloads{queue="team-a",state="pending"} 3.0' in text
+    now[0] = 31.0
+    assert "team-a" not in generate_latest(m.registry).decode()

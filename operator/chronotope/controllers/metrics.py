@@ -1,4 +1,4 @@
-"""Prometheus metrics of the operator: reconcile latency, decisions, jobs by phase.
+"""Prometheus metrics of the operator: reconcile latency, decisions, jobs and queues.
 
 `chronotope operator --metrics-port N` serves them on /metrics:
 
@@ -16,6 +16,10 @@
   where each variant's delta is (GPU, Host, Disk)
 * `chronotope_serving_group_passes_total{namespace,group,result}`: group
   passes (re-plans), `planned` or `unplannable`
+* `chronotope_queue_gpus{queue,gpu_type,kind}`: per Queue and GPU type,
+  whole GPUs `nominal`, `used`, `borrowed` and `lent` (`kind` with a
+  `_share_milli` suffix: the same for GPU shares, in thousandths of a GPU)
+* `chronotope_queue_workloads{queue,state}`: `admitted` and `pending` jobs
 * `chronotope_operator_leader`: 1 while this process runs the controllers
   (holds the leader Lease, or runs without `--leader-elect`), 0 while it
   stands by
@@ -113,6 +117,65 @@ class _Groups(Collector):
         yield residency
 
 
+class _Queues(Collector):
+    """Queues as last reported; a Queue not reported for a while (deleted) drops out."""
+
+    def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float, list[tuple[str, str, float]], dict[str, int]]] = {}
+        self._stale_after_s = stale_after_s
+
+    def observe(self, name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        rows: list[tuple[str, str, float]] = []
+        for quota in spec.get("quotas") or []:
+            rows.append((str(quota.get("gpuType")), "nominal", float(quota.get("gpus") or 0)))
+            milli = float(quota.get("shareMilli") or 0)
+            rows.append((str(quota.get("gpuType")), "nominal_share_milli", milli))
+        for row in status.get("gpus") or []:
+            for field, kind in _QUEUE_FIELDS:
+                rows.append((str(row.get("gpuType")), kind, float(row.get(field) or 0)))
+        counts = {
+            "admitted": int(status.get("admittedWorkloads") or 0),
+            "pending": int(status.get("pendingWorkloads") or 0),
+        }
+        with self._lock:
+            self._seen[name] = (self._clock(), rows, counts)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self._clock()
+        with self._lock:
+            fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
+            self._seen = fresh
+        gpus = GaugeMetricFamily(
+            "chronotope_queue_gpus",
+            "Quota and usage of a Queue per GPU type: nominal, used, borrowed, lent",
+            labels=["queue", "gpu_type", "kind"],
+        )
+        workloads = GaugeMetricFamily(
+            "chronotope_queue_workloads",
+            "TrainingJobs of a Queue: admitted (started) and pending",
+            labels=["queue", "state"],
+        )
+        for name, (_, rows, counts) in sorted(fresh.items()):
+            for gpu_type, kind, value in rows:
+                gpus.add_metric([name, gpu_type, kind], value)
+            for state, n in sorted(counts.items()):
+                workloads.add_metric([name, state], n)
+        yield gpus
+        yield workloads
+
+
+_QUEUE_FIELDS = (
+    ("used", "used"),
+    ("borrowed", "borrowed"),
+    ("lent", "lent"),
+    ("usedShareMilli", "used_share_milli"),
+    ("borrowedShareMilli", "borrowed_share_milli"),
+    ("lentShareMilli", "lent_share_milli"),
+)
+
+
 class OperatorMetrics:
     """The operator's metrics on their own registry (tests may build several)."""
 
@@ -151,6 +214,8 @@ class OperatorMetrics:
         )
         self._groups = _Groups(group_stale_after_s, clock)
         self.registry.register(self._groups)
+        self._queues = _Queues(stale_after_s, clock)
+        self.registry.register(self._queues)
         self.leader = Gauge(
             "chronotope_operator_leader",
             "1 while this replica runs the controllers (holds the leader Lease), else 0",
@@ -168,6 +233,10 @@ class OperatorMetrics:
         result = "unplannable" if replicas is None else "planned"
         self.group_passes.labels(namespace, group, result).inc()
         self._groups.observe(namespace, group, replicas or 0, residency)
+
+    def observe_queue(self, name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        """Record a Queue's quota (`spec`) and usage (`status`, as written) for the gauges."""
+        self._queues.observe(name, spec, status)
 
     def observe_job(self, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         """Record a job's phase (from `status`, else the job's) and GPU demand for the gauges."""

@@ -25,6 +25,7 @@ from chronotope.controllers.inferencepipeline import reconcile as reconcile_pipe
 from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps
 from chronotope.controllers.modelvariant import reconcile as reconcile_variant
+from chronotope.controllers.queues import reconcile_local_queue, reconcile_queue
 from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status, reconcile
 from chronotope.planners.variants import GroupPlan
 from chronotope.workloads.serving_group import GroupResult
@@ -74,7 +75,9 @@ def build_registry(
 
     Each TrainingJob is reconciled every `interval` seconds, off the event loop;
     reconcile latency, events and job phases go to `metrics` (a fresh set if None).
-    With `pipeline_ops`, InferencePipelines are reconciled on the same interval;
+    Queues and LocalQueues get their status on the same interval
+    (`controllers.queues`). With `pipeline_ops`, InferencePipelines are
+    reconciled on the same interval;
     with `variant_ops`, ModelVariants too, their serving groups' passes kept in
     `memo` (a fresh one if None) and counted in `metrics`.
     """
@@ -110,6 +113,22 @@ def build_registry(
         metrics.observe_job(job, outcome.status)
         apply_outcome(outcome, body, patch, metrics)
 
+    _isolated_timer(
+        registry,
+        "queues",
+        "Queue",
+        interval=interval,
+        metrics=metrics,
+        reconcile_one=lambda obj, now: reconcile_queue(obj, ops, now, metrics.observe_queue),
+    )
+    _isolated_timer(
+        registry,
+        "localqueues",
+        "LocalQueue",
+        interval=interval,
+        metrics=metrics,
+        reconcile_one=lambda obj, now: reconcile_local_queue(obj, ops, now),
+    )
     if pipeline_ops is not None:
         p_ops, settings = pipeline_ops, tuner or TunerSettings()
         _isolated_timer(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -30,10 +30,20 @@ from chronotope.sharing.labels import (
 )
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
-from chronotope.workloads.gates import START_GATES, Cycle, Decider, frees_at, preempt, run_gates
+from chronotope.workloads.gates import (
+    START_GATES,
+    Cycle,
+    Decider,
+    frees_at,
+    job_key,
+    preempt,
+    run_gates,
+)
 from chronotope.workloads.parallelism import choose_degrees
+from chronotope.workloads.quota import Admission, Unit, Verdict
 from chronotope.workloads.replan import better_plan, parse_time, remaining_work
 from chronotope.workloads.training import Action, Decision
+from chronotope.workloads.training_quota import QuotaView, quota_admission, quota_wait
 from chronotope.workloads.training_status import (
     merge_conditions,
     pods_status,
@@ -90,8 +100,16 @@ class ClusterOps(Protocol):
         """Stop the named pods, after asking them to checkpoint."""
         ...
 
-    def preempt(self, job_key: str, by: str) -> None:
-        """Mark `job_key` preempted by `by` and stop its workers gracefully."""
+    def queues(self) -> list[dict[str, Any]]:
+        """All Queues (cluster-scoped), as API dicts."""
+        ...
+
+    def local_queues(self) -> list[dict[str, Any]]:
+        """All LocalQueues, as API dicts."""
+        ...
+
+    def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
+        """Mark `job_key` preempted by `by` (because `why`) and stop its workers gracefully."""
         ...
 
 
@@ -157,7 +175,7 @@ def reconcile(job: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome
         # the whole gang is gone: preempted, or its nodes were deleted; plan it afresh
         preempted_by = annotations.get(PREEMPTED_BY_ANNOTATION)
         why = (
-            f"preempted by {preempted_by} (higher priority): checkpointed, stopped, re-queued"
+            f"preempted by {preempted_by}: checkpointed, stopped, re-queued"
             if preempted_by
             else "all workers are gone (nodes deleted?); re-planning"
         )
@@ -346,9 +364,16 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
         frees_at=frees_at(jobs, cycle.key),
         remaining=cycle.remaining,
     )
+    view = QuotaView.parse(c.ops.queues(), c.ops.local_queues())
+    held_by_quota = False
+    if view.on and decision.action is not Action.IMPOSSIBLE:
+        admission, held = quota_admission(view, jobs, c.job, decision, c.now)
+        # jobs that quota holds back do not contend for GPUs in the gates
+        cycle = replace(cycle, jobs=[j for j in jobs if job_key(j) not in held])
+        cycle, decision, held_by_quota = _quota(c, cycle, decision, admission)
     if decision.action is Action.START:
         decision = run_gates(START_GATES, cycle, decision)
-    elif decision.action is Action.WAIT:
+    elif decision.action is Action.WAIT and not held_by_quota:
         decision = _try_preempt(c, cycle, decision)
     why = decision.why
     if why is not None:
@@ -356,8 +381,9 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
         if why.message != status.get("whyWaiting"):
             if why.unresolvable:
                 out.events.append(("Warning", why.code, why.message))
-            else:
-                out.events.append(("Normal", "Waiting", why.message))
+            else:  # a quota reason names itself; waiting for GPUs is plain "Waiting"
+                reason = "Waiting" if why.code == "WaitingForGPUs" else why.code
+                out.events.append(("Normal", reason, why.message))
         return out
     degrees = decision.degrees or choose_degrees(
         c.spec.parallelism, decision.workers, decision.gpus_per_worker
@@ -375,13 +401,52 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     return out
 
 
+def _quota(
+    c: _Cycle, cycle: Cycle, decision: Decision, admission: Admission
+) -> tuple[Cycle, Decision, bool]:
+    """The quota step (Kueue's admission): hold the job, reclaim for it, or pin its GPU type.
+
+    Returns the cycle (its spec narrowed to the type quota admits), the decision,
+    and whether quota holds the job back (then no priority preemption is tried).
+    """
+    if admission.verdict is Verdict.WAIT:
+        return cycle, quota_wait(admission), True
+    if admission.verdict is Verdict.RECLAIM:
+        grace = admission.grace_seconds or 30
+        why = f"reclaiming quota of queue {admission.queue}"
+        for victim in admission.victims:
+            c.ops.preempt(victim, by=cycle.key, why=why, grace_seconds=grace)
+        return cycle, quota_wait(admission), True
+    if admission.demand is None:  # quotas are off
+        return cycle, decision, False
+    gpu_type = admission.demand.gpu_type
+    option = next(t for t in c.spec.gpu_types if t.name == gpu_type)
+    narrowed = replace(cycle, spec=c.spec.model_copy(update={"gpu_types": [option]}))
+    note = f"queue {admission.queue}"
+    if admission.verdict is Verdict.BORROW:
+        lent = ", ".join(
+            f"{n} {pool[0]}" + (" GPU(s)" if pool[1] is Unit.GPUS else " share milli")
+            for pool, n in admission.borrowed.items()
+        )
+        note += f" borrows {lent} in its cohort"
+    else:
+        note += " admits it within its nominal quota"
+    if decision.action is Action.START and decision.gpu_type != gpu_type:
+        decision = narrowed.decider.decide(
+            c.namespace, narrowed.spec, narrowed.capacity, c.now, remaining=narrowed.remaining
+        )
+    if decision.action is Action.START:
+        decision = replace(decision, reason=f"{decision.reason}; {note}")
+    return narrowed, decision, False
+
+
 def _try_preempt(c: _Cycle, cycle: Cycle, decision: Decision) -> Decision:
     """Stop lower-priority preemptible jobs if that lets this one start now."""
     preemption = preempt(cycle, decision)
     if preemption is None:
         return decision
     for victim in preemption.victims:
-        c.ops.preempt(victim, by=cycle.key)
+        c.ops.preempt(victim, by=cycle.key, why="higher priority", grace_seconds=30)
     c.out.events.append(
         (
             "Normal",

@@ -1,4 +1,4 @@
-"""Watch-fed stores of nodes, pods and TrainingJobs for the operator (plain dicts).
+"""Watch-fed stores of nodes, pods and the Chronotope kinds for the operator (plain dicts).
 
 Listing every pod of the cluster on every reconcile of every waiting job does
 not scale; the operator instead keeps one copy of each kind, fed by the
@@ -108,6 +108,7 @@ class OperatorCache:
         custom = client.CustomObjectsApi(api)
         self.nodes, self.pods, self.training_jobs = Store(), Store(), Store()
         self.pipelines, self.variants = Store(), Store()
+        self.queues, self.local_queues = Store(), Store()
 
         def lister(plural: str) -> Any:
             return functools.partial(
@@ -142,6 +143,13 @@ class OperatorCache:
                     lister("modelvariants"),
                     self.variants.on_event,
                     self.variants.on_sync,
+                ),
+                Resource("queues", lister("queues"), self.queues.on_event, self.queues.on_sync),
+                Resource(
+                    "localqueues",
+                    lister("localqueues"),
+                    self.local_queues.on_event,
+                    self.local_queues.on_sync,
                 ),
             ],
         )

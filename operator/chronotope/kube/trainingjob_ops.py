@@ -27,6 +27,8 @@ PROFILE_TTL_S = 5.0
 """How long a model profile read is reused (one reconcile plans many jobs)."""
 
 TRAININGJOBS = ("chronotope.dev", "v1alpha1", "trainingjobs")
+QUEUES = ("chronotope.dev", "v1alpha1", "queues")
+LOCALQUEUES = ("chronotope.dev", "v1alpha1", "localqueues")
 
 
 class KubeClusterOps:
@@ -98,6 +100,18 @@ class KubeClusterOps:
             return self.cache.training_jobs.list()
         return kw.list_custom(self.api, *TRAININGJOBS)
 
+    def queues(self) -> list[dict[str, Any]]:
+        """All Queues (cluster-scoped), as API dicts."""
+        if self.cache is not None:
+            return self.cache.queues.list()
+        return kw.list_custom(self.api, *QUEUES)
+
+    def local_queues(self) -> list[dict[str, Any]]:
+        """All LocalQueues, as API dicts."""
+        if self.cache is not None:
+            return self.cache.local_queues.list()
+        return kw.list_custom(self.api, *LOCALQUEUES)
+
     def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         """Create the gang's headless service and worker pods (both idempotent)."""
         kw.ensure_service(self.api, namespace, service)
@@ -109,9 +123,16 @@ class KubeClusterOps:
         """Ask the named pods to checkpoint, then delete them with a grace period."""
         kw.delete_pods(self.api, namespace, names)
 
-    def preempt(self, job_key: str, by: str) -> None:
+    def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
         """Mark the victim (its own reconcile reports it) and stop its workers gracefully."""
         namespace, name = job_key.split("/", 1)
-        kw.annotate_custom(self.api, TRAININGJOBS, namespace, name, {PREEMPTED_BY_ANNOTATION: by})
-        workers = self.pods(namespace, f"{JOB_LABEL}={name}")
-        self.stop(namespace, [p["metadata"]["name"] for p in workers])
+        kw.annotate_custom(
+            self.api, TRAININGJOBS, namespace, name, {PREEMPTED_BY_ANNOTATION: f"{by} ({why})"}
+        )
+        workers = [
+            p
+            for p in self.pods(namespace, f"{JOB_LABEL}={name}")
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+        names = [p["metadata"]["name"] for p in workers]
+        kw.delete_pods(self.api, namespace, names, grace_seconds=grace_seconds)

@@ -62,6 +62,7 @@ __all__ = [
     "JointGate",
     "QueueGate",
     "frees_at",
+    "job_key",
     "planned_start",
     "preempt",
     "run_gates",
@@ -86,6 +87,7 @@ PodsOf = Callable[[str, str], list[dict[str, Any]]]
 
 
 def job_key(job: Mapping[str, Any]) -> str:
+    """The job as `namespace/name`."""
     meta = job.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
 

@@ -65,7 +65,7 @@ class Decision:
     """Ranks alternatives of equal utility above the finish time (samples per cost)."""
     planner_note: str = ""
     cause: str = ""
-    """A CamelCase condition reason for a job that cannot run (default Unschedulable)."""
+    """A CamelCase condition reason for a job that does not start (see `why`)."""
     placements: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """Per worker (rank order): the node and GPUs a joint plan put it on; empty otherwise."""
 
@@ -74,7 +74,7 @@ class Decision:
         """Why the job does not start now, as the one "why not" type; None for a START.
 
         IMPOSSIBLE is unresolvable (its code is `cause`, default Unschedulable);
-        WAIT may clear (code WaitingForGPUs).
+        WAIT may clear (its code is `cause`, default WaitingForGPUs).
         """
         if self.action is Action.START:
             return None
@@ -82,7 +82,7 @@ class Decision:
             return Reason(
                 code=self.cause or "Unschedulable", message=self.reason, unresolvable=True
             )
-        return Reason(code="WaitingForGPUs", message=self.reason)
+        return Reason(code=self.cause or "WaitingForGPUs", message=self.reason)
 
 
 def utility_at(utility: Utility | None, finish: datetime) -> float:

@@ -30,6 +30,8 @@ class FakeOps:
         self.started: list[dict[str, Any]] = []
         self.stopped: list[str] = []
         self.preempted: list[tuple[str, str]] = []
+        self.queue_objs: list[dict[str, Any]] = []
+        self.local_queue_objs: list[dict[str, Any]] = []
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
@@ -59,7 +61,13 @@ class FakeOps:
         self.stopped += names
         self._pods = [p for p in self._pods if p["metadata"]["name"] not in names]
 
-    def preempt(self, job_key: str, by: str) -> None:
+    def queues(self) -> list[dict[str, Any]]:
+        return self.queue_objs
+
+    def local_queues(self) -> list[dict[str, Any]]:
+        return self.local_queue_objs
+
+    def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
         self.preempted.append((job_key, by))
 
 

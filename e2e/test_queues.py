@@ -1,0 +1,198 @@
+"""Queues on the real control plane: two teams in one cohort borrow, reclaim and wait for quota.
+
+The Queues exist only during the test (quotas are on cluster-wide while any
+Queue exists, so every other test's jobs would need a LocalQueue); the GPU type
+is one only this test uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from e2e.kubetest import KubeCluster, wait_for
+from e2e.test_trainingjob import _gpu_nodes, job
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION = "chronotope.dev", "v1alpha1"
+JOBS = "trainingjobs"
+
+
+def _queue(name: str, gpu_type: str, *, reclaim: str, limit: int | None = None) -> dict[str, Any]:
+    quota: dict[str, Any] = {"gpuType": gpu_type, "gpus": 2}
+    if limit is not None:
+        quota["borrowingLimit"] = limit
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {
+            "cohort": name.rsplit("-", 1)[0],
+            "quotas": [quota],
+            "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5},
+        },
+    }
+
+
+def _local_queue(namespace: str, target: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LocalQueue",
+        "metadata": {"name": "default", "namespace": namespace},
+        "spec": {"queue": target},
+    }
+
+
+@contextlib.contextmanager
+def _queues(custom: client.CustomObjectsApi, *objs: dict[str, Any]) -> Iterator[None]:
+    try:
+        for obj in objs:
+            custom.create_cluster_custom_object(GROUP, VERSION, "queues", obj)
+        yield
+    finally:
+        for obj in objs:
+            with contextlib.suppress(client.exceptions.ApiException):
+                custom.delete_cluster_custom_object(
+                    GROUP, VERSION, "queues", obj["metadata"]["name"]
+                )
+
+
+def _status(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
+    obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, JOBS, name)
+    return dict(obj.get("status") or {})
+
+
+def _reason(status: dict[str, Any]) -> str:
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Schedulable":
+            return str(cond.get("reason"))
+    return ""
+
+
+def _usage(custom: client.CustomObjectsApi, queue: str) -> tuple[int, int, int, int, int]:
+    """(used, borrowed, lent, admitted, pending) from the Queue's status."""
+    status = custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue).get("status") or {}
+    rows = status.get("gpus") or [{}]
+    row = rows[0]
+    return (
+        int(row.get("used", 0)),
+        int(row.get("borrowed", 0)),
+        int(row.get("lent", 0)),
+        int(status.get("admittedWorkloads", 0)),
+        int(status.get("pendingWorkloads", 0)),
+    )
+
+
+def _submit(custom: client.CustomObjectsApi, ns: str, name: str, gpu_type: str, queue: str) -> None:
+    obj = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
+    obj["spec"]["queue"] = queue
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, obj)
+
+
+def _running(
+    custom: client.CustomObjectsApi, ns: str, name: str, timeout: float, what: str
+) -> None:
+    def running() -> bool:
+        return _status(custom, ns, name).get("phase") == "Running"
+
+    try:
+        wait_for(running, timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {name}: {_status(custom, ns, name)}") from None
+
+
+def test_two_teams_borrow_reclaim_and_wait_for_quota(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    gpu_type = f"QUOTA-{tag.upper()}"
+    team_a, team_b = f"q{tag}-a", f"q{tag}-b"
+    ns_a = namespace
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        ns_b = f"{namespace}-b"
+        core.create_namespace({"metadata": {"name": ns_b}})
+        wait_for(lambda: bool(core.list_namespaced_service_account(ns_b).items), 60, "sa")
+
+        def submit(ns: str, name: str, queue: str = "default") -> None:
+            _submit(custom, ns, name, gpu_type, queue)
+
+        def phase(ns: str, name: str) -> str:
+            return str(_status(custom, ns, name).get("phase", ""))
+
+        def running(ns: str, name: str, timeout: float, what: str) -> None:
+            _running(custom, ns, name, timeout, what)
+
+        try:
+            with (
+                _gpu_nodes(api, core, f"qn-{tag}", gpu_type, 1, per_node=6),
+                _queues(
+                    custom,
+                    _queue(team_a, gpu_type, reclaim="Never", limit=2),
+                    _queue(team_b, gpu_type, reclaim="PreemptBorrowed"),
+                ),
+            ):
+                for ns, target in ((ns_a, team_a), (ns_b, team_b)):
+                    custom.create_namespaced_custom_object(
+                        GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
+                    )
+                # team A: one job within its quota, one on team B's idle quota
+                submit(ns_a, "a1")
+                running(ns_a, "a1", 60, "a1 running")
+                submit(ns_a, "a2")
+                running(ns_a, "a2", 60, "a2 running on borrowed")
+                wait_for(
+                    lambda: _usage(custom, team_a)[:2] == (4, 2) and _usage(custom, team_b)[2] == 2,
+                    30,
+                    "Queue status: team A borrows 2, team B lends 2",
+                )
+                # a third would exceed team A's borrowing limit: it waits, saying so
+                submit(ns_a, "a3")
+                wait_for(lambda: _reason(_status(custom, ns_a, "a3")) == "QuotaExceeded", 30, "a3")
+                why = _status(custom, ns_a, "a3")["whyWaiting"]
+                assert why == f"queue {team_a}: {gpu_type} 4/2 in use, borrowing limit 2"
+                # team B wants its quota back: a2 (borrowed) is checkpointed and stopped
+                submit(ns_b, "b1")
+                running(ns_b, "b1", 90, "b1 running after reclaim")
+                events = core.list_namespaced_event(
+                    ns_a, field_selector="involvedObject.name=a2"
+                ).items
+                preempted = [e.message for e in events if e.reason == "Preempted"]
+                assert preempted, "a2 was not preempted"
+                assert f"{ns_b}/b1 (reclaiming quota of queue {team_b})" in preempted[0]
+                assert phase(ns_a, "a1") == "Running"  # within nominal: never touched
+                wait_for(lambda: phase(ns_a, "a2") == "Waiting", 30, "a2 re-queued")
+                # 2 of the 6 GPUs are idle, but the cohort's quota (4) is all in use
+                wait_for(lambda: _reason(_status(custom, ns_a, "a2")) == "QuotaExceeded", 30, "a2")
+                assert "cohort" in _status(custom, ns_a, "a2")["whyWaiting"]
+                assert _usage(custom, team_b)[:3] == (2, 0, 0)
+                # a job naming a LocalQueue that does not exist waits with the reason
+                submit(ns_b, "lost", queue="nope")
+                wait_for(
+                    lambda: _reason(_status(custom, ns_b, "lost")) == "LocalQueueMissing",
+                    30,
+                    "lost waits",
+                )
+                assert (
+                    _status(custom, ns_b, "lost")["whyWaiting"]
+                    == f"no LocalQueue nope in namespace {ns_b}"
+                )
+                # the platform team raises team A's quota live: a2 (ahead of a3) starts
+                custom.patch_cluster_custom_object(
+                    GROUP,
+                    VERSION,
+                    "queues",
+                    team_a,
+                    {"spec": {"quotas": [{"gpuType": gpu_type, "gpus": 4, "borrowingLimit": 2}]}},
+                )
+                running(ns_a, "a2", 60, "a2 running on new quota")
+                assert phase(ns_a, "a3") == "Waiting"
+                wait_for(lambda: _usage(custom, team_a)[3:] == (2, 1), 30, "team A counts")
+        finally:
+            core.delete_namespace(ns_b)

@@ -1,0 +1,85 @@
+"""Queue and LocalQueue status: usage, borrowed and lent GPUs, admitted and pending jobs.
+
+The accounting is `workloads.training_quota.queue_report` (the same reading of
+TrainingJobs the start decision uses); this edge only reads the objects through
+`ClusterOps` and returns the status to write. The kopf timers that call it are
+in `controllers.operator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from chronotope.controllers.trainingjob import ClusterOps, Outcome
+from chronotope.workloads.training_quota import QuotaView, local_queue_report, queue_report
+from chronotope.workloads.training_status import condition
+
+__all__ = ["QueueObserver", "reconcile_local_queue", "reconcile_queue"]
+
+QueueObserver = Callable[[str, Mapping[str, Any], Mapping[str, Any]], None]
+"""(queue name, its spec, its new status) -> None: feeds the metrics."""
+
+
+def _generation(obj: Mapping[str, Any]) -> int | None:
+    value = (obj.get("metadata") or {}).get("generation")
+    return int(value) if value is not None else None
+
+
+def reconcile_queue(
+    obj: Mapping[str, Any],
+    ops: ClusterOps,
+    now: datetime,
+    observe: QueueObserver | None = None,
+) -> Outcome:
+    """The status of Queue `obj` from the cluster's TrainingJobs now."""
+    name = str(obj["metadata"]["name"])
+    view = QuotaView.parse(ops.queues(), ops.local_queues())
+    report = queue_report(view, ops.training_jobs())
+    status = report.get(name)
+    if status is None:  # being deleted, or not in the cache yet
+        return Outcome()
+    body = status.model_dump(by_alias=True, exclude_none=True, mode="json")
+    used = sum(row.used for row in status.gpus)
+    message = (
+        f"{status.admitted_workloads} admitted, {status.pending_workloads} pending; "
+        f"{used} GPU(s) in use"
+    )
+    gen = _generation(obj)
+    body["conditions"] = [condition("Active", True, "Ready", message, now=now, generation=gen)]
+    body["observedGeneration"] = gen
+    if observe is not None:
+        observe(name, obj.get("spec") or {}, body)
+    return Outcome(status=body)
+
+
+def reconcile_local_queue(obj: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome:
+    """The status of LocalQueue `obj`: its jobs, and whether its Queue exists."""
+    meta = obj["metadata"]
+    key = (str(meta.get("namespace")), str(meta["name"]))
+    view = QuotaView.parse(ops.queues(), ops.local_queues())
+    found = local_queue_report(view, ops.training_jobs()).get(key)
+    if found is None:
+        return Outcome()
+    admitted, pending, inactive = found
+    gen = _generation(obj)
+    if inactive is None:
+        active = condition(
+            "Active",
+            True,
+            "Ready",
+            f"admits into Queue {obj['spec']['queue']}",
+            now=now,
+            generation=gen,
+        )
+    else:
+        active = condition("Active", False, "QueueMissing", inactive, now=now, generation=gen)
+    return Outcome(
+        status={
+            "admittedWorkloads": admitted,
+            "pendingWorkloads": pending,
+            "conditions": [active],
+            "observedGeneration": gen,
+        }
+    )

@@ -1,0 +1,263 @@
+"""TrainingJobs against their Queues: the quota step of a start, and the Queues' report (pure).
+
+`workloads.quota` holds the accounting rules on plain values; this module
+reads TrainingJob objects into them, the same way for every reconcile:
+
+- a job *holds* quota while its gang exists (phase `Starting` or `Running`
+  with a plan): its plan's GPU type, at its plan's worker count;
+- every other live job *waits* for quota, in the policy order of
+  `workloads.queueing.queue_key` (priority, deadline, age), with one
+  alternative per GPU type it accepts, at its replica count;
+- the job being decided asks for exactly what its start decision chose
+  first (type and workers), then its other types.
+
+An admission cycle over all waiting jobs runs each reconcile, so a job is
+admitted only after the jobs ahead of it have taken their share of the quota
+(Kueue's BestEffortFIFO: a job that does not fit does not hold back later
+ones). Jobs ahead that quota admits but the cluster cannot place yet still
+count against the quota in that cycle, as a Kueue quota reservation does:
+quota is a cap, not a promise of GPUs. Docs: docs/queues.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
+from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.queueing import queue_key
+from chronotope.workloads.quota import (
+    Admission,
+    AdmittedWorkload,
+    Demand,
+    PendingWorkload,
+    QuotaBook,
+    Verdict,
+    admit,
+    demands_of,
+    queue_statuses,
+)
+from chronotope.workloads.replan import parse_time
+from chronotope.workloads.training import Action, Decision
+
+__all__ = [
+    "HOLDING",
+    "QuotaView",
+    "local_queue_report",
+    "queue_report",
+    "quota_admission",
+    "quota_wait",
+]
+
+log = logging.getLogger(__name__)
+
+HOLDING = ("Starting", "Running")
+"""Phases of a job whose gang exists: it holds quota."""
+
+_ENDED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    """The cluster's Queues (by name) and LocalQueues (by (namespace, name)), parsed."""
+
+    queues: Mapping[str, QueueSpec]
+    local_queues: Mapping[tuple[str, str], LocalQueueSpec]
+
+    @classmethod
+    def parse(
+        cls, queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Mapping[str, Any]]
+    ) -> QuotaView:
+        """From API objects; an object the models reject is left out (and logged)."""
+        parsed: dict[str, QueueSpec] = {}
+        for obj in queues:
+            meta = obj.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                parsed[str(meta["name"])] = QueueSpec.model_validate(obj.get("spec") or {})
+            except ValueError as exc:
+                log.warning("Queue %s skipped: %s", meta.get("name"), exc)
+        local: dict[tuple[str, str], LocalQueueSpec] = {}
+        for obj in local_queues:
+            meta = obj.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                spec = LocalQueueSpec.model_validate(obj.get("spec") or {})
+            except ValueError as exc:
+                log.warning(
+                    "LocalQueue %s/%s skipped: %s", meta.get("namespace"), meta.get("name"), exc
+                )
+                continue
+            local[(str(meta.get("namespace")), str(meta["name"]))] = spec
+        return cls(parsed, local)
+
+    @property
+    def on(self) -> bool:
+        """Quotas apply once any Queue exists."""
+        return bool(self.queues)
+
+
+def _key(job: Mapping[str, Any]) -> str:
+    meta = job.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _spec(job: Mapping[str, Any]) -> TrainingJobSpec | None:
+    try:
+        return TrainingJobSpec.model_validate(job.get("spec") or {})
+    except ValueError:
+        return None  # a broken job holds and asks for nothing
+
+
+def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> AdmittedWorkload | None:
+    """What a started job holds: its plan's type at its plan's workers."""
+    status = job.get("status") or {}
+    plan = status.get("plan") or {}
+    if status.get("phase") not in HOLDING or not plan.get("gpuType"):
+        return None
+    workers = int(plan.get("workers") or spec.replicas)
+    demand = next(
+        (d for d in demands_of(spec, workers) if d.gpu_type == plan["gpuType"]),
+        None,
+    )
+    if demand is None:  # started on a type the spec no longer lists: count it as whole GPUs
+        demand = Demand(str(plan["gpuType"]), gpus=int(float(plan.get("totalGpus") or 0)))
+    started = parse_time(plan.get("startTime"))
+    return AdmittedWorkload(
+        _key(job), queue, demand.pools(), started.timestamp() if started else 0.0
+    )
+
+
+def _cycle(
+    view: QuotaView, jobs: Sequence[Mapping[str, Any]], first: tuple[str, Decision] | None = None
+) -> tuple[QuotaBook, list[PendingWorkload]]:
+    """The book of what started jobs hold, and the waiting jobs in queue order.
+
+    `first` = (job key, its START decision): that job asks for the decision's
+    type and workers before its other alternatives.
+    """
+    admitted: list[AdmittedWorkload] = []
+    pending: list[PendingWorkload] = []
+    for job in sorted(jobs, key=queue_key):
+        meta = job.get("metadata") or {}
+        status = job.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") in _ENDED:
+            continue
+        spec = _spec(job)
+        if spec is None:
+            continue
+        namespace = str(meta.get("namespace"))
+        key = _key(job)
+        queue = view.local_queues.get((namespace, spec.queue))
+        held = _held(job, spec, queue.queue) if queue is not None else None
+        if held is not None:
+            admitted.append(held)
+            continue
+        if status.get("phase") in HOLDING:
+            continue  # a started job of a missing (Local)Queue counts nowhere
+        alternatives = demands_of(spec)
+        if first is not None and first[0] == key:
+            alternatives = _decided_first(spec, first[1], alternatives)
+        pending.append(PendingWorkload(key, namespace, spec.queue, alternatives))
+    return QuotaBook(view.queues, view.local_queues, admitted), pending
+
+
+def _decided_first(
+    spec: TrainingJobSpec, decision: Decision, alternatives: tuple[Demand, ...]
+) -> tuple[Demand, ...]:
+    if decision.action is not Action.START or decision.gpu_type is None:
+        return alternatives
+    chosen = next(
+        (d for d in demands_of(spec, decision.workers) if d.gpu_type == decision.gpu_type), None
+    )
+    if chosen is None:
+        return alternatives
+    return (chosen, *(d for d in alternatives if d.gpu_type != decision.gpu_type))
+
+
+def quota_admission(
+    view: QuotaView,
+    jobs: Sequence[Mapping[str, Any]],
+    job: Mapping[str, Any],
+    decision: Decision,
+    now: datetime,
+) -> tuple[Admission, frozenset[str]]:
+    """The quota verdict for `job` (whose start `decision` may be a START or a WAIT) now.
+
+    ADMIT or BORROW name the GPU type quota lets it start on; RECLAIM names the
+    borrowed jobs to stop first (with their grace period); WAIT says which quota
+    blocks. Also returns the other waiting jobs that quota holds back in the same
+    cycle: they do not contend for GPUs. With no Queue at all, every job is admitted.
+    """
+    key = _key(job)
+    if not view.on:
+        return Admission(key, Verdict.ADMIT, message="no Queue exists: quotas are off"), frozenset()
+    others = [j for j in jobs if _key(j) != key]
+    book, pending = _cycle(view, [*others, job], (key, decision))
+    decisions = admit(book, pending, now.timestamp())
+    held = frozenset(
+        k for k, d in decisions.items() if k != key and d.verdict in (Verdict.WAIT, Verdict.RECLAIM)
+    )
+    return decisions[key], held
+
+
+def quota_wait(admission: Admission) -> Decision:
+    """The WAIT decision that carries a quota verdict's reason (the job's condition)."""
+    if admission.verdict is Verdict.RECLAIM:
+        victims = ", ".join(admission.victims)
+        text = (
+            f"{admission.message}: stopping borrowed {victims} "
+            f"(checkpoint, grace {admission.grace_seconds}s), then it starts"
+        )
+        return Decision(Action.WAIT, text, cause="ReclaimingQuota")
+    reason = admission.reason.value if admission.reason is not None else "QuotaExceeded"
+    return Decision(Action.WAIT, admission.message, cause=reason)
+
+
+def queue_report(view: QuotaView, jobs: Sequence[Mapping[str, Any]]) -> dict[str, QueueStatus]:
+    """Every Queue's usage, borrowed and lent GPUs per type, admitted and pending jobs.
+
+    Usage is what started jobs hold; every live job that has not started counts
+    as pending in its Queue, whether quota or GPUs hold it back.
+    """
+    book, pending = _cycle(view, jobs)
+    waiting: dict[str, Admission] = {}
+    for p in pending:
+        queue = view.local_queues.get((p.namespace, p.local_queue))
+        if queue is not None:
+            waiting[p.key] = Admission(p.key, Verdict.WAIT, queue.queue)
+    return queue_statuses(book, waiting)
+
+
+def local_queue_report(
+    view: QuotaView, jobs: Sequence[Mapping[str, Any]]
+) -> dict[tuple[str, str], tuple[int, int, str | None]]:
+    """Per LocalQueue: (admitted jobs, pending jobs, why it is inactive or None).
+
+    A LocalQueue is inactive while the Queue it names does not exist.
+    """
+    counts: dict[tuple[str, str], list[int]] = {key: [0, 0] for key in view.local_queues}
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        status = job.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") in _ENDED:
+            continue
+        spec = _spec(job)
+        if spec is None:
+            continue
+        key = (str(meta.get("namespace")), spec.queue)
+        if key in counts:
+            counts[key][0 if status.get("phase") in HOLDING else 1] += 1
+    out: dict[tuple[str, str], tuple[int, int, str | None]] = {}
+    for key, (admitted, pending) in counts.items():
+        target = view.local_queues[key].queue
+        inactive = None if target in view.queues else f"Queue {target} does not exist"
+        out[key] = (admitted, pending, inactive)
+    return out

@@ -1,0 +1,145 @@
+"""`reconcile` with Queues: quota holds, borrows, reclaims, pins the GPU type (fake ops)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from chronotope.controllers.trainingjob import reconcile
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_reconcile import NOW, FakeOps, job, node
+
+
+def queue(
+    name: str,
+    gpus: int,
+    *,
+    cohort: str | None = None,
+    gpu_type: str = "H100",
+    reclaim: str = "Never",
+    limit: int | None = None,
+) -> dict[str, Any]:
+    quota: dict[str, Any] = {"gpuType": gpu_type, "gpus": gpus}
+    if limit is not None:
+        quota["borrowingLimit"] = limit
+    spec: dict[str, Any] = {
+        "quotas": [quota],
+        "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5},
+    }
+    if cohort:
+        spec["cohort"] = cohort
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def local_queue(namespace: str, target: str, name: str = "default") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"queue": target}}
+
+
+def team_job(name: str, namespace: str, second: int = 0) -> dict[str, Any]:
+    j = job(name)
+    j["metadata"]["namespace"] = namespace
+    j["metadata"]["creationTimestamp"] = f"2030-01-01T00:00:{second:02d}Z"
+    return j
+
+
+def running(j: dict[str, Any], start: str = "2030-01-01T11:00:00Z") -> dict[str, Any]:
+    """Mark `j` started, holding 8 H100s (its gang exists in `ops`)."""
+    j["status"] = {
+        "phase": "Running",
+        "plan": {"gpuType": "H100", "workers": 1, "totalGpus": 8, "startTime": start},
+    }
+    return j
+
+
+def ops_with(nodes: int, jobs: list[dict[str, Any]], queues: list[dict[str, Any]]) -> FakeOps:
+    ops = FakeOps([node(f"h-{i}") for i in range(nodes)], jobs)
+    ops.queue_objs = queues
+    ops.local_queue_objs = [local_queue("a", "team-a"), local_queue("b", "team-b")]
+    return ops
+
+
+def _cond(out: Any) -> tuple[str, str]:
+    (c,) = [c for c in out.status["conditions"] if c["type"] == "Schedulable"]
+    return c["status"], c["reason"]
+
+
+def test_without_a_local_queue_a_job_waits_and_says_so() -> None:
+    me = team_job("x", "c")
+    ops = ops_with(2, [me], [queue("team-a", 8)])
+    out = reconcile(me, ops, NOW)
+    assert out.status["phase"] == "Waiting"
+    assert out.status["whyWaiting"] == "no LocalQueue default in namespace c"
+    assert _cond(out) == ("True", "LocalQueueMissing")
+    assert ops.started == []
+    assert ops.preempted == []
+
+
+def test_a_job_over_its_quota_waits_with_the_queue_and_the_quota() -> None:
+    first, second = running(team_job("a1", "a")), team_job("a2", "a", 1)
+    ops = ops_with(2, [first, second], [queue("team-a", 8)])
+    out = reconcile(second, ops, NOW)
+    assert ops.started == []
+    assert out.status["whyWaiting"] == "queue team-a: H100 8/8 in use, no cohort to borrow from"
+    assert _cond(out) == ("True", "QuotaExceeded")
+
+
+def test_a_job_borrows_idle_quota_of_its_cohort() -> None:
+    first, second = running(team_job("a1", "a")), team_job("a2", "a", 1)
+    queues = [queue("team-a", 8, cohort="ml"), queue("team-b", 8, cohort="ml")]
+    ops = ops_with(2, [first, second], queues)
+    out = reconcile(second, ops, NOW)
+    assert out.status["phase"] == "Starting"
+    assert "queue team-a borrows 8 H100 GPU(s) in its cohort" in out.events[0][2]
+
+
+def test_the_borrowing_limit_holds() -> None:
+    first, second = running(team_job("a1", "a")), team_job("a2", "a", 1)
+    queues = [queue("team-a", 8, cohort="ml", limit=4), queue("team-b", 8, cohort="ml")]
+    out = reconcile(second, ops_with(2, [first, second], queues), NOW)
+    assert out.status["whyWaiting"] == "queue team-a: H100 8/8 in use, borrowing limit 4"
+
+
+def test_a_lender_reclaims_its_quota_from_the_newest_borrower() -> None:
+    a1 = running(team_job("a1", "a"), "2030-01-01T11:00:00Z")
+    a2 = running(team_job("a2", "a", 1), "2030-01-01T11:30:00Z")  # borrowed, newest
+    b1 = team_job("b1", "b", 2)
+    queues = [
+        queue("team-a", 8, cohort="ml"),
+        queue("team-b", 8, cohort="ml", reclaim="PreemptBorrowed"),
+    ]
+    ops = ops_with(2, [a1, a2, b1], queues)
+    out = reconcile(b1, ops, NOW)
+    assert ops.preempted == [("a/a2", "b/b1")]
+    assert ops.started == []
+    assert _cond(out) == ("True", "ReclaimingQuota")
+    assert "stopping borrowed a/a2 (checkpoint, grace 5s)" in out.status["whyWaiting"]
+    assert [e[1] for e in out.events] == ["ReclaimingQuota"]
+
+
+def test_without_reclaim_a_lender_waits_for_the_borrowers() -> None:
+    a1 = running(team_job("a1", "a"))
+    a2 = running(team_job("a2", "a", 1), "2030-01-01T11:30:00Z")
+    b1 = team_job("b1", "b", 2)
+    queues = [queue("team-a", 8, cohort="ml"), queue("team-b", 8, cohort="ml")]
+    ops = ops_with(2, [a1, a2, b1], queues)
+    out = reconcile(b1, ops, NOW)
+    assert ops.preempted == []
+    assert "reclaim policy Never waits for the borrowers to finish" in out.status["whyWaiting"]
+
+
+def test_quota_pins_the_gpu_type_it_admits() -> None:
+    me = team_job("a1", "a")
+    me["spec"]["gpuTypes"] = [
+        {"name": "H100", "relativeSpeed": 2.0},
+        {"name": "A100", "relativeSpeed": 1.0},
+    ]
+    a100 = node("a-0")
+    a100["metadata"]["labels"]["nvidia.com/gpu.product"] = "A100"
+    ops = ops_with(1, [me], [queue("team-a", 8, gpu_type="A100")])
+    ops._nodes.append(a100)
+    out = reconcile(me, ops, NOW)
+    assert out.status["phase"] == "Starting"
+    assert out.status["plan"]["gpuType"] == "A100"  # the faster H100 has no quota
+    assert "queue team-a admits it within its nominal quota" in out.events[0][2]

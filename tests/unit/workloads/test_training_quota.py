@@ -1,0 +1,98 @@
+"""TrainingJobs read into the quota accounting: holding, waiting, the Queues' report."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from chronotope.workloads.quota import Verdict
+from chronotope.workloads.training import Action, Decision
+from chronotope.workloads.training_quota import (
+    QuotaView,
+    local_queue_report,
+    queue_report,
+    quota_admission,
+)
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def _job(name: str, ns: str, gpus: int, phase: str | None = None, **extra: Any) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if phase is not None:
+        status["phase"] = phase
+    if phase in ("Running", "Starting"):
+        status["plan"] = {"gpuType": "L4", "workers": 1, "totalGpus": gpus}
+    return {
+        "metadata": {"name": name, "namespace": ns, "creationTimestamp": extra.get("t", "")},
+        "spec": {
+            "replicas": 1,
+            "gpu": {"count": gpus},
+            "gpuTypes": [{"name": "L4", "relativeSpeed": 1.0}],
+            "estimate": {"referenceGpuType": "L4", "durationSeconds": 60},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+        "status": status,
+    }
+
+
+def _view(*, cohort: bool = True) -> QuotaView:
+    spec = {"quotas": [{"gpuType": "L4", "gpus": 4}]} | ({"cohort": "ml"} if cohort else {})
+    return QuotaView.parse(
+        [
+            {"metadata": {"name": "team-a"}, "spec": spec},
+            {"metadata": {"name": "team-b"}, "spec": spec},
+        ],
+        [
+            {"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}},
+            {"metadata": {"name": "default", "namespace": "b"}, "spec": {"queue": "team-b"}},
+            {"metadata": {"name": "default", "namespace": "z"}, "spec": {"queue": "gone"}},
+        ],
+    )
+
+
+def test_the_report_counts_started_jobs_and_splits_what_is_lent() -> None:
+    jobs = [
+        _job("a1", "a", 4, "Running"),
+        _job("a2", "a", 2, "Starting"),  # borrows 2 of team-b's idle 4
+        _job("a3", "a", 1, "Waiting"),
+        _job("a4", "a", 1, "Succeeded"),
+        _job("b1", "b", 1),
+    ]
+    report = queue_report(_view(), jobs)
+    (a,), (b,) = report["team-a"].gpus, report["team-b"].gpus
+    assert (a.used, a.borrowed, a.lent) == (6, 2, 0)
+    assert (b.used, b.borrowed, b.lent) == (0, 0, 2)
+    assert (report["team-a"].admitted_workloads, report["team-a"].pending_workloads) == (2, 1)
+    assert report["team-b"].pending_workloads == 1
+
+
+def test_local_queues_report_their_jobs_and_a_missing_queue() -> None:
+    jobs = [_job("a1", "a", 4, "Running"), _job("a3", "a", 1), _job("z1", "z", 1)]
+    report = local_queue_report(_view(), jobs)
+    assert report[("a", "default")] == (1, 1, None)
+    assert report[("z", "default")] == (0, 1, "Queue gone does not exist")
+
+
+def test_a_job_is_admitted_only_after_the_jobs_ahead_of_it() -> None:
+    first = _job("a1", "a", 4, t="2030-01-01T00:00:00Z")
+    second = _job("a2", "a", 1, t="2030-01-01T00:00:01Z")
+    start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=1)
+    late, _ = quota_admission(_view(cohort=False), [first, second], second, start, NOW)
+    assert late.verdict is Verdict.WAIT
+    assert late.message == "queue team-a: L4 4/4 in use, no cohort to borrow from"
+    early, held = quota_admission(_view(cohort=False), [first, second], first, start, NOW)
+    assert early.verdict is Verdict.ADMIT
+    assert held == {"a/a2"}  # behind it, over the quota: not a contender for GPUs
+
+
+def test_without_queues_quotas_are_off() -> None:
+    view = QuotaView.parse([], [])
+    start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=1)
+    job = _job("a1", "a", 4)
+    assert quota_admission(view, [job], job, start, NOW)[0].verdict is Verdict.ADMIT
+
+
+def test_an_invalid_queue_is_left_out() -> None:
+    view = QuotaView.parse([{"metadata": {"name": "bad"}, "spec": {"quotas": "x"}}], [])
+    assert not view.on
