@@ -156,7 +156,10 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
                 submit(ns_a, "a3")
                 wait_for(lambda: _reason(_status(custom, ns_a, "a3")) == "QuotaExceeded", 30, "a3")
                 why = _status(custom, ns_a, "a3")["whyWaiting"]
-                assert why == f"queue {team_a}: {gpu_type} 4/2 in use, borrowing limit 2"
+                assert why.startswith(f"queue {team_a}: {gpu_type} 4/2 in use, borrowing limit 2")
+                # the plan-ahead on quota: a1 and a2 are predicted to end; a1 (older) first
+                assert "; its quota frees up 20" in why
+                assert why.endswith(f"({ns_a}/a1 ends)") or why.endswith(f"({ns_a}/a2 ends)")
                 # team B wants its quota back: a2 (borrowed) is checkpointed and stopped
                 submit(ns_b, "b1")
                 running(ns_b, "b1", 90, "b1 running after reclaim")
@@ -171,7 +174,7 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
                 # 2 of the 6 GPUs are idle, but the cohort's quota (4) is all in use
                 wait_for(lambda: _reason(_status(custom, ns_a, "a2")) == "QuotaExceeded", 30, "a2")
                 assert "cohort" in _status(custom, ns_a, "a2")["whyWaiting"]
-                assert _usage(custom, team_b)[:3] == (2, 0, 0)
+                wait_for(lambda: _usage(custom, team_b)[:3] == (2, 0, 0), 30, "team B's usage")
                 # a job naming a LocalQueue that does not exist waits with the reason
                 submit(ns_b, "lost", queue="nope")
                 wait_for(

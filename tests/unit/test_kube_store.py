@@ -39,3 +39,20 @@ def test_selector_parsing() -> None:
     assert parse_selector(None) == {}
     with pytest.raises(ValueError, match="only a=b"):
         parse_selector("a in (b)")
+
+
+def test_count_requests_names_each_verb_and_watches() -> None:
+    from kubernetes import client
+
+    from chronotope.kube.client import count_requests
+
+    api = client.ApiClient(configuration=client.Configuration())
+    sent: list[str] = []
+    api.rest_client.request = lambda method, url, *a, **kw: sent.append(method)  # type: ignore[method-assign]
+    verbs: list[str] = []
+    count_requests(api, verbs.append)
+    api.rest_client.request("GET", "/api/v1/pods", query_params=[("watch", True)])
+    api.rest_client.request("GET", "/api/v1/pods", query_params=[])
+    api.rest_client.request("PATCH", "/apis/x")
+    assert verbs == ["WATCH", "GET", "PATCH"]
+    assert sent == ["GET", "GET", "PATCH"]  # every request still goes out

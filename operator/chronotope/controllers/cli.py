@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chronotope.controllers.metrics import OperatorMetrics
+    from chronotope.controllers.trainingjob_loop import TrainingJobLoop
     from chronotope.workloads.leader import LeaseTiming
 
 __all__ = ["add_parser"]
@@ -51,7 +52,16 @@ def add_parser(sub: Any) -> None:
         help="a ModelVariant serving group is re-planned on any change, else this often",
     )
     parser.add_argument(
-        "--interval", type=float, default=2.0, help="seconds between reconciles of each job"
+        "--interval",
+        type=float,
+        default=2.0,
+        help="seconds between reconciles of each InferencePipeline, ModelVariant and Queue",
+    )
+    parser.add_argument(
+        "--resync",
+        type=float,
+        default=300.0,
+        help="TrainingJobs are reconciled on events; each also at least this often (seconds)",
     )
     parser.add_argument(
         "--health-port", type=int, default=0, help="serve /healthz on this port (0: off)"
@@ -174,7 +184,7 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.controllers.metrics import OperatorMetrics
     from chronotope.controllers.modelvariant import GroupMemo
     from chronotope.controllers.operator import build_registry
-    from chronotope.kube.client import connect
+    from chronotope.kube.client import connect, count_requests
     from chronotope.kube.pipeline_ops import KubePipelineOps
     from chronotope.kube.store import OperatorCache
     from chronotope.kube.trainingjob_ops import KubeClusterOps
@@ -188,7 +198,12 @@ def _run(args: argparse.Namespace) -> int:
         # kopf logs in through the kubernetes client, which reads KUBECONFIG (the edge
         # of the program is the one place that touches the environment)
         os.environ["KUBECONFIG"] = str(args.kubeconfig)
+    metrics = OperatorMetrics(
+        stale_after_s=max(30.0, 10 * args.interval, 2 * args.resync),
+        group_stale_after_s=max(120.0, 4 * args.variant_refresh_s),
+    )
     api = connect(args.kubeconfig)
+    count_requests(api, lambda verb: metrics.api_requests.labels(verb).inc())
     cache = OperatorCache(api)
     if not cache.start(args.sync_timeout):
         logging.getLogger(__name__).error(
@@ -203,14 +218,16 @@ def _run(args: argparse.Namespace) -> int:
     if webhook_error:
         logging.getLogger(__name__).error("%s", webhook_error)
         return 1
-    metrics = OperatorMetrics(
-        stale_after_s=max(30.0, 10 * args.interval),
-        group_stale_after_s=max(120.0, 4 * args.variant_refresh_s),
-    )
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_address)
+    from chronotope.controllers.trainingjob_loop import TrainingJobLoop
+
+    job_ops = KubeClusterOps(api, cache)
+    job_loop = TrainingJobLoop(job_ops, cache.training_jobs.list, metrics, resync_s=args.resync)
+    cache.listen(job_loop.on_change)
+
     registry = build_registry(
-        KubeClusterOps(api, cache),
+        job_ops,
         interval=args.interval,
         metrics=metrics,
         pipeline_ops=KubePipelineOps(api, cache, prometheus=args.prometheus),
@@ -223,10 +240,28 @@ def _run(args: argparse.Namespace) -> int:
         f"http://{args.health_address}:{args.health_port}/healthz" if args.health_port else None
     )
 
+    run_controllers = _controllers(kopf, registry, job_loop, liveness)
+    if timing is not None:
+        return _run_elected(args, timing, api, metrics, run_controllers)
+    metrics.leader.set(1)  # no election: this process is the one writer
+    run_controllers(None)
+    return 0
+
+
+def _controllers(
+    kopf: Any, registry: Any, job_loop: TrainingJobLoop, liveness: str | None
+) -> Callable[[threading.Event | None], None]:
+    """The controllers' run: the TrainingJob loop on a thread, kopf on its own event loop."""
+
     def run_controllers(stop: threading.Event | None = None) -> None:
         # kopf stops on SIGTERM itself once it runs; `stop` covers a signal that came
         # before. It reaches kopf as a future of kopf's loop: a threading.Event would
         # park a thread of the loop's executor that the loop's shutdown then waits for.
+        jobs_stop = threading.Event()
+        jobs = threading.Thread(
+            target=job_loop.run, args=(jobs_stop,), name="trainingjobs", daemon=True
+        )
+        jobs.start()
         loop = asyncio.new_event_loop()
         stopped: asyncio.Future[None] = loop.create_future()
         if stop is not None:
@@ -243,17 +278,15 @@ def _run(args: argparse.Namespace) -> int:
                 stop_flag=stopped,
             )
         finally:  # what asyncio.run does after its coroutine
+            jobs_stop.set()
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.run_until_complete(loop.shutdown_default_executor())
             finally:
                 loop.close()
+                jobs.join(timeout=30)
 
-    if timing is not None:
-        return _run_elected(args, timing, api, metrics, run_controllers)
-    metrics.leader.set(1)  # no election: this process is the one writer
-    run_controllers()
-    return 0
+    return run_controllers
 
 
 def _forward_stop(

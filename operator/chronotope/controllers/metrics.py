@@ -20,6 +20,9 @@
   whole GPUs `nominal`, `used`, `borrowed` and `lent` (`kind` with a
   `_share_milli` suffix: the same for GPU shares, in thousandths of a GPU)
 * `chronotope_queue_workloads{queue,state}`: `admitted` and `pending` jobs
+* `chronotope_operator_api_requests_total{verb}`: requests the operator's
+  API client made (GET, WATCH, POST, PATCH, PUT, DELETE); kopf's own client
+  (the timers of the other kinds) is not counted
 * `chronotope_operator_leader`: 1 while this process runs the controllers
   (holds the leader Lease, or runs without `--leader-elect`), 0 while it
   stands by
@@ -51,6 +54,10 @@ class _Jobs(Collector):
     def observe(self, key: str, phase: str, gpu_type: str, gpus: float) -> None:
         with self._lock:
             self._seen[key] = (self._clock(), phase, gpu_type, gpus)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._seen.pop(key, None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self._clock()
@@ -216,6 +223,12 @@ class OperatorMetrics:
         self.registry.register(self._groups)
         self._queues = _Queues(stale_after_s, clock)
         self.registry.register(self._queues)
+        self.api_requests = Counter(
+            "chronotope_operator_api_requests_total",
+            "Requests the operator's API client made, by verb (WATCH: a watch opened)",
+            ["verb"],
+            registry=self.registry,
+        )
         self.leader = Gauge(
             "chronotope_operator_leader",
             "1 while this replica runs the controllers (holds the leader Lease), else 0",
@@ -245,9 +258,16 @@ class OperatorMetrics:
         phase = str(status.get("phase") or (job.get("status") or {}).get("phase") or "New")
         types = spec.get("gpuTypes") or [{}]
         gpu = spec.get("gpu") or {}
-        gpus = float(spec.get("replicas", 0)) * float(gpu.get("count") or 1)
+        try:
+            gpus = float(spec.get("replicas", 0)) * float(gpu.get("count") or 1)
+        except (TypeError, ValueError):  # a spec the models reject: its phase still counts
+            gpus = 0.0
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         self._jobs.observe(key, phase, str(types[0].get("name", "")), gpus)
+
+    def forget_job(self, key: str) -> None:
+        """Drop a deleted job (`namespace/name`) from the gauges at once."""
+        self._jobs.forget(key)
 
     def serve(self, port: int, address: str) -> None:
         """Serve /metrics over HTTP on `address:port`, from a background thread."""

@@ -2,9 +2,11 @@
 
 Handlers are registered on an explicit registry built here, with their
 dependencies passed in, so nothing is an import-time singleton. Each
-TrainingJob is reconciled by a timer (every `interval` seconds, never
-overlapping itself): the reconcile is level-based, so a missed event or an
-operator restart costs at most one interval.
+InferencePipeline, ModelVariant, Queue and LocalQueue is reconciled by a timer
+(every `interval` seconds, never overlapping itself): the reconcile is
+level-based, so a missed event or an operator restart costs at most one
+interval. TrainingJobs, by far the most numerous, are reconciled on events
+instead (`controllers.trainingjob_loop`, started next to kopf by the CLI).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -26,10 +27,9 @@ from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps
 from chronotope.controllers.modelvariant import reconcile as reconcile_variant
 from chronotope.controllers.queues import reconcile_local_queue, reconcile_queue
-from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status, reconcile
+from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status
 from chronotope.planners.variants import GroupPlan
 from chronotope.workloads.serving_group import GroupResult
-from chronotope.workloads.training_status import condition
 
 __all__ = ["apply_outcome", "build_registry"]
 
@@ -71,13 +71,12 @@ def build_registry(
     variant_ops: VariantOps | None = None,
     memo: GroupMemo | None = None,
 ) -> kopf.OperatorRegistry:
-    """A kopf registry with the login handler and the TrainingJob timer wired to `ops`.
+    """A kopf registry with the login handler and the Queue timers wired to `ops`.
 
-    Each TrainingJob is reconciled every `interval` seconds, off the event loop;
-    reconcile latency, events and job phases go to `metrics` (a fresh set if None).
-    Queues and LocalQueues get their status on the same interval
-    (`controllers.queues`). With `pipeline_ops`, InferencePipelines are
-    reconciled on the same interval;
+    TrainingJobs are not kopf's: `controllers.trainingjob_loop` reconciles them
+    on events. Queues and LocalQueues get their status every `interval` seconds
+    (`controllers.queues`); metrics go to `metrics` (a fresh set if None). With
+    `pipeline_ops`, InferencePipelines are reconciled on the same interval;
     with `variant_ops`, ModelVariants too, their serving groups' passes kept in
     `memo` (a fresh one if None) and counted in `metrics`.
     """
@@ -90,28 +89,6 @@ def build_registry(
         if os.environ.get("KUBECONFIG"):
             return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_with_service_account(**kwargs)
-
-    # backoff: a failed pass (a namespace being deleted, an API hiccup) is retried at the
-    # next interval, not after kopf's default minute
-    @kopf.timer(
-        GROUP, VERSION, "trainingjobs", interval=interval, backoff=interval, registry=registry
-    )
-    async def trainingjob_timer(body: Any, patch: Any, **_: Any) -> None:
-        job = {
-            "metadata": dict(body["metadata"]),
-            "spec": dict(body["spec"]),
-            "status": dict(body.get("status") or {}),
-        }
-        started = time.perf_counter()
-        try:
-            outcome = await asyncio.to_thread(reconcile, _plain(job), ops, datetime.now(UTC))
-        except ValueError as exc:  # a spec the models reject: this job only, never the queue
-            metrics.reconcile_seconds.labels("error").observe(time.perf_counter() - started)
-            _invalid(body, patch, exc)
-            return
-        metrics.reconcile_seconds.labels("ok").observe(time.perf_counter() - started)
-        metrics.observe_job(job, outcome.status)
-        apply_outcome(outcome, body, patch, metrics)
 
     _isolated_timer(
         registry,
@@ -228,35 +205,6 @@ def _isolated_timer(
             _failed(body, patch, kind, exc)
             return
         apply_outcome(outcome, body, patch, metrics)
-
-
-def _invalid(body: Any, patch: Any, exc: ValueError) -> None:
-    """Mark a TrainingJob whose spec the models reject: Pending with an InvalidSpec condition.
-
-    The gates skip specs that do not validate, so the job holds no queue back; the
-    event is posted once per distinct message; a corrected spec is decided normally.
-    """
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    message = "invalid spec: " + "; ".join(lines[:3])[:900]
-    old = body.get("status") or {}
-    if old.get("whyWaiting") != message:
-        kopf.warn(body, reason="InvalidSpec", message=message)
-    generation = body["metadata"].get("generation")
-    now = datetime.now(UTC)
-    patch.status.update(
-        merged_status(
-            old,
-            {
-                "phase": "Pending",
-                "whyWaiting": message,
-                "conditions": [
-                    condition(
-                        "Schedulable", False, "InvalidSpec", message, now=now, generation=generation
-                    )
-                ],
-            },
-        )
-    )
 
 
 def _plain(value: Any) -> Any:

@@ -13,7 +13,12 @@ from datetime import datetime
 from typing import Any
 
 from chronotope.controllers.trainingjob import ClusterOps, Outcome
-from chronotope.workloads.training_quota import QuotaView, local_queue_report, queue_report
+from chronotope.workloads.training_quota import (
+    QuotaView,
+    local_queue_report,
+    next_releases,
+    queue_report,
+)
 from chronotope.workloads.training_status import condition
 
 __all__ = ["QueueObserver", "reconcile_local_queue", "reconcile_queue"]
@@ -36,7 +41,8 @@ def reconcile_queue(
     """The status of Queue `obj` from the cluster's TrainingJobs now."""
     name = str(obj["metadata"]["name"])
     view = QuotaView.parse(ops.queues(), ops.local_queues())
-    report = queue_report(view, ops.training_jobs())
+    jobs = ops.training_jobs()
+    report = queue_report(view, jobs)
     status = report.get(name)
     if status is None:  # being deleted, or not in the cache yet
         return Outcome()
@@ -46,6 +52,11 @@ def reconcile_queue(
         f"{status.admitted_workloads} admitted, {status.pending_workloads} pending; "
         f"{used} GPU(s) in use"
     )
+    releases = next_releases(view, jobs, name)
+    if releases:
+        message += "; next predicted releases: " + ", ".join(
+            f"{what} at {when:%Y-%m-%d %H:%M} ({key})" for when, key, what in releases
+        )
     gen = _generation(obj)
     body["conditions"] = [condition("Active", True, "Ready", message, now=now, generation=gen)]
     body["observedGeneration"] = gen

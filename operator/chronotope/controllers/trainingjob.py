@@ -39,6 +39,7 @@ from chronotope.workloads.gates import (
     preempt,
     run_gates,
 )
+from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.quota import Admission, Unit, Verdict
 from chronotope.workloads.replan import better_plan, parse_time, remaining_work
@@ -156,7 +157,7 @@ def reconcile(job: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome
     status = dict(job.get("status") or {})
     if status.get("phase") in _DONE:
         return Outcome()
-    spec = TrainingJobSpec.model_validate(job["spec"])
+    spec = job_spec(job)
     gen = int(annotations.get(GENERATION_ANNOTATION, "0"))
     pods = [
         p

@@ -15,7 +15,6 @@ failure is raised to the caller, which forgets its assumption.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from chronotope.kube.client import raw_json
+from chronotope.kube.events import post_event
 from chronotope.sharing.assignment import (
     ALLOCATION_LOCK,
     DEVICE_PLUGIN,
@@ -147,21 +147,5 @@ def fetch_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any
 def post_pod_event(api: client.ApiClient, key: str, reason: str, message: str) -> None:
     """A Normal event on pod `key` ("namespace/name") from the chronotope scheduler."""
     namespace, _, name = key.partition("/")
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    body = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{name}.", "namespace": namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace},
-        "reason": reason,
-        "message": message[:1024],
-        "type": "Normal",
-        "source": {"component": "chronotope-scheduler"},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
-    with contextlib.suppress(ApiException):  # an event is advice: never fail a decision over it
-        raw_json(
-            client.CoreV1Api(api).create_namespaced_event(namespace, body, _preload_content=False)
-        )
+    involved = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace}
+    post_event(api, involved, reason, message, component="chronotope-scheduler")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
-__all__ = ["api_client", "connect", "core_v1", "raw_json"]
+__all__ = ["api_client", "connect", "core_v1", "count_requests", "raw_json"]
 
 
 def api_client(kubeconfig: Path, *, qps_connections: int = 32) -> client.ApiClient:
@@ -27,6 +28,20 @@ def connect(kubeconfig: Path | None, *, qps_connections: int = 32) -> client.Api
     config.load_incluster_config(client_configuration=cfg)
     cfg.connection_pool_maxsize = qps_connections
     return client.ApiClient(configuration=cfg)
+
+
+def count_requests(api: client.ApiClient, counted: Callable[[str], None]) -> None:
+    """Call `counted(verb)` for every request `api` makes (GET, WATCH, POST, PATCH, ...)."""
+    rest = api.rest_client
+    send = rest.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        query = kwargs.get("query_params") or (args[0] if args else None) or []
+        watch = any(k == "watch" and str(v).lower() == "true" for k, v in query)
+        counted("WATCH" if watch else str(method).upper())
+        return send(method, url, *args, **kwargs)
+
+    rest.request = request
 
 
 def core_v1(api: client.ApiClient) -> client.CoreV1Api:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -81,6 +81,11 @@ class Store:
             for obj in objs:
                 self._items.setdefault(self._namespace(obj), {}).setdefault(_key(obj), obj)
 
+    def get(self, namespace: str | None, name: str) -> Obj | None:
+        """The object `namespace/name` (namespace None or "" for cluster-scoped), or None."""
+        with self._lock:
+            return self._items.get(namespace or "", {}).get(f"{namespace or ''}/{name}")
+
     def list(self, namespace: str | None = None, selector: str | None = None) -> list[Obj]:
         """The objects in `namespace` (all if None) whose labels match `selector` (`a=b,c=d`)."""
         labels = parse_selector(selector)
@@ -99,8 +104,16 @@ class Store:
         ]
 
 
+Listener = Callable[[str, str, Obj], None]
+"""(resource plural, event type, object) -> None; event type "SYNC" after a relist (no object)."""
+
+
 class OperatorCache:
-    """Nodes, pods and the Chronotope custom objects, kept current by one `Informer`."""
+    """Nodes, pods and the Chronotope custom objects, kept current by one `Informer`.
+
+    Listeners (`listen`) hear each watch event after the store applied it, and
+    each relist: controllers wake the objects that depend on what changed.
+    """
 
     def __init__(self, api: client.ApiClient) -> None:
         """Build empty stores and the informer that feeds them; `start` begins watching."""
@@ -109,50 +122,48 @@ class OperatorCache:
         self.nodes, self.pods, self.training_jobs = Store(), Store(), Store()
         self.pipelines, self.variants = Store(), Store()
         self.queues, self.local_queues = Store(), Store()
+        self._listeners: list[Listener] = []
 
         def lister(plural: str) -> Any:
             return functools.partial(
                 custom.list_cluster_custom_object, "chronotope.dev", "v1alpha1", plural
             )
 
-        list_jobs = lister("trainingjobs")
+        kinds = [
+            ("nodes", core.list_node, self.nodes),
+            ("pods", core.list_pod_for_all_namespaces, self.pods),
+            ("trainingjobs", lister("trainingjobs"), self.training_jobs),
+            ("inferencepipelines", lister("inferencepipelines"), self.pipelines),
+            ("modelvariants", lister("modelvariants"), self.variants),
+            ("queues", lister("queues"), self.queues),
+            ("localqueues", lister("localqueues"), self.local_queues),
+        ]
         self.informer = Informer(
             api,
             [
-                Resource("nodes", core.list_node, self.nodes.on_event, self.nodes.on_sync),
-                Resource(
-                    "pods",
-                    core.list_pod_for_all_namespaces,
-                    self.pods.on_event,
-                    self.pods.on_sync,
-                ),
-                Resource(
-                    "trainingjobs",
-                    list_jobs,
-                    self.training_jobs.on_event,
-                    self.training_jobs.on_sync,
-                ),
-                Resource(
-                    "inferencepipelines",
-                    lister("inferencepipelines"),
-                    self.pipelines.on_event,
-                    self.pipelines.on_sync,
-                ),
-                Resource(
-                    "modelvariants",
-                    lister("modelvariants"),
-                    self.variants.on_event,
-                    self.variants.on_sync,
-                ),
-                Resource("queues", lister("queues"), self.queues.on_event, self.queues.on_sync),
-                Resource(
-                    "localqueues",
-                    lister("localqueues"),
-                    self.local_queues.on_event,
-                    self.local_queues.on_sync,
-                ),
+                Resource(plural, list_fn, *self._fan(plural, store))
+                for plural, list_fn, store in kinds
             ],
         )
+
+    def listen(self, listener: Listener) -> None:
+        """Call `listener` after every watch event and relist from now on."""
+        self._listeners.append(listener)
+
+    def _fan(
+        self, plural: str, store: Store
+    ) -> tuple[Callable[[str, Obj], None], Callable[[list[Obj]], None]]:
+        def on_event(kind: str, obj: Obj) -> None:
+            store.on_event(kind, obj)
+            for listener in list(self._listeners):
+                listener(plural, kind, obj)
+
+        def on_sync(objs: list[Obj]) -> None:
+            store.on_sync(objs)
+            for listener in list(self._listeners):
+                listener(plural, "SYNC", {})
+
+        return on_event, on_sync
 
     def start(self, timeout: float) -> bool:
         """Start watching; True once every kind has been listed within `timeout` seconds."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from chronotope.kube import workloads as kw
+from chronotope.kube.events import post_event
 from chronotope.kube.store import OperatorCache
 from chronotope.planners.profile import ModelProfile, profile_from_data
 from chronotope.sharing.labels import PREEMPTED_BY_ANNOTATION
@@ -25,6 +27,8 @@ __all__ = ["PROFILE_TTL_S", "KubeClusterOps"]
 
 PROFILE_TTL_S = 5.0
 """How long a model profile read is reused (one reconcile plans many jobs)."""
+
+_NOT_FOUND = 404
 
 TRAININGJOBS = ("chronotope.dev", "v1alpha1", "trainingjobs")
 QUEUES = ("chronotope.dev", "v1alpha1", "queues")
@@ -122,6 +126,70 @@ class KubeClusterOps:
     def stop(self, namespace: str, names: Sequence[str]) -> None:
         """Ask the named pods to checkpoint, then delete them with a grace period."""
         kw.delete_pods(self.api, namespace, names)
+
+    def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One TrainingJob as the cache has it (read from the API server without a cache)."""
+        if self.cache is not None:
+            return self.cache.training_jobs.get(namespace, name)
+        try:
+            obj: dict[str, Any] = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                *TRAININGJOBS[:2], namespace, TRAININGJOBS[2], name
+            )
+        except ApiException as exc:
+            if exc.status == _NOT_FOUND:
+                return None
+            raise
+        return obj
+
+    def write(
+        self,
+        job: Mapping[str, Any],
+        status: Mapping[str, Any],
+        annotations: Mapping[str, str],
+        events: Sequence[tuple[str, str, str]],
+    ) -> None:
+        """Patch the job's annotations and status (changed fields only), then post its events.
+
+        The patched object goes into the cache at once, so the next reconcile reads
+        what was just written (the watch event may still be coming). A job deleted
+        meanwhile is left alone.
+        """
+        meta = job["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        group, version, plural = TRAININGJOBS
+        custom = client.CustomObjectsApi(self.api)
+        written: dict[str, Any] | None = None
+        try:
+            if annotations:
+                written = custom.patch_namespaced_custom_object(
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    name,
+                    {"metadata": {"annotations": dict(annotations)}},
+                )
+            if status:
+                written = custom.patch_namespaced_custom_object_status(
+                    group, version, namespace, plural, name, {"status": dict(status)}
+                )
+        except ApiException as exc:
+            if exc.status == _NOT_FOUND:
+                return
+            raise
+        if written is not None and self.cache is not None:
+            self.cache.training_jobs.on_event("MODIFIED", written)
+        involved = {
+            "apiVersion": f"{group}/{version}",
+            "kind": "TrainingJob",
+            "name": name,
+            "namespace": namespace,
+            "uid": meta.get("uid"),
+        }
+        for kind, reason, message in events:
+            post_event(
+                self.api, involved, reason, message, type_=kind, component="chronotope-operator"
+            )
 
     def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
         """Mark the victim (its own reconcile reports it) and stop its workers gracefully."""

@@ -44,6 +44,7 @@ from chronotope.workloads.fleet import (
     plan_band,
 )
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
+from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.joint import Contender, arbitrate, options_for
 from chronotope.workloads.preemption import Preemption, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
@@ -124,9 +125,8 @@ class Decider:
             phase = (job.get("status") or {}).get("phase")
             if meta.get("deletionTimestamp") or phase not in (*CONTENDING, "Running", "Starting"):
                 continue
-            try:
-                spec = TrainingJobSpec.model_validate(job.get("spec") or {})
-            except ValueError:
+            spec = job_spec_or_none(job)
+            if spec is None:
                 continue
             if spec.gpu.shared is not None or spec.priority != priority:
                 continue
@@ -245,9 +245,8 @@ class Cycle:
             phase = (job.get("status") or {}).get("phase")
             if job_key(job) == me or meta.get("deletionTimestamp") or phase not in phases:
                 continue
-            try:
-                spec = TrainingJobSpec.model_validate(job.get("spec") or {})
-            except ValueError:
+            spec = job_spec_or_none(job)
+            if spec is None:
                 continue
             if spec.gpu.shared is not None or (phase in CONTENDING and self.decider.has_gang(job)):
                 continue

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.job_spec import job_spec_or_none
 
 __all__ = ["blocking_job", "jobs_ahead", "queue_key"]
 
@@ -61,9 +62,8 @@ def jobs_ahead(
             continue
         if not my_types & {t.get("name") for t in other.get("gpuTypes") or []}:
             continue
-        try:
-            other_spec = TrainingJobSpec.model_validate(other)
-        except ValueError:
+        other_spec = job_spec_or_none(job)
+        if other_spec is None:
             continue
         yield job, other_spec
 

@@ -58,6 +58,7 @@ __all__ = [
     "admit",
     "demands_of",
     "queue_statuses",
+    "quota_frees_at",
     "reclaim_victims",
 ]
 
@@ -371,6 +372,37 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
             chosen.remove(victim)
             freed = rest
     return tuple(w.key for w in chosen)
+
+
+def quota_frees_at(
+    book: QuotaBook, pending: PendingWorkload, releases: Sequence[tuple[float, str]]
+) -> tuple[float, str] | None:
+    """When `pending` fits its queue's quota as admitted workloads end: (time, whose end).
+
+    `releases` are (predicted end, key) of admitted workloads; they end in time
+    order, and the first end after which one of the workload's alternatives is
+    admitted or may borrow is the answer (the plan-ahead of TetriSched, on
+    quota). None when the predicted ends never free enough (or the LocalQueue or
+    Queue is missing). `book` is left as it was.
+    """
+    queue = _resolve(book, pending)
+    if isinstance(queue, Admission):
+        return None
+    removed: list[AdmittedWorkload] = []
+    try:
+        for when, key in sorted(releases):
+            workload = book.workloads.get(key)
+            if workload is None:
+                continue
+            book.remove(key)
+            removed.append(workload)
+            _, fit = _best(book, queue, pending)
+            if fit.verdict in (Verdict.ADMIT, Verdict.BORROW):
+                return when, key
+        return None
+    finally:
+        for workload in removed:
+            book.add(workload)
 
 
 def _apply(book: QuotaBook, key: str, queue: QueueQuota, demand: Demand, now: float) -> None:

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
 from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.quota import (
     Admission,
@@ -37,10 +38,13 @@ from chronotope.workloads.quota import (
     Demand,
     PendingWorkload,
     QuotaBook,
+    Unit,
     Verdict,
+    WaitReason,
     admit,
     demands_of,
     queue_statuses,
+    quota_frees_at,
 )
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.training import Action, Decision
@@ -49,6 +53,7 @@ __all__ = [
     "HOLDING",
     "QuotaView",
     "local_queue_report",
+    "next_releases",
     "queue_report",
     "quota_admission",
     "quota_wait",
@@ -110,10 +115,7 @@ def _key(job: Mapping[str, Any]) -> str:
 
 
 def _spec(job: Mapping[str, Any]) -> TrainingJobSpec | None:
-    try:
-        return TrainingJobSpec.model_validate(job.get("spec") or {})
-    except ValueError:
-        return None  # a broken job holds and asks for nothing
+    return job_spec_or_none(job)  # a broken job holds and asks for nothing
 
 
 def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> AdmittedWorkload | None:
@@ -202,10 +204,55 @@ def quota_admission(
     others = [j for j in jobs if _key(j) != key]
     book, pending = _cycle(view, [*others, job], (key, decision))
     decisions = admit(book, pending, now.timestamp())
+    mine = decisions[key]
+    if mine.verdict is Verdict.WAIT and mine.reason is WaitReason.QUOTA_EXCEEDED:
+        asking = next(p for p in pending if p.key == key)
+        found = quota_frees_at(book, asking, _releases(jobs))
+        if found is not None:
+            when = datetime.fromtimestamp(found[0], UTC)
+            text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
+            decisions[key] = replace(mine, message=text)
     held = frozenset(
         k for k, d in decisions.items() if k != key and d.verdict in (Verdict.WAIT, Verdict.RECLAIM)
     )
     return decisions[key], held
+
+
+def _releases(jobs: Sequence[Mapping[str, Any]]) -> list[tuple[float, str]]:
+    """(predicted completion, key) of every started job that has a prediction."""
+    out = []
+    for job in jobs:
+        status = job.get("status") or {}
+        if status.get("phase") not in HOLDING:
+            continue
+        ends = parse_time((status.get("plan") or {}).get("predictedCompletionTime"))
+        if ends is not None:
+            out.append((ends.timestamp(), _key(job)))
+    return out
+
+
+def next_releases(
+    view: QuotaView, jobs: Sequence[Mapping[str, Any]], queue: str, limit: int = 3
+) -> list[tuple[datetime, str, str]]:
+    """The queue's next predicted releases: (when, job, what it frees), soonest first.
+
+    The queue's future usage in the plan-ahead: what it holds now, less these,
+    as time passes.
+    """
+    book, _ = _cycle(view, jobs)
+    out = []
+    for when, key in sorted(_releases(jobs)):
+        workload = book.workloads.get(key)
+        if workload is None or workload.queue != queue:
+            continue
+        what = ", ".join(
+            f"{n} {pool[0]}" + ("" if pool[1] is Unit.GPUS else " share milli")
+            for pool, n in sorted(workload.usage.items())
+        )
+        out.append((datetime.fromtimestamp(when, UTC), key, what))
+        if len(out) >= limit:
+            break
+    return out
 
 
 def quota_wait(admission: Admission) -> Decision:

@@ -10,6 +10,7 @@ from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_quota import (
     QuotaView,
     local_queue_report,
+    next_releases,
     queue_report,
     quota_admission,
 )
@@ -96,3 +97,35 @@ def test_without_queues_quotas_are_off() -> None:
 def test_an_invalid_queue_is_left_out() -> None:
     view = QuotaView.parse([{"metadata": {"name": "bad"}, "spec": {"quotas": "x"}}], [])
     assert not view.on
+
+
+def _ends(job: dict[str, Any], at: str) -> dict[str, Any]:
+    job["status"]["plan"]["predictedCompletionTime"] = at
+    return job
+
+
+def test_a_job_over_quota_is_told_when_its_quota_frees_up() -> None:
+    early = _ends(_job("a1", "a", 2, "Running"), "2030-01-01T14:00:00Z")
+    late = _ends(_job("a2", "a", 2, "Running"), "2030-01-01T13:00:00Z")
+    waiting = _job("a3", "a", 3, t="2030-01-01T00:00:05Z")
+    start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=3)
+    mine, _ = quota_admission(_view(cohort=False), [early, late, waiting], waiting, start, NOW)
+    assert mine.verdict is Verdict.WAIT
+    # a2 ends first (13:00) but frees only 2; 3 fit once a1 ends too
+    assert mine.message == (
+        "queue team-a: L4 4/4 in use, no cohort to borrow from; "
+        "its quota frees up 2030-01-01 14:00 (a/a1 ends)"
+    )
+
+
+def test_the_queue_shows_its_next_releases() -> None:
+    jobs = [
+        _ends(_job("a1", "a", 2, "Running"), "2030-01-01T14:00:00Z"),
+        _ends(_job("a2", "a", 1, "Running"), "2030-01-01T13:00:00Z"),
+        _ends(_job("b1", "b", 1, "Running"), "2030-01-01T12:30:00Z"),
+    ]
+    got = next_releases(_view(), jobs, "team-a")
+    assert [(f"{t:%H:%M}", key, what) for t, key, what in got] == [
+        ("13:00", "a/a2", "1 L4"),
+        ("14:00", "a/a1", "2 L4"),
+    ]

@@ -1,0 +1,306 @@
+"""The operator at scale: many TrainingJobs in team queues on the openb cluster (issue 18, part 7).
+
+Usage: python bench/operator_scale.py [--jobs 2000] [--queues 10] [--seed 0]
+                                      [--cluster manifests/clusters/openb.yaml]
+                                      [--settle 30] [--until 900] [--steady 60]
+
+Starts a fresh local cluster from the cluster spec (default: the 1,213 GPU
+nodes of the openb trace, as kwok nodes), the Chronotope scheduler
+(kube-scheduler + extender) and the operator; creates `--queues` Queues in one
+cohort, each with an equal share of every GPU type as nominal quota, and a
+namespace per queue with its LocalQueue; then submits `--jobs` TrainingJobs
+round-robin over the namespaces (seeded: 1 or 2 workers, 1-8 GPUs per worker
+within what one node of the type has, one or two of the openb GPU types,
+1-4 h). Reports:
+
+- how long submitting took;
+- the time until nothing changes phase for `--settle` seconds (every job that
+  fits is admitted and its gang bound: phase Running), with the jobs by phase
+  and the waiting ones by the reason of their Schedulable condition;
+- reconcile latency p50 / p99, from the operator's own histogram;
+- the operator's CPU (cores) and memory (RSS) and the API requests per second
+  its client makes, over `--steady` seconds once settled (nothing changing);
+- the same CPU and request figures over the ramp.
+
+The issue's goals: all that fit admitted within 120 s, reconcile p99 under
+100 ms, steady-state CPU under 0.5 core. Prints figures only; never fails on
+them. The cluster is torn down at the end (also on Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import re
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from chronotope.devcluster.cluster import LocalCluster
+from chronotope.devcluster.settings import ClusterSettings
+from chronotope.kube.client import api_client
+from chronotope.paths import REPO_ROOT
+from chronotope.sim.clusterspec import ClusterSpec, load_spec
+
+GROUP, VERSION = "chronotope.dev", "v1alpha1"
+SPEEDS = {"G3": 1.6, "G2": 1.3, "V100M32": 1.2, "V100M16": 1.0, "T4": 0.5, "P100": 0.6, "A10": 0.8}
+
+
+def per_type(spec: ClusterSpec) -> tuple[dict[str, int], dict[str, int]]:
+    """GPUs per type in the spec, and the most GPUs one node of each type has."""
+    total: Counter[str] = Counter()
+    widest: dict[str, int] = {}
+    for pool in spec.pools:
+        if pool.gpu is None:
+            continue
+        total[pool.gpu.model] += pool.count * pool.gpu.per_node
+        widest[pool.gpu.model] = max(widest.get(pool.gpu.model, 0), pool.gpu.per_node)
+    return dict(total), widest
+
+
+def make_job(name: str, rng: random.Random, widest: dict[str, int]) -> dict[str, Any]:
+    """One seeded TrainingJob: 1-2 workers, 1-8 GPUs each, one or two GPU types, 1-4 h."""
+    types = rng.sample(sorted(widest), k=rng.choice((1, 2)))
+    room = min(widest[t] for t in types)
+    gpus = rng.choice([g for g in (1, 2, 4, 8) if g <= room])
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": rng.choice((1, 1, 1, 2)),
+            "gpu": {"count": gpus},
+            "gpuTypes": [{"name": t, "relativeSpeed": SPEEDS.get(t, 1.0)} for t in types],
+            "estimate": {"referenceGpuType": types[0], "durationSeconds": rng.randint(3600, 14400)},
+            "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]}},
+        },
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of process `pid` in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def scrape(port: int) -> str:
+    """The operator's /metrics text."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def requests_total(text: str) -> float:
+    """All requests the operator's API client made so far."""
+    return sum(
+        float(m.group(1))
+        for m in re.finditer(r"^chronotope_operator_api_requests_total\{[^}]*\} (\S+)$", text, re.M)
+    )
+
+
+def reconcile_quantiles(text: str, qs: tuple[float, ...]) -> tuple[list[float], int]:
+    """Quantiles of the reconcile histogram (Prometheus' linear interpolation), and its count."""
+    buckets: Counter[float] = Counter()
+    for m in re.finditer(
+        r'^chronotope_trainingjob_reconcile_seconds_bucket\{le="([^"]+)",result="[^"]+"\} (\S+)$',
+        text,
+        re.M,
+    ):
+        buckets[math.inf if m.group(1) == "+Inf" else float(m.group(1))] += float(m.group(2))
+    edges = sorted(buckets)
+    count = int(buckets[math.inf]) if edges else 0
+    out = []
+    for q in qs:
+        rank, lower, below = q * count, 0.0, 0.0
+        value = math.nan
+        for edge in edges:
+            if buckets[edge] >= rank and count:
+                if edge == math.inf:
+                    value = lower
+                else:
+                    share = (rank - below) / max(buckets[edge] - below, 1e-9)
+                    value = lower + (edge - lower) * share
+                break
+            lower, below = edge, buckets[edge]
+        out.append(value)
+    return out, count
+
+
+def snapshot(custom: client.CustomObjectsApi) -> tuple[Counter[str], Counter[str], dict[str, str]]:
+    """Jobs by phase, waiting jobs by condition reason, and each job's phase."""
+    items = custom.list_cluster_custom_object(GROUP, VERSION, "trainingjobs")["items"]
+    phases: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    each: dict[str, str] = {}
+    for job in items:
+        status = job.get("status") or {}
+        phase = str(status.get("phase") or "-")
+        phases[phase] += 1
+        each[f"{job['metadata']['namespace']}/{job['metadata']['name']}"] = phase
+        if phase != "Running":
+            for cond in status.get("conditions") or []:
+                if cond.get("type") == "Schedulable":
+                    reasons[str(cond.get("reason"))] += 1
+    return phases, reasons, each
+
+
+def setup_queues(api: client.ApiClient, n: int, total: dict[str, int]) -> list[str]:
+    """`n` Queues in cohort `all`, each an equal share of every type, and their namespaces."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    names = []
+    for i in range(n):
+        team = f"team-{i}"
+        quotas = [{"gpuType": t, "gpus": c // n} for t, c in sorted(total.items())]
+        queue = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": team}}
+        custom.create_cluster_custom_object(
+            GROUP, VERSION, "queues", queue | {"spec": {"cohort": "all", "quotas": quotas}}
+        )
+        core.create_namespace({"metadata": {"name": team}})
+        local = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "LocalQueue",
+            "metadata": {"name": "default", "namespace": team},
+            "spec": {"queue": team},
+        }
+        custom.create_namespaced_custom_object(GROUP, VERSION, team, "localqueues", local)
+        names.append(team)
+    for team in names:  # the ServiceAccount admission plugin needs the default account
+        while True:
+            try:
+                core.read_namespaced_service_account("default", team)
+                break
+            except client.ApiException:
+                time.sleep(0.5)
+    return names
+
+
+def run(args: argparse.Namespace, state_root: Path) -> None:
+    """One fresh cluster, the jobs, the figures."""
+    base = ClusterSettings.from_env()
+    settings = ClusterSettings(
+        cache_dir=base.cache_dir, state_root=state_root, bin_dir=base.bin_dir
+    )
+    spec = load_spec(Path(args.cluster))
+    total, widest = per_type(spec)
+    cluster = LocalCluster(settings, name="bench-operator-scale")
+    t_up = time.monotonic()
+    state = cluster.up(spec)
+    print(
+        f"cluster up: {len(spec.pools)} pools, {sum(total.values())} GPUs "
+        f"({time.monotonic() - t_up:.0f} s)",
+        flush=True,
+    )
+    try:
+        cluster.start_chronotope_scheduler()
+        cluster.start_operator(webhook=False)
+        record = cluster.load_state()
+        assert record is not None
+        assert record.operator_metrics_port is not None
+        port = record.operator_metrics_port
+        pid = next(p["pid"] for p in record.processes if p["name"] == "chronotope-operator")
+        with api_client(state.kubeconfig, qps_connections=8) as api:
+            custom = client.CustomObjectsApi(api)
+            teams = setup_queues(api, args.queues, total)
+            rng = random.Random(args.seed)
+            jobs = [
+                (teams[i % len(teams)], make_job(f"j{i:04d}", rng, widest))
+                for i in range(args.jobs)
+            ]
+            cpu0, req0 = cpu_seconds(pid), requests_total(scrape(port))
+            t0 = time.monotonic()
+            for ns, obj in jobs:
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", obj)
+            submitted = time.monotonic() - t0
+            print(
+                f"{args.jobs} jobs submitted in {submitted:.1f} s over {len(teams)} queues",
+                flush=True,
+            )
+            print(f"{'t (s)':>6} {'Running':>8} {'CPU s':>7}  phases / waiting reasons", flush=True)
+            last: dict[str, str] = {}
+            changed_at = time.monotonic()
+            settled_at = None
+            while time.monotonic() - t0 < args.until:
+                time.sleep(5)
+                phases, reasons, each = snapshot(custom)
+                if each != last:
+                    last, changed_at = each, time.monotonic()
+                print(
+                    f"{time.monotonic() - t0:>6.0f} {phases.get('Running', 0):>8} "
+                    f"{cpu_seconds(pid) - cpu0:>7.1f}  {dict(sorted(phases.items()))} "
+                    f"{dict(reasons.most_common(4))}",
+                    flush=True,
+                )
+                if time.monotonic() - changed_at >= args.settle:
+                    settled_at = changed_at - t0
+                    break
+            ramp_cpu, ramp_req = cpu_seconds(pid) - cpu0, requests_total(scrape(port)) - req0
+            ramp_s = time.monotonic() - t0
+            cpu1, req1, s0 = cpu_seconds(pid), requests_total(scrape(port)), time.monotonic()
+            time.sleep(args.steady)
+            text = scrape(port)
+            dt = time.monotonic() - s0
+            steady_cpu, steady_req = (
+                (cpu_seconds(pid) - cpu1) / dt,
+                (requests_total(text) - req1) / dt,
+            )
+            (p50, p99), count = reconcile_quantiles(text, (0.5, 0.99))
+            phases, reasons, _ = snapshot(custom)
+            print("\nresults")
+            if settled_at is None:
+                print(f"  not settled within {args.until} s (phases still changing)")
+            else:
+                print(
+                    f"  settled (no phase change for {args.settle} s) at {settled_at:.0f} s "
+                    f"after the first submit (goal: 120 s)"
+                )
+            print(
+                f"  jobs by phase {dict(sorted(phases.items()))}; waiting by reason {dict(reasons)}"
+            )
+            print(
+                f"  reconcile latency over {count} reconciles: p50 {p50 * 1000:.0f} ms, "
+                f"p99 {p99 * 1000:.0f} ms (goal: p99 < 100 ms)"
+            )
+            print(
+                f"  ramp ({ramp_s:.0f} s): operator {ramp_cpu / ramp_s:.2f} cores, "
+                f"{ramp_req / ramp_s:.1f} API requests/s"
+            )
+            print(
+                f"  steady state ({dt:.0f} s, nothing changing): operator {steady_cpu:.3f} cores "
+                f"(goal < 0.5), {steady_req:.2f} API requests/s, RSS {rss_mib(pid):.0f} MiB"
+            )
+    finally:
+        cluster.down()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--queues", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
+    ap.add_argument("--settle", type=int, default=30, help="seconds without a phase change")
+    ap.add_argument("--until", type=int, default=900, help="give up waiting after this long")
+    ap.add_argument("--steady", type=int, default=60, help="seconds of steady-state sampling")
+    args = ap.parse_args()
+    print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory(prefix="chronotope-bench-") as tmp:
+        run(args, Path(tmp))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,441 @@
+"""The TrainingJob control loop: reconcile a job when something it depends on changes.
+
+No busy timers (issue 18, part 7). A job is reconciled when:
+
+- the job itself changes (created, its spec or annotations, deleted), or one
+  of its worker pods changes;
+- the cluster's capacity or the competition changes, for every job that
+  waits: a pod is bound, ends or goes away, a node changes, a Queue or
+  LocalQueue changes, another job is created, deleted or changes phase;
+- its own reconcile asks to look again later (`requeue_after`: a gang that
+  is starting is checked for being stuck, a gang being stopped for its
+  restart), or the reconcile failed (retried after `RETRY_S`);
+- the slow resync (`resync_s`, every job once), which covers anything
+  time-driven that no event announces.
+
+Keys go through `WorkQueue` (client-go's workqueue: a key is queued at most
+once, never reconciled by two workers at once, and a key added while it is
+being reconciled is reconciled again after); a key reconciled less than
+`min_gap_s` ago waits out the gap, so a burst of pod events costs each
+waiting job one reconcile, not one per event. Decisions stay in
+`controllers.trainingjob.reconcile`; this module only decides *when*.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from chronotope.controllers.metrics import OperatorMetrics
+from chronotope.controllers.trainingjob import (
+    STUCK_AFTER_S,
+    ClusterOps,
+    Outcome,
+    merged_status,
+    reconcile,
+)
+from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.training_status import condition
+
+__all__ = [
+    "RETRY_S",
+    "JobLoopOps",
+    "TrainingJobLoop",
+    "Wake",
+    "WorkQueue",
+    "invalid_outcome",
+    "mark_of",
+    "requeue_after",
+    "wake_for",
+]
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 5.0
+"""A reconcile that raised is tried again after this long."""
+
+_OPEN = (None, "", "Waiting", "Pending", "Resizing")
+"""Phases of a job that has not started: capacity changes concern it."""
+_DONE = ("Succeeded", "Failed")
+
+
+class JobLoopOps(ClusterOps, Protocol):
+    """`ClusterOps` plus what the loop reads and writes for one job."""
+
+    def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The job as the cache has it, or None once deleted."""
+        ...
+
+    def write(
+        self,
+        job: Mapping[str, Any],
+        status: Mapping[str, Any],
+        annotations: Mapping[str, str],
+        events: Sequence[tuple[str, str, str]],
+    ) -> None:
+        """Patch the job's annotations and status, then post its events."""
+        ...
+
+
+class WorkQueue:
+    """Keys to reconcile, each queued at most once, each due no earlier than its time."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """An empty queue on `clock` (seconds)."""
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, str]] = []
+        self._due: dict[str, float] = {}
+        self._processing: set[str] = set()
+        self._again: dict[str, float] = {}
+        self._seq = itertools.count()
+        self._closed = False
+
+    def add(self, key: str, delay: float = 0.0) -> None:
+        """Queue `key` to be due in `delay` seconds (an earlier due time already queued wins)."""
+        due = self._clock() + delay
+        with self._cond:
+            if key in self._processing:
+                self._again[key] = min(due, self._again.get(key, due))
+                return
+            if key in self._due and self._due[key] <= due:
+                return
+            self._due[key] = due
+            heapq.heappush(self._heap, (due, next(self._seq), key))
+            self._cond.notify()
+
+    def add_all(self, keys: Iterable[str], delay: float = 0.0) -> None:
+        """`add` each of `keys`."""
+        for key in keys:
+            self.add(key, delay)
+
+    def get(self, timeout: float | None = None) -> str | None:
+        """The next due key (now being processed), or None on timeout or close."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while not self._closed:
+                while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
+                    heapq.heappop(self._heap)  # superseded by an earlier due time
+                now = self._clock()
+                if self._heap and self._heap[0][0] <= now:
+                    _, _, key = heapq.heappop(self._heap)
+                    del self._due[key]
+                    self._processing.add(key)
+                    return key
+                wait = self._heap[0][0] - now if self._heap else None
+                if deadline is not None:
+                    left = deadline - now
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                self._cond.wait(wait)
+            return None
+
+    def done(self, key: str, requeue_in: float | None = None) -> None:
+        """`key` is processed; queue it again if it was added meanwhile or `requeue_in` is set."""
+        with self._cond:
+            self._processing.discard(key)
+            again = self._again.pop(key, None)
+        if again is not None:
+            self.add(key, max(0.0, again - self._clock()))
+        if requeue_in is not None:
+            self.add(key, requeue_in)
+
+    def close(self) -> None:
+        """Wake every `get` with None."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        """Keys queued (not counting those being processed)."""
+        with self._cond:
+            return len(self._due)
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Whom one watch event wakes: named jobs, and whether every open (or every) job."""
+
+    keys: tuple[str, ...] = ()
+    open_jobs: bool = False
+    all_jobs: bool = False
+
+
+_Seen = tuple[Any, ...]
+
+
+def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
+    """What of an object the loop cares about; an event that leaves it unchanged wakes nobody.
+
+    A node's heartbeat, a pod's or a Queue's status write, a job's own status
+    write without a phase change: none of these can change a decision.
+    """
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if kind == "trainingjobs":
+        return (
+            meta.get("generation"),
+            tuple(sorted((meta.get("annotations") or {}).items())),
+            meta.get("deletionTimestamp"),
+            status.get("phase"),
+        )
+    if kind == "pods":
+        scheduled = next(
+            (
+                (c.get("status"), c.get("message"))
+                for c in status.get("conditions") or []
+                if c.get("type") == "PodScheduled"
+            ),
+            None,
+        )
+        return (spec.get("nodeName"), status.get("phase"), meta.get("deletionTimestamp"), scheduled)
+    if kind == "nodes":
+        ready = next(
+            (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+            None,
+        )
+        return (
+            tuple(sorted((meta.get("labels") or {}).items())),
+            spec.get("unschedulable"),
+            repr(spec.get("taints")),
+            tuple(sorted((status.get("allocatable") or {}).items())),
+            ready,
+        )
+    return (meta.get("generation"), meta.get("deletionTimestamp"))
+
+
+def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) -> Wake:
+    """Whom an event of resource `kind` wakes; `seen` is the object's `mark_of` last time.
+
+    A job's own status write (no phase change) wakes nobody, nor does a node
+    heartbeat: that is what keeps the loop quiet once every job's status is
+    current.
+    """
+    if event == "SYNC":  # a relist: anything may have changed
+        return Wake(all_jobs=True)
+    mark = mark_of(kind, obj)
+    if event == "MODIFIED" and seen == mark:
+        return Wake()
+    meta = obj.get("metadata") or {}
+    if kind == "trainingjobs":
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if event in ("ADDED", "DELETED") or seen is None or mark[:3] != seen[:3]:
+            return Wake((key,), open_jobs=True)
+        return Wake(open_jobs=mark[3] != seen[3])
+    if kind == "pods":
+        job = (meta.get("labels") or {}).get(JOB_LABEL)
+        keys = (f"{meta.get('namespace')}/{job}",) if job else ()
+        node, phase, deleting = mark[0], mark[1], mark[2]
+        if event == "DELETED":
+            return Wake(keys, open_jobs=bool(node))
+        before = seen or (None, None, None, None)
+        holds_changed = (
+            node != before[0]
+            or (phase in _DONE) != (before[1] in _DONE)
+            or bool(deleting) != bool(before[2])
+        )
+        return Wake(keys, open_jobs=bool(node) and holds_changed)
+    if kind == "nodes":
+        return Wake(all_jobs=True)
+    if kind in ("queues", "localqueues"):
+        return Wake(open_jobs=True)
+    return Wake()
+
+
+def requeue_after(status: Mapping[str, Any]) -> float | None:
+    """When a job in `status` must be looked at again though nothing changes, or None."""
+    phase = status.get("phase")
+    if phase == "Starting":
+        return STUCK_AFTER_S + 1.0  # a gang that never gets placed is re-planned
+    if phase == "Resizing":
+        return 2.0  # the stopped gang's restart
+    return None
+
+
+def invalid_outcome(job: Mapping[str, Any], exc: ValueError, now: datetime) -> Outcome:
+    """A job whose spec the models reject: Pending with an InvalidSpec condition, one event.
+
+    The gates skip specs that do not validate, so the job holds no queue back; a
+    corrected spec is decided normally.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    message = "invalid spec: " + "; ".join(lines[:3])[:900]
+    old = job.get("status") or {}
+    generation = (job.get("metadata") or {}).get("generation")
+    out = Outcome(
+        status={
+            "phase": "Pending",
+            "whyWaiting": message,
+            "conditions": [
+                condition(
+                    "Schedulable", False, "InvalidSpec", message, now=now, generation=generation
+                )
+            ],
+        }
+    )
+    if old.get("whyWaiting") != message:
+        out.events.append(("Warning", "InvalidSpec", message))
+    return out
+
+
+class TrainingJobLoop:
+    """Workers that reconcile TrainingJobs as `WorkQueue` hands out their keys."""
+
+    def __init__(
+        self,
+        ops: JobLoopOps,
+        jobs: Callable[[], list[dict[str, Any]]],
+        metrics: OperatorMetrics,
+        *,
+        resync_s: float = 300.0,
+        min_gap_s: float = 0.5,
+        workers: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Reconcile through `ops`; `jobs` lists every job (for waking all or the open ones)."""
+        self.ops = ops
+        self.jobs = jobs
+        self.metrics = metrics
+        self.resync_s = resync_s
+        self.min_gap_s = min_gap_s
+        self.workers = workers
+        self.clock = clock
+        self.queue = WorkQueue(clock)
+        self._seen: dict[str, _Seen] = {}
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._poke = threading.Event()
+        self._scope_all = False
+        self._scope_open = False
+
+    # -- waking -------------------------------------------------------------------------
+
+    def on_change(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        """A cache listener: queue the jobs this event concerns."""
+        meta = obj.get("metadata") or {}
+        ident = f"{kind}:{meta.get('namespace') or ''}/{meta.get('name')}"
+        with self._lock:
+            seen = self._seen.get(ident)
+            if event == "DELETED":
+                self._seen.pop(ident, None)
+            elif event != "SYNC":
+                self._seen[ident] = mark_of(kind, obj)
+        if kind == "trainingjobs" and event == "DELETED":
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            with self._lock:
+                self._last.pop(key, None)
+            self.metrics.forget_job(key)
+        wake = wake_for(kind, event, obj, seen)
+        for key in wake.keys:
+            self._add(key)
+        if wake.all_jobs or wake.open_jobs:  # coalesced: the run loop wakes them in a moment
+            with self._lock:
+                self._scope_all = self._scope_all or wake.all_jobs
+                self._scope_open = True
+            self._poke.set()
+
+    def _wake_scope(self) -> None:
+        with self._lock:
+            everyone, self._scope_all, self._scope_open = self._scope_all, False, False
+            self._poke.clear()
+        for job in self.jobs():
+            phase = (job.get("status") or {}).get("phase")
+            if phase in _OPEN or (everyone and phase not in _DONE):
+                meta = job.get("metadata") or {}
+                self._add(f"{meta.get('namespace')}/{meta.get('name')}")
+
+    def _add(self, key: str, delay: float = 0.0) -> None:
+        with self._lock:
+            last = self._last.get(key)
+        if last is not None:
+            delay = max(delay, last + self.min_gap_s - self.clock())
+        self.queue.add(key, delay)
+
+    # -- running ------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile until `stop` is set: every job once now, then on events and resyncs."""
+        threads = [
+            threading.Thread(target=self._work, args=(stop,), name=f"trainingjob-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        next_resync = self.clock()
+        try:
+            while not stop.is_set():
+                if self.clock() >= next_resync:
+                    self._resync()
+                    next_resync = self.clock() + self.resync_s
+                if self._poke.wait(timeout=max(0.0, min(next_resync - self.clock(), 1.0))):
+                    stop.wait(self.min_gap_s)  # let a burst of events settle into one wake
+                    self._wake_scope()
+        finally:
+            self.queue.close()
+            for thread in threads:
+                thread.join(timeout=30)
+
+    def _resync(self) -> None:
+        for job in self.jobs():
+            meta = job.get("metadata") or {}
+            self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}")
+
+    def _work(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            key = self.queue.get(timeout=1.0)
+            if key is None:
+                continue
+            again: float | None = None
+            try:
+                again = self.reconcile_key(key)
+            except Exception:
+                log.exception("reconciling TrainingJob %s failed; retrying in %.0fs", key, RETRY_S)
+                again = RETRY_S
+            finally:
+                with self._lock:
+                    self._last[key] = self.clock()
+                self.queue.done(key, again)
+
+    def reconcile_key(self, key: str) -> float | None:
+        """Reconcile one job now and write what changed; returns when to look again (or None)."""
+        namespace, name = key.split("/", 1)
+        job = self.ops.training_job(namespace, name)
+        if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        job = _plain(job)
+        started = time.perf_counter()
+        try:
+            outcome = reconcile(job, self.ops, datetime.now(UTC))
+            result = "ok"
+        except ValueError as exc:  # a spec the models reject: this job only, never the queue
+            outcome = invalid_outcome(job, exc, datetime.now(UTC))
+            result = "error"
+        self.metrics.reconcile_seconds.labels(result).observe(time.perf_counter() - started)
+        self.metrics.observe_job(job, outcome.status)
+        old: Mapping[str, Any] = job.get("status") or {}
+        new = merged_status(old, outcome.status)
+        changed = {k: v for k, v in new.items() if old.get(k) != v}
+        if changed or outcome.annotations or outcome.events:
+            self.ops.write(job, changed, outcome.annotations, outcome.events)
+        for _kind, reason, message in outcome.events:
+            self.metrics.events.labels(reason).inc()
+            log.info("%s %s: %s", key, reason, message)
+        return requeue_after({**old, **new})
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy in plain dicts and lists (the cache's objects are shared, read-only)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

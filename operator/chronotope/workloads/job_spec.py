@@ -1,0 +1,65 @@
+"""A TrainingJob's parsed spec, memoised per object version (pure).
+
+Every reconcile reads the other jobs' specs (queue order, quota, gates), so
+without a memo a cluster of N waiting jobs validates N specs per reconcile.
+The memo key is the object's uid, generation and resourceVersion: any change
+to the object makes a new key, so a hit is always the spec of that very
+version. Objects without all three (hand-built dicts in tests) are parsed
+each time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+
+__all__ = ["MEMO_SIZE", "job_spec", "job_spec_or_none"]
+
+MEMO_SIZE = 20_000
+"""Parsed versions kept (least recently used dropped first)."""
+
+_memo: OrderedDict[tuple[str, str, str], TrainingJobSpec | ValueError] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _version(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    meta = job.get("metadata") or {}
+    uid, gen, rv = meta.get("uid"), meta.get("generation"), meta.get("resourceVersion")
+    if uid is None or gen is None or rv is None:
+        return None
+    return str(uid), str(gen), str(rv)
+
+
+def job_spec(job: Mapping[str, Any]) -> TrainingJobSpec:
+    """The job's spec, validated; raises ValueError (pydantic's) for a spec the models reject."""
+    key = _version(job)
+    if key is None:
+        return TrainingJobSpec.model_validate(job.get("spec") or {})
+    with _lock:
+        hit = _memo.get(key)
+        if hit is not None:
+            _memo.move_to_end(key)
+    if hit is None:
+        try:
+            hit = TrainingJobSpec.model_validate(job.get("spec") or {})
+        except ValueError as exc:
+            hit = exc
+        with _lock:
+            _memo[key] = hit
+            while len(_memo) > MEMO_SIZE:
+                _memo.popitem(last=False)
+    if isinstance(hit, ValueError):
+        raise hit
+    return hit
+
+
+def job_spec_or_none(job: Mapping[str, Any]) -> TrainingJobSpec | None:
+    """The job's spec, or None when the models reject it."""
+    try:
+        return job_spec(job)
+    except ValueError:
+        return None

@@ -1,0 +1,218 @@
+"""The event-driven TrainingJob loop: the work queue, who an event wakes, one reconcile."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from chronotope.controllers.metrics import OperatorMetrics
+from chronotope.controllers.trainingjob_loop import (
+    JobLoopOps,
+    TrainingJobLoop,
+    Wake,
+    WorkQueue,
+    mark_of,
+    requeue_after,
+    wake_for,
+)
+from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_reconcile import FakeOps, job, node
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_key_is_queued_once_and_comes_out_when_due() -> None:
+    clock = Clock()
+    q = WorkQueue(clock)
+    q.add("a", 5.0)
+    q.add("a", 1.0)  # an earlier due time wins
+    q.add("a", 9.0)
+    assert len(q) == 1
+    assert q.get(timeout=0) is None  # not due yet
+    clock.t = 1.0
+    assert q.get(timeout=0) == "a"
+    assert q.get(timeout=0) is None
+
+
+def test_a_key_added_while_processing_comes_back_after_done() -> None:
+    clock = Clock()
+    q = WorkQueue(clock)
+    q.add("a")
+    assert q.get(timeout=0) == "a"
+    q.add("a")  # an event during the reconcile
+    assert q.get(timeout=0) is None  # never two workers on one key
+    q.done("a")
+    assert q.get(timeout=0) == "a"
+    q.done("a", requeue_in=3.0)
+    clock.t = 3.0
+    assert q.get(timeout=0) == "a"
+
+
+def test_close_releases_a_waiting_worker() -> None:
+    q = WorkQueue()
+    got: list[str | None] = []
+    worker = threading.Thread(target=lambda: got.append(q.get()))
+    worker.start()
+    q.close()
+    worker.join(timeout=5)
+    assert got == [None]
+
+
+def _tj(phase: str | None = None, generation: int = 1, **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": "a",
+            "generation": generation,
+            "annotations": annotations,
+        },
+        "status": {"phase": phase} if phase else {},
+    }
+
+
+def test_who_a_job_event_wakes() -> None:
+    first = wake_for("trainingjobs", "ADDED", _tj(), None)
+    assert first.keys == ("ns/a",)
+    assert first.open_jobs  # a new job changes every waiting job's queue
+    seen = mark_of("trainingjobs", _tj("Waiting"))
+    assert wake_for("trainingjobs", "MODIFIED", _tj("Waiting"), seen) == Wake()  # own status
+    assert wake_for("trainingjobs", "MODIFIED", _tj("Running"), seen) == Wake(open_jobs=True)
+    assert wake_for("trainingjobs", "MODIFIED", _tj("Waiting", 2), seen).keys == ("ns/a",)
+
+
+def _pod(node: str | None = None, phase: str = "Pending") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "a-g0-0", "labels": {"chronotope.dev/job": "a"}},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase},
+    }
+
+
+def test_who_a_pod_event_wakes() -> None:
+    created = wake_for("pods", "ADDED", _pod(), None)
+    assert created == Wake(("ns/a",))  # its job, not the others: it holds no GPU yet
+    bound = wake_for("pods", "MODIFIED", _pod("n1"), mark_of("pods", _pod()))
+    assert bound == Wake(("ns/a",), open_jobs=True)
+    running = wake_for("pods", "MODIFIED", _pod("n1", "Running"), mark_of("pods", _pod("n1")))
+    assert running == Wake(("ns/a",))  # the job's status changes; capacity does not
+    same = mark_of("pods", _pod("n1", "Running"))
+    assert wake_for("pods", "MODIFIED", _pod("n1", "Running"), same) == Wake()
+    ended = wake_for("pods", "MODIFIED", _pod("n1", "Succeeded"), same)
+    assert ended == Wake(("ns/a",), open_jobs=True)
+    assert wake_for("pods", "DELETED", _pod("n1"), same).open_jobs
+    other = {"metadata": {"namespace": "x", "name": "p"}, "spec": {}, "status": {}}
+    assert wake_for("pods", "DELETED", other, None) == Wake()  # never held a GPU
+
+
+def _node(ready: str = "True", heartbeat: str = "t0", gpus: str = "8") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "L4"}},
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": gpus},
+            "conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat}],
+        },
+    }
+
+
+def test_a_node_heartbeat_wakes_nobody_but_a_change_wakes_every_job() -> None:
+    seen = mark_of("nodes", _node())
+    assert wake_for("nodes", "MODIFIED", _node(heartbeat="t1"), seen) == Wake()
+    assert wake_for("nodes", "MODIFIED", _node(ready="False"), seen).all_jobs
+    assert wake_for("nodes", "MODIFIED", _node(gpus="4"), seen).all_jobs
+    assert wake_for("nodes", "ADDED", _node(), None).all_jobs
+    assert wake_for(
+        "queues", "MODIFIED", {"metadata": {"name": "q", "generation": 2}}, None
+    ).open_jobs
+    assert wake_for("pods", "SYNC", {}, None).all_jobs
+
+
+def test_only_starting_and_resizing_jobs_look_again_by_themselves() -> None:
+    assert requeue_after({"phase": "Starting"}) is not None
+    assert requeue_after({"phase": "Resizing"}) is not None
+    assert requeue_after({"phase": "Running"}) is None
+    assert requeue_after({"phase": "Waiting"}) is None
+
+
+class LoopOps(FakeOps):
+    def __init__(self, nodes: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
+        super().__init__(nodes, jobs)
+        self.writes: list[tuple[dict[str, Any], dict[str, str], list[tuple[str, str, str]]]] = []
+
+    def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return next(
+            (
+                j
+                for j in self._jobs
+                if (j["metadata"]["namespace"], j["metadata"]["name"]) == (namespace, name)
+            ),
+            None,
+        )
+
+    def write(
+        self,
+        job: Mapping[str, Any],
+        status: Mapping[str, Any],
+        annotations: Mapping[str, str],
+        events: Sequence[tuple[str, str, str]],
+    ) -> None:
+        self.writes.append((dict(status), dict(annotations), list(events)))
+        stored = self.training_job(job["metadata"]["namespace"], job["metadata"]["name"])
+        assert stored is not None
+        stored["status"] = {**stored.get("status", {}), **status}
+        stored["metadata"]["annotations"] |= annotations
+
+
+def _check(ops: LoopOps) -> JobLoopOps:
+    return ops  # mypy checks the fake against the Protocol
+
+
+def test_a_reconcile_writes_what_changed_once_then_stays_quiet() -> None:
+    me = job("a")
+    ops = LoopOps([node("h-0")], [me])
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    again = loop.reconcile_key("ns/a")
+    ((status, annotations, events),) = ops.writes
+    assert annotations[PLANNED_FOR_ANNOTATION] == "1"
+    assert status["phase"] == "Starting"
+    assert [e[1] for e in events] == ["Started"]
+    assert again is not None  # a starting gang is checked for being stuck
+    for pod in ops._pods:
+        pod["spec"]["nodeName"] = "h-0"
+        pod["status"] = {"phase": "Running"}
+    assert loop.reconcile_key("ns/a") is None
+    assert ops.writes[-1][0]["phase"] == "Running"
+    writes = len(ops.writes)
+    loop.reconcile_key("ns/a")  # nothing changed: nothing written
+    assert len(ops.writes) == writes
+
+
+def test_an_invalid_spec_marks_the_job_once() -> None:
+    me = job("a")
+    me["spec"]["gpu"] = {"count": "many"}
+    ops = LoopOps([node("h-0")], [me])
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    loop.reconcile_key("ns/a")
+    ((status, _, events),) = ops.writes
+    assert status["phase"] == "Pending"
+    assert [e[1] for e in events] == ["InvalidSpec"]
+    loop.reconcile_key("ns/a")
+    assert len(ops.writes) == 1
+
+
+def test_a_deleted_job_is_left_alone() -> None:
+    ops = LoopOps([node("h-0")], [])
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    assert loop.reconcile_key("ns/gone") is None
+    assert ops.writes == []
