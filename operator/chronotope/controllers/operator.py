@@ -26,7 +26,7 @@ from chronotope.controllers.inferencepipeline import reconcile as reconcile_pipe
 from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps
 from chronotope.controllers.modelvariant import reconcile as reconcile_variant
-from chronotope.controllers.queues import reconcile_local_queue, reconcile_queue
+from chronotope.controllers.queues import Reports, reconcile_local_queue, reconcile_queue
 from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status
 from chronotope.planners.variants import GroupPlan
 from chronotope.workloads.serving_group import GroupResult
@@ -90,13 +90,16 @@ def build_registry(
             return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_with_service_account(**kwargs)
 
+    reports = Reports()
     _isolated_timer(
         registry,
         "queues",
         "Queue",
         interval=interval,
         metrics=metrics,
-        reconcile_one=lambda obj, now: reconcile_queue(obj, ops, now, metrics.observe_queue),
+        reconcile_one=lambda obj, now: reconcile_queue(
+            obj, ops, now, metrics.observe_queue, reports
+        ),
     )
     _isolated_timer(
         registry,
@@ -104,7 +107,7 @@ def build_registry(
         "LocalQueue",
         interval=interval,
         metrics=metrics,
-        reconcile_one=lambda obj, now: reconcile_local_queue(obj, ops, now),
+        reconcile_one=lambda obj, now: reconcile_local_queue(obj, ops, now, reports),
     )
     if pipeline_ops is not None:
         p_ops, settings = pipeline_ops, tuner or TunerSettings()

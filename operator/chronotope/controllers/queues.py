@@ -8,10 +8,13 @@ in `controllers.operator`.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from chronotope.api.v1alpha1.queue import QueueStatus
 from chronotope.controllers.trainingjob import ClusterOps, Outcome
 from chronotope.workloads.training_quota import (
     QuotaView,
@@ -21,7 +24,7 @@ from chronotope.workloads.training_quota import (
 )
 from chronotope.workloads.training_status import condition
 
-__all__ = ["QueueObserver", "reconcile_local_queue", "reconcile_queue"]
+__all__ = ["QueueObserver", "Reports", "reconcile_local_queue", "reconcile_queue"]
 
 QueueObserver = Callable[[str, Mapping[str, Any], Mapping[str, Any]], None]
 """(queue name, its spec, its new status) -> None: feeds the metrics."""
@@ -32,17 +35,58 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
     return int(value) if value is not None else None
 
 
+class Reports:
+    """One reading of every Queue's report, shared by the Queues' timers for `ttl_s` seconds.
+
+    Each report reads every TrainingJob; computing it once per Queue per timer
+    tick would cost (Queues x jobs) each interval.
+    """
+
+    def __init__(self, ttl_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        """Reuse a reading for `ttl_s` seconds of `clock`."""
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._reports: dict[str, QueueStatus] = {}
+        self._releases: dict[str, list[tuple[datetime, str, str]]] = {}
+        self._local: dict[tuple[str, str], tuple[int, int, str | None]] = {}
+
+    def read(
+        self, ops: ClusterOps
+    ) -> tuple[dict[str, QueueStatus], dict[str, list[tuple[datetime, str, str]]]]:
+        """Every Queue's status numbers and next predicted releases (fresh or recent)."""
+        with self._lock:
+            self._refresh(ops)
+            return self._reports, self._releases
+
+    def local(self, ops: ClusterOps) -> dict[tuple[str, str], tuple[int, int, str | None]]:
+        """Every LocalQueue's (admitted, pending, why inactive) (fresh or recent)."""
+        with self._lock:
+            self._refresh(ops)
+            return self._local
+
+    def _refresh(self, ops: ClusterOps) -> None:
+        if self._at is not None and self.clock() - self._at < self.ttl_s:
+            return
+        view = QuotaView.parse(ops.queues(), ops.local_queues())
+        jobs = ops.training_jobs()
+        self._reports = queue_report(view, jobs)
+        self._releases = next_releases(view, jobs)
+        self._local = local_queue_report(view, jobs)
+        self._at = self.clock()
+
+
 def reconcile_queue(
     obj: Mapping[str, Any],
     ops: ClusterOps,
     now: datetime,
     observe: QueueObserver | None = None,
+    reports: Reports | None = None,
 ) -> Outcome:
-    """The status of Queue `obj` from the cluster's TrainingJobs now."""
+    """The status of Queue `obj` from the cluster's TrainingJobs now (or `reports`' reading)."""
     name = str(obj["metadata"]["name"])
-    view = QuotaView.parse(ops.queues(), ops.local_queues())
-    jobs = ops.training_jobs()
-    report = queue_report(view, jobs)
+    report, upcoming = (reports or Reports(ttl_s=0.0)).read(ops)
     status = report.get(name)
     if status is None:  # being deleted, or not in the cache yet
         return Outcome()
@@ -52,7 +96,7 @@ def reconcile_queue(
         f"{status.admitted_workloads} admitted, {status.pending_workloads} pending; "
         f"{used} GPU(s) in use"
     )
-    releases = next_releases(view, jobs, name)
+    releases = upcoming.get(name, [])
     if releases:
         message += "; next predicted releases: " + ", ".join(
             f"{what} at {when:%Y-%m-%d %H:%M} ({key})" for when, key, what in releases
@@ -65,12 +109,13 @@ def reconcile_queue(
     return Outcome(status=body)
 
 
-def reconcile_local_queue(obj: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome:
+def reconcile_local_queue(
+    obj: Mapping[str, Any], ops: ClusterOps, now: datetime, reports: Reports | None = None
+) -> Outcome:
     """The status of LocalQueue `obj`: its jobs, and whether its Queue exists."""
     meta = obj["metadata"]
     key = (str(meta.get("namespace")), str(meta["name"]))
-    view = QuotaView.parse(ops.queues(), ops.local_queues())
-    found = local_queue_report(view, ops.training_jobs()).get(key)
+    found = (reports or Reports(ttl_s=0.0)).local(ops).get(key)
     if found is None:
         return Outcome()
     admitted, pending, inactive = found

@@ -232,26 +232,24 @@ def _releases(jobs: Sequence[Mapping[str, Any]]) -> list[tuple[float, str]]:
 
 
 def next_releases(
-    view: QuotaView, jobs: Sequence[Mapping[str, Any]], queue: str, limit: int = 3
-) -> list[tuple[datetime, str, str]]:
-    """The queue's next predicted releases: (when, job, what it frees), soonest first.
+    view: QuotaView, jobs: Sequence[Mapping[str, Any]], limit: int = 3
+) -> dict[str, list[tuple[datetime, str, str]]]:
+    """Per Queue, its next predicted releases: (when, job, what it frees), soonest first.
 
-    The queue's future usage in the plan-ahead: what it holds now, less these,
-    as time passes.
+    The queues' future usage in the plan-ahead: what each holds now, less these,
+    as time passes. At most `limit` per queue.
     """
     book, _ = _cycle(view, jobs)
-    out = []
+    out: dict[str, list[tuple[datetime, str, str]]] = {}
     for when, key in sorted(_releases(jobs)):
         workload = book.workloads.get(key)
-        if workload is None or workload.queue != queue:
+        if workload is None or len(out.setdefault(workload.queue, [])) >= limit:
             continue
         what = ", ".join(
             f"{n} {pool[0]}" + ("" if pool[1] is Unit.GPUS else " share milli")
             for pool, n in sorted(workload.usage.items())
         )
-        out.append((datetime.fromtimestamp(when, UTC), key, what))
-        if len(out) >= limit:
-            break
+        out[workload.queue].append((datetime.fromtimestamp(when, UTC), key, what))
     return out
 
 

@@ -124,7 +124,7 @@ def test_the_queue_shows_its_next_releases() -> None:
         _ends(_job("a2", "a", 1, "Running"), "2030-01-01T13:00:00Z"),
         _ends(_job("b1", "b", 1, "Running"), "2030-01-01T12:30:00Z"),
     ]
-    got = next_releases(_view(), jobs, "team-a")
+    got = next_releases(_view(), jobs)["team-a"]
     assert [(f"{t:%H:%M}", key, what) for t, key, what in got] == [
         ("13:00", "a/a2", "1 L4"),
         ("14:00", "a/a1", "2 L4"),

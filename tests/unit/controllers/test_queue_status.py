@@ -1,0 +1,73 @@
+"""Queue and LocalQueue status from the cluster's TrainingJobs (fake ClusterOps)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from chronotope.controllers.queues import Reports, reconcile_local_queue, reconcile_queue
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_reconcile import NOW, FakeOps, job, node
+from test_reconcile_quota import local_queue, queue, running, team_job
+
+
+class CountingOps(FakeOps):
+    reads = 0
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        self.reads += 1
+        return super().training_jobs()
+
+
+def _ops() -> CountingOps:
+    a1 = running(team_job("a1", "a"))
+    a1["status"]["plan"]["predictedCompletionTime"] = "2030-01-01T14:00:00Z"
+    ops = CountingOps([node("h-0"), node("h-1")], [a1, team_job("a2", "a", 1), job("x")])
+    ops.queue_objs = [
+        queue("team-a", 4, cohort="ml") | {"metadata": {"name": "team-a", "generation": 3}},
+        queue("team-b", 8, cohort="ml"),
+    ]
+    ops.local_queue_objs = [local_queue("a", "team-a"), local_queue("ns", "gone")]
+    return ops
+
+
+def test_a_queue_reports_usage_borrowing_and_its_next_release() -> None:
+    ops = _ops()
+    out = reconcile_queue(ops.queue_objs[0], ops, NOW)
+    (row,) = out.status["gpus"]
+    assert (row["gpuType"], row["used"], row["borrowed"]) == ("H100", 8, 4)
+    assert (out.status["admittedWorkloads"], out.status["pendingWorkloads"]) == (1, 1)
+    (active,) = out.status["conditions"]
+    assert active["type"] == "Active"
+    assert active["observedGeneration"] == 3
+    assert active["message"] == (
+        "1 admitted, 1 pending; 8 GPU(s) in use; "
+        "next predicted releases: 8 H100 at 2030-01-01 14:00 (a/a1)"
+    )
+    lender = reconcile_queue(ops.queue_objs[1], ops, NOW)
+    assert lender.status["gpus"][0]["lent"] == 4
+
+
+def test_a_local_queue_of_a_missing_queue_is_inactive() -> None:
+    ops = _ops()
+    out = reconcile_local_queue(ops.local_queue_objs[1], ops, NOW)
+    (active,) = out.status["conditions"]
+    assert (active["status"], active["reason"]) == ("False", "QueueMissing")
+    assert out.status["pendingWorkloads"] == 1  # job x names LocalQueue default in ns
+    ok = reconcile_local_queue(ops.local_queue_objs[0], ops, NOW)
+    assert ok.status["conditions"][0]["status"] == "True"
+
+
+def test_one_reading_serves_every_queue_within_its_ttl() -> None:
+    ops = _ops()
+    clock = [0.0]
+    reports = Reports(ttl_s=1.0, clock=lambda: clock[0])
+    for obj in ops.queue_objs:
+        reconcile_queue(obj, ops, NOW, reports=reports)
+    reconcile_local_queue(ops.local_queue_objs[0], ops, NOW, reports)
+    assert ops.reads == 1
+    clock[0] = 1.0
+    reconcile_queue(ops.queue_objs[0], ops, NOW, reports=reports)
+    assert ops.reads == 2
