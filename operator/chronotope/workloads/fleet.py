@@ -53,6 +53,8 @@ class FleetJob:
     speeds: Mapping[str, float] | None = None
     """Speed per type relative to the estimate's reference; default `gpuTypes[].relativeSpeed`
     (a job planned from a model profile passes the profile's predictions)."""
+    progress: float | None = None
+    """Share of the estimated work done, uncapped (above 1 past the estimate); None: `done`."""
 
 
 @dataclass(frozen=True)
@@ -77,17 +79,22 @@ def _job(i: int, f: FleetJob, now: datetime, types: set[str], gpus: int) -> JobS
     if not speeds:
         return None  # the policy skips types missing from a job's speeds
     deadline = _deadline(f.spec)
-    work = f.spec.estimate.duration_seconds * max(0.0, 1.0 - f.done)
+    # the policy sees what the simulator's noisy-estimate runs give it: the owner's
+    # estimate and the work observed done, never a true remaining (the operator has
+    # none), so a job past its estimate gets the policy's doubling rule
+    estimate = max(f.spec.estimate.duration_seconds, 1.0)
+    done = estimate * max(0.0, f.done if f.progress is None else f.progress)
     job = Job(
         job_id=i,
         arrival_s=(f.arrival - now).total_seconds(),
         num_gpus=gpus,
-        work_s=max(work, 1.0),
+        work_s=max(estimate, done + 1.0),
         job_type="trainingjob",
         speed=speeds,
         deadline_s=(deadline - now).total_seconds() if deadline is not None else None,
+        estimate_s=estimate,
     )
-    return JobState(job=job, remaining_s=job.work_s, gpu_type=f.running_on)
+    return JobState(job=job, remaining_s=job.work_s - done, gpu_type=f.running_on)
 
 
 @dataclass(frozen=True)

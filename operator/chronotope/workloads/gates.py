@@ -49,7 +49,12 @@ from chronotope.workloads.joint import Contender, arbitrate, options_for
 from chronotope.workloads.preemption import Preemption, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import jobs_ahead, queue_key
-from chronotope.workloads.replan import completed_fraction, parse_time, remaining_work
+from chronotope.workloads.replan import (
+    completed_fraction,
+    parse_time,
+    progress,
+    remaining_work,
+)
 from chronotope.workloads.training import Action, Decision, decide
 
 __all__ = [
@@ -275,6 +280,7 @@ def _fleet_job(job: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> 
         spec=spec,
         arrival=parse_time(meta.get("creationTimestamp")) or now,
         done=completed_fraction(status, now),
+        progress=progress(status, now),
         running_on=str(plan["gpuType"]) if running else None,
         running_gpus=int(float(plan.get("totalGpus") or 0)) if running else 0,
     )
@@ -320,7 +326,9 @@ def fleet_verdict(
     ]
     if not others:
         return decision
-    mine = replace(_fleet_job(job, spec, cycle.now), done=1.0 - remaining, running_on=None)
+    mine = replace(
+        _fleet_job(job, spec, cycle.now), done=1.0 - remaining, progress=None, running_on=None
+    )
     if spec.parallelism is not None and spec.parallelism.model_profile is not None:
         # the profile, not relativeSpeed, says how fast each type is: speed = work / run time
         options = cycle.start_options(namespace, spec, decision, remaining)

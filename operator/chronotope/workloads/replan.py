@@ -16,7 +16,14 @@ from typing import Any
 
 from chronotope.workloads.training import Action, Decision
 
-__all__ = ["RESTART_COST", "better_plan", "completed_fraction", "parse_time", "remaining_work"]
+__all__ = [
+    "RESTART_COST",
+    "better_plan",
+    "completed_fraction",
+    "parse_time",
+    "progress",
+    "remaining_work",
+]
 
 RESTART_COST = timedelta(seconds=60)
 """Checkpoint, stop and restart of a gang (a conservative guess)."""
@@ -67,8 +74,11 @@ def better_plan(plan: Mapping[str, Any], candidate: Decision, now: datetime) -> 
     )
 
 
-def completed_fraction(status: Mapping[str, Any], now: datetime) -> float:
-    """Work done so far: the earlier share plus the running plan's elapsed share of the rest."""
+def progress(status: Mapping[str, Any], now: datetime) -> float:
+    """Share of the *estimated* work done so far, uncapped (above 1 past the estimate).
+
+    The earlier share plus the running plan's elapsed share of the rest.
+    """
     before = 1.0 - remaining_work(status)
     plan = status.get("plan") or {}
     start, finish = plan.get("startTime"), plan.get("predictedCompletionTime")
@@ -80,5 +90,10 @@ def completed_fraction(status: Mapping[str, Any], now: datetime) -> float:
     span = (t1 - t0).total_seconds()
     if span <= 0:
         return before
-    share = min(1.0, max(0.0, (now - t0).total_seconds() / span))
-    return round(min(0.99, before + (1.0 - before) * share), 4)
+    share = max(0.0, (now - t0).total_seconds() / span)
+    return before + (1.0 - before) * share
+
+
+def completed_fraction(status: Mapping[str, Any], now: datetime) -> float:
+    """Work done so far as status shows it: `progress`, at most 0.99 until the job ends."""
+    return round(min(0.99, progress(status, now)), 4)

@@ -78,3 +78,22 @@ def test_profile_speeds_replace_relative_speeds() -> None:
     other = job("ns/o", 2)
     assert fleet_gate(slow_v100, 8, [other], mixed, NOW).gpu_type == "H100"
     assert fleet_gate(fast_v100, 8, [other], mixed, NOW).gpu_type == "V100"
+
+
+def test_the_policy_gets_the_estimate_and_the_work_done_not_a_true_remaining() -> None:
+    from chronotope.workloads.fleet import _job
+
+    spec = job("x", 1).spec  # estimate: 3600 s
+    estimate = spec.estimate.duration_seconds
+
+    def believed(**over: float | None) -> float:
+        fleet_job = FleetJob("ns/x", spec, NOW, **{"done": 0.0, **over})  # type: ignore[arg-type]
+        state = _job(0, fleet_job, NOW, {"H100"}, 8)
+        assert state is not None
+        assert state.job.estimate_s == estimate
+        return state.estimated_remaining_s()
+
+    assert believed(done=0.5) == estimate * 0.5
+    assert believed(done=0.25, progress=0.25) == estimate * 0.75
+    # 2.5x past its estimate: the doubling rule, as in the simulator's noisy runs
+    assert believed(done=0.99, progress=2.5) == estimate * 2.5
