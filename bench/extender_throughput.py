@@ -3,13 +3,13 @@
 
 Same kwok cluster, same run: POD_COUNT one-GPU pods go to the default
 scheduler, then the same number to the `chronotope` scheduler (kube-scheduler
-+ extender over HTTP); throughput is pods bound per second from the first
++ extender over HTTPS with a client certificate); throughput is pods bound per second from the first
 create to the last binding, and the figure that matters is the ratio. With
 `--mix mixed` the chronotope pods alternate whole GPUs (1 or 2) and GPU shares
 (the default scheduler cannot place shares, so its run stays one-GPU pods).
-Then filter and prioritize latency over HTTP with every node of the cluster as
+Then filter and prioritize latency over HTTPS with every node of the cluster as
 candidates (p50/p99, client side over one kept-alive connection as
-kube-scheduler's, so HTTP and JSON costs are included), and the calls of
+kube-scheduler's, so TLS, HTTP and JSON costs are included), and the calls of
 each verb the extender served during the chronotope run.
 
 Figures only; nothing here gates. Usage:
@@ -23,6 +23,7 @@ import dataclasses
 import http.client
 import json
 import os
+import ssl
 import statistics
 import tempfile
 import time
@@ -112,13 +113,16 @@ def _cpu_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -
     return {k: (after[k] - before.get(k, 0.0)) * 1000 / pods for k in after}
 
 
-def _latency(port: int, verb: str, nodes: list[str], samples: int) -> tuple[float, float]:
-    """p50 and p99 in ms over one kept-alive connection, as kube-scheduler's client calls."""
+def _latency(
+    port: int, tls: ssl.SSLContext, verb: str, nodes: list[str], samples: int
+) -> tuple[float, float]:
+    """p50 and p99 in ms over one kept-alive HTTPS connection with kube-scheduler's client
+    certificate (`tls`), as kube-scheduler's client calls."""
     pod = _pod("probe", "chronotope")
     pod["metadata"]["namespace"] = "default"
     body = json.dumps({"Pod": pod, "NodeNames": nodes}).encode()
     headers = {"Content-Type": "application/json"}
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=tls)
     times = []
     try:
         for _ in range(samples):
@@ -132,9 +136,10 @@ def _latency(port: int, verb: str, nodes: list[str], samples: int) -> tuple[floa
     return statistics.median(times), times[int(0.99 * (len(times) - 1))]
 
 
-def _server_buckets(port: int, verb: str) -> dict[float, float]:
+def _server_buckets(port: int, tls: ssl.SSLContext, verb: str) -> dict[float, float]:
     """The extender's own latency histogram for `verb`: upper bound (s) -> cumulative count."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+    url = f"https://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10, context=tls) as resp:
         text = resp.read().decode()
     prefix = 'chronotope_extender_request_seconds_bucket{le="'
     out: dict[float, float] = {}
@@ -186,6 +191,7 @@ def main() -> int:
         cluster.up(spec)
         try:
             port = cluster.start_chronotope_scheduler(extender_args=("--policy", args.policy))
+            tls = cluster.extender_pki().client_context()  # kube-scheduler's certificate
             state_ = cluster.load_state()
             assert state_ is not None
             with api_client(state_.kubeconfig, qps_connections=16) as api:
@@ -197,22 +203,25 @@ def main() -> int:
                 cpu0 = _cpu_seconds(procs)
                 alone = _throughput(core, "bench-default", "default-scheduler", args.pods)
                 cpu1 = _cpu_seconds(procs)
-                calls0 = {v: _server_buckets(port, v) for v in ("filter", "prioritize", "bind")}
+                calls0 = {
+                    v: _server_buckets(port, tls, v) for v in ("filter", "prioritize", "bind")
+                }
                 ours = _throughput(
                     core, "bench-chronotope", "chronotope", args.pods, args.mix == "mixed"
                 )
                 cpu2 = _cpu_seconds(procs)
                 calls = {
                     v: int(
-                        _server_buckets(port, v).get(float("inf"), 0.0) - b.get(float("inf"), 0.0)
+                        _server_buckets(port, tls, v).get(float("inf"), 0.0)
+                        - b.get(float("inf"), 0.0)
                     )
                     for v, b in calls0.items()
                 }
                 nodes = [n.metadata.name for n in core.list_node().items]
-            hist0 = _server_buckets(port, "filter")
-            f50, f99 = _latency(port, "filter", nodes, args.samples)
-            server10 = _server_within(hist0, _server_buckets(port, "filter"), 0.01)
-            p50, p99 = _latency(port, "prioritize", nodes, args.samples)
+            hist0 = _server_buckets(port, tls, "filter")
+            f50, f99 = _latency(port, tls, "filter", nodes, args.samples)
+            server10 = _server_within(hist0, _server_buckets(port, tls, "filter"), 0.01)
+            p50, p99 = _latency(port, tls, "prioritize", nodes, args.samples)
         finally:
             cluster.down()
     pct = args.percentage_of_nodes_to_score

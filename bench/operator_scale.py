@@ -191,8 +191,8 @@ def setup_queues(api: client.ApiClient, n: int, total: dict[str, int]) -> list[s
 def run(args: argparse.Namespace, state_root: Path) -> None:
     """One fresh cluster, the jobs, the figures."""
     base = ClusterSettings.from_env()
-    settings = ClusterSettings(
-        cache_dir=base.cache_dir, state_root=state_root, bin_dir=base.bin_dir
+    settings = ClusterSettings(  # 1,213 kwok nodes take minutes to become Ready on 2 cores
+        cache_dir=base.cache_dir, state_root=state_root, bin_dir=base.bin_dir, ready_timeout=900.0
     )
     spec = load_spec(Path(args.cluster))
     total, widest = per_type(spec)

@@ -246,9 +246,10 @@ def prometheus(
             sys.executable, "-m", "chronotope", "scheduler",
             "--kubeconfig", str(kube_cluster.kubeconfig),
             "--port", str(port),
+            *local.extender_pki().server_args(),
             "--metrics-port", str(metrics_port), "--metrics-address", "127.0.0.1",
         ],
-        f"http://127.0.0.1:{port}/healthz",
+        f"https://127.0.0.1:{port}/healthz",
     )  # fmt: skip
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
         assert "chronotope_extender_request_seconds" in resp.read().decode()

@@ -33,6 +33,7 @@ from chronotope.sharing.assignment import (
     format_lock,
     gpu_uuid,
 )
+from chronotope.sharing.labels import SCHEDULER_NAME
 from e2e.kubetest import KubeCluster, wait_for
 from tests.fake_kubelet import FakeKubelet, fake_kubelet
 
@@ -122,13 +123,16 @@ def plugin(kube_cluster: KubeCluster, device_plugin_kubeconfig: Path) -> Iterato
             shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
-def _bind(plugin: Plugin, namespace: str, name: str, a: GpuAssignment) -> None:
+def _bind(
+    plugin: Plugin, namespace: str, name: str, a: GpuAssignment, scheduler: str = SCHEDULER_NAME
+) -> None:
     """What the binder does: the pod, bound to the node, carrying its assignment."""
     plugin.core.create_namespaced_pod(
         namespace,
         {
             "metadata": {"name": name, "annotations": a.to_annotations()},
             "spec": {
+                "schedulerName": scheduler,
                 "nodeName": plugin.node,
                 "tolerations": [{"key": "chronotope.dev/test", "operator": "Exists"}],
                 "containers": [{"name": "main", "image": "fake"}],
@@ -160,6 +164,18 @@ def _assignment(node: str, index: int, handshake: str) -> GpuAssignment:
         compute_percent=25,
         handshake=handshake,
     )
+
+
+def _prefer(stub: Any, available: list[str], size: int) -> list[str]:
+    """GetPreferredAllocation as the kubelet calls it before Allocate."""
+    request = api_pb2.PreferredAllocationRequest(
+        container_requests=[
+            api_pb2.ContainerPreferredAllocationRequest(
+                available_deviceIDs=available, allocation_size=size
+            )
+        ]
+    )
+    return list(stub.GetPreferredAllocation(request, timeout=30).container_responses[0].deviceIDs)
 
 
 def _allocate(stub: Any, *device_ids: str) -> dict[str, str]:
@@ -229,5 +245,40 @@ def test_mismatched_handshake_is_refused_with_a_reason(plugin: Plugin, namespace
         assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert "assigned 1 GPU(s)" in (err.value.details() or "")
         assert _pod_annotations(plugin, namespace, "p")[ALLOCATION] == "pending"
+    finally:
+        _lock(plugin, None)
+
+
+def test_an_assignment_the_scheduler_did_not_make_or_devices_elsewhere_are_refused(
+    plugin: Plugin, namespace: str
+) -> None:
+    """The authoritative record, then the kubelet's devices, checked against the assignment."""
+    slot = [f"{gpu_uuid(plugin.node, i)}::{k}" for i in range(GPUS) for k in range(SHARES)]
+    _bind(plugin, namespace, "other", _assignment(plugin.node, 1, "hs-other"), "default-scheduler")
+    _lock(plugin, "hs-other")
+    try:
+        with plugin.stub() as stub, pytest.raises(grpc.RpcError) as err:
+            _allocate(stub, slot[SHARES])
+        assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "schedulerName 'default-scheduler', not 'chronotope'" in (err.value.details() or "")
+        assert _pod_annotations(plugin, namespace, "other")[ALLOCATION] == "pending"
+
+        # ours, on GPU 1: the kubelet is offered GPU 1's slots but asks for GPU 0's
+        _bind(plugin, namespace, "mine", _assignment(plugin.node, 1, "hs-mine"))
+        _lock(plugin, "hs-mine")
+        with plugin.stub() as stub:
+            assert _prefer(stub, slot, 1) == [slot[SHARES]]
+            with pytest.raises(grpc.RpcError) as err:
+                _allocate(stub, slot[0])
+            assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+            details = err.value.details() or ""
+            assert f"the kubelet allocated devices ['{slot[0]}']" in details
+            assert "which were offered with free slots: the request is not for this pod" in (
+                details
+            )
+            assert _pod_annotations(plugin, namespace, "mine")[ALLOCATION] == "pending"
+            envs = _allocate(stub, slot[SHARES])  # what it was offered
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid(plugin.node, 1)
+        assert _pod_annotations(plugin, namespace, "mine")[ALLOCATION] == "consumed"
     finally:
         _lock(plugin, None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any
@@ -93,19 +95,26 @@ def test_unplaceable_share_says_why_in_events(
         assert core.read_namespaced_pod("too-much-memory", namespace).spec.node_name is None
 
 
-def _post(port: int, verb: str, body: bytes) -> tuple[int, dict[str, Any]]:
+def post(
+    port: int, verb: str, body: bytes, context: ssl.SSLContext | None
+) -> tuple[int, dict[str, Any]]:
+    """POST `body` to the extender's `verb` over HTTPS as the caller `context` makes."""
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/{verb}", data=body, headers={"Content-Type": "application/json"}
+        f"https://127.0.0.1:{port}/{verb}", data=body, headers={"Content-Type": "application/json"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
+        with urllib.request.urlopen(request, timeout=10, context=context) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
 
 
-def test_malformed_requests_get_400_and_unknown_nodes_a_reason(chronotope_scheduler: int) -> None:
+def test_malformed_requests_get_400_and_unknown_nodes_a_reason(
+    kube_cluster: KubeCluster, chronotope_scheduler: int
+) -> None:
     port = chronotope_scheduler
+    client = kube_cluster.local.extender_pki().client_context()  # kube-scheduler's certificate
+    _post = functools.partial(post, context=client)
     status, body = _post(port, "filter", b"{not json")
     assert status == 400
     assert "not JSON" in body["Error"]
@@ -128,9 +137,13 @@ def test_malformed_requests_get_400_and_unknown_nodes_a_reason(chronotope_schedu
     )
     assert status == 200
     assert body["NodeNames"] == ["t4-000"]  # one node passes: no reasons for the others
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+    with urllib.request.urlopen(
+        f"https://127.0.0.1:{port}/healthz", timeout=5, context=client
+    ) as resp:
         assert resp.status == 200
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+    with urllib.request.urlopen(
+        f"https://127.0.0.1:{port}/metrics", timeout=5, context=client
+    ) as resp:
         text = resp.read().decode()
     assert 'chronotope_extender_bad_requests_total{verb="filter"}' in text
     assert "chronotope_extender_request_seconds_bucket" in text

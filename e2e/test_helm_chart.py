@@ -221,7 +221,7 @@ def test_the_webhook_objects_match_the_operator_and_its_registration(
     assert _one(ignore, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Ignore"
 
     managed = _render(kube_cluster, "--set", "webhook.certManager=true")
-    assert not [d for d in managed if d["kind"] == "Secret"]
+    assert not [d for d in managed if d["kind"] == "Secret" and "webhook" in d["metadata"]["name"]]
     certificate = _one(managed, "Certificate", "t-webhook")
     assert certificate["spec"]["secretName"] == "t-webhook-tls"
     assert _one(managed, "Issuer", "t-webhook")["spec"] == {"selfSigned": {}}
@@ -284,6 +284,13 @@ def _a_users_training_job(kube_cluster: KubeCluster, namespace: str) -> Any:
     return keep_uid
 
 
+def _secret_data(cluster: KubeCluster, namespace: str, name: str) -> dict[str, str]:
+    out = _run(*cluster.kubectl, "get", "secret", "-n", namespace, name, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    data: dict[str, str] = json.loads(out.stdout)["data"]
+    return data
+
+
 def test_install_rbac_and_uninstall(kube_cluster: KubeCluster, namespace: str) -> None:
     helm = _helm(kube_cluster)
     env_kube = ["--kubeconfig", str(kube_cluster.kubeconfig)]
@@ -322,7 +329,7 @@ def test_install_rbac_and_uninstall(kube_cluster: KubeCluster, namespace: str) -
         ]
         return secret["data"]["ca.crt"], bundles[0], bundles[1]
 
-    ca = webhook_ca()
+    ca, tls = webhook_ca(), _secret_data(kube_cluster, namespace, f"{release}-extender-tls")
     assert ca[0]
     assert ca == (ca[0], ca[0], ca[0])
 
@@ -371,7 +378,11 @@ def test_install_rbac_and_uninstall(kube_cluster: KubeCluster, namespace: str) -
     )
     assert upgraded.returncode == 0, upgraded.stderr
     assert not can("device-plugin", "patch", "nodes")  # its role went with the DaemonSet
-    assert webhook_ca() == ca  # the upgrade kept the webhook's certificate (lookup)
+    # the upgrade kept the webhook's certificate and the extender's (lookup)
+    assert (webhook_ca(), _secret_data(kube_cluster, namespace, f"{release}-extender-tls")) == (
+        ca,
+        tls,
+    )
     assert keep_uid() == uid  # the upgrade kept the custom resource
     rolled = _run(helm, *env_kube, "rollback", release, "1", "--namespace", namespace)
     assert rolled.returncode == 0, rolled.stderr

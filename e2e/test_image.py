@@ -299,7 +299,15 @@ def test_the_scheduler_extender_from_the_image_lists_the_cluster(
     from kubernetes import client
 
     kubeconfig = _kubeconfig_for("scheduler", kube_cluster, chart_identities, tmp_path)
-    port = free_port()
+    # the extender serves HTTPS only: the local cluster's extender certificates, readable
+    # by the container's user (as the chart mounts its Secret at /etc/chronotope-tls)
+    pki = kube_cluster.local.extender_pki()
+    tls = tmp_path / "tls"
+    tls.mkdir(mode=0o755)
+    for path in (pki.serving_cert, pki.serving_key, pki.ca_cert):
+        shutil.copyfile(path, tls / path.name)
+        (tls / path.name).chmod(0o644)
+    port, metrics = free_port(), free_port()
     name = f"chronotope-e2e-scheduler-{uuid.uuid4().hex[:6]}"
     with kube_cluster.api_client() as api:
         nodes = len(client.CoreV1Api(api).list_node().items)
@@ -310,19 +318,32 @@ def test_the_scheduler_extender_from_the_image_lists_the_cluster(
         "23456:23456",  # any non-root uid will do (e.g. OpenShift's arbitrary ones)
         "--volume",
         f"{kubeconfig}:/etc/chronotope/kubeconfig:ro",
+        "--volume",
+        f"{tls}:/etc/chronotope-tls:ro",
         IMAGE,
         "scheduler",
         "--kubeconfig",
         "/etc/chronotope/kubeconfig",
         "--port",
         str(port),
+        f"--tls-cert-file=/etc/chronotope-tls/{pki.serving_cert.name}",
+        f"--tls-private-key-file=/etc/chronotope-tls/{pki.serving_key.name}",
+        f"--client-ca-file=/etc/chronotope-tls/{pki.ca_cert.name}",
+        f"--metrics-port={metrics}",
+        "--metrics-address=127.0.0.1",
     ):
-        _wait_http(docker, name, f"http://127.0.0.1:{port}/healthz")
+        _wait_http(docker, name, f"http://127.0.0.1:{metrics}/metrics")
         synced = re.search(r"cache synced: (\d+) nodes", _logs(docker, name))
         assert synced, _logs(docker, name)
         assert int(synced.group(1)) == nodes, (synced.group(0), nodes)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            assert resp.status == 200
+        url, context = f"https://127.0.0.1:{port}/healthz", pki.client_context()
+
+        def healthy() -> bool:  # HTTPS starts just after the metrics port
+            with suppress(OSError), urllib.request.urlopen(url, timeout=2, context=context) as r:
+                return bool(r.status == 200)
+            return False
+
+        wait_for(healthy, 60, f"{url} over HTTPS")
 
 
 def test_the_device_plugin_from_the_image_registers_with_the_kubelet(

@@ -19,6 +19,8 @@ from chronotope.api.annotations import (
     GPU_PROFILE,
 )
 from chronotope.api.crd import build_crd
+from chronotope.api.k8s import kubernetes_version
+from chronotope.api.schema import embedded_fields
 from chronotope.api.v1alpha1 import API_VERSION, KINDS, KindInfo
 
 __all__ = ["render_api_docs"]
@@ -67,6 +69,21 @@ spec:
       image: jupyter/base-notebook
 ```
 
+## The pod template: the Kubernetes type itself
+
+A TrainingJob's `spec.template` has the schema of a core/v1 PodTemplateSpec,
+generated from the Kubernetes OpenAPI (the vendored copy in
+`operator/chronotope/api/k8s/`, as controller-gen does for JobSet and Kueue;
+descriptions left out to keep the CRD small). So the API server itself
+refuses a template of the wrong shape, naming the field, webhook or not: a
+wrong type (`containers: "x"`, `containerPort: "80"`), a missing required
+field (a container's `name`), a malformed quantity. Quantities are written as
+strings or integers (`cpu: 500m`, not `cpu: 0.5`), as in every CRD that embeds
+pod templates. Unknown fields are refused by `kubectl` (its default strict
+field validation) and dropped with a warning for other clients, as for pods;
+the template's `metadata` keeps `labels`, `annotations`, `name`, `namespace`
+and `finalizers`.
+
 ## Rules the CRD cannot check: the admission webhook
 
 CEL rules run inside the API server with a cost budget and cannot reach other
@@ -74,9 +91,9 @@ objects. The operator's admission webhook (docs/webhook.md) checks the rest;
 the operator reports the same problems in status conditions, for objects
 stored while the webhook was off:
 
-- denied: a `spec.template` the Pod API would refuse (a wrong type, a missing
-  required field, a malformed quantity, GPUs in container resources), named
-  by field path; and, while a TrainingJob runs, a change to `spec.template`,
+- denied: a `spec.template` the operator cannot build workers from (a
+  container without an image, GPUs in container resources), named by field
+  path; and, while a TrainingJob runs, a change to `spec.template`,
   `spec.gpu` or `spec.checkpoint.path` (`replicas` stays free for `kubectl
   scale`);
 - warned (`kubectl` prints `Warning:`): a stage's `model.variant` that names
@@ -84,7 +101,7 @@ stored while the webhook was off:
   `parallelism.modelProfile` that is missing or unusable (these may be
   created next: the controllers wait for them), GPU types no node has, and a
   shared request larger than every GPU of its types (memory from node
-  labels); unknown fields in `spec.template`;
+  labels);
 - defaulted: object-valued defaults such as a TrainingJob's `placement` and
   `restart` are written into the stored spec.
 
@@ -123,7 +140,8 @@ def _kind_section(info: KindInfo, samples_dir: Path) -> str:
     lines = [f"\n## {info.kind}\n\n{schema['description']}\n\n"]
     lines.append(_kubectl_notes(info, version))
     lines.append("\n### spec\n\n| Field | Type | Default | Description |\n|---|---|---|---|\n")
-    lines.extend(_rows(schema["properties"]["spec"], "spec"))
+    embedded = {f"spec.{path}": name for path, name in embedded_fields(info.spec_model).items()}
+    lines.extend(_rows(schema["properties"]["spec"], "spec", embedded))
     lines.append("\n### Validation rules (enforced by the API server)\n\n")
     lines.extend(_rules(schema["properties"]["spec"], "spec"))
     lines.append("\n### status\n\n| Field | Type | Description |\n|---|---|---|\n")
@@ -175,7 +193,8 @@ def _constraints(node: dict[str, Any]) -> str:
     return f" ({'; '.join(found)})" if found else ""
 
 
-def _rows(node: dict[str, Any], path: str) -> list[str]:
+def _rows(node: dict[str, Any], path: str, embedded: dict[str, str]) -> list[str]:
+    """One row per field below `node`; a Kubernetes type (`embedded`) is one row, not its fields."""
     rows = []
     target = node["items"] if node.get("type") == "array" else node
     required = set(target.get("required", []))
@@ -184,10 +203,20 @@ def _rows(node: dict[str, Any], path: str) -> list[str]:
         default = f"`{_flat(sub['default'])}`" if "default" in sub else ""
         star = " **(required)**" if name in required else ""
         text = f"{sub.get('description', '')}{_constraints(sub)}{star}".replace("|", "\\|")
-        cells = [f"`{sub_path}`", _type_of(sub), default, text]
+        kind = _type_of(sub)
+        if sub_path in embedded:
+            kind = f"{_kubernetes_kind(embedded[sub_path])} (checked by the API server)"
+        cells = [f"`{sub_path}`", kind, default, text]
         rows.append("| " + " | ".join(cells) + " |\n")
-        rows.extend(_rows(sub, sub_path))
+        if sub_path not in embedded:
+            rows.extend(_rows(sub, sub_path, embedded))
     return rows
+
+
+def _kubernetes_kind(name: str) -> str:
+    """`io.k8s.api.core.v1.PodTemplateSpec` -> `core/v1 PodTemplateSpec (Kubernetes v1.33.13)`."""
+    *_, group, version, kind = name.split(".")
+    return f"{group}/{version} {kind} (Kubernetes {kubernetes_version()})"
 
 
 def _status_rows(node: dict[str, Any], path: str) -> list[str]:

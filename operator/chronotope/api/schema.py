@@ -8,6 +8,10 @@ module rewrites it: refs are inlined, `Optional[X]` becomes an optional `X`
 Anything it does not understand raises, so an unsupported construct in a
 model fails generation instead of producing a CRD the server rejects.
 
+A field that holds a Kubernetes type (`kubernetes_type`, e.g. a pod template)
+gets that type's schema from the vendored Kubernetes OpenAPI (`api.k8s`), so
+the API server checks it as it checks the type itself.
+
 Pure: dicts in, dicts out.
 """
 
@@ -18,9 +22,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["SchemaError", "structural_schema", "walk_properties"]
+from chronotope.api.k8s import SchemaError, crd_schema
+
+__all__ = [
+    "KUBERNETES_TYPE",
+    "SchemaError",
+    "embedded_fields",
+    "kubernetes_type",
+    "structural_schema",
+    "walk_properties",
+]
 
 Schema = dict[str, Any]
+
+KUBERNETES_TYPE = "x-chronotope-kubernetes-type"
+"""JSON Schema key (on a `dict[str, Any]` field) naming the Kubernetes type the field holds."""
 
 # Keys the Kubernetes JSONSchemaProps accepts that we pass through unchanged.
 _PASS_THROUGH = frozenset(
@@ -46,8 +62,12 @@ _PASS_THROUGH = frozenset(
 _DROPPED = frozenset({"title", "examples", "$defs"})
 
 
-class SchemaError(ValueError):
-    """A model uses a construct that has no structural-schema equivalent."""
+def kubernetes_type(name: str) -> dict[str, Any]:
+    """`json_schema_extra` for a field holding Kubernetes type `name` (an OpenAPI definition).
+
+    Example: `Field(json_schema_extra=kubernetes_type("io.k8s.api.core.v1.PodTemplateSpec"))`.
+    """
+    return {KUBERNETES_TYPE: name}
 
 
 def structural_schema(model: type[BaseModel]) -> Schema:
@@ -80,6 +100,12 @@ def _resolve(node: Schema, defs: Schema, path: str) -> Schema:
 
 def _convert(node: Schema, defs: Schema, path: str) -> Schema:
     node = _resolve(node, defs, path)
+    if KUBERNETES_TYPE in node:
+        return _embedded(node, path)
+    return _convert_resolved(node, defs, path)
+
+
+def _convert_resolved(node: Schema, defs: Schema, path: str) -> Schema:
     out: Schema = {}
     for key, value in node.items():
         if key in _DROPPED:
@@ -106,6 +132,38 @@ def _convert(node: Schema, defs: Schema, path: str) -> Schema:
     if "type" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
         raise SchemaError(f"{path}: no type (structural schemas type every node)")
     return out
+
+
+def _embedded(node: Schema, path: str) -> Schema:
+    """The Kubernetes type's schema, with the field's own description."""
+    if node.get("type") != "object":
+        raise SchemaError(f"{path}: a Kubernetes type must be held by a dict[str, Any] field")
+    out: Schema = {}
+    if "description" in node:
+        out["description"] = " ".join(node["description"].split())
+    out.update(crd_schema(node[KUBERNETES_TYPE]))
+    return out
+
+
+def embedded_fields(model: type[BaseModel]) -> dict[str, str]:
+    """Dotted path (as `walk_properties` writes it) -> Kubernetes type, for each such field."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    found: dict[str, str] = {}
+
+    def walk(node: Schema, path: str) -> None:
+        node = _resolve(node, raw.get("$defs", {}), path)
+        if KUBERNETES_TYPE in node:
+            found[path] = node[KUBERNETES_TYPE]
+            return
+        for name, sub in node.get("properties", {}).items():
+            walk(sub, f"{path}.{name}" if path else name)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}{{}}")
+
+    walk(raw, "")
+    return found
 
 
 def _convert_additional(out: Schema, value: Any, defs: Schema, path: str) -> None:

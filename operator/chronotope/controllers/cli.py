@@ -189,7 +189,9 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.kube.store import OperatorCache
     from chronotope.kube.trainingjob_ops import KubeClusterOps
     from chronotope.kube.variant_ops import KubeVariantOps
+    from chronotope.ratelimit import install as repeat_install
 
+    repeat_install()  # identical log lines: once a minute (chronotope.ratelimit)
     timing = _leader_timing(args)
     if isinstance(timing, str):
         logging.getLogger(__name__).error("bad leader-election durations: %s", timing)

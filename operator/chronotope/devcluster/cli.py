@@ -111,7 +111,11 @@ def _up(args: argparse.Namespace) -> int:
                 print(f"{component} identity: {who} ({identities.kubeconfig(component)})")
         if args.with_scheduler:
             port = cluster.start_chronotope_scheduler(identities=identities)
-            print(f"chronotope extender listening on http://127.0.0.1:{port}")
+            pki = cluster.extender_pki()
+            print(
+                f"chronotope extender listening on https://127.0.0.1:{port} (client certificate "
+                f"{pki.client_cert}, key {pki.client_key}, CA {pki.ca_cert})"
+            )
         if args.with_operator:
             extra = ("--dashboard-port", str(args.dashboard_port)) if args.dashboard_port else ()
             cluster.start_operator(extra_args=extra, identities=identities)

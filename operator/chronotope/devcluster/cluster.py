@@ -18,6 +18,7 @@ clusters can run side by side.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import logging
@@ -25,6 +26,7 @@ import shutil
 import ssl
 import sys
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from pathlib import Path
@@ -41,7 +43,7 @@ from chronotope.devcluster.identities import (
     setup_chart_identities,
 )
 from chronotope.devcluster.kubeconfig import write_kubeconfig
-from chronotope.devcluster.pki import Pki, generate_pki
+from chronotope.devcluster.pki import ExtenderPki, Pki, extender_pki, generate_pki
 from chronotope.devcluster.settings import ClusterSettings
 from chronotope.sim.clusterspec import ClusterSpec, node_manifests
 
@@ -59,12 +61,14 @@ def _webhooks_in_effect(api: Any) -> bool:
     from chronotope.kube.admission import dry_run_create
     from chronotope.workloads.admission_wire import VALIDATING_WEBHOOK
 
+    gpus = {"limits": {"nvidia.com/gpu": 1}}
     spec = {
         "replicas": 1,
         "gpu": {"count": 1},
         "gpuTypes": [{"name": "probe", "relativeSpeed": 1.0}],
         "estimate": {"referenceGpuType": "probe", "durationSeconds": 1},
-        "template": {"spec": {"containers": "not-a-list"}},
+        # the CRD's schema accepts this template; only the webhook refuses it (GPUs go in spec.gpu)
+        "template": {"spec": {"containers": [{"name": "w", "image": "x", "resources": gpus}]}},
     }
     probe = {
         "apiVersion": "chronotope.dev/v1alpha1",
@@ -201,9 +205,11 @@ class LocalCluster:
             raise
         return state
 
-    def _start(self, state: ClusterRecord, name: str, argv: list[str]) -> process.Started:
+    def _start(
+        self, state: ClusterRecord, name: str, argv: list[str], ready_url: str
+    ) -> process.Started:
         started = process.start(name, argv, self.directory / "logs" / f"{name}.log")
-        state.processes.append(started.record())
+        state.processes.append(started.record() | {"ready": ready_url})
         self._save(state)
         return started
 
@@ -214,38 +220,42 @@ class LocalCluster:
         data_dir = self.directory / "etcd-data"
         shutil.rmtree(data_dir, ignore_errors=True)
 
-        etcd = self._start(state, "etcd", components.etcd_argv(b.etcd, data_dir, ports))
-        process.wait_until(
-            etcd, lambda: _get(f"http://127.0.0.1:{ports.etcd_client}/health"), timeout
-        )
+        etcd_ready = f"http://127.0.0.1:{ports.etcd_client}/health"
+        etcd = self._start(state, "etcd", components.etcd_argv(b.etcd, data_dir, ports), etcd_ready)
+        process.wait_until(etcd, lambda: _get(etcd_ready), timeout)
 
         apiserver = self._start(
             state,
             "kube-apiserver",
             components.apiserver_argv(b.kube_apiserver, pki, ports, self.directory),
+            f"{state.server}/readyz",
         )
         process.wait_until(apiserver, lambda: self._apiserver_ready(state, pki), timeout)
 
-        kcm = self._start(
-            state,
-            "kube-controller-manager",
-            components.controller_manager_argv(b.kube_controller_manager, kubeconfig, pki, ports),
-        )
         sched_config = self._scheduler_config(kubeconfig)
-        sched = self._start(
-            state,
-            "kube-scheduler",
-            components.scheduler_argv(b.kube_scheduler, sched_config, kubeconfig, ports),
+        rest = (
+            (
+                "kube-controller-manager",
+                components.controller_manager_argv(
+                    b.kube_controller_manager, kubeconfig, pki, ports
+                ),
+                f"https://127.0.0.1:{ports.controller_manager}/healthz",
+            ),
+            (
+                "kube-scheduler",
+                components.scheduler_argv(b.kube_scheduler, sched_config, kubeconfig, ports),
+                f"https://127.0.0.1:{ports.scheduler}/healthz",
+            ),
+            (
+                "kwok",
+                components.kwok_argv(b.kwok, kubeconfig, ports),
+                f"http://127.0.0.1:{ports.kwok}/healthz",
+            ),
         )
-        kwok = self._start(state, "kwok", components.kwok_argv(b.kwok, kubeconfig, ports))
-        for started, port, scheme in (
-            (kcm, ports.controller_manager, "https"),
-            (sched, ports.scheduler, "https"),
-            (kwok, ports.kwok, "http"),
-        ):
-            url = f"{scheme}://127.0.0.1:{port}/healthz"
-            ctx = _insecure() if scheme == "https" else None
-            process.wait_until(started, lambda u=url, c=ctx: _get(u, c), timeout)  # type: ignore[misc]
+        started = [(self._start(state, name, argv, url), url) for name, argv, url in rest]
+        for proc, url in started:
+            ctx = _insecure() if url.startswith("https") else None
+            process.wait_until(proc, lambda u=url, c=ctx: _get(u, c), timeout)  # type: ignore[misc]
         log.info("cluster %s is up at %s", self.name, state.server)
 
     def _apiserver_ready(self, state: ClusterRecord, pki: Pki) -> bool:
@@ -272,7 +282,7 @@ class LocalCluster:
         self.stop_component(name)
         state = self.load_state()
         assert state is not None
-        started = self._start(state, name, argv)
+        started = self._start(state, name, argv, ready_url)
         ctx = _insecure() if ready_url.startswith("https") else None
         try:
             process.wait_until(
@@ -299,6 +309,57 @@ class LocalCluster:
         self._save(state)
         return stopped
 
+    @contextlib.contextmanager
+    def killed(self, name: str) -> Iterator[process.Started]:
+        """Crash a component for the duration of the block, then start it again as it was.
+
+        For fault and chaos tests, and the same for every component the cluster
+        recorded (etcd, kube-apiserver, the schedulers, kwok, the extender, the
+        operator). On entry its process group gets SIGKILL, with no grace. On exit
+        the recorded command line runs again: same ports, data directory,
+        certificates and log (appended), in the same place of the state, so `down`
+        still stops newest first. It is then waited for on the readiness URL it was
+        started with. The block gets the dead process.
+
+        Raises:
+            ClusterError: The cluster is not running, has no such component, or
+                recorded it without its command line (a state from an older version).
+            process.ComponentError: It did not come back ready; the message has the
+                last lines of its log.
+        """
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"cluster {self.name!r} is not running")
+        old = next((p for p in state.processes if p["name"] == name), None)
+        if old is None:
+            running = ", ".join(p["name"] for p in state.processes)
+            raise ClusterError(f"cluster {self.name!r} runs no {name!r} (it runs {running})")
+        argv, ready = old.get("argv"), old.get("ready")
+        if not argv or not ready:
+            raise ClusterError(f"{name} was recorded without its command line; start it again")
+        dead = process.Started(name, int(old["pid"]), str(old["binary"]), Path(old["log"]))
+        process.kill(dead.pid, dead.binary)
+        try:
+            yield dead
+        finally:
+            started = process.start(name, argv, Path(old["log"]))
+            state = self.load_state()
+            assert state is not None
+            state.processes = [
+                started.record() | {"ready": ready} if p["name"] == name else p
+                for p in state.processes
+            ]
+            self._save(state)
+            ctx = _insecure() if ready.startswith("https") else None
+            process.wait_until(
+                started, lambda: _get(ready, ctx), self.settings.ready_timeout, "ready again"
+            )
+
+    def restart_component(self, name: str) -> None:
+        """Crash a component and start it again at once (`killed` with an empty block)."""
+        with self.killed(name):
+            pass
+
     def start_chronotope_scheduler(
         self,
         extender_port: int | None = None,
@@ -312,7 +373,8 @@ class LocalCluster:
         `extender_args` go on its command line (`--policy fgd`, ...). With
         `identities`, both run as the chart's scheduler ServiceAccount (the chart
         binds it the extender's role and the built-in system:kube-scheduler roles);
-        without, as cluster-admin.
+        without, as cluster-admin. kube-scheduler calls the extender over HTTPS with
+        the client certificate of `extender_pki()`, as the chart's does.
         """
         state = self.load_state()
         if state is None:
@@ -326,8 +388,9 @@ class LocalCluster:
         config = yaml.safe_load(self.settings.chronotope_scheduler_config.read_text())
         config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
         config.setdefault("leaderElection", {})["leaderElect"] = False
+        tls = self.extender_pki().tls_config()
         for extender in config.get("extenders", []):
-            extender["urlPrefix"] = f"http://127.0.0.1:{port}"
+            extender.update(urlPrefix=f"https://127.0.0.1:{port}", enableHTTPS=True, tlsConfig=tls)
         path = self.directory / "chronotope-scheduler-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         sched_port = process.free_port()
@@ -507,6 +570,13 @@ class LocalCluster:
                     started, lambda: _webhooks_in_effect(api), self.settings.ready_timeout
                 )
 
+    def extender_pki(self) -> ExtenderPki:
+        """The extender's CA and certificates (`extender-pki/`, made once per cluster).
+
+        `client_context()` calls the extender as kube-scheduler does.
+        """
+        return extender_pki(self.directory / "extender-pki")
+
     def _start_extender(self, state: ClusterRecord, port: int) -> None:
         self.start_component(
             "chronotope-extender",
@@ -519,9 +589,10 @@ class LocalCluster:
                 str(self._extender_kubeconfig or state.kubeconfig),
                 "--port",
                 str(port),
+                *self.extender_pki().server_args(),
                 *self._extender_args,
             ],
-            f"http://127.0.0.1:{port}/healthz",
+            f"https://127.0.0.1:{port}/healthz",
         )
 
     def restart_extender(self, port: int) -> None:

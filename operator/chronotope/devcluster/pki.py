@@ -4,12 +4,19 @@ One throwaway CA per cluster signs the apiserver's serving certificate and an
 admin client certificate (group system:masters); a separate RSA key pair signs
 service-account tokens. Everything is written with 0600 permissions into the
 cluster's state directory and dies with it.
+
+The scheduler extender has a CA of its own (`extender_pki`): it signs the
+extender's serving certificate and kube-scheduler's client certificate, and the
+extender accepts callers with a certificate from that CA only (docs/extender.md).
+A CA of its own, not the cluster's, so that no other client certificate of the
+cluster (the admin's, say) can call the extender.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +25,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from chronotope.certs import cert_pem, key_pem, name, sign
+from chronotope.certs import cert_pem, key_pem, name, san, sign
 
-__all__ = ["Pki", "generate_pki"]
+__all__ = ["ExtenderPki", "Pki", "extender_pki", "generate_pki"]
 
 _VALIDITY = dt.timedelta(days=365)
 _SERVICE_IP = "10.96.0.1"  # first address of the service CIDR the apiserver is given
@@ -98,3 +105,87 @@ def generate_pki(directory: Path) -> Pki:
         sa_public=_write(directory / "sa.pub", sa_pub),
         sa_private=_write(directory / "sa.key", key_pem(sa_key)),
     )
+
+
+@dataclass(frozen=True)
+class ExtenderPki:
+    """Paths of the extender's CA, its serving certificate and kube-scheduler's client one."""
+
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+    client_cert: Path
+    client_key: Path
+
+    def server_args(self) -> list[str]:
+        """The `chronotope scheduler` flags that serve with these certificates."""
+        return [
+            *("--tls-cert-file", str(self.serving_cert)),
+            *("--tls-private-key-file", str(self.serving_key)),
+            *("--client-ca-file", str(self.ca_cert)),
+        ]
+
+    def tls_config(self) -> dict[str, str]:
+        """The extender's `tlsConfig` in a KubeSchedulerConfiguration (client cert, CA)."""
+        return {
+            "certFile": str(self.client_cert),
+            "keyFile": str(self.client_key),
+            "caFile": str(self.ca_cert),
+        }
+
+    def client_context(self) -> ssl.SSLContext:
+        """A TLS context that calls the extender as kube-scheduler does (tests, benches)."""
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
+
+
+def extender_pki(directory: Path) -> ExtenderPki:
+    """The extender's certificates in `directory`, created on first use and kept after.
+
+    Kept, so that an extender restarted on its own still trusts the client
+    certificate the running kube-scheduler loaded. The serving certificate names
+    127.0.0.1 and localhost; the client certificate is kube-scheduler's.
+    """
+    pki = ExtenderPki(
+        ca_cert=directory / "ca.crt",
+        serving_cert=directory / "extender.crt",
+        serving_key=directory / "extender.key",
+        client_cert=directory / "kube-scheduler.crt",
+        client_key=directory / "kube-scheduler.key",
+    )
+    if all(path.exists() for path in vars(pki).values()):
+        return pki
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = name("chronotope-extender-ca")
+    ca = sign(ca_name, ca_key.public_key(), ca_name, ca_key, now=now, validity=_VALIDITY, ca=True)
+    serving_key = ec.generate_private_key(ec.SECP256R1())
+    serving = sign(
+        name("chronotope-extender"),
+        serving_key.public_key(),
+        ca_name,
+        ca_key,
+        now=now,
+        validity=_VALIDITY,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=[san("127.0.0.1"), san("localhost")],
+    )
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client = sign(
+        name("kube-scheduler"),
+        client_key.public_key(),
+        ca_name,
+        ca_key,
+        now=now,
+        validity=_VALIDITY,
+        usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
+    )
+    # a partly written directory (a crash here) lacks a file, so it is made again
+    _write(pki.serving_key, key_pem(serving_key))
+    _write(pki.client_key, key_pem(client_key))
+    _write(pki.serving_cert, cert_pem(serving))
+    _write(pki.client_cert, cert_pem(client))
+    _write(pki.ca_cert, cert_pem(ca))
+    return pki

@@ -25,6 +25,7 @@ __all__ = [
     "Started",
     "free_port",
     "is_alive",
+    "kill",
     "port_is_free",
     "start",
     "stop",
@@ -46,10 +47,20 @@ class Started:
     binary: str
     log: Path
     popen: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
+    argv: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    """The command line it was started with (so it can be started again the same way)."""
 
     def record(self) -> dict[str, object]:
         """What state.json keeps (everything but the live Popen handle)."""
-        return {"name": self.name, "pid": self.pid, "binary": self.binary, "log": str(self.log)}
+        record: dict[str, object] = {
+            "name": self.name,
+            "pid": self.pid,
+            "binary": self.binary,
+            "log": str(self.log),
+        }
+        if self.argv:
+            record["argv"] = list(self.argv)
+        return record
 
     def alive(self) -> bool:
         """Whether the process still runs."""
@@ -97,7 +108,7 @@ def start(name: str, argv: Sequence[str], log: Path, env: dict[str, str] | None 
             start_new_session=True,
             env=env,
         )
-    return Started(name=name, pid=proc.pid, binary=argv[0], log=log, popen=proc)
+    return Started(name=name, pid=proc.pid, binary=argv[0], log=log, popen=proc, argv=tuple(argv))
 
 
 def is_alive(pid: int, binary: str) -> bool:
@@ -122,15 +133,28 @@ def stop(pid: int, binary: str, grace: float = 10.0) -> None:
     if not is_alive(pid, binary):
         return
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            if not is_alive(pid, binary):
-                return
-            time.sleep(0.1)
+        if _signal_group(pid, binary, sig, wait):
+            return
+
+
+def kill(pid: int, binary: str) -> None:
+    """SIGKILL the process group at once, as a crash would, and wait until it is gone."""
+    if is_alive(pid, binary):
+        _signal_group(pid, binary, signal.SIGKILL, 5.0)
+
+
+def _signal_group(pid: int, binary: str, sig: signal.Signals, wait: float) -> bool:
+    """Send `sig` to the process group; whether the process is gone within `wait` seconds."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if not is_alive(pid, binary):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def wait_until(

@@ -9,6 +9,16 @@ pending pod, and we allocate that pod:
     `allocation=pending` -> check the request against its assignment ->
     environment -> mark the pod consumed -> release the lock.
 
+The assignment is honoured only on a pod of the chronotope scheduler: only
+its binder writes assignments (through the Binding; an admission policy
+refuses them from anyone else, docs/security.md). The kubelet's device IDs are
+checked against it too: `GetPreferredAllocation` offers one slot on each
+assigned GPU, and the kubelet takes an offer whose devices are free, so a
+request on other GPUs after such an offer is not for this pod and is refused.
+When the kubelet had no free slot on an assigned GPU (the scheduler packs
+shares by memory and compute, not by the K slots per GPU the kubelet counts),
+or no offer was made, the assignment decides and the mismatch is logged.
+
 A request that does not fit is refused with a reason (a value, not an
 exception); the gRPC layer turns it into an error the kubelet logs and the
 pod's admission fails with. API-server access goes through `AllocationStore`,
@@ -35,6 +45,7 @@ from chronotope.sharing.assignment import (
     consumed_annotations,
     parse_lock,
 )
+from chronotope.sharing.labels import SCHEDULER_NAME
 
 __all__ = [
     "ENV_GPU_PRIORITY",
@@ -140,6 +151,9 @@ class Allocator:
     inventory: DeviceInventory
     clock: Callable[[], float] = time.time
     _mutex: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _offered: tuple[str, bool] | None = field(default=None, repr=False)
+    """The last GetPreferredAllocation: its pod's handshake, and whether every GPU of the
+    pod's assignment had a free slot among the kubelet's available devices."""
 
     def pending(self) -> tuple[PodRecord, GpuAssignment] | Refused:
         """The pod holding this node's allocation lock, with its parsed assignment."""
@@ -163,6 +177,12 @@ class Allocator:
             names = ", ".join(p.key for p in pending)
             return Refused(f"handshake {handshake} is ambiguous: pods {names}")
         pod = pending[0]
+        if pod.scheduler_name != SCHEDULER_NAME:
+            return Refused(
+                f"pod {pod.key} has schedulerName {pod.scheduler_name!r}, not "
+                f"{SCHEDULER_NAME!r}: only the chronotope scheduler's assignments are honoured",
+                pod,
+            )
         try:
             assignment = GpuAssignment.from_annotations(pod.annotations)
         except ValueError as exc:
@@ -180,10 +200,21 @@ class Allocator:
             return Refused(f"pod {pod.key} is assigned GPUs this node lacks: {unknown}", pod)
         return pod, assignment
 
-    def preferred_uuids(self) -> tuple[str, ...]:
-        """GPU UUIDs of the pending pod's assignment, or () if none is readable."""
+    def prefer(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+        """GetPreferredAllocation: `size` IDs out of `available`, one slot on each assigned GPU.
+
+        Remembers whether the pending pod's assigned GPUs all had a free slot:
+        the kubelet then takes this offer, and `allocate` refuses devices elsewhere.
+        Without a readable pending pod, the hint spreads over distinct GPUs.
+        """
         found = self.pending()
-        return () if isinstance(found, Refused) else found[1].gpu_uuids
+        if isinstance(found, Refused):
+            return self.inventory.preferred(available, must_include, size)
+        assignment = found[1]
+        free = {gpu_of(d) for d in available}
+        with self._mutex:
+            self._offered = (assignment.handshake, free.issuperset(assignment.gpu_uuids))
+        return self.inventory.preferred(available, must_include, size, assignment.gpu_uuids)
 
     def allocate(self, container_requests: Sequence[Sequence[str]]) -> Granted | Refused:
         """Decide one AllocateRequest; on success the pod is consumed and the lock released."""
@@ -223,13 +254,22 @@ class Allocator:
             )
         requested_gpus = sorted({gpu_of(d) for d in devices})
         if requested_gpus != sorted(assignment.gpu_uuids):
-            # The kubelet's IDs are only a count; the assignment decides the GPUs.
+            if self._offered == (assignment.handshake, True):
+                return Refused(
+                    f"the kubelet allocated devices {devices} on {requested_gpus}, but pod "
+                    f"{pod.key} is assigned {list(assignment.gpu_uuids)}, which were offered "
+                    "with free slots: the request is not for this pod",
+                    pod,
+                )
+            # no free slot on an assigned GPU in the kubelet's count, or no offer made:
+            # the kubelet's IDs are then only a count, and the assignment decides the GPUs
             log.info(
                 "pod %s: kubelet picked devices on %s, assignment says %s; using the assignment",
                 pod.key,
                 requested_gpus,
                 list(assignment.gpu_uuids),
             )
+        self._offered = None
         envs = container_env(assignment)
         self.store.mark_consumed(pod, consumed_annotations(self.clock()))
         released = self.store.release_node_lock(self.node, assignment.handshake)

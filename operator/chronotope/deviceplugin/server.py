@@ -111,23 +111,19 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
 
         Reading the assignment is best effort: on an API error the hint is made without it.
         """
-        try:
-            assigned = self._allocator.preferred_uuids()
-        except Exception:  # a hint: never fail admission because the API server hiccupped
-            log.exception("GetPreferredAllocation could not read the pending assignment")
-            assigned = ()
         responses = [
-            api_pb2.ContainerPreferredAllocationResponse(
-                deviceIDs=self._inventory.preferred(
-                    list(req.available_deviceIDs),
-                    list(req.must_include_deviceIDs),
-                    req.allocation_size,
-                    assigned,
-                )
-            )
+            api_pb2.ContainerPreferredAllocationResponse(deviceIDs=self._prefer(req))
             for req in request.container_requests
         ]
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
+    def _prefer(self, req: api_pb2.ContainerPreferredAllocationRequest) -> list[str]:
+        available, must = list(req.available_deviceIDs), list(req.must_include_deviceIDs)
+        try:
+            return self._allocator.prefer(available, must, req.allocation_size)
+        except Exception:  # a hint: never fail admission because the API server hiccupped
+            log.exception("GetPreferredAllocation could not read the pending assignment")
+            return self._inventory.preferred(available, must, req.allocation_size)
 
     def Allocate(  # noqa: N802 (the gRPC method name)
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext

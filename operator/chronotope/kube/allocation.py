@@ -70,7 +70,9 @@ class KubeAllocationStore:
         """Pods bound to `node` whose handshake annotation is `handshake`."""
         pods = self._core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
         return [
-            PodRecord(p.metadata.namespace, p.metadata.name, _annotations(p))
+            PodRecord(
+                p.metadata.namespace, p.metadata.name, _annotations(p), p.spec.scheduler_name or ""
+            )
             for p in pods.items
             if _annotations(p).get(HANDSHAKE) == handshake
         ]

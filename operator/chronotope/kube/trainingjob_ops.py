@@ -20,6 +20,7 @@ from chronotope.kube import workloads as kw
 from chronotope.kube.events import post_event
 from chronotope.kube.store import OperatorCache
 from chronotope.planners.profile import ModelProfile, profile_from_data
+from chronotope.ratelimit import EVENT_WINDOW_S, RepeatLimiter
 from chronotope.sharing.labels import PREEMPTED_BY_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
 
@@ -55,6 +56,8 @@ class KubeClusterOps:
         self.decide_lock = threading.Lock()
         self._profiles: dict[tuple[str, str], tuple[str, ModelProfile | str]] = {}
         self._profile_reads: dict[tuple[str, str], tuple[float, ModelProfile | str]] = {}
+        self._same_event = RepeatLimiter(EVENT_WINDOW_S, clock=clock)
+        """An identical event on one job at most once per EVENT_WINDOW_S (a reason that flaps)."""
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
@@ -186,7 +189,10 @@ class KubeClusterOps:
             "namespace": namespace,
             "uid": meta.get("uid"),
         }
+        job_id = meta.get("uid") or f"{namespace}/{name}"
         for kind, reason, message in events:
+            if self._same_event.admit((job_id, kind, reason, message)) is None:
+                continue  # said already, moments ago (a reason that flaps back and forth)
             post_event(
                 self.api, involved, reason, message, type_=kind, component="chronotope-operator"
             )

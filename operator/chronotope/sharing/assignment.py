@@ -132,11 +132,13 @@ class AllocationState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
-    """A pod as the handshake protocol sees it: its name and its annotations."""
+    """A pod as the handshake protocol sees it: its name, annotations and scheduler."""
 
     namespace: str
     name: str
     annotations: Mapping[str, str]
+    scheduler_name: str = ""
+    """The pod's `spec.schedulerName` ("" when unknown)."""
 
     @property
     def key(self) -> str:

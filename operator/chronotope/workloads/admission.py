@@ -1,7 +1,8 @@
 """Admission decisions for the Chronotope kinds: what the CRD's schema and CEL cannot check.
 
 The API server checks each object against its CRD schema and CEL rules, but
-CEL sees one object only, and a TrainingJob's pod template is free-form JSON.
+CEL sees one object only (and the pod template's schema cannot say, for example,
+that GPUs belong in `spec.gpu`, not in the containers' resources).
 The operator's admission webhook (`controllers.webhook`) asks this module:
 
 - `validate`: deny a pod template the Pod API would refuse (by field path,

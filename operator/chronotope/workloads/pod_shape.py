@@ -1,11 +1,12 @@
 """Check a pod template against the Kubernetes API types, field by field (pure).
 
-A TrainingJob's `spec.template` is stored as free-form JSON: the CRD keeps it
-with `x-kubernetes-preserve-unknown-fields`, because a full PodTemplateSpec
-schema would triple the CRD's size and go stale with every Kubernetes
-release. The worker pods are built from it, so a template the Pod API would
-refuse (`containers: "x"`, `containerPort: "80"`) would otherwise surface only
-when the operator creates the pods. This walks the template along a type
+The CRD embeds the real PodTemplateSpec schema for a TrainingJob's
+`spec.template` (generated from the vendored Kubernetes OpenAPI,
+`api/k8s/`), so the API server refuses a template of the wrong shape
+(`containers: "x"`, `containerPort: "80"`). This check runs in the admission
+webhook too: it gives the same refusals by field path with the API's own
+words, warns about unknown fields (which the schema prunes), and covers
+objects stored before the schema was installed. This walks the template along a type
 table (the PodTemplateSpec types; `kube.admission.pod_template_types` builds
 it from the Kubernetes client's models, so it follows the client's API
 version) and reports, by field path:

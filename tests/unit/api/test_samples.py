@@ -52,7 +52,19 @@ def _error_paths(error: ValidationError) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def _models_check(path: Path) -> bool:
+    """False for fixtures only the API server checks (`# expect-checker: apiserver`).
+
+    Those break a Kubernetes type the CRD embeds (a pod template), whose schema
+    comes from the Kubernetes OpenAPI; e2e/api checks them on the real server.
+    """
+    return _expectations(path).get("checker") != "apiserver"
+
+
+MODEL_CHECKED = [p for p in INVALID if _models_check(p)]
+
+
+@pytest.mark.parametrize("path", MODEL_CHECKED, ids=[p.stem for p in MODEL_CHECKED])
 def test_invalid_fixture_is_rejected_by_the_models_naming_the_field(path: Path) -> None:
     expect = _expectations(path)
     assert {"field", "message"} <= set(expect), f"{path.name} lacks expect- headers"

@@ -14,6 +14,7 @@ from chronotope.sharing.assignment import (
     gpu_uuid,
     parse_lock,
 )
+from chronotope.sharing.labels import SCHEDULER_NAME
 
 __all__ = ["FakeStore", "assignment"]
 
@@ -41,10 +42,19 @@ class FakeStore:
 
     node_annotations: dict[str, dict[str, str]] = field(default_factory=dict)
     pods: dict[tuple[str, str], tuple[str, dict[str, str]]] = field(default_factory=dict)
+    schedulers: dict[tuple[str, str], str] = field(default_factory=dict)
 
     # --- what the binder does -----------------------------------------------------
-    def bind(self, name: str, a: GpuAssignment, *, namespace: str = "default") -> None:
+    def bind(
+        self,
+        name: str,
+        a: GpuAssignment,
+        *,
+        namespace: str = "default",
+        scheduler: str = SCHEDULER_NAME,
+    ) -> None:
         self.pods[(namespace, name)] = (a.node, a.to_annotations())
+        self.schedulers[(namespace, name)] = scheduler
 
     def lock(self, node: str, handshake: str, now: float = 1000.0) -> None:
         self.node_annotations.setdefault(node, {})[ALLOCATION_LOCK] = format_lock(handshake, now)
@@ -58,7 +68,7 @@ class FakeStore:
 
     def find_pods_by_handshake(self, node: str, handshake: str) -> list[PodRecord]:
         return [
-            PodRecord(ns, name, dict(annotations))
+            PodRecord(ns, name, dict(annotations), self.schedulers.get((ns, name), ""))
             for (ns, name), (pod_node, annotations) in self.pods.items()
             if pod_node == node and annotations.get(HANDSHAKE) == handshake
         ]

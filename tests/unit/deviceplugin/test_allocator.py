@@ -168,13 +168,64 @@ def test_bad_requests(requests: list[list[str]], expected: str) -> None:
     assert allocation_state(store.pod_annotations("p")) is AllocationState.PENDING
 
 
-def test_preferred_uuids_follow_the_lock_holder() -> None:
+ALL = DeviceInventory.simulated(NODE, 8, 4).device_ids()
+
+
+def test_the_preference_follows_the_lock_holder() -> None:
     store = FakeStore()
     allocator = make(store)
-    assert allocator.preferred_uuids() == ()
+    assert allocator.prefer(ALL, [], 2) == ["GPU-a100-000-0::0", "GPU-a100-000-1::0"]  # spread
     store.bind("p", assignment(NODE, (4, 6), "hs"))
     store.lock(NODE, "hs")
-    assert allocator.preferred_uuids() == ("GPU-a100-000-4", "GPU-a100-000-6")
+    assert allocator.prefer(ALL, [], 2) == ["GPU-a100-000-4::0", "GPU-a100-000-6::0"]
+
+
+def test_a_pod_of_another_scheduler_is_refused() -> None:
+    """The authoritative record: only the chronotope scheduler's binder writes assignments."""
+    store = FakeStore()
+    store.bind("squatter", assignment(NODE, (0,), "hs"), scheduler="default-scheduler")
+    store.lock(NODE, "hs")
+    allocator = make(store)
+    why = refused(allocator.allocate([["GPU-a100-000-0::0"]])).reason
+    assert "schedulerName 'default-scheduler', not 'chronotope'" in why
+    assert allocation_state(store.pod_annotations("squatter")) is AllocationState.PENDING
+    assert allocator.prefer(ALL, [], 1) == ["GPU-a100-000-0::0"]  # no pod's preference
+
+
+def _free_except(*gpus: int) -> list[str]:
+    return [d for d in ALL if not any(d.startswith(f"GPU-{NODE}-{g}::") for g in gpus)]
+
+
+@pytest.mark.parametrize(
+    ("available", "offered", "picked", "outcome"),
+    [
+        pytest.param(ALL, True, "GPU-a100-000-2::0", "granted", id="took-the-offer"),
+        pytest.param(ALL, True, "GPU-a100-000-5::1", "refused", id="offered-but-elsewhere"),
+        pytest.param(_free_except(2), True, "GPU-a100-000-5::1", "granted", id="gpu-full"),
+        pytest.param(ALL, False, "GPU-a100-000-5::1", "granted", id="no-offer-made"),
+    ],
+)
+def test_the_kubelets_devices_against_the_assignment(
+    available: list[str], offered: bool, picked: str, outcome: str
+) -> None:
+    """Devices elsewhere are refused only when the kubelet was offered free slots on the
+    assigned GPU (it takes such an offer); a GPU full in the kubelet's count (shares are
+    packed by memory and compute, not by slots) or no offer leaves the assignment to decide."""
+    store = FakeStore()
+    store.bind("p", assignment(NODE, (2,), "hs"))
+    store.lock(NODE, "hs")
+    allocator = make(store)
+    if offered:
+        preference = allocator.prefer(available, [], 1)
+        assert (preference == ["GPU-a100-000-2::0"]) is (available is ALL)
+    result = allocator.allocate([[picked]])
+    if outcome == "refused":
+        why = refused(result).reason
+        assert f"devices ['{picked}']" in why
+        assert "is assigned ['GPU-a100-000-2'], which were offered with free slots" in why
+        assert allocation_state(store.pod_annotations("p")) is AllocationState.PENDING
+        result = allocator.allocate([["GPU-a100-000-2::0"]])  # the offer itself still works
+    assert granted(result).envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-a100-000-2"
 
 
 def test_a_shares_priority_and_profile_reach_the_container() -> None:

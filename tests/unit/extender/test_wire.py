@@ -59,7 +59,7 @@ def test_binding_args_and_result() -> None:
         ([], "must be a JSON object"),
         ({"Pod": "x", "NodeNames": []}, "Pod must be a Pod object"),
         ({"Pod": POD}, "needs NodeNames"),
-        ({"Pod": POD, "NodeNames": [1]}, "list of strings"),
+        ({"Pod": POD, "NodeNames": [1]}, "list of node names"),
         ({"Pod": POD, "Nodes": {"items": [{}]}}, "metadata.name"),
     ],
 )

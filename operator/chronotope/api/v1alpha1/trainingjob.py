@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from chronotope.api.schema import kubernetes_type
 from chronotope.api.v1alpha1._base import (
     ApiModel,
     KindInfo,
@@ -57,6 +58,8 @@ __all__ = [
 ]
 
 MAX_WORKERS = 4096
+POD_TEMPLATE_SPEC = "io.k8s.api.core.v1.PodTemplateSpec"
+"""The Kubernetes type of `spec.template`; the CRD embeds its schema (`api.k8s`)."""
 
 
 class GpuTypeOption(ApiModel):
@@ -430,6 +433,7 @@ class TrainingJobSpec(ApiModel):
     template: dict[str, Any] = Field(
         description="Pod template for every worker (a core/v1 PodTemplateSpec: metadata and "
         "spec). GPUs are requested through spec.gpu, not in the container resources.",
+        json_schema_extra=kubernetes_type(POD_TEMPLATE_SPEC),
     )
 
     @field_validator("template")
