@@ -185,6 +185,17 @@ def test_a_tenant_cannot_create_pods_that_carry_an_assignment(
     _denied(_create(tenant, squat), ASSIGNED_GPUS)
     # the handshake is part of the assignment: the device plugin finds pods by it
     _denied(_create(tenant, _pod("hs", {HANDSHAKE: "abc"}, share=50)), HANDSHAKE)
+    # a share pod that skips the scheduler: pre-bound to a node, or for another scheduler
+    # (the device plugin would answer it with whichever pod holds the node's lock)
+    skips = "must be placed by the chronotope scheduler"
+    for pod in (
+        _pod("preset", share=50, node=NODE),
+        _pod("preset-ours", share=50) | {"spec": _pod("x", share=50)["spec"] | {"nodeName": NODE}},
+        _pod("other", share=50) | {"spec": _pod("x", share=50)["spec"] | {"schedulerName": "x"}},
+    ):
+        out = _create(tenant, pod)
+        assert out.returncode != 0, out.stdout
+        assert skips in out.stderr, out.stderr
     names = _run([*tenant, "get", "pods", "-o", "name"])
     assert names.returncode == 0, names.stderr
     assert names.stdout.strip() == ""  # nothing was created
