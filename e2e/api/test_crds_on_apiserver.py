@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,16 @@ def _kubectl(
         check=False,
         timeout=120,
     )
+
+
+@pytest.fixture(autouse=True)
+def _no_queue_left(kube_cluster: KubeCluster) -> Iterator[None]:
+    """Delete the sample Queues a test applied: they are cluster-scoped, so they outlive the
+    namespace, and while any Queue exists every other test's TrainingJobs need a LocalQueue."""
+    yield
+    docs = [p.values[0] for p in _sample_docs()]
+    names = sorted({d["metadata"]["name"] for d in docs if d["kind"] == "Queue"})
+    _kubectl(kube_cluster, "delete", "queue", *names, "--ignore-not-found", "--wait=false")
 
 
 def _apply(cluster: KubeCluster, namespace: str, doc: dict[str, Any]) -> None:

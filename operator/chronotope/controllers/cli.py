@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chronotope.controllers.metrics import OperatorMetrics
-    from chronotope.controllers.trainingjob_loop import TrainingJobLoop
     from chronotope.workloads.leader import LeaseTiming
 
 __all__ = ["add_parser"]
@@ -222,6 +221,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_address)
+    from chronotope.controllers.queues import run_status_loop
     from chronotope.controllers.trainingjob_loop import TrainingJobLoop
 
     job_ops = KubeClusterOps(api, cache)
@@ -229,7 +229,6 @@ def _run(args: argparse.Namespace) -> int:
     cache.listen(job_loop.on_change)
 
     registry = build_registry(
-        job_ops,
         interval=args.interval,
         metrics=metrics,
         pipeline_ops=KubePipelineOps(api, cache, prometheus=args.prometheus),
@@ -242,7 +241,10 @@ def _run(args: argparse.Namespace) -> int:
         f"http://{args.health_address}:{args.health_port}/healthz" if args.health_port else None
     )
 
-    run_controllers = _controllers(kopf, registry, job_loop, liveness)
+    def queue_status(stop: threading.Event) -> None:
+        run_status_loop(job_ops, stop, args.interval, metrics.observe_queue)
+
+    run_controllers = _controllers(kopf, registry, (job_loop.run, queue_status), liveness)
     if timing is not None:
         return _run_elected(args, timing, api, metrics, run_controllers)
     metrics.leader.set(1)  # no election: this process is the one writer
@@ -251,19 +253,27 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _controllers(
-    kopf: Any, registry: Any, job_loop: TrainingJobLoop, liveness: str | None
+    kopf: Any,
+    registry: Any,
+    loops: tuple[Callable[[threading.Event], None], ...],
+    liveness: str | None,
 ) -> Callable[[threading.Event | None], None]:
-    """The controllers' run: the TrainingJob loop on a thread, kopf on its own event loop."""
+    """The controllers' run: `loops` on threads, kopf on its own event loop.
+
+    The loops are the TrainingJob work queue and the Queue status writer.
+    """
 
     def run_controllers(stop: threading.Event | None = None) -> None:
         # kopf stops on SIGTERM itself once it runs; `stop` covers a signal that came
         # before. It reaches kopf as a future of kopf's loop: a threading.Event would
         # park a thread of the loop's executor that the loop's shutdown then waits for.
         jobs_stop = threading.Event()
-        jobs = threading.Thread(
-            target=job_loop.run, args=(jobs_stop,), name="trainingjobs", daemon=True
-        )
-        jobs.start()
+        threads = [
+            threading.Thread(target=run, args=(jobs_stop,), name=f"loop-{i}", daemon=True)
+            for i, run in enumerate(loops)
+        ]
+        for thread in threads:
+            thread.start()
         loop = asyncio.new_event_loop()
         stopped: asyncio.Future[None] = loop.create_future()
         if stop is not None:
@@ -286,7 +296,8 @@ def _controllers(
                 loop.run_until_complete(loop.shutdown_default_executor())
             finally:
                 loop.close()
-                jobs.join(timeout=30)
+                for thread in threads:
+                    thread.join(timeout=30)
 
     return run_controllers
 

@@ -2,7 +2,7 @@
 
 Handlers are registered on an explicit registry built here, with their
 dependencies passed in, so nothing is an import-time singleton. Each
-InferencePipeline, ModelVariant, Queue and LocalQueue is reconciled by a timer
+InferencePipeline and ModelVariant is reconciled by a timer
 (every `interval` seconds, never overlapping itself): the reconcile is
 level-based, so a missed event or an operator restart costs at most one
 interval. TrainingJobs, by far the most numerous, are reconciled on events
@@ -26,8 +26,7 @@ from chronotope.controllers.inferencepipeline import reconcile as reconcile_pipe
 from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps
 from chronotope.controllers.modelvariant import reconcile as reconcile_variant
-from chronotope.controllers.queues import Reports, reconcile_local_queue, reconcile_queue
-from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status
+from chronotope.controllers.trainingjob import Outcome, merged_status
 from chronotope.planners.variants import GroupPlan
 from chronotope.workloads.serving_group import GroupResult
 
@@ -62,7 +61,6 @@ def apply_outcome(
 
 
 def build_registry(
-    ops: ClusterOps,
     *,
     interval: float = 2.0,
     metrics: OperatorMetrics | None = None,
@@ -71,11 +69,11 @@ def build_registry(
     variant_ops: VariantOps | None = None,
     memo: GroupMemo | None = None,
 ) -> kopf.OperatorRegistry:
-    """A kopf registry with the login handler and the Queue timers wired to `ops`.
+    """A kopf registry with the login handler and the pipeline and variant timers.
 
-    TrainingJobs are not kopf's: `controllers.trainingjob_loop` reconciles them
-    on events. Queues and LocalQueues get their status every `interval` seconds
-    (`controllers.queues`); metrics go to `metrics` (a fresh set if None). With
+    TrainingJobs are not kopf's (`controllers.trainingjob_loop` reconciles them on
+    events), nor are Queues (`controllers.queues.run_status_loop` writes their
+    status); metrics go to `metrics` (a fresh set if None). With
     `pipeline_ops`, InferencePipelines are reconciled on the same interval;
     with `variant_ops`, ModelVariants too, their serving groups' passes kept in
     `memo` (a fresh one if None) and counted in `metrics`.
@@ -90,25 +88,6 @@ def build_registry(
             return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_with_service_account(**kwargs)
 
-    reports = Reports()
-    _isolated_timer(
-        registry,
-        "queues",
-        "Queue",
-        interval=interval,
-        metrics=metrics,
-        reconcile_one=lambda obj, now: reconcile_queue(
-            obj, ops, now, metrics.observe_queue, reports
-        ),
-    )
-    _isolated_timer(
-        registry,
-        "localqueues",
-        "LocalQueue",
-        interval=interval,
-        metrics=metrics,
-        reconcile_one=lambda obj, now: reconcile_local_queue(obj, ops, now, reports),
-    )
     if pipeline_ops is not None:
         p_ops, settings = pipeline_ops, tuner or TunerSettings()
         _isolated_timer(

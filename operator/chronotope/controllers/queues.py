@@ -2,20 +2,22 @@
 
 The accounting is `workloads.training_quota.queue_report` (the same reading of
 TrainingJobs the start decision uses); this edge only reads the objects through
-`ClusterOps` and returns the status to write. The kopf timers that call it are
-in `controllers.operator`.
+`ClusterOps` and returns the status to write; `run_status_loop` writes it
+every interval on a thread of its own (not kopf's: the operator may patch only
+the status subresource of Queues, which platform teams own).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from chronotope.api.v1alpha1.queue import QueueStatus
-from chronotope.controllers.trainingjob import ClusterOps, Outcome
+from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status
 from chronotope.workloads.training_quota import (
     QuotaView,
     local_queue_report,
@@ -24,7 +26,17 @@ from chronotope.workloads.training_quota import (
 )
 from chronotope.workloads.training_status import condition
 
-__all__ = ["QueueObserver", "Reports", "reconcile_local_queue", "reconcile_queue"]
+__all__ = [
+    "QueueObserver",
+    "QueueOps",
+    "Reports",
+    "reconcile_local_queue",
+    "reconcile_queue",
+    "run_status_loop",
+    "write_statuses",
+]
+
+log = logging.getLogger(__name__)
 
 QueueObserver = Callable[[str, Mapping[str, Any], Mapping[str, Any]], None]
 """(queue name, its spec, its new status) -> None: feeds the metrics."""
@@ -139,3 +151,61 @@ def reconcile_local_queue(
             "observedGeneration": gen,
         }
     )
+
+
+class QueueOps(ClusterOps, Protocol):
+    """`ClusterOps` plus the two status writes of this module."""
+
+    def write_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Patch Queue `name`'s status subresource with `status`."""
+        ...
+
+    def write_local_queue_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Patch LocalQueue `namespace/name`'s status subresource with `status`."""
+        ...
+
+
+def _changed(obj: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
+    old: Mapping[str, Any] = obj.get("status") or {}
+    new = merged_status(old, out.status)
+    return {k: v for k, v in new.items() if old.get(k) != v}
+
+
+def write_statuses(ops: QueueOps, now: datetime, observe: QueueObserver | None = None) -> int:
+    """One pass: every Queue's and LocalQueue's status, written where it changed; how many."""
+    reports = Reports(ttl_s=0.0)
+    reports.read(ops)
+    reports.ttl_s = float("inf")  # one reading for the whole pass
+    written = 0
+    for obj in ops.queues():
+        changed = _changed(obj, reconcile_queue(obj, ops, now, observe, reports))
+        if changed:
+            ops.write_queue_status(str(obj["metadata"]["name"]), changed)
+            written += 1
+    for obj in ops.local_queues():
+        changed = _changed(obj, reconcile_local_queue(obj, ops, now, reports))
+        if changed:
+            meta = obj["metadata"]
+            ops.write_local_queue_status(str(meta["namespace"]), str(meta["name"]), changed)
+            written += 1
+    return written
+
+
+def run_status_loop(
+    ops: QueueOps,
+    stop: threading.Event,
+    interval: float,
+    observe: QueueObserver | None = None,
+) -> None:
+    """Write the Queues' and LocalQueues' status every `interval` seconds until `stop` is set.
+
+    A pass that fails (an API hiccup) is logged and tried again next interval.
+    """
+    while not stop.is_set():
+        try:
+            write_statuses(ops, datetime.now(UTC), observe)
+        except Exception:
+            log.exception("writing Queue status failed; retrying in %.0fs", interval)
+        stop.wait(interval)

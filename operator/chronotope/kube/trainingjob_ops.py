@@ -197,6 +197,36 @@ class KubeClusterOps:
                 self.api, involved, reason, message, type_=kind, component="chronotope-operator"
             )
 
+    def write_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Patch Queue `name`'s status subresource (a Queue deleted meanwhile is left alone)."""
+        group, version, plural = QUEUES
+        try:
+            written = client.CustomObjectsApi(self.api).patch_cluster_custom_object_status(
+                group, version, plural, name, {"status": dict(status)}
+            )
+        except ApiException as exc:
+            if exc.status == _NOT_FOUND:
+                return
+            raise
+        if self.cache is not None:
+            self.cache.queues.on_event("MODIFIED", written)
+
+    def write_local_queue_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Patch LocalQueue `namespace/name`'s status subresource."""
+        group, version, plural = LOCALQUEUES
+        try:
+            written = client.CustomObjectsApi(self.api).patch_namespaced_custom_object_status(
+                group, version, namespace, plural, name, {"status": dict(status)}
+            )
+        except ApiException as exc:
+            if exc.status == _NOT_FOUND:
+                return
+            raise
+        if self.cache is not None:
+            self.cache.local_queues.on_event("MODIFIED", written)
+
     def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
         """Mark the victim (its own reconcile reports it) and stop its workers gracefully."""
         namespace, name = job_key.split("/", 1)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chronotope.controllers.queues import Reports, reconcile_local_queue, reconcile_queue
+from chronotope.controllers.queues import (
+    QueueOps,
+    Reports,
+    reconcile_local_queue,
+    reconcile_queue,
+    write_statuses,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reconcile import NOW, FakeOps, job, node
@@ -71,3 +78,39 @@ def test_one_reading_serves_every_queue_within_its_ttl() -> None:
     clock[0] = 1.0
     reconcile_queue(ops.queue_objs[0], ops, NOW, reports=reports)
     assert ops.reads == 2
+
+
+class WritingOps(CountingOps):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.writes: list[tuple[str, dict[str, Any]]] = []
+
+    def write_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.writes.append((name, dict(status)))
+        obj = next(q for q in self.queue_objs if q["metadata"]["name"] == name)
+        obj["status"] = {**obj.get("status", {}), **status}
+
+    def write_local_queue_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        self.writes.append((f"{namespace}/{name}", dict(status)))
+        obj = next(
+            q
+            for q in self.local_queue_objs
+            if (q["metadata"]["namespace"], q["metadata"]["name"]) == (namespace, name)
+        )
+        obj["status"] = {**obj.get("status", {}), **status}
+
+
+def _check(ops: WritingOps) -> QueueOps:
+    return ops  # mypy checks the fake against the Protocol
+
+
+def test_a_pass_writes_what_changed_reading_the_jobs_once() -> None:
+    base = _ops()
+    ops = WritingOps(base._nodes, base._jobs)
+    ops.queue_objs, ops.local_queue_objs = base.queue_objs, base.local_queue_objs
+    assert write_statuses(ops, NOW) == 4
+    assert ops.reads == 1
+    assert sorted(name for name, _ in ops.writes) == ["a/default", "ns/default", "team-a", "team-b"]
+    assert write_statuses(ops, NOW) == 0  # nothing changed: nothing written
