@@ -27,6 +27,7 @@ from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps
 from chronotope.controllers.modelvariant import reconcile as reconcile_variant
 from chronotope.controllers.trainingjob import Outcome, merged_status
+from chronotope.controllers.trainingjob_loop import plain
 from chronotope.planners.variants import GroupPlan
 from chronotope.workloads.serving_group import GroupResult
 
@@ -114,7 +115,7 @@ def build_registry(
 
 
 def _body(body: Any) -> dict[str, Any]:
-    obj: dict[str, Any] = _plain(
+    obj: dict[str, Any] = plain(
         {
             "metadata": dict(body["metadata"]),
             "spec": dict(body["spec"]),
@@ -187,12 +188,3 @@ def _isolated_timer(
             _failed(body, patch, kind, exc)
             return
         apply_outcome(outcome, body, patch, metrics)
-
-
-def _plain(value: Any) -> Any:
-    """Copy a kopf body (a read-only view) into plain dicts and lists for the pure layer."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value

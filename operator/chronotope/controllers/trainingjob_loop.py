@@ -52,6 +52,7 @@ __all__ = [
     "WorkQueue",
     "invalid_outcome",
     "mark_of",
+    "plain",
     "requeue_after",
     "wake_for",
 ]
@@ -411,7 +412,7 @@ class TrainingJobLoop:
         job = self.ops.training_job(namespace, name)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             return None
-        job = _plain(job)
+        job = plain(job)
         started = time.perf_counter()
         try:
             outcome = reconcile(job, self.ops, datetime.now(UTC))
@@ -432,10 +433,13 @@ class TrainingJobLoop:
         return requeue_after({**old, **new})
 
 
-def _plain(value: Any) -> Any:
-    """A deep copy in plain dicts and lists (the cache's objects are shared, read-only)."""
+def plain(value: Any) -> Any:
+    """A deep copy in plain dicts and lists, for the pure layer.
+
+    The cache's objects are shared and read-only, and a kopf body is a read-only view.
+    """
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value

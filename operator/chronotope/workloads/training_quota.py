@@ -22,7 +22,7 @@ quota is a cap, not a promise of GPUs. Docs: docs/queues.md.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -114,8 +114,20 @@ def _key(job: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def _spec(job: Mapping[str, Any]) -> TrainingJobSpec | None:
-    return job_spec_or_none(job)  # a broken job holds and asks for nothing
+def _live(
+    jobs: Iterable[Mapping[str, Any]],
+) -> Iterator[tuple[Mapping[str, Any], TrainingJobSpec]]:
+    """The jobs neither ended nor being deleted, with their specs.
+
+    A job whose spec the models reject is left out: it holds and asks for nothing.
+    """
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        if meta.get("deletionTimestamp") or (job.get("status") or {}).get("phase") in _ENDED:
+            continue
+        spec = job_spec_or_none(job)
+        if spec is not None:
+            yield job, spec
 
 
 def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> AdmittedWorkload | None:
@@ -147,14 +159,9 @@ def _cycle(
     """
     admitted: list[AdmittedWorkload] = []
     pending: list[PendingWorkload] = []
-    for job in sorted(jobs, key=queue_key):
+    for job, spec in _live(sorted(jobs, key=queue_key)):
         meta = job.get("metadata") or {}
         status = job.get("status") or {}
-        if meta.get("deletionTimestamp") or status.get("phase") in _ENDED:
-            continue
-        spec = _spec(job)
-        if spec is None:
-            continue
         namespace = str(meta.get("namespace"))
         key = _key(job)
         queue = view.local_queues.get((namespace, spec.queue))
@@ -289,14 +296,9 @@ def local_queue_report(
     A LocalQueue is inactive while the Queue it names does not exist.
     """
     counts: dict[tuple[str, str], list[int]] = {key: [0, 0] for key in view.local_queues}
-    for job in jobs:
+    for job, spec in _live(jobs):
         meta = job.get("metadata") or {}
         status = job.get("status") or {}
-        if meta.get("deletionTimestamp") or status.get("phase") in _ENDED:
-            continue
-        spec = _spec(job)
-        if spec is None:
-            continue
         key = (str(meta.get("namespace")), spec.queue)
         if key in counts:
             counts[key][0 if status.get("phase") in HOLDING else 1] += 1
