@@ -175,9 +175,7 @@ def _changed(obj: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
 
 def write_statuses(ops: QueueOps, now: datetime, observe: QueueObserver | None = None) -> int:
     """One pass: every Queue's and LocalQueue's status, written where it changed; how many."""
-    reports = Reports(ttl_s=0.0)
-    reports.read(ops)
-    reports.ttl_s = float("inf")  # one reading for the whole pass
+    reports = Reports(ttl_s=float("inf"))  # one reading for the whole pass
     written = 0
     for obj in ops.queues():
         changed = _changed(obj, reconcile_queue(obj, ops, now, observe, reports))
