@@ -2,7 +2,12 @@
 
 `chronotope operator --metrics-port N` serves them on /metrics:
 
-* `chronotope_trainingjob_reconcile_seconds{result}` (histogram; ok, error)
+* `chronotope_trainingjob_reconcile_seconds{result}` (histogram; ok, error):
+  one job's reconcile, enacting its verdict (the scheduling pass it reads is
+  timed on its own)
+* `chronotope_trainingjob_schedule_pass_seconds` (histogram): one scheduling
+  pass, every waiting TrainingJob decided at once (`workloads.training_pass`)
+* `chronotope_trainingjob_schedule_pass_jobs`: jobs the latest pass decided
 * `chronotope_trainingjob_events_total{reason}`: every decision posted as an
   event (Started, Waiting, Unschedulable, Preempting, Replanning, ...)
 * `chronotope_trainingjobs{phase}`: jobs by phase, from the latest reconcile
@@ -205,6 +210,17 @@ class OperatorMetrics:
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self.pass_seconds = Histogram(
+            "chronotope_trainingjob_schedule_pass_seconds",
+            "Time of one scheduling pass over every waiting TrainingJob",
+            registry=self.registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.pass_jobs = Gauge(
+            "chronotope_trainingjob_schedule_pass_jobs",
+            "Jobs the latest scheduling pass decided",
+            registry=self.registry,
+        )
         self.events = Counter(
             "chronotope_trainingjob_events_total",
             "Decisions posted as events on TrainingJobs",
@@ -234,6 +250,11 @@ class OperatorMetrics:
             "1 while this replica runs the controllers (holds the leader Lease), else 0",
             registry=self.registry,
         )
+
+    def observe_pass(self, seconds: float, jobs: int) -> None:
+        """One scheduling pass: how long it took and how many jobs it decided."""
+        self.pass_seconds.observe(seconds)
+        self.pass_jobs.set(jobs)
 
     def observe_group(
         self,

@@ -3,9 +3,10 @@
 One function, `reconcile`, is the whole loop for one job, in the KAI-Scheduler
 `runOnce` spirit: read the job and the cluster, keep a running gang as it is,
 restart it (from its checkpoint) when the user scaled it or it lost workers,
-and otherwise decide where and when it starts: `workloads.training.decide`,
-then the start gates (`workloads.gates.START_GATES`) or, for a job that must
-wait, the preemption step. It returns the status to show and the events to
+and otherwise enact what the scheduling pass (`workloads.training_pass`: every
+waiting job decided at once, in policy order, on a shrinking capacity) says
+for it: start its gang, or say why it waits (reclaiming quota, or the
+preemption step, first). It returns the status to show and the events to
 post; the kopf handler applies them. Because status is recomputed from the
 cluster each time, an operator restart mid-resize converges on the same state.
 
@@ -16,8 +17,9 @@ it); everything else here is the order of the steps.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -30,21 +32,14 @@ from chronotope.sharing.labels import (
 )
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
-from chronotope.workloads.gates import (
-    START_GATES,
-    Cycle,
-    Decider,
-    frees_at,
-    job_key,
-    preempt,
-    run_gates,
-)
+from chronotope.workloads.gates import Cycle, Decider, preempt
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.parallelism import choose_degrees
-from chronotope.workloads.quota import Admission, Unit, Verdict
+from chronotope.workloads.quota import Verdict
 from chronotope.workloads.replan import better_plan, parse_time, remaining_work
 from chronotope.workloads.training import Action, Decision
-from chronotope.workloads.training_quota import QuotaView, quota_admission, quota_wait
+from chronotope.workloads.training_pass import JobVerdict, SchedulingPass, schedule
+from chronotope.workloads.training_quota import QuotaView
 from chronotope.workloads.training_status import (
     merge_conditions,
     pods_status,
@@ -53,7 +48,7 @@ from chronotope.workloads.training_status import (
     waiting_status,
 )
 
-__all__ = ["ClusterOps", "Outcome", "merged_status", "reconcile"]
+__all__ = ["ClusterOps", "Outcome", "PassCache", "fresh_pass", "merged_status", "reconcile"]
 
 _DONE = ("Succeeded", "Failed")
 
@@ -138,18 +133,25 @@ class _Cycle:
         return str(self.job["metadata"]["namespace"])
 
     @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
     def generation(self) -> int | None:
         value = self.job["metadata"].get("generation")
         return int(value) if value is not None else None
 
 
-def reconcile(job: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome:
+def reconcile(
+    job: Mapping[str, Any], ops: ClusterOps, now: datetime, passes: PassCache | None = None
+) -> Outcome:
     """Reconcile one TrainingJob at `now`: keep, restart, start or hold its gang.
 
     Stops workers of an older gang generation, then either checks the running
     gang (restart on resize, lost workers or a better plan), restarts a gang that
-    vanished, or decides whether the job starts now or waits. Finished jobs get
-    an empty outcome.
+    vanished, or enacts its verdict in the scheduling pass (`passes`, shared by
+    the loop's reconciles; a pass of its own when None): start now or wait.
+    Finished jobs get an empty outcome.
     """
     meta = job["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -181,7 +183,7 @@ def reconcile(job: Mapping[str, Any], ops: ClusterOps, now: datetime) -> Outcome
             else "all workers are gone (nodes deleted?); re-planning"
         )
         return _restart(cycle, [], why, "Preempted" if preempted_by else "GangLost")
-    return _start_or_wait(cycle, status)
+    return _start_or_wait(cycle, passes)
 
 
 def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) -> Outcome:
@@ -338,45 +340,35 @@ def _restart(
     return c.out
 
 
-def _start_or_wait(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
+def _start_or_wait(c: _Cycle, passes: PassCache | None) -> Outcome:
     with c.ops.decide_lock:
-        return _start_or_wait_locked(c, status)
+        if passes is None:  # on its own: a pass of its own
+            verdict = fresh_pass(c.ops, c.now, include=(c.key,)).verdicts.get(c.key)
+        else:
+            verdict = passes.verdict(c.ops, c.now, c.key)
+        if verdict is None:
+            return c.out  # it has a gang already (its status is on the way): nothing to do
+        return _enact(c, verdict)
 
 
-def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
+def _enact(c: _Cycle, verdict: JobVerdict) -> Outcome:
+    """Carry out the pass's verdict for this job: start it, reclaim, preempt, or say why not."""
     out = c.out
-    nodes, pods, jobs = c.ops.nodes(), c.ops.pods(), c.ops.training_jobs()
-    cycle = Cycle(
-        job=c.job,
-        spec=c.spec,
-        now=c.now,
-        capacity=cluster_capacity(nodes, pods),
-        jobs=jobs,
-        decider=_decider(c.ops),
-        remaining=remaining_work(status),
-        nodes=nodes,
-        pods=pods,
-    )
-    decision = cycle.decider.decide(
-        c.namespace,
-        c.spec,
-        cycle.capacity,
-        c.now,
-        frees_at=frees_at(jobs, cycle.key),
-        remaining=cycle.remaining,
-    )
-    view = QuotaView.parse(c.ops.queues(), c.ops.local_queues())
-    held_by_quota = False
-    if view.on and decision.action is not Action.IMPOSSIBLE:
-        admission, held = quota_admission(view, jobs, c.job, decision, c.now)
-        # jobs that quota holds back do not contend for GPUs in the gates
-        cycle = replace(cycle, jobs=[j for j in jobs if job_key(j) not in held])
-        cycle, decision, held_by_quota = _quota(c, cycle, decision, admission)
-    if decision.action is Action.START:
-        decision = run_gates(START_GATES, cycle, decision)
-    elif decision.action is Action.WAIT and not held_by_quota:
-        decision = _try_preempt(c, cycle, decision)
+    decision = verdict.decision
+    admission = verdict.admission
+    if admission is not None and admission.verdict is Verdict.RECLAIM:
+        grace = admission.grace_seconds or 30
+        for victim in admission.victims:
+            c.ops.preempt(
+                victim,
+                by=c.key,
+                why=f"reclaiming quota of queue {admission.queue}",
+                grace_seconds=grace,
+            )
+    elif decision.action is Action.WAIT and not verdict.held_by_quota:
+        decision = _try_preempt(c, verdict.cycle, decision)
     why = decision.why
+    status = c.job.get("status") or {}
     if why is not None:
         out.status = waiting_status(decision, c.now, c.generation)
         if why.message != status.get("whyWaiting"):
@@ -402,43 +394,80 @@ def _start_or_wait_locked(c: _Cycle, status: Mapping[str, Any]) -> Outcome:
     return out
 
 
-def _quota(
-    c: _Cycle, cycle: Cycle, decision: Decision, admission: Admission
-) -> tuple[Cycle, Decision, bool]:
-    """The quota step (Kueue's admission): hold the job, reclaim for it, or pin its GPU type.
+def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) -> SchedulingPass:
+    """A scheduling pass over every waiting job, on the cluster as `ops` reads it now."""
+    return schedule(
+        ops.training_jobs(),
+        ops.nodes(),
+        ops.pods(),
+        QuotaView.parse(ops.queues(), ops.local_queues()),
+        decider=_decider(ops),
+        now=now,
+        include=include,
+    )
 
-    Returns the cycle (its spec narrowed to the type quota admits), the decision,
-    and whether quota holds the job back (then no priority preemption is tried).
+
+_PHASE_OF = {Action.START: "Starting", Action.WAIT: "Waiting", Action.IMPOSSIBLE: "Pending"}
+
+
+class PassCache:
+    """The current scheduling pass, shared by the reconciles of one control loop.
+
+    A pass stays current until something it did not predict changes (`invalidate`:
+    the loop calls it for every event that concerns waiting jobs, except a job
+    moving to the phase its verdict gives it) or it is `max_age_s` old (reasons
+    that change with time: deadlines, predicted completions). Call `current` and
+    `verdict` with `ClusterOps.decide_lock` held.
     """
-    if admission.verdict is Verdict.WAIT:
-        return cycle, quota_wait(admission), True
-    if admission.verdict is Verdict.RECLAIM:
-        grace = admission.grace_seconds or 30
-        why = f"reclaiming quota of queue {admission.queue}"
-        for victim in admission.victims:
-            c.ops.preempt(victim, by=cycle.key, why=why, grace_seconds=grace)
-        return cycle, quota_wait(admission), True
-    if admission.demand is None:  # quotas are off
-        return cycle, decision, False
-    gpu_type = admission.demand.gpu_type
-    option = next(t for t in c.spec.gpu_types if t.name == gpu_type)
-    narrowed = replace(cycle, spec=c.spec.model_copy(update={"gpu_types": [option]}))
-    note = f"queue {admission.queue}"
-    if admission.verdict is Verdict.BORROW:
-        lent = ", ".join(
-            f"{n} {pool[0]}" + (" GPU(s)" if pool[1] is Unit.GPUS else " share milli")
-            for pool, n in admission.borrowed.items()
-        )
-        note += f" borrows {lent} in its cohort"
-    else:
-        note += " admits it within its nominal quota"
-    if decision.action is Action.START and decision.gpu_type != gpu_type:
-        decision = narrowed.decider.decide(
-            c.namespace, narrowed.spec, narrowed.capacity, c.now, remaining=narrowed.remaining
-        )
-    if decision.action is Action.START:
-        decision = replace(decision, reason=f"{decision.reason}; {note}")
-    return narrowed, decision, False
+
+    def __init__(
+        self,
+        max_age_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_pass: Callable[[float, int], None] | None = None,
+    ) -> None:
+        """Keep passes for `max_age_s`; `on_pass(seconds, jobs)` observes each new one."""
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.on_pass = on_pass
+        self._current: SchedulingPass | None = None
+        self._made = 0.0
+        self._stale = True
+
+    def invalidate(self) -> None:
+        """Something the pass did not predict changed: the next verdict needs a new pass."""
+        self._stale = True
+
+    def phase_of(self, key: str) -> str | None:
+        """The phase the current pass gives job `key` (None: no current pass decided it)."""
+        current = self._current
+        verdict = current.verdicts.get(key) if current is not None else None
+        if verdict is None or self._stale:
+            return None
+        return _PHASE_OF[verdict.decision.action]
+
+    def current(
+        self, ops: ClusterOps, now: datetime, include: Collection[str] = ()
+    ) -> SchedulingPass:
+        """The current pass, made afresh if stale, too old, or missing a job of `include`."""
+        current = self._current
+        if (
+            current is None
+            or self._stale
+            or self.clock() - self._made > self.max_age_s
+            or any(k not in current.verdicts for k in include)
+        ):
+            self._stale = False
+            started = time.perf_counter()
+            current = fresh_pass(ops, now, include)
+            self._current, self._made = current, self.clock()
+            if self.on_pass is not None:
+                self.on_pass(time.perf_counter() - started, len(current.verdicts))
+        return current
+
+    def verdict(self, ops: ClusterOps, now: datetime, key: str) -> JobVerdict | None:
+        """Job `key`'s verdict in the current pass (None: the job has a gang already)."""
+        return self.current(ops, now, (key,)).verdicts.get(key)
 
 
 def _try_preempt(c: _Cycle, cycle: Cycle, decision: Decision) -> Decision:

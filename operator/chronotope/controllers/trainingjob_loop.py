@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -38,9 +38,11 @@ from chronotope.controllers.trainingjob import (
     STUCK_AFTER_S,
     ClusterOps,
     Outcome,
+    PassCache,
     merged_status,
     reconcile,
 )
+from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.training_status import condition
 
@@ -317,6 +319,7 @@ class TrainingJobLoop:
         self._poke = threading.Event()
         self._scope_all = False
         self._scope_open = False
+        self.passes = PassCache(clock=clock, on_pass=metrics.observe_pass)
 
     # -- waking -------------------------------------------------------------------------
 
@@ -336,13 +339,35 @@ class TrainingJobLoop:
                 self._last.pop(key, None)
             self.metrics.forget_job(key)
         wake = wake_for(kind, event, obj, seen)
+        if wake.open_jobs and self._predicted(kind, event, obj, seen):
+            wake = replace(wake, open_jobs=False)
         for key in wake.keys:
             self._add(key)
         if wake.all_jobs or wake.open_jobs:  # coalesced: the run loop wakes them in a moment
+            self.passes.invalidate()
             with self._lock:
                 self._scope_all = self._scope_all or wake.all_jobs
                 self._scope_open = True
             self._poke.set()
+
+    def _predicted(self, kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) -> bool:
+        """The event is a job's own write of the verdict the current pass gave it.
+
+        A waiting job's status moving to the phase of its verdict, or a started
+        job's planned-for annotation and status (two patches): the pass, and
+        every other waiting job's verdict in it, still hold.
+        """
+        if kind != "trainingjobs" or event != "MODIFIED" or seen is None:
+            return False
+        meta = obj.get("metadata") or {}
+        expected = self.passes.phase_of(f"{meta.get('namespace')}/{meta.get('name')}")
+        mark = mark_of(kind, obj)
+        if expected is None or (mark[0], mark[2]) != (seen[0], seen[2]):
+            return False
+        changed = dict(set(mark[1]) ^ set(seen[1]))
+        if expected == "Starting":
+            return set(changed) <= {PLANNED_FOR_ANNOTATION} and mark[3] in (seen[3], expected)
+        return not changed and mark[3] == expected
 
     def _wake_scope(self) -> None:
         with self._lock:
@@ -413,12 +438,16 @@ class TrainingJobLoop:
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             return None
         job = plain(job)
+        now = datetime.now(UTC)
+        if (job.get("status") or {}).get("phase") in _OPEN:
+            with self.ops.decide_lock:  # the pass is timed on its own (`on_pass`)
+                self.passes.current(self.ops, now, (key,))
         started = time.perf_counter()
         try:
-            outcome = reconcile(job, self.ops, datetime.now(UTC))
+            outcome = reconcile(job, self.ops, now, self.passes)
             result = "ok"
         except ValueError as exc:  # a spec the models reject: this job only, never the queue
-            outcome = invalid_outcome(job, exc, datetime.now(UTC))
+            outcome = invalid_outcome(job, exc, now)
             result = "error"
         self.metrics.reconcile_seconds.labels(result).observe(time.perf_counter() - started)
         self.metrics.observe_job(job, outcome.status)

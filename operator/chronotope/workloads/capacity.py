@@ -26,7 +26,7 @@ from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import UNBOUNDED
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 
-__all__ = ["Capacity", "NodeCapacity", "cluster_capacity", "without"]
+__all__ = ["Capacity", "NodeCapacity", "cluster_capacity", "take", "without"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,55 @@ def without(capacity: Capacity, held: Mapping[str, int]) -> list[NodeCapacity]:
     What the jobs ahead of one in its queue hold back for their own start (`workloads.gates`).
     """
     return _minus_promised(list(capacity), dict(held))
+
+
+def take(
+    capacity: Capacity,
+    gpu_type: str,
+    workers: int,
+    per_worker: int,
+    *,
+    spread: bool = False,
+    placements: Sequence[tuple[str, Sequence[int]]] = (),
+) -> list[NodeCapacity]:
+    """`capacity` after a gang starts: `workers` x `per_worker` GPUs of `gpu_type` taken.
+
+    With `placements` (node, GPU indices per worker, from a joint plan) those
+    GPUs are taken; otherwise each worker goes to the fullest node it still fits
+    on (best fit; a different node per worker when `spread`), as a packing
+    policy places it. A worker that fits nowhere is taken by count (`without`).
+    """
+    nodes = list(capacity)
+    where = {n.name: i for i, n in enumerate(nodes)}
+    if placements:
+        for name, gpus in placements:
+            i = where.get(name)
+            if i is None:
+                continue
+            n = nodes[i]
+            rest = tuple(g for g in n.free_gpus if g not in set(gpus))
+            nodes[i] = replace(n, free=max(0, n.free - len(gpus)), free_gpus=rest)
+        return nodes
+    used: set[int] = set()
+    unplaced = 0
+    for _ in range(workers):
+        best = None
+        for i, n in enumerate(nodes):
+            if n.gpu_model != gpu_type or not n.schedulable or n.free < per_worker:
+                continue
+            if spread and i in used:
+                continue
+            if best is None or n.free < nodes[best].free:
+                best = i
+        if best is None:
+            unplaced += 1
+            continue
+        used.add(best)
+        n = nodes[best]
+        nodes[best] = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
+    if unplaced:
+        return _minus_promised(nodes, {gpu_type: unplaced * per_worker})
+    return nodes
 
 
 def _minus_promised(nodes: list[NodeCapacity], promised: dict[str, int]) -> list[NodeCapacity]:

@@ -1,13 +1,11 @@
 """The TrainingJob start gates, in the shape of kube-scheduler's plugins (pure).
 
-`decide` says whether one job could start now and where. Before the
-controller starts it, the gates of `START_GATES` run in order on that
-decision, each able only to hold the start back (turn it into a WAIT with a
-reason) or to move it to another GPU type:
+`decide` says whether one job could start now and where, on the capacity a
+scheduling pass (`workloads.training_pass`) has left when the job's turn comes.
+Before the controller starts it, the gates of `START_GATES` run in order on
+that decision, each able only to hold the start back (turn it into a WAIT
+with a reason) or to move it to another GPU type:
 
-- `QueueGate`: the jobs ahead of this one in its queue hold back the GPUs
-  their own planned start now needs (backfill by reservation): this job
-  starts only on what is left over;
 - `FleetGate`: the cluster-wide training policy (the code `chronotope simulate
   training` runs) would not start it now, or would start it on another type;
 - `JointGate`: the joint CP-SAT plan of the jobs that could start now gives
@@ -34,7 +32,7 @@ from typing import Any, ClassVar, Protocol
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
-from chronotope.workloads.capacity import Capacity, without
+from chronotope.workloads.capacity import Capacity
 from chronotope.workloads.fleet import (
     BandPlan,
     FleetJob,
@@ -48,7 +46,7 @@ from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.joint import Contender, arbitrate, options_for
 from chronotope.workloads.preemption import Preemption, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
-from chronotope.workloads.queueing import jobs_ahead, queue_key
+from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.replan import (
     completed_fraction,
     parse_time,
@@ -66,10 +64,8 @@ __all__ = [
     "FleetGate",
     "Gate",
     "JointGate",
-    "QueueGate",
     "frees_at",
     "job_key",
-    "planned_start",
     "preempt",
     "run_gates",
 ]
@@ -81,9 +77,6 @@ CONTENDING = (None, "", "Waiting", "Resizing")
 
 MAX_CONTENDERS = 8
 """Other jobs in one joint plan at most (queue heads, in queue order)."""
-
-NAMED_HOLDERS = 3
-"""Jobs ahead named in a queued job's reason at most (the rest are "...")."""
 
 ProfileLookup = Callable[[str, str], "ModelProfile | str"]
 """(namespace, ConfigMap name) -> the model profile, or why it cannot be used."""
@@ -111,7 +104,10 @@ class Decider:
         self._profile = profile
         self._pods = pods
         self._memo: dict[tuple[Any, ...], tuple[Capacity, Decision]] = {}
-        self._bands: dict[tuple[Any, ...], tuple[Cycle, BandPlan, frozenset[str]]] = {}
+        self._bands: dict[
+            tuple[Any, ...],
+            tuple[Capacity, Sequence[Mapping[str, Any]], BandPlan, frozenset[str]],
+        ] = {}
 
     def band(self, cycle: Cycle, priority: int) -> tuple[BandPlan, frozenset[str]]:
         """The fleet policy's plan for the band of `priority`, and the band's jobs; once a cycle.
@@ -120,12 +116,13 @@ class Decider:
         workers yet) or holds GPUs, the job being decided included: each reconcile,
         and each job ahead in a queue, reads the same plan.
         """
-        key = (priority, id(cycle.capacity), id(cycle.jobs), cycle.now)
+        capacity, jobs = cycle.band_on or (cycle.capacity, cycle.jobs)
+        key = (priority, id(capacity), id(jobs), cycle.now)
         hit = self._bands.get(key)
-        if hit is not None and hit[0].capacity is cycle.capacity and hit[0].jobs is cycle.jobs:
-            return hit[1], hit[2]
+        if hit is not None and hit[0] is capacity and hit[1] is jobs:
+            return hit[2], hit[3]
         band: list[tuple[FleetJob, int]] = []
-        for job in cycle.jobs:
+        for job in jobs:
             meta = job.get("metadata") or {}
             phase = (job.get("status") or {}).get("phase")
             if meta.get("deletionTimestamp") or phase not in (*CONTENDING, "Running", "Starting"):
@@ -139,9 +136,9 @@ class Decider:
                 continue  # started a moment ago: its GPUs already count as taken
             f = _fleet_job(job, spec, cycle.now)
             band.append((f, f.running_gpus or gang_gpus(spec)))
-        plan = plan_band(band, cycle.capacity, cycle.now)
+        plan = plan_band(band, capacity, cycle.now)
         members = frozenset(f.key for f, _ in band if f.running_on is None)
-        self._bands[key] = (cycle, plan, members)
+        self._bands[key] = (capacity, jobs, plan, members)
         return plan, members
 
     def planner(self, namespace: str, spec: TrainingJobSpec) -> ProfilePlanner | str | None:
@@ -210,6 +207,9 @@ class Cycle:
     """Share of the job's work still to do (1.0 for a fresh job)."""
     nodes: Sequence[Mapping[str, Any]] = field(default=())
     pods: Sequence[Mapping[str, Any]] = field(default=())
+    band_on: tuple[Capacity, Sequence[Mapping[str, Any]]] | None = None
+    """The capacity and jobs the fleet policy's band plan reads, when not this cycle's
+    (a scheduling pass plans each band once, on the capacity it started from)."""
 
     @property
     def key(self) -> str:
@@ -373,7 +373,13 @@ def _enact(
     if outcome.gpu_type is None:
         return decision
     if outcome.gpu_type != decision.gpu_type:
-        option = next(t for t in spec.gpu_types if t.name == outcome.gpu_type)
+        option = next((t for t in spec.gpu_types if t.name == outcome.gpu_type), None)
+        if option is None:  # quota admits the job on the decision's type only: start there
+            return replace(
+                decision,
+                reason=f"{decision.reason} (the fleet policy would pick {outcome.gpu_type}, "
+                "which its queue's quota does not admit now)",
+            )
         only = spec.model_copy(update={"gpu_types": [option]})
         there = cycle.decider.decide(
             namespace, only, cycle.capacity, cycle.now, remaining=remaining
@@ -384,73 +390,6 @@ def _enact(
             )
         decision = there
     return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
-
-
-class QueueGate:
-    """Start a job only on the GPUs the jobs ahead of it in its queue leave over.
-
-    Backfill by reservation: each waiting job ahead (policy order: priority,
-    then deadline, then age) that would start now, as `decide` and the fleet
-    policy say, holds back the GPUs of that start on its type; this job is
-    decided again on the capacity without them and starts if it still fits
-    (on another type or with fewer workers if that is what fits). A job ahead
-    that cannot start now, or that the fleet policy plans for later, holds
-    nothing back, so an idle GPU never waits for a blocked head.
-    """
-
-    name: ClassVar[str] = "queue"
-    advisory: ClassVar[bool] = False
-
-    def __call__(self, cycle: Cycle, decision: Decision) -> Decision:
-        """The decision on what the jobs ahead leave over, or WAIT naming who holds the GPUs."""
-        mine = {t.name for t in cycle.spec.gpu_types}
-        held: dict[str, int] = {}
-        holders: list[str] = []
-        for job, spec in jobs_ahead(cycle.job, cycle.spec, cycle.jobs):
-            start = planned_start(cycle, job, spec)
-            if start is None or start[0] not in mine:
-                continue
-            held[start[0]] = held.get(start[0], 0) + start[1]
-            holders.append(f"{job_key(job)} ({start[1]} on {start[0]})")
-        if not held:
-            return decision
-        left = without(cycle.capacity, held)
-        d = cycle.decider.decide(
-            cycle.namespace, cycle.spec, left, cycle.now, remaining=cycle.remaining
-        )
-        if d.action is Action.START:
-            if (d.gpu_type, d.workers) == (decision.gpu_type, decision.workers):
-                return decision
-            return replace(d, reason=f"{d.reason} (beside the jobs ahead in its queue)")
-        shown = ", ".join(holders[:NAMED_HOLDERS]) + (
-            " ..." if len(holders) > NAMED_HOLDERS else ""
-        )
-        return Decision(
-            Action.WAIT,
-            f"queued behind {holders[0].split(' ')[0]} in queue {cycle.spec.queue} "
-            "(policy order: priority, then deadline, then age): the jobs ahead that start "
-            f"now hold the GPUs it fits on: {shown}",
-        )
-
-
-def planned_start(
-    cycle: Cycle, job: Mapping[str, Any], spec: TrainingJobSpec
-) -> tuple[str, int] | None:
-    """The GPU type and GPUs `job` would start on now (`decide`, then the fleet policy), or None.
-
-    A job whose workers exist already (it started; its status is not in the view yet)
-    starts nothing more: its GPUs count as taken in the capacity.
-    """
-    if cycle.decider.has_gang(job):
-        return None
-    namespace = str(job["metadata"]["namespace"])
-    left = remaining_work(job.get("status") or {})
-    d = cycle.decider.decide(namespace, spec, cycle.capacity, cycle.now, remaining=left)
-    if d.action is Action.START:
-        d = fleet_verdict(cycle, job, spec, d, left)
-    if d.action is not Action.START or d.gpu_type is None:
-        return None
-    return d.gpu_type, d.workers * d.gpus_per_worker
 
 
 class FleetGate:
@@ -468,9 +407,9 @@ class JointGate:
     """Start only if the joint CP-SAT plan of the jobs that could start now starts this one.
 
     The contenders are the heads of the other queues: in each queue, the first
-    job (policy order) wanting an overlapping GPU type that could start now;
-    jobs behind it wait for it anyway (the queue gate), and so do the jobs
-    behind this one in its own queue. When the plan starts this job, its nodes
+    job (policy order) wanting an overlapping GPU type that could start now and
+    that the fleet policy would start; jobs behind this one in its own queue
+    come after it in the scheduling pass anyway. When the plan starts this job, its nodes
     and GPUs go on the decision (the extender honours them).
     """
 
@@ -493,8 +432,10 @@ class JointGate:
             ns = str(job["metadata"].get("namespace"))
             left = remaining_work(job.get("status") or {})
             best = cycle.decider.decide(ns, spec, cycle.capacity, cycle.now, remaining=left)
+            if best.action is Action.START:
+                best = fleet_verdict(cycle, job, spec, best, left)
             if best.action is not Action.START:
-                continue  # cannot start: it does not hold its queue back (backfilling)
+                continue  # cannot start, or the fleet policy holds it: it contends for nothing
             served.add(spec.queue)
             options = cycle.start_options(ns, spec, best, left)
             contenders.append(Contender(job_key(job), spec, options))
@@ -517,7 +458,7 @@ class JointGate:
         )
 
 
-START_GATES: tuple[Gate, ...] = (QueueGate(), FleetGate(), JointGate())
+START_GATES: tuple[Gate, ...] = (FleetGate(), JointGate())
 """The gates a START passes, in order."""
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "next_releases",
     "queue_report",
     "quota_admission",
+    "quota_admissions",
     "quota_wait",
 ]
 
@@ -150,12 +151,14 @@ def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> Admitted
 
 
 def _cycle(
-    view: QuotaView, jobs: Sequence[Mapping[str, Any]], first: tuple[str, Decision] | None = None
+    view: QuotaView,
+    jobs: Sequence[Mapping[str, Any]],
+    first: Mapping[str, Decision] | None = None,
 ) -> tuple[QuotaBook, list[PendingWorkload]]:
     """The book of what started jobs hold, and the waiting jobs in queue order.
 
-    `first` = (job key, its START decision): that job asks for the decision's
-    type and workers before its other alternatives.
+    `first` maps a job key to its START decision: that job asks for the
+    decision's type and workers before its other alternatives.
     """
     admitted: list[AdmittedWorkload] = []
     pending: list[PendingWorkload] = []
@@ -172,8 +175,8 @@ def _cycle(
         if status.get("phase") in HOLDING:
             continue  # a started job of a missing (Local)Queue counts nowhere
         alternatives = demands_of(spec)
-        if first is not None and first[0] == key:
-            alternatives = _decided_first(spec, first[1], alternatives)
+        if first is not None and key in first:
+            alternatives = _decided_first(spec, first[key], alternatives)
         pending.append(PendingWorkload(key, namespace, spec.queue, alternatives))
     return QuotaBook(view.queues, view.local_queues, admitted), pending
 
@@ -200,29 +203,59 @@ def quota_admission(
 ) -> tuple[Admission, frozenset[str]]:
     """The quota verdict for `job` (whose start `decision` may be a START or a WAIT) now.
 
-    ADMIT or BORROW name the GPU type quota lets it start on; RECLAIM names the
-    borrowed jobs to stop first (with their grace period); WAIT says which quota
-    blocks. Also returns the other waiting jobs that quota holds back in the same
-    cycle: they do not contend for GPUs. With no Queue at all, every job is admitted.
+    One job's view of `quota_admissions`; also returns the other jobs that quota
+    holds back in the same cycle (they do not contend for GPUs).
     """
     key = _key(job)
-    if not view.on:
-        return Admission(key, Verdict.ADMIT, message="no Queue exists: quotas are off"), frozenset()
     others = [j for j in jobs if _key(j) != key]
-    book, pending = _cycle(view, [*others, job], (key, decision))
-    decisions = admit(book, pending, now.timestamp())
-    mine = decisions[key]
-    if mine.verdict is Verdict.WAIT and mine.reason is WaitReason.QUOTA_EXCEEDED:
-        asking = next(p for p in pending if p.key == key)
-        found = quota_frees_at(book, asking, _releases(jobs))
-        if found is not None:
-            when = datetime.fromtimestamp(found[0], UTC)
-            text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
-            decisions[key] = replace(mine, message=text)
+    decisions = quota_admissions(view, [*others, job], {key: decision}, now, explain={key})
     held = frozenset(
         k for k, d in decisions.items() if k != key and d.verdict in (Verdict.WAIT, Verdict.RECLAIM)
     )
     return decisions[key], held
+
+
+def quota_admissions(
+    view: QuotaView,
+    jobs: Sequence[Mapping[str, Any]],
+    decided: Mapping[str, Decision],
+    now: datetime,
+    explain: Iterable[str] | None = None,
+) -> dict[str, Admission]:
+    """The quota verdict of every waiting job now: one admission cycle (Kueue's).
+
+    `decided` maps a job key to its start decision (a START asks for its type and
+    workers first). ADMIT or BORROW name the GPU type quota lets a job start on;
+    RECLAIM names the borrowed jobs to stop first (with their grace period); WAIT
+    says which quota blocks, and for the jobs in `explain` (all if None) when the
+    quota frees up. With no Queue at all, every job is admitted.
+    """
+    if not view.on:
+        off = "no Queue exists: quotas are off"
+        return {
+            k: Admission(k, Verdict.ADMIT, message=off)
+            for k in (decided if explain is None else explain)
+        }
+    book, pending = _cycle(view, jobs, decided)
+    decisions = admit(book, pending, now.timestamp())
+    wanted = None if explain is None else set(explain)
+    releases = _releases(jobs)
+    found_for: dict[tuple[str | None, tuple[Demand, ...]], tuple[float, str] | None] = {}
+    for asking in pending:
+        mine = decisions[asking.key]
+        if mine.verdict is not Verdict.WAIT or mine.reason is not WaitReason.QUOTA_EXCEEDED:
+            continue
+        if wanted is not None and asking.key not in wanted:
+            continue
+        memo = (mine.queue, asking.alternatives)  # same queue, same asks: the same answer
+        if memo not in found_for:
+            found_for[memo] = quota_frees_at(book, asking, releases)
+        found = found_for[memo]
+        if found is not None:
+            when = datetime.fromtimestamp(found[0], UTC)
+            text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
+            decisions[asking.key] = replace(mine, message=text)
+    return decisions
 
 
 def _releases(jobs: Sequence[Mapping[str, Any]]) -> list[tuple[float, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -216,3 +217,31 @@ def test_a_deleted_job_is_left_alone() -> None:
     loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
     assert loop.reconcile_key("ns/gone") is None
     assert ops.writes == []
+
+
+def test_one_pass_serves_every_waiting_job_until_something_unpredicted_changes() -> None:
+    # three one-node jobs on two nodes: one pass decides all three (two start, one waits)
+    jobs = [job(n) for n in ("a", "b", "c")]
+    for i, j in enumerate(jobs):
+        j["metadata"]["creationTimestamp"] = f"2030-01-01T00:00:0{i}Z"
+    ops = LoopOps([node("h-0"), node("h-1")], jobs)
+    passes: list[int] = []
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    loop.passes.on_pass = lambda _s, n: passes.append(n)
+    for j in jobs:
+        loop.on_change("trainingjobs", "ADDED", copy.deepcopy(j))
+    for key in ("ns/a", "ns/b", "ns/c"):
+        loop.reconcile_key(key)
+        written = ops.training_job(*key.split("/"))
+        assert written is not None
+        # the job's own write of its verdict comes back as an event: the pass still holds
+        loop.on_change("trainingjobs", "MODIFIED", copy.deepcopy(written))
+    assert passes == [3]
+    assert [j["status"]["phase"] for j in jobs] == ["Starting", "Starting", "Waiting"]
+    assert "queued behind ns/a" in jobs[2]["status"]["whyWaiting"]
+    # a worker bound to a node was not predicted by the pass: the next verdict needs a new one
+    pod = ops._pods[0]
+    loop.on_change("pods", "ADDED", pod)
+    loop.on_change("pods", "MODIFIED", pod | {"spec": pod["spec"] | {"nodeName": "h-0"}})
+    loop.reconcile_key("ns/c")
+    assert passes == [3, 1]

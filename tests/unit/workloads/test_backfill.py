@@ -10,20 +10,21 @@ and holds nothing; conditions never contradict each other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.controllers.trainingjob import merged_status, reconcile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
 from chronotope.workloads.capacity import NodeCapacity
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.gates import Cycle, Decider, QueueGate
+from chronotope.workloads.gates import Decider
 from chronotope.workloads.parallelism import Degrees
 from chronotope.workloads.training import Action, Decision
+from chronotope.workloads.training_pass import schedule
+from chronotope.workloads.training_quota import QuotaView
 from chronotope.workloads.training_status import (
     pods_status,
     resizing_status,
@@ -225,7 +226,7 @@ def test_jobs_behind_a_stuck_head_fill_every_idle_l4() -> None:
         j["status"]["whyWaiting"] for j in waiting if "queued behind" in j["status"]["whyWaiting"]
     ]
     assert queued
-    assert all(q.endswith("hold the GPUs it fits on: scale/s000 (1 on L4)") for q in queued)
+    assert all(q.endswith("take the GPUs it fits on: scale/s000 (1 on L4)") for q in queued)
     # next round the re-planned head takes the last one: all 8 L4s busy
     assert one_round(ops, jobs) == ["s000"]
     assert started_on(ops, ["s000"]) == {"s000": "L4"}
@@ -243,7 +244,7 @@ def test_freed_gpus_go_to_the_queue_at_once() -> None:
     assert busy_l4s(ops) == 8
 
 
-# ------------------------------------------------------------------ QueueGate: reservations
+# ------------------------------------------------------- the scheduling pass: reservations
 def capacity(l4_free: int) -> list[NodeCapacity]:
     return [
         NodeCapacity("v100-0", "V100-SXM2-32GB", 4, 0, True),
@@ -252,21 +253,22 @@ def capacity(l4_free: int) -> list[NodeCapacity]:
     ]
 
 
-def gate_cycle(me: dict[str, Any], jobs: list[dict[str, Any]], cap: list[NodeCapacity]) -> Cycle:
-    return Cycle(
-        job=me,
-        spec=TrainingJobSpec.model_validate(me["spec"]),
+def one_pass(
+    jobs: list[dict[str, Any]],
+    cap: list[NodeCapacity],
+    pods: Callable[[str, str], list[dict[str, Any]]] = lambda *_: [],
+) -> dict[str, Decision]:
+    """Each job's decision in one scheduling pass on `cap` (quotas off)."""
+    done = schedule(
+        jobs,
+        [],
+        [],
+        QuotaView.parse([], []),
+        decider=Decider(lambda _n, name: f"model profile {name} not found", pods),
         now=NOW,
         capacity=cap,
-        jobs=jobs,
-        decider=Decider(lambda _n, name: f"model profile {name} not found", lambda *_: []),
     )
-
-
-def start(c: Cycle) -> Decision:
-    d = c.decider.decide(c.namespace, c.spec, c.capacity, NOW)
-    assert d.action is Action.START
-    return d
+    return {k.split("/")[1]: v.decision for k, v in done.verdicts.items()}
 
 
 TYPES = {"V100-SXM2-32GB": 1.2, "L4": 1.0}
@@ -280,26 +282,23 @@ TYPES = {"V100-SXM2-32GB": 1.2, "L4": 1.0}
     ],
 )
 def test_backfill_never_takes_what_the_heads_planned_start_needs(gpus: int, starts: bool) -> None:
-    # 5 L4s free; the head (higher priority, first in the queue) starts now on 4 of them
+    # 5 L4s free; the head (higher priority, first in policy order) starts now on 4 of them
     head = tjob("head", created=NOW, gpus=4, priority=5, types=TYPES, phase="Waiting")
     me = tjob("me", created=NOW - timedelta(hours=1), gpus=gpus, types=TYPES, phase="Waiting")
-    c = gate_cycle(me, [head, me], capacity(5))
-    d = QueueGate()(c, start(c))
-    assert (d.action is Action.START) is starts
+    d = one_pass([me, head], capacity(5))
+    assert d["head"].action is Action.START  # the head's start is untouched by the job behind it
+    assert (d["me"].action is Action.START) is starts
     if not starts:
-        assert d.reason.startswith("queued behind scale/head in queue default")
-        assert "scale/head (4 on L4)" in d.reason
-    # the head's own start is untouched by the job behind it
-    hc = gate_cycle(head, [head, me], capacity(5))
-    assert QueueGate()(hc, start(hc)).action is Action.START
+        assert d["me"].reason.startswith("queued behind scale/head (policy order")
+        assert "scale/head (4 on L4)" in d["me"].reason
 
 
 def test_a_head_that_cannot_start_now_holds_nothing_back() -> None:
     head = tjob("head", created=NOW, gpus=8, priority=5, types=TYPES, phase="Waiting")
     me = tjob("me", created=NOW, types=TYPES, phase="Waiting")
-    c = gate_cycle(me, [head, me], capacity(5))
-    d = start(c)
-    assert QueueGate()(c, d) is d
+    d = one_pass([head, me], capacity(5))
+    assert d["head"].action is not Action.START
+    assert d["me"].action is Action.START
 
 
 def test_a_head_whose_workers_exist_already_holds_nothing_back() -> None:
@@ -313,16 +312,9 @@ def test_a_head_whose_workers_exist_already_holds_nothing_back() -> None:
             "labels": {JOB_LABEL: "head", "chronotope.dev/gang-generation": "0"},
         }
     }
-    c = Cycle(
-        job=me,
-        spec=TrainingJobSpec.model_validate(me["spec"]),
-        now=NOW,
-        capacity=capacity(5),
-        jobs=[head, me],
-        decider=Decider(lambda _n, name: name, lambda _ns, sel: [worker] if "head" in sel else []),
-    )
-    d = start(c)
-    assert QueueGate()(c, d) is d
+    d = one_pass([head, me], capacity(5), lambda _ns, sel: [worker] if "head" in sel else [])
+    assert "head" not in d  # decided already: its GPUs are in the capacity
+    assert d["me"].action is Action.START
 
 
 def test_a_job_that_fits_only_on_another_type_beside_the_head_moves_there() -> None:
@@ -334,12 +326,26 @@ def test_a_job_that_fits_only_on_another_type_beside_the_head_moves_there() -> N
         "head", created=NOW, gpus=2, priority=5, types={"V100-SXM2-32GB": 1.0}, phase="Waiting"
     )
     me = tjob("me", created=NOW, gpus=2, types=TYPES, phase="Waiting")
-    c = gate_cycle(me, [head, me], cap)
-    d = start(c)
-    assert d.gpu_type == "V100-SXM2-32GB"  # the faster type, with room for either job
-    moved = QueueGate()(c, d)
-    assert moved.action is Action.START
-    assert moved.gpu_type == "L4"
+    alone = one_pass([me], cap)["me"]
+    assert alone.gpu_type == "V100-SXM2-32GB"  # the faster type, with room for either job
+    d = one_pass([head, me], cap)
+    assert d["head"].gpu_type == "V100-SXM2-32GB"
+    assert d["me"].action is Action.START
+    assert d["me"].gpu_type == "L4"
+
+
+def test_a_pass_never_starts_more_than_the_capacity_holds() -> None:
+    # nine one-GPU jobs in two queues on 5 free L4s: five start, each on a distinct GPU
+    jobs = [
+        tjob(f"j{i}", created=NOW - timedelta(minutes=i), types={"L4": 1.0}, phase="Waiting")
+        for i in range(9)
+    ]
+    for i, j in enumerate(jobs):
+        j["spec"]["queue"] = f"q{i % 2}"
+    d = one_pass(jobs, capacity(5))
+    assert sum(x.action is Action.START for x in d.values()) == 5
+    # the oldest five (policy order: priority, deadline, then age) are the ones that start
+    assert {k for k, x in d.items() if x.action is Action.START} == {f"j{i}" for i in range(4, 9)}
 
 
 # ------------------------------------------------------------------ one reason per status

@@ -15,7 +15,6 @@ from chronotope.workloads.gates import (
     Decider,
     FleetGate,
     JointGate,
-    QueueGate,
     frees_at,
     preempt,
     run_gates,
@@ -107,31 +106,6 @@ def test_a_missing_profile_makes_the_job_impossible_with_its_cause() -> None:
     assert d.action is Action.IMPOSSIBLE
     assert d.cause == "ProfileMissing"
     assert "opt-350" in d.reason
-
-
-# --------------------------------------------------------------------- QueueGate
-def test_queue_gate_holds_a_job_behind_an_older_one_that_could_start() -> None:
-    older = job("older", created="2029-12-31T00:00:00Z")
-    c = cycle(job("me"), [older])
-    d = QueueGate()(c, start_of(c))
-    assert d.action is Action.WAIT
-    assert "queued behind ns/older in queue default" in d.reason
-
-
-@pytest.mark.parametrize(
-    "ahead",
-    [
-        pytest.param(job("big", workers=2, created="2029-12-31T00:00:00Z"), id="cannot-start"),
-        pytest.param(
-            job("other-queue", queue="b", created="2029-12-31T00:00:00Z"), id="other-queue"
-        ),
-        pytest.param(job("running", phase="Running", created="2029-12-31T00:00:00Z"), id="running"),
-    ],
-)
-def test_queue_gate_lets_a_job_pass(ahead: dict[str, Any]) -> None:
-    c = cycle(job("me"), [ahead])
-    d = start_of(c)
-    assert QueueGate()(c, d) is d
 
 
 # --------------------------------------------------------------------- FleetGate

@@ -1,11 +1,11 @@
-"""Within a queue, jobs start in policy order (priority, deadline, age), with backfilling."""
+"""The policy order (priority, deadline, age); the pass that uses it is in test_backfill."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.queueing import blocking_job, queue_key
+from chronotope.workloads.queueing import queue_key
 
 
 def job(
@@ -58,24 +58,3 @@ def test_policy_order_is_priority_then_deadline_then_age() -> None:
         "old",
         "young",
     ]
-
-
-def test_a_startable_job_ahead_blocks_the_one_behind() -> None:
-    me, ahead = job("me"), job("ahead", priority=5)
-    assert blocking_job(me, spec_of(me), [me, ahead], always) == "ns/ahead"
-
-
-def test_backfill_when_the_job_ahead_cannot_start() -> None:
-    me, ahead = job("me"), job("big", priority=5, gpus=8)
-    assert blocking_job(me, spec_of(me), [me, ahead], lambda _job, s: s.gpu.count == 1) is None
-
-
-def test_other_queues_running_jobs_and_other_gpu_types_do_not_block() -> None:
-    me = job("me")
-    others = [
-        job("other-queue", priority=5, queue="research"),
-        job("running", priority=5, phase="Running"),
-        job("other-type", priority=5, gpu="T4"),
-        job("behind", priority=-1),
-    ]
-    assert blocking_job(me, spec_of(me), [me, *others], always) is None

@@ -1,0 +1,303 @@
+"""One scheduling pass over every waiting TrainingJob (pure; KAI-Scheduler's `runOnce`).
+
+Each job's start used to be decided in its own reconcile, against every job
+ahead of it re-decided from scratch: N waiting jobs cost N^2 decisions a round
+(issue 18, part 7). A pass decides them all at once, in the policy order of
+`workloads.queueing.queue_key` (priority, then deadline, then age), on one
+capacity that shrinks as it goes:
+
+1. the cluster's capacity and every waiting job's start decision on it;
+2. the quota step (`training_quota.quota_admissions`, one Kueue admission
+   cycle): who waits for quota, who reclaims, and the GPU type quota admits;
+3. in policy order, each job still in the running is decided on what the
+   jobs before it left, then passes the start gates (`gates.START_GATES`);
+   a start takes its GPUs from the capacity (`capacity.take`), so a job
+   behind it starts only on what is left over (backfill by reservation: a
+   job ahead that cannot start holds nothing back, and no GPU idles behind a
+   blocked head).
+
+The result is one `JobVerdict` per job; the controller enacts a job's verdict
+in that job's reconcile (start its gang, or write why it waits, preempt or
+reclaim), and computes a new pass only when something the pass did not itself
+predict changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
+from chronotope.workloads.capacity import Capacity, cluster_capacity, take
+from chronotope.workloads.gates import (
+    START_GATES,
+    Cycle,
+    Decider,
+    Gate,
+    JointGate,
+    frees_at,
+    job_key,
+    run_gates,
+)
+from chronotope.workloads.job_spec import job_spec_or_none
+from chronotope.workloads.queueing import queue_key
+from chronotope.workloads.quota import Admission, Unit, Verdict
+from chronotope.workloads.replan import remaining_work
+from chronotope.workloads.training import Action, Decision
+from chronotope.workloads.training_quota import (
+    HOLDING,
+    QuotaView,
+    quota_admissions,
+    quota_wait,
+)
+
+__all__ = ["JOINT_PER_PASS", "NAMED_HOLDERS", "JobVerdict", "SchedulingPass", "schedule"]
+
+NAMED_HOLDERS = 3
+"""Jobs ahead named in a queued job's reason at most (the rest are "...")."""
+
+JOINT_PER_PASS = 16
+"""Starts per pass that the joint CP-SAT gate arbitrates; later ones skip it (it is
+advisory, and one CP-SAT solve per start would make a pass over thousands of jobs
+quadratic in solver time). The fleet gate still runs for every start."""
+
+_ENDED = ("Succeeded", "Failed")
+_POLICY_ORDER = "policy order: priority, then deadline, then age"
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    """What the pass decided for one job, and what its reconcile needs to enact it."""
+
+    decision: Decision
+    cycle: Cycle
+    """The job's cycle as decided: the capacity left at its turn, its spec as quota narrowed it."""
+    admission: Admission | None = None
+    """The quota verdict (None when quotas are off or the job cannot run at all)."""
+    held_by_quota: bool = False
+    """Quota holds the job back (WAIT or RECLAIM): no priority preemption is tried."""
+
+
+@dataclass(frozen=True)
+class SchedulingPass:
+    """The verdicts of one pass, by job key (`namespace/name`)."""
+
+    now: datetime
+    verdicts: Mapping[str, JobVerdict] = field(default_factory=dict)
+
+    @property
+    def starting(self) -> frozenset[str]:
+        """The jobs this pass starts."""
+        return frozenset(k for k, v in self.verdicts.items() if v.decision.action is Action.START)
+
+
+def _waiting(job: Mapping[str, Any]) -> bool:
+    meta = job.get("metadata") or {}
+    phase = (job.get("status") or {}).get("phase")
+    return not meta.get("deletionTimestamp") and phase not in (*HOLDING, *_ENDED)
+
+
+def _narrowed(spec: TrainingJobSpec, admission: Admission) -> TrainingJobSpec:
+    if admission.demand is None:
+        return spec
+    gpu_type = admission.demand.gpu_type
+    option = next((t for t in spec.gpu_types if t.name == gpu_type), None)
+    if option is None:
+        return spec
+    return spec.model_copy(update={"gpu_types": [option]})
+
+
+def _quota_note(admission: Admission) -> str:
+    note = f"queue {admission.queue}"
+    if admission.verdict is Verdict.BORROW:
+        lent = ", ".join(
+            f"{n} {pool[0]}" + (" GPU(s)" if pool[1] is Unit.GPUS else " share milli")
+            for pool, n in admission.borrowed.items()
+        )
+        return f"{note} borrows {lent} in its cohort"
+    return f"{note} admits it within its nominal quota"
+
+
+def _started(job: Mapping[str, Any], d: Decision, now: datetime) -> dict[str, Any]:
+    """`job` as it will look once started: Starting on the decision's type (for later jobs)."""
+    plan = {
+        "gpuType": d.gpu_type,
+        "workers": d.workers,
+        "totalGpus": d.workers * d.gpus_per_worker,
+        "startTime": now.isoformat(),
+    }
+    if d.finish is not None:
+        plan["predictedCompletionTime"] = d.finish.isoformat()
+    return {**job, "status": {**(job.get("status") or {}), "phase": "Starting", "plan": plan}}
+
+
+def _queued_behind(
+    spec: TrainingJobSpec, starts: Sequence[tuple[str, str, int]], fallback: Decision
+) -> Decision:
+    """WAIT naming the jobs ahead that this pass starts on a type `spec` accepts."""
+    mine = {t.name for t in spec.gpu_types}
+    holders = [f"{k} ({n} on {t})" for k, t, n in starts if t in mine]
+    if not holders:
+        return fallback
+    shown = ", ".join(holders[:NAMED_HOLDERS]) + (" ..." if len(holders) > NAMED_HOLDERS else "")
+    return Decision(
+        Action.WAIT,
+        f"queued behind {holders[0].split(' ')[0]} ({_POLICY_ORDER}): the jobs ahead "
+        f"that start now take the GPUs it fits on: {shown}",
+    )
+
+
+def schedule(
+    jobs: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    view: QuotaView,
+    *,
+    decider: Decider,
+    now: datetime,
+    include: Collection[str] = (),
+    gates: Sequence[Gate] = START_GATES,
+    capacity: Capacity | None = None,
+) -> SchedulingPass:
+    """Decide every waiting job (and those in `include`) at `now`; see the module docstring.
+
+    A job waits when it has no live gang and is neither started nor ended; a
+    job whose spec the models reject is left out (it holds nothing back).
+    `capacity` replaces the one read from `nodes` and `pods` (a test seam).
+    """
+    if capacity is None:
+        capacity = cluster_capacity(nodes, pods)
+    frees = frees_at(jobs, "")
+    order: list[tuple[Mapping[str, Any], TrainingJobSpec]] = []
+    for job in sorted(jobs, key=queue_key):
+        if not (_waiting(job) or job_key(job) in include):
+            continue
+        spec = job_spec_or_none(job)
+        if spec is None or decider.has_gang(job):
+            continue
+        order.append((job, spec))
+    first = {
+        job_key(job): decider.decide(
+            str(job["metadata"]["namespace"]),
+            spec,
+            capacity,
+            now,
+            frees_at=frees,
+            remaining=remaining_work(job.get("status") or {}),
+        )
+        for job, spec in order
+    }
+    admissions: dict[str, Admission] = {}
+    if view.on:
+        asking = {k: d for k, d in first.items() if d.action is not Action.IMPOSSIBLE}
+        admissions = quota_admissions(view, jobs, asking, now)
+    held = {
+        k
+        for k, a in admissions.items()
+        if k in first and a.verdict in (Verdict.WAIT, Verdict.RECLAIM)
+    }
+    others = [j for j in jobs if job_key(j) not in held]  # the competition the gates see
+    run = _Pass(
+        now=now,
+        decider=decider,
+        gates=gates,
+        frees=frees,
+        capacity=capacity,
+        left=capacity,
+        others=others,
+        band_on=(capacity, list(others)),
+        index={job_key(j): i for i, j in enumerate(others)},
+        nodes=nodes,
+        pods=pods,
+    )
+    verdicts: dict[str, JobVerdict] = {}
+    for job, spec in order:
+        key = job_key(job)
+        verdicts[key] = run.verdict(job, spec, first[key], admissions.get(key), key in held)
+    return SchedulingPass(now, verdicts)
+
+
+@dataclass
+class _Pass:
+    """The state of a pass in progress: the capacity left, the starts so far."""
+
+    now: datetime
+    decider: Decider
+    gates: Sequence[Gate]
+    frees: Mapping[str, datetime]
+    capacity: Capacity
+    left: Capacity
+    others: list[Mapping[str, Any]]
+    band_on: tuple[Capacity, Sequence[Mapping[str, Any]]]
+    index: dict[str, int]
+    nodes: Sequence[Mapping[str, Any]]
+    pods: Sequence[Mapping[str, Any]]
+    starts: list[tuple[str, str, int]] = field(default_factory=list)
+    joint_left: int = JOINT_PER_PASS
+
+    def verdict(
+        self,
+        job: Mapping[str, Any],
+        spec: TrainingJobSpec,
+        first: Decision,
+        admission: Admission | None,
+        held: bool,
+    ) -> JobVerdict:
+        """Decide `job` on what is left (`first`: its decision on the whole capacity)."""
+        ns = str(job["metadata"]["namespace"])
+        remaining = remaining_work(job.get("status") or {})
+        cycle = Cycle(
+            job=job,
+            spec=spec,
+            now=self.now,
+            capacity=self.left,
+            jobs=self.others,
+            decider=self.decider,
+            remaining=remaining,
+            nodes=self.nodes,
+            pods=self.pods,
+            band_on=self.band_on,
+        )
+        if first.action is Action.IMPOSSIBLE:
+            return JobVerdict(first, cycle)
+        if held:
+            assert admission is not None
+            return JobVerdict(quota_wait(admission), cycle, admission, held_by_quota=True)
+        narrowed = spec if admission is None else _narrowed(spec, admission)
+        decision = first
+        if narrowed is not spec or self.left is not self.capacity:
+            cycle = replace(cycle, spec=narrowed)
+            decision = self.decider.decide(
+                ns, narrowed, self.left, self.now, frees_at=self.frees, remaining=remaining
+            )
+        if decision.action is Action.START:
+            if admission is not None and admission.demand is not None:
+                decision = replace(decision, reason=f"{decision.reason}; {_quota_note(admission)}")
+            use = self.gates
+            if self.joint_left <= 0:
+                use = [g for g in self.gates if not isinstance(g, JointGate)]
+            self.joint_left -= any(isinstance(g, JointGate) for g in use)
+            decision = run_gates(use, cycle, decision)
+        elif first.action is Action.START:
+            decision = _queued_behind(narrowed, self.starts, decision)
+        if decision.action is Action.START and decision.gpu_type is not None:
+            self._take(job, spec, decision)
+        return JobVerdict(decision, cycle, admission)
+
+    def _take(self, job: Mapping[str, Any], spec: TrainingJobSpec, d: Decision) -> None:
+        """The start's GPUs leave the capacity; later jobs see the job as started."""
+        assert d.gpu_type is not None
+        self.left = take(
+            self.left,
+            d.gpu_type,
+            d.workers,
+            d.gpus_per_worker,
+            spread=spec.placement.strategy is PlacementStrategy.STRICT_SPREAD,
+            placements=d.placements,
+        )
+        key = job_key(job)
+        self.starts.append((key, d.gpu_type, d.workers * d.gpus_per_worker))
+        if key in self.index:
+            self.others[self.index[key]] = _started(job, d, self.now)
