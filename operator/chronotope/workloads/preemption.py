@@ -60,6 +60,8 @@ def plan_preemption(
         ):
             continue
         candidates.append((int(job_spec.get("priority", 0)), float(plan.get("totalGpus", 0)), job))
+    if not candidates:
+        return None
     candidates.sort(key=lambda c: (c[0], c[1]))
     pods_of: dict[str, set[str]] = {}
     for pod in pods:
