@@ -411,13 +411,16 @@ _PHASE_OF = {Action.START: "Starting", Action.WAIT: "Waiting", Action.IMPOSSIBLE
 
 
 class PassCache:
-    """The current scheduling pass, shared by the reconciles of one control loop.
+    """The scheduling pass a control loop's reconciles share, and when to make the next.
 
-    A pass stays current until something it did not predict changes (`invalidate`:
-    the loop calls it for every event that concerns waiting jobs, except a job
-    moving to the phase its verdict gives it) or it is `max_age_s` old (reasons
-    that change with time: deadlines, predicted completions). Call `current` and
-    `verdict` with `ClusterOps.decide_lock` held.
+    Reconciles read verdicts from the latest pass (`verdict`); the loop makes
+    the next one (`refresh`) once something the pass did not predict has changed
+    (`invalidate`: every event that concerns waiting jobs, except a job's own
+    write of its verdict), or when the latest is `max_age_s` old (reasons that
+    change with time: deadlines, predicted completions). Between passes a stale
+    verdict is still enacted: like a scheduling cycle of kube-scheduler or KAI,
+    a pass is a snapshot, and a start that no longer fits is caught as a stuck
+    gang and re-planned. Call with `ClusterOps.decide_lock` held.
     """
 
     def __init__(
@@ -430,44 +433,60 @@ class PassCache:
         self.max_age_s = max_age_s
         self.clock = clock
         self.on_pass = on_pass
+        self.last_seconds = 0.0
+        """How long the latest pass took to make."""
         self._current: SchedulingPass | None = None
         self._made = 0.0
         self._stale = True
 
+    @property
+    def latest(self) -> SchedulingPass | None:
+        """The latest pass, current or stale (None before the first)."""
+        return self._current
+
     def invalidate(self) -> None:
-        """Something the pass did not predict changed: the next verdict needs a new pass."""
+        """Something the pass did not predict changed: `refresh` makes a new one."""
         self._stale = True
 
     def phase_of(self, key: str) -> str | None:
-        """The phase the current pass gives job `key` (None: no current pass decided it)."""
+        """The phase the latest pass gives job `key` (None: it did not decide it)."""
         current = self._current
         verdict = current.verdicts.get(key) if current is not None else None
-        if verdict is None or self._stale:
-            return None
-        return _PHASE_OF[verdict.decision.action]
+        return None if verdict is None else _PHASE_OF[verdict.decision.action]
 
-    def current(
+    def refresh(
         self, ops: ClusterOps, now: datetime, include: Collection[str] = ()
-    ) -> SchedulingPass:
-        """The current pass, made afresh if stale, too old, or missing a job of `include`."""
+    ) -> SchedulingPass | None:
+        """A new pass if the latest is stale, too old or missing a job of `include`; else None."""
         current = self._current
         if (
-            current is None
-            or self._stale
-            or self.clock() - self._made > self.max_age_s
-            or any(k not in current.verdicts for k in include)
+            current is not None
+            and not self._stale
+            and self.clock() - self._made <= self.max_age_s
+            and all(k in current.verdicts for k in include)
         ):
-            self._stale = False
-            started = time.perf_counter()
-            current = fresh_pass(ops, now, include)
-            self._current, self._made = current, self.clock()
-            if self.on_pass is not None:
-                self.on_pass(time.perf_counter() - started, len(current.verdicts))
+            return None
+        self._stale = False
+        started = time.perf_counter()
+        current = fresh_pass(ops, now, include)
+        self.last_seconds = time.perf_counter() - started
+        self._current, self._made = current, self.clock()
+        if self.on_pass is not None:
+            self.on_pass(self.last_seconds, len(current.verdicts))
         return current
 
     def verdict(self, ops: ClusterOps, now: datetime, key: str) -> JobVerdict | None:
-        """Job `key`'s verdict in the current pass (None: the job has a gang already)."""
-        return self.current(ops, now, (key,)).verdicts.get(key)
+        """Job `key`'s verdict in the latest pass (made now if there is none, or it is too old).
+
+        None: the job is not in it (it has a gang already, or it is newer than the
+        pass: the next pass decides it).
+        """
+        current = self._current
+        if current is None or self.clock() - self._made > self.max_age_s:
+            self._stale = True
+            current = self.refresh(ops, now)
+        assert current is not None
+        return current.verdicts.get(key)
 
 
 def _try_preempt(c: _Cycle, cycle: Cycle, decision: Decision) -> Decision:

@@ -4,21 +4,27 @@ No busy timers (issue 18, part 7). A job is reconciled when:
 
 - the job itself changes (created, its spec or annotations, deleted), or one
   of its worker pods changes;
-- the cluster's capacity or the competition changes, for every job that
-  waits: a pod is bound, ends or goes away, a node changes, a Queue or
-  LocalQueue changes, another job is created, deleted or changes phase;
+- its verdict in a new scheduling pass differs from the previous pass's (a
+  waiting job). The run loop makes a new pass (`schedule`,
+  `workloads.training_pass`: every waiting job at once) once something the
+  latest pass did not predict has changed: a pod is bound, ends or goes away,
+  a node changes, a Queue or LocalQueue changes, another job is created,
+  deleted or edited (a job's own write of its verdict changes nothing);
+- a node changes (every live job: lost workers, cordons);
 - its own reconcile asks to look again later (`requeue_after`: a gang that
   is starting is checked for being stuck, a gang being stopped for its
   restart), or the reconcile failed (retried after `RETRY_S`);
-- the slow resync (`resync_s`, every job once), which covers anything
-  time-driven that no event announces.
+- the slow resync (`resync_s`: a new pass, then every job once), which covers
+  anything time-driven that no event announces.
 
 Keys go through `WorkQueue` (client-go's workqueue: a key is queued at most
 once, never reconciled by two workers at once, and a key added while it is
 being reconciled is reconciled again after); a key reconciled less than
-`min_gap_s` ago waits out the gap, so a burst of pod events costs each
-waiting job one reconcile, not one per event. Decisions stay in
-`controllers.trainingjob.reconcile`; this module only decides *when*.
+`min_gap_s` ago waits out the gap, so a burst of pod events costs each job
+one reconcile, not one per event. Passes are spaced by at least their own
+duration, so the workers enacting one get the decide lock as long as the
+pass held it. Decisions stay in `controllers.trainingjob.reconcile` and the
+pass; this module only decides *when*.
 """
 
 from __future__ import annotations
@@ -344,7 +350,7 @@ class TrainingJobLoop:
         for key in wake.keys:
             self._add(key)
         if wake.all_jobs or wake.open_jobs:  # coalesced: the run loop wakes them in a moment
-            self.passes.invalidate()
+            self.passes.invalidate()  # and makes the next scheduling pass
             with self._lock:
                 self._scope_all = self._scope_all or wake.all_jobs
                 self._scope_open = True
@@ -370,14 +376,40 @@ class TrainingJobLoop:
         return not changed and mark[3] == expected
 
     def _wake_scope(self) -> None:
+        """Wake every live job after an event that concerns them all (a node changed).
+
+        Waiting jobs are woken by `schedule` instead, when their verdict changes.
+        """
         with self._lock:
             everyone, self._scope_all, self._scope_open = self._scope_all, False, False
             self._poke.clear()
+        if not everyone:
+            return
         for job in self.jobs():
             phase = (job.get("status") or {}).get("phase")
-            if phase in _OPEN or (everyone and phase not in _DONE):
+            if phase not in _DONE and phase not in _OPEN:
                 meta = job.get("metadata") or {}
                 self._add(f"{meta.get('namespace')}/{meta.get('name')}")
+
+    def schedule(self) -> None:
+        """Make the next scheduling pass if the latest is stale; wake jobs whose verdict changed.
+
+        A job new in the pass, or whose action or reason differs from the
+        previous pass, is reconciled to enact it; the others already show theirs.
+        """
+        with self.ops.decide_lock:
+            before = self.passes.latest
+            made = self.passes.refresh(self.ops, datetime.now(UTC))
+        if made is None:
+            return
+        old = before.verdicts if before is not None else {}
+        for key, verdict in made.verdicts.items():
+            was = old.get(key)
+            if was is None or (was.decision.action, was.decision.reason) != (
+                verdict.decision.action,
+                verdict.decision.reason,
+            ):
+                self._add(key)
 
     def _add(self, key: str, delay: float = 0.0) -> None:
         with self._lock:
@@ -405,12 +437,17 @@ class TrainingJobLoop:
                 if self._poke.wait(timeout=max(0.0, min(next_resync - self.clock(), 1.0))):
                     stop.wait(self.min_gap_s)  # let a burst of events settle into one wake
                     self._wake_scope()
+                    self.schedule()
+                    # leave the decide lock to the workers enacting it at least as long
+                    stop.wait(self.passes.last_seconds)
         finally:
             self.queue.close()
             for thread in threads:
                 thread.join(timeout=30)
 
     def _resync(self) -> None:
+        self.passes.invalidate()
+        self.schedule()
         for job in self.jobs():
             meta = job.get("metadata") or {}
             self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}")
@@ -439,9 +476,6 @@ class TrainingJobLoop:
             return None
         job = plain(job)
         now = datetime.now(UTC)
-        if (job.get("status") or {}).get("phase") in _OPEN:
-            with self.ops.decide_lock:  # the pass is timed on its own (`on_pass`)
-                self.passes.current(self.ops, now, (key,))
         started = time.perf_counter()
         try:
             outcome = reconcile(job, self.ops, now, self.passes)

@@ -239,9 +239,17 @@ def test_one_pass_serves_every_waiting_job_until_something_unpredicted_changes()
     assert passes == [3]
     assert [j["status"]["phase"] for j in jobs] == ["Starting", "Starting", "Waiting"]
     assert "queued behind ns/a" in jobs[2]["status"]["whyWaiting"]
-    # a worker bound to a node was not predicted by the pass: the next verdict needs a new one
+    loop.schedule()  # nothing unpredicted: no new pass
+    assert passes == [3]
+    # a worker bound to a node was not predicted by the pass: the loop makes a new one and
+    # wakes the job whose verdict changed (c no longer waits behind a, nothing is free)
     pod = ops._pods[0]
     loop.on_change("pods", "ADDED", pod)
+    loop.queue = WorkQueue(loop.clock)
     loop.on_change("pods", "MODIFIED", pod | {"spec": pod["spec"] | {"nodeName": "h-0"}})
-    loop.reconcile_key("ns/c")
+    assert set(loop.queue._due) == {"ns/a"}  # the pod's own job only
+    loop.schedule()
     assert passes == [3, 1]
+    assert set(loop.queue._due) == {"ns/a", "ns/c"}
+    loop.reconcile_key("ns/c")
+    assert "queued behind" not in jobs[2]["status"]["whyWaiting"]
