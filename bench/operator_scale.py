@@ -17,7 +17,8 @@ within what one node of the type has, one or two of the openb GPU types,
 - the time until nothing changes phase for `--settle` seconds (every job that
   fits is admitted and its gang bound: phase Running), with the jobs by phase
   and the waiting ones by the reason of their Schedulable condition;
-- reconcile latency p50 / p99, from the operator's own histogram;
+- reconcile latency p50 / p99, from the operator's own histogram, and the
+  scheduling passes' (each decides every waiting job at once) on their own;
 - the operator's CPU (cores) and memory (RSS) and the API requests per second
   its client makes, over `--steady` seconds once settled (nothing changing);
 - the same CPU and request figures over the ramp.
@@ -112,15 +113,14 @@ def requests_total(text: str) -> float:
     )
 
 
-def reconcile_quantiles(text: str, qs: tuple[float, ...]) -> tuple[list[float], int]:
-    """Quantiles of the reconcile histogram (Prometheus' linear interpolation), and its count."""
+def histogram_quantiles(text: str, name: str, qs: tuple[float, ...]) -> tuple[list[float], int]:
+    """Quantiles of histogram `name`, all label sets summed (Prometheus' linear
+    interpolation), and its count."""
     buckets: Counter[float] = Counter()
-    for m in re.finditer(
-        r'^chronotope_trainingjob_reconcile_seconds_bucket\{le="([^"]+)",result="[^"]+"\} (\S+)$',
-        text,
-        re.M,
-    ):
-        buckets[math.inf if m.group(1) == "+Inf" else float(m.group(1))] += float(m.group(2))
+    for m in re.finditer(rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$", text, re.M):
+        le = re.search(r'le="([^"]+)"', m.group(1))
+        assert le is not None
+        buckets[math.inf if le.group(1) == "+Inf" else float(le.group(1))] += float(m.group(2))
     edges = sorted(buckets)
     count = int(buckets[math.inf]) if edges else 0
     out = []
@@ -257,7 +257,12 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 (cpu_seconds(pid) - cpu1) / dt,
                 (requests_total(text) - req1) / dt,
             )
-            (p50, p99), count = reconcile_quantiles(text, (0.5, 0.99))
+            (p50, p99), count = histogram_quantiles(
+                text, "chronotope_trainingjob_reconcile_seconds", (0.5, 0.99)
+            )
+            (pass50, pass99), passes = histogram_quantiles(
+                text, "chronotope_trainingjob_schedule_pass_seconds", (0.5, 0.99)
+            )
             phases, reasons, _ = snapshot(custom)
             print("\nresults")
             if settled_at is None:
@@ -265,7 +270,8 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             else:
                 print(
                     f"  settled (no phase change for {args.settle} s) at {settled_at:.0f} s "
-                    f"after the first submit (goal: 120 s)"
+                    f"after the first submit, {settled_at - submitted:.0f} s after the last "
+                    "(goal: 120 s)"
                 )
             print(
                 f"  jobs by phase {dict(sorted(phases.items()))}; waiting by reason {dict(reasons)}"
@@ -273,6 +279,10 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             print(
                 f"  reconcile latency over {count} reconciles: p50 {p50 * 1000:.0f} ms, "
                 f"p99 {p99 * 1000:.0f} ms (goal: p99 < 100 ms)"
+            )
+            print(
+                f"  scheduling passes: {passes}, p50 {pass50:.2f} s, p99 {pass99:.2f} s "
+                "(each decides every waiting job; not part of a reconcile)"
             )
             print(
                 f"  ramp ({ramp_s:.0f} s): operator {ramp_cpu / ramp_s:.2f} cores, "

@@ -203,25 +203,47 @@ class QuotaBook:
         self.local_queues = {key: spec.queue for key, spec in local_queues.items()}
         self.usage: dict[str, Counter[Resource]] = {name: Counter() for name in self.queues}
         self.workloads: dict[str, AdmittedWorkload] = {}
+        self._members: dict[str, list[QueueQuota]] = {}
+        self._pool_nominal: Counter[tuple[str, Resource]] = Counter()
+        """Per (cohort, or the lone queue's own name) and pool: the members' nominal quota."""
+        self._pool_used: Counter[tuple[str, Resource]] = Counter()
+        """Per (cohort, or the lone queue's own name) and pool: what the members use."""
+        for q in self.queues.values():
+            members = (
+                [q]
+                if q.cohort is None
+                else [m for m in self.queues.values() if m.cohort == q.cohort]
+            )
+            self._members[q.name] = members
+            for pool, n in q.nominal.items():
+                self._pool_nominal[(self._group(q), pool)] += n
         for workload in admitted:
             self.add(workload)
+
+    @staticmethod
+    def _group(queue: QueueQuota) -> str:
+        return f"cohort:{queue.cohort}" if queue.cohort is not None else f"queue:{queue.name}"
 
     def add(self, workload: AdmittedWorkload) -> None:
         """Count a workload's usage (a workload of a deleted Queue counts nowhere)."""
         if workload.queue in self.usage:
             self.usage[workload.queue].update(workload.usage)
             self.workloads[workload.key] = workload
+            group = self._group(self.queues[workload.queue])
+            for pool, n in workload.usage.items():
+                self._pool_used[(group, pool)] += n
 
     def remove(self, key: str) -> None:
         """Stop counting an admitted workload (it is being preempted or has ended)."""
         workload = self.workloads.pop(key)
         self.usage[workload.queue].subtract(workload.usage)
+        group = self._group(self.queues[workload.queue])
+        for pool, n in workload.usage.items():
+            self._pool_used[(group, pool)] -= n
 
     def members(self, queue: QueueQuota) -> list[QueueQuota]:
         """The queues that share quota with `queue` (itself alone without a cohort)."""
-        if queue.cohort is None:
-            return [queue]
-        return [q for q in self.queues.values() if q.cohort == queue.cohort]
+        return self._members.get(queue.name) or [queue]
 
     def used(self, queue: str, pool: Resource) -> int:
         """What the queue's admitted workloads hold of `pool`."""
@@ -233,19 +255,21 @@ class QuotaBook:
 
     def cohort_free(self, queue: QueueQuota, pool: Resource) -> int:
         """Nominal quota of the cohort (or the lone queue) that nobody uses now."""
-        members = self.members(queue)
-        total = sum(q.nominal.get(pool, 0) for q in members)
-        return max(0, total - sum(self.used(q.name, pool) for q in members))
+        if queue.name not in self._members:  # not one of the book's queues
+            members = [queue]
+            total = sum(q.nominal.get(pool, 0) for q in members)
+            return max(0, total - sum(self.used(q.name, pool) for q in members))
+        key = (self._group(queue), pool)
+        return max(0, self._pool_nominal[key] - self._pool_used[key])
 
     def dominant_share(
         self, queue: QueueQuota, extra: Mapping[Resource, int] | None = None
     ) -> float:
         """Largest borrowed / cohort-nominal over pools (with `extra` added), over weight."""
         extra = extra or {}
-        members = self.members(queue)
         share = 0.0
         for pool in set(queue.nominal) | set(extra):
-            total = sum(q.nominal.get(pool, 0) for q in members)
+            total = self._pool_nominal[(self._group(queue), pool)]
             over = self.used(queue.name, pool) + extra.get(pool, 0) - queue.nominal.get(pool, 0)
             if total > 0 and over > 0:
                 share = max(share, over / total)

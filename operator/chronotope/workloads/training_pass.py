@@ -142,11 +142,14 @@ def _queued_behind(
     if not holders:
         return fallback
     shown = ", ".join(holders[:NAMED_HOLDERS]) + (" ..." if len(holders) > NAMED_HOLDERS else "")
-    return Decision(
-        Action.WAIT,
+    text = (
         f"queued behind {holders[0].split(' ')[0]} ({_POLICY_ORDER}): the jobs ahead "
-        f"that start now take the GPUs it fits on: {shown}",
+        f"that start now take the GPUs it fits on: {shown}"
     )
+    if fallback.action is Action.WAIT and fallback.gpu_type is not None:
+        # a planned later start (on GPUs that free up): keep it, and say both
+        return replace(fallback, reason=f"{text}; {fallback.reason}")
+    return Decision(Action.WAIT, text)
 
 
 def schedule(
@@ -203,7 +206,7 @@ def schedule(
         now=now,
         decider=decider,
         gates=gates,
-        frees=frees,
+        frees=dict(frees),
         capacity=capacity,
         left=capacity,
         others=others,
@@ -226,7 +229,8 @@ class _Pass:
     now: datetime
     decider: Decider
     gates: Sequence[Gate]
-    frees: Mapping[str, datetime]
+    frees: dict[str, datetime]
+    """When each GPU type frees up first: running jobs' predicted ends, and this pass's starts."""
     capacity: Capacity
     left: Capacity
     others: list[Mapping[str, Any]]
@@ -299,5 +303,7 @@ class _Pass:
         )
         key = job_key(job)
         self.starts.append((key, d.gpu_type, d.workers * d.gpus_per_worker))
+        if d.finish is not None:  # its GPUs free up when it is predicted to finish
+            self.frees[d.gpu_type] = min(self.frees.get(d.gpu_type, d.finish), d.finish)
         if key in self.index:
             self.others[self.index[key]] = _started(job, d, self.now)
