@@ -16,12 +16,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from chronotope.api.v1alpha1.queue import QueueStatus
+from chronotope.api.v1alpha1.queue import QueueStatus, QuotaRelease
 from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status
 from chronotope.workloads.training_quota import (
     QuotaView,
     local_queue_report,
-    next_releases,
     queue_report,
 )
 from chronotope.workloads.training_status import condition
@@ -61,16 +60,13 @@ class Reports:
         self._lock = threading.Lock()
         self._at: float | None = None
         self._reports: dict[str, QueueStatus] = {}
-        self._releases: dict[str, list[tuple[datetime, str, str]]] = {}
         self._local: dict[tuple[str, str], tuple[int, int, str | None]] = {}
 
-    def read(
-        self, ops: ClusterOps
-    ) -> tuple[dict[str, QueueStatus], dict[str, list[tuple[datetime, str, str]]]]:
-        """Every Queue's status numbers and next predicted releases (fresh or recent)."""
+    def read(self, ops: ClusterOps) -> dict[str, QueueStatus]:
+        """Every Queue's status numbers and forecast (fresh or recent)."""
         with self._lock:
             self._refresh(ops)
-            return self._reports, self._releases
+            return self._reports
 
     def local(self, ops: ClusterOps) -> dict[tuple[str, str], tuple[int, int, str | None]]:
         """Every LocalQueue's (admitted, pending, why inactive) (fresh or recent)."""
@@ -84,9 +80,15 @@ class Reports:
         view = QuotaView.parse(ops.queues(), ops.local_queues())
         jobs = ops.training_jobs()
         self._reports = queue_report(view, jobs)
-        self._releases = next_releases(view, jobs)
         self._local = local_queue_report(view, jobs)
         self._at = self.clock()
+
+
+def _what(release: QuotaRelease) -> str:
+    parts = [f"{release.gpus} {release.gpu_type}"] if release.gpus else []
+    if release.share_milli:
+        parts.append(f"{release.share_milli} {release.gpu_type} share milli")
+    return ", ".join(parts)
 
 
 def reconcile_queue(
@@ -98,8 +100,7 @@ def reconcile_queue(
 ) -> Outcome:
     """The status of Queue `obj` from the cluster's TrainingJobs now (or `reports`' reading)."""
     name = str(obj["metadata"]["name"])
-    report, upcoming = (reports or Reports(ttl_s=0.0)).read(ops)
-    status = report.get(name)
+    status = (reports or Reports(ttl_s=0.0)).read(ops).get(name)
     if status is None:  # being deleted, or not in the cache yet
         return Outcome()
     body = status.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -108,10 +109,9 @@ def reconcile_queue(
         f"{status.admitted_workloads} admitted, {status.pending_workloads} pending; "
         f"{used} GPU(s) in use"
     )
-    releases = upcoming.get(name, [])
-    if releases:
+    if status.forecast:
         message += "; next predicted releases: " + ", ".join(
-            f"{what} at {when:%Y-%m-%d %H:%M} ({key})" for when, key, what in releases
+            f"{_what(r)} at {r.at:%Y-%m-%d %H:%M} ({r.workload})" for r in status.forecast[:3]
         )
     gen = _generation(obj)
     body["conditions"] = [condition("Active", True, "Ready", message, now=now, generation=gen)]

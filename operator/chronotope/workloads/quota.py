@@ -187,6 +187,8 @@ class Admission:
     grace_seconds: int | None = None
     reason: WaitReason | None = None
     message: str = ""
+    quota_frees_at: float | None = None
+    """WAIT (quota exceeded): when the plan-ahead expects the quota to free up for it."""
 
 
 class QuotaBook:

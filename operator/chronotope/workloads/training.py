@@ -68,6 +68,8 @@ class Decision:
     """A CamelCase condition reason for a job that does not start (see `why`)."""
     placements: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """Per worker (rank order): the node and GPUs a joint plan put it on; empty otherwise."""
+    start: datetime | None = None
+    """A WAIT: when the plan-ahead expects it to start (its GPUs or its quota free up)."""
 
     @property
     def why(self) -> Reason | None:
@@ -153,10 +155,18 @@ class _Estimator:
     ) -> Decision | str:
         """Run on `gpu_type` from `start` with up to `most` workers, or why the profile cannot."""
         spec, per_worker = self.spec, self.spec.gpu.count or 1
+        later = start if action is Action.WAIT else None
         if self.planner is None or self.reference is None:
             finish = start + _duration(spec, gpu_type, most) * self.remaining
             return Decision(
-                action, "", gpu_type, most, per_worker, finish, utility_at(spec.utility, finish)
+                action,
+                "",
+                gpu_type,
+                most,
+                per_worker,
+                finish,
+                utility_at(spec.utility, finish),
+                start=later,
             )
         got = self.planner.plan(gpu_type, nodes, self.least, most, free=action is Action.START)
         if isinstance(got, str):
@@ -174,6 +184,7 @@ class _Estimator:
             samples_per_second=got.samples_per_second,
             score=got.score if self.planner.per_cost else 0.0,
             planner_note=got.note,
+            start=later,
         )
 
 

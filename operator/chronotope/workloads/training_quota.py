@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
-from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus
+from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus, QuotaRelease
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.queueing import queue_key
@@ -50,10 +50,10 @@ from chronotope.workloads.replan import parse_time
 from chronotope.workloads.training import Action, Decision
 
 __all__ = [
+    "FORECAST",
     "HOLDING",
     "QuotaView",
     "local_queue_report",
-    "next_releases",
     "queue_report",
     "quota_admission",
     "quota_admissions",
@@ -254,7 +254,7 @@ def quota_admissions(
         if found is not None:
             when = datetime.fromtimestamp(found[0], UTC)
             text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
-            decisions[asking.key] = replace(mine, message=text)
+            decisions[asking.key] = replace(mine, message=text, quota_frees_at=found[0])
     return decisions
 
 
@@ -271,25 +271,27 @@ def _releases(jobs: Sequence[Mapping[str, Any]]) -> list[tuple[float, str]]:
     return out
 
 
-def next_releases(
-    view: QuotaView, jobs: Sequence[Mapping[str, Any]], limit: int = 3
-) -> dict[str, list[tuple[datetime, str, str]]]:
-    """Per Queue, its next predicted releases: (when, job, what it frees), soonest first.
+FORECAST = 10
+"""Releases a Queue's status forecast lists at most (the soonest)."""
 
-    The queues' future usage in the plan-ahead: what each holds now, less these,
-    as time passes. At most `limit` per queue.
-    """
-    book, _ = _cycle(view, jobs)
-    out: dict[str, list[tuple[datetime, str, str]]] = {}
+
+def _forecast(book: QuotaBook, jobs: Sequence[Mapping[str, Any]]) -> dict[str, list[QuotaRelease]]:
+    """Per Queue, the soonest predicted releases of its admitted workloads (the plan-ahead)."""
+    out: dict[str, list[QuotaRelease]] = {}
     for when, key in sorted(_releases(jobs)):
         workload = book.workloads.get(key)
-        if workload is None or len(out.setdefault(workload.queue, [])) >= limit:
+        if workload is None or len(out.setdefault(workload.queue, [])) >= FORECAST:
             continue
-        what = ", ".join(
-            f"{n} {pool[0]}" + ("" if pool[1] is Unit.GPUS else " share milli")
-            for pool, n in sorted(workload.usage.items())
-        )
-        out[workload.queue].append((datetime.fromtimestamp(when, UTC), key, what))
+        for gpu_type in sorted({pool[0] for pool in workload.usage}):
+            out[workload.queue].append(
+                QuotaRelease(
+                    at=datetime.fromtimestamp(when, UTC),
+                    workload=key,
+                    gpu_type=gpu_type,
+                    gpus=workload.usage.get((gpu_type, Unit.GPUS), 0),
+                    share_milli=workload.usage.get((gpu_type, Unit.SHARE_MILLI), 0),
+                )
+            )
     return out
 
 
@@ -303,7 +305,12 @@ def quota_wait(admission: Admission) -> Decision:
         )
         return Decision(Action.WAIT, text, cause="ReclaimingQuota")
     reason = admission.reason.value if admission.reason is not None else "QuotaExceeded"
-    return Decision(Action.WAIT, admission.message, cause=reason)
+    start = (
+        datetime.fromtimestamp(admission.quota_frees_at, UTC)
+        if admission.quota_frees_at is not None
+        else None
+    )
+    return Decision(Action.WAIT, admission.message, cause=reason, start=start)
 
 
 def queue_report(view: QuotaView, jobs: Sequence[Mapping[str, Any]]) -> dict[str, QueueStatus]:
@@ -318,7 +325,11 @@ def queue_report(view: QuotaView, jobs: Sequence[Mapping[str, Any]]) -> dict[str
         queue = view.local_queues.get((p.namespace, p.local_queue))
         if queue is not None:
             waiting[p.key] = Admission(p.key, Verdict.WAIT, queue.queue)
-    return queue_statuses(book, waiting)
+    statuses = queue_statuses(book, waiting)
+    for name, releases in _forecast(book, jobs).items():
+        if name in statuses:
+            statuses[name] = statuses[name].model_copy(update={"forecast": releases})
+    return statuses
 
 
 def local_queue_report(

@@ -66,6 +66,7 @@ def waiting_status(decision: Decision, now: datetime, generation: int | None) ->
     return {
         "phase": "Pending" if why.unresolvable else "Waiting",
         "whyWaiting": why.message,
+        "predictedStartTime": _iso(decision.start) if decision.start is not None else None,
         "replicas": 0,
         "placement": [],
         "conditions": [
@@ -174,6 +175,7 @@ def started_status(
     return {
         "phase": "Starting",
         "whyWaiting": None,
+        "predictedStartTime": None,
         "selector": f"{JOB_LABEL}={name}",
         "plan": {
             "gpuType": decision.gpu_type,

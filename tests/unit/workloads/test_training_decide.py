@@ -53,6 +53,7 @@ def test_waits_for_faster_gpus_when_the_deadline_says_it_pays() -> None:
     assert (d.action, d.gpu_type) == (Action.WAIT, "H100")
     assert "running now on V100" in d.reason
     assert "utility 0.00" in d.reason
+    assert d.start == NOW + timedelta(minutes=30)  # the plan-ahead's start (predictedStartTime)
 
 
 def test_runs_on_slower_gpus_when_waiting_does_not_pay() -> None:

@@ -10,10 +10,11 @@ from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_quota import (
     QuotaView,
     local_queue_report,
-    next_releases,
     queue_report,
     quota_admission,
+    quota_wait,
 )
+from chronotope.workloads.training_status import waiting_status
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -116,6 +117,12 @@ def test_a_job_over_quota_is_told_when_its_quota_frees_up() -> None:
         "queue team-a: L4 4/4 in use, no cohort to borrow from; "
         "its quota frees up 2030-01-01 14:00 (a/a1 ends)"
     )
+    # the plan-ahead in the job's status: predictedStartTime is when its quota frees up
+    wait = quota_wait(mine)
+    assert wait.start == datetime(2030, 1, 1, 14, 0, tzinfo=UTC)
+    status = waiting_status(wait, NOW, 1)
+    assert status["predictedStartTime"] == "2030-01-01T14:00:00Z"
+    assert status["conditions"][0]["reason"] == "QuotaExceeded"
 
 
 def test_the_queue_shows_its_next_releases() -> None:
@@ -124,8 +131,9 @@ def test_the_queue_shows_its_next_releases() -> None:
         _ends(_job("a2", "a", 1, "Running"), "2030-01-01T13:00:00Z"),
         _ends(_job("b1", "b", 1, "Running"), "2030-01-01T12:30:00Z"),
     ]
-    got = next_releases(_view(), jobs)["team-a"]
-    assert [(f"{t:%H:%M}", key, what) for t, key, what in got] == [
-        ("13:00", "a/a2", "1 L4"),
-        ("14:00", "a/a1", "2 L4"),
+    got = queue_report(_view(), jobs)["team-a"].forecast
+    assert [(f"{r.at:%H:%M}", r.workload, r.gpu_type, r.gpus) for r in got] == [
+        ("13:00", "a/a2", "L4", 1),
+        ("14:00", "a/a1", "L4", 2),
     ]
+    assert queue_report(_view(), jobs)["team-b"].forecast[0].workload == "b/b1"

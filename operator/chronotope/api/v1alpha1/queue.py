@@ -15,6 +15,7 @@ Pure: no Kubernetes client imports.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -167,6 +168,16 @@ class GpuTypeUsage(ApiModel):
     lent_share_milli: int = Field(default=0, ge=0, description="GPU-share units lent.")
 
 
+class QuotaRelease(ApiModel):
+    """A started workload's predicted end: the quota it gives back to its queue, and when."""
+
+    at: datetime = Field(description="The workload's predicted completion time.")
+    workload: str = Field(max_length=317, description="The workload, as namespace/name.")
+    gpu_type: str = Field(max_length=63, description="GPU type it holds.")
+    gpus: int = Field(default=0, ge=0, description="Whole GPUs it gives back.")
+    share_milli: int = Field(default=0, ge=0, description="GPU-share units it gives back.")
+
+
 class QueueStatus(ApiModel):
     """The queue's usage per GPU type and its workloads."""
 
@@ -190,6 +201,15 @@ class QueueStatus(ApiModel):
     )
     admitted_workloads: int = Field(default=0, ge=0, description="Workloads admitted now.")
     pending_workloads: int = Field(default=0, ge=0, description="Workloads waiting for quota.")
+    forecast: list[QuotaRelease] = Field(
+        default_factory=list,
+        max_length=10,
+        description=(
+            "The queue's future usage (plan-ahead): the soonest predicted ends of its started "
+            "workloads and the quota each gives back; usage at a time is the current usage "
+            "less the releases before it."
+        ),
+    )
 
 
 class Queue(ApiModel):

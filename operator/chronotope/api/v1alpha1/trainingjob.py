@@ -559,6 +559,13 @@ class TrainingJobStatus(ApiModel):
     placement: list[WorkerPlacement] = Field(
         default_factory=list, description="Where each worker runs."
     )
+    predicted_start_time: datetime | None = Field(
+        default=None,
+        description=(
+            "A waiting job: when the plan-ahead expects it to start (the GPUs it waits for, "
+            "or its queue's quota, free up at the running jobs' predicted ends)."
+        ),
+    )
     why_waiting: str | None = Field(
         default=None, max_length=4096, description="Plain-language reason the job is not running."
     )
