@@ -107,6 +107,21 @@ def _running(
         raise AssertionError(f"{exc}; {name}: {_status(custom, ns, name)}") from None
 
 
+def _plan_ahead_as_data(
+    custom: client.CustomObjectsApi, ns: str, queue: str, gpu_type: str
+) -> None:
+    """The quota plan-ahead as data: a3's predicted start, the queue's forecast of releases."""
+    a3 = _status(custom, ns, "a3")
+    assert a3["predictedStartTime"].startswith("20")
+    forecast = custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)["status"][
+        "forecast"
+    ]
+    assert {r["workload"] for r in forecast} == {f"{ns}/a1", f"{ns}/a2"}
+    assert all(r["gpuType"] == gpu_type and r["gpus"] == 2 for r in forecast)
+    assert [r["at"] for r in forecast] == sorted(r["at"] for r in forecast)
+    assert a3["predictedStartTime"] in {r["at"] for r in forecast}
+
+
 def test_two_teams_borrow_reclaim_and_wait_for_quota(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:
@@ -160,6 +175,7 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
                 # the plan-ahead on quota: a1 and a2 are predicted to end; a1 (older) first
                 assert "; its quota frees up 20" in why
                 assert why.endswith(f"({ns_a}/a1 ends)") or why.endswith(f"({ns_a}/a2 ends)")
+                _plan_ahead_as_data(custom, ns_a, team_a, gpu_type)
                 # team B wants its quota back: a2 (borrowed) is checkpointed and stopped
                 submit(ns_b, "b1")
                 running(ns_b, "b1", 90, "b1 running after reclaim")

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -341,18 +342,25 @@ def _restart(
 
 
 def _start_or_wait(c: _Cycle, passes: PassCache | None) -> Outcome:
-    with c.ops.decide_lock:
-        if passes is None:  # on its own: a pass of its own
+    if passes is None:  # on its own: a pass of its own, and its start, in one critical section
+        with c.ops.decide_lock:
             verdict = fresh_pass(c.ops, c.now, include=(c.key,)).verdicts.get(c.key)
-        else:
-            verdict = passes.verdict(c.ops, c.now, c.key)
+            return c.out if verdict is None else _enact(c, verdict, threading.Lock())
+    with c.ops.decide_lock:
+        passes.ensure(c.ops, c.now)
+    # verdicts of one pass are enacted side by side; the next pass waits for them
+    with passes.enacting():
+        verdict = passes.verdict_of(c.key)
         if verdict is None:
-            return c.out  # it has a gang already (its status is on the way): nothing to do
-        return _enact(c, verdict)
+            return c.out  # it has a gang already, or it is newer than the pass: the next decides
+        return _enact(c, verdict, passes.preempt_lock)
 
 
-def _enact(c: _Cycle, verdict: JobVerdict) -> Outcome:
-    """Carry out the pass's verdict for this job: start it, reclaim, preempt, or say why not."""
+def _enact(c: _Cycle, verdict: JobVerdict, preempt_lock: threading.Lock) -> Outcome:
+    """Carry out the pass's verdict for this job: start it, reclaim, preempt, or say why not.
+
+    `preempt_lock` serialises the choice of priority-preemption victims between jobs.
+    """
     out = c.out
     decision = verdict.decision
     admission = verdict.admission
@@ -366,7 +374,8 @@ def _enact(c: _Cycle, verdict: JobVerdict) -> Outcome:
                 grace_seconds=grace,
             )
     elif decision.action is Action.WAIT and not verdict.held_by_quota:
-        decision = _try_preempt(c, verdict.cycle, decision)
+        with preempt_lock:
+            decision = _try_preempt(c, verdict.cycle, decision)
     why = decision.why
     status = c.job.get("status") or {}
     if why is not None:
@@ -420,7 +429,9 @@ class PassCache:
     change with time: deadlines, predicted completions). Between passes a stale
     verdict is still enacted: like a scheduling cycle of kube-scheduler or KAI,
     a pass is a snapshot, and a start that no longer fits is caught as a stuck
-    gang and re-planned. Call with `ClusterOps.decide_lock` held.
+    gang and re-planned. Call `refresh` and `ensure` with `ClusterOps.decide_lock`
+    held; enact verdicts inside `enacting` (many at once), never with the decide
+    lock held.
     """
 
     def __init__(
@@ -435,6 +446,11 @@ class PassCache:
         self.on_pass = on_pass
         self.last_seconds = 0.0
         """How long the latest pass took to make."""
+        self.preempt_lock = threading.Lock()
+        """Serialises priority preemption between the jobs enacting one pass."""
+        self._gate = threading.Condition()
+        self._enacting = 0
+        self._making = False
         self._current: SchedulingPass | None = None
         self._made = 0.0
         self._stale = True
@@ -467,26 +483,52 @@ class PassCache:
         ):
             return None
         self._stale = False
-        started = time.perf_counter()
-        current = fresh_pass(ops, now, include)
-        self.last_seconds = time.perf_counter() - started
-        self._current, self._made = current, self.clock()
+        with self._gate:  # no enactment of the latest pass is under way while the next is made
+            self._making = True
+            while self._enacting:
+                self._gate.wait()
+        try:
+            started = time.perf_counter()
+            current = fresh_pass(ops, now, include)
+            self.last_seconds = time.perf_counter() - started
+            self._current, self._made = current, self.clock()
+        finally:
+            with self._gate:
+                self._making = False
+                self._gate.notify_all()
         if self.on_pass is not None:
             self.on_pass(self.last_seconds, len(current.verdicts))
         return current
 
-    def verdict(self, ops: ClusterOps, now: datetime, key: str) -> JobVerdict | None:
-        """Job `key`'s verdict in the latest pass (made now if there is none, or it is too old).
-
-        None: the job is not in it (it has a gang already, or it is newer than the
-        pass: the next pass decides it).
-        """
+    def ensure(self, ops: ClusterOps, now: datetime) -> None:
+        """Make a pass if there is none yet or the latest is too old (with the decide lock)."""
         current = self._current
         if current is None or self.clock() - self._made > self.max_age_s:
             self._stale = True
-            current = self.refresh(ops, now)
-        assert current is not None
-        return current.verdicts.get(key)
+            self.refresh(ops, now)
+
+    @contextmanager
+    def enacting(self) -> Iterator[None]:
+        """Hold while enacting a verdict of the latest pass: no new pass is made meanwhile.
+
+        Many jobs enact verdicts of one pass at once (their API calls overlap); a
+        new pass waits until they are done, so it sees every gang they created.
+        """
+        with self._gate:
+            while self._making:
+                self._gate.wait()
+            self._enacting += 1
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._enacting -= 1
+                self._gate.notify_all()
+
+    def verdict_of(self, key: str) -> JobVerdict | None:
+        """Job `key`'s verdict in the latest pass (None: not in it, or no pass yet)."""
+        current = self._current
+        return None if current is None else current.verdicts.get(key)
 
 
 def _try_preempt(c: _Cycle, cycle: Cycle, decision: Decision) -> Decision:

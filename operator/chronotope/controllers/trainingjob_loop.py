@@ -307,7 +307,7 @@ class TrainingJobLoop:
         *,
         resync_s: float = 300.0,
         min_gap_s: float = 0.5,
-        workers: int = 4,
+        workers: int = 16,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Reconcile through `ops`; `jobs` lists every job (for waking all or the open ones)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from chronotope.controllers.metrics import OperatorMetrics
+from chronotope.controllers.trainingjob import PassCache
 from chronotope.controllers.trainingjob_loop import (
     JobLoopOps,
     TrainingJobLoop,
@@ -22,7 +23,7 @@ from chronotope.controllers.trainingjob_loop import (
 from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_reconcile import FakeOps, job, node
+from test_reconcile import NOW, FakeOps, job, node
 
 
 class Clock:
@@ -253,3 +254,27 @@ def test_one_pass_serves_every_waiting_job_until_something_unpredicted_changes()
     assert set(loop.queue._due) == {"ns/a", "ns/c"}
     loop.reconcile_key("ns/c")
     assert "queued behind" not in jobs[2]["status"]["whyWaiting"]
+
+
+def test_a_new_pass_waits_for_the_verdicts_being_enacted() -> None:
+    ops = LoopOps([node("h-0")], [job("a")])
+    passes = PassCache()
+    with ops.decide_lock:
+        passes.ensure(ops, NOW)
+    first = passes.latest
+    made = threading.Event()
+
+    def refresh() -> None:
+        with ops.decide_lock:
+            passes.invalidate()
+            passes.refresh(ops, NOW)
+        made.set()
+
+    with passes.enacting():  # a worker starting a gang of the latest pass
+        thread = threading.Thread(target=refresh)
+        thread.start()
+        assert not made.wait(0.3)  # the next pass would not see that gang yet: it waits
+        assert passes.latest is first
+    assert made.wait(10)
+    thread.join()
+    assert passes.latest is not first
