@@ -241,8 +241,16 @@ def _run(args: argparse.Namespace) -> int:
         f"http://{args.health_address}:{args.health_port}/healthz" if args.health_port else None
     )
 
+    queues_changed = threading.Event()
+
+    def on_queue_input(kind: str, _event: str, _obj: dict[str, Any]) -> None:
+        if kind in ("trainingjobs", "queues", "localqueues"):
+            queues_changed.set()
+
+    cache.listen(on_queue_input)
+
     def queue_status(stop: threading.Event) -> None:
-        run_status_loop(job_ops, stop, args.interval, metrics.observe_queue)
+        run_status_loop(job_ops, stop, args.interval, metrics.observe_queue, changed=queues_changed)
 
     run_controllers = _controllers(kopf, registry, (job_loop.run, queue_status), liveness)
     if timing is not None:

@@ -196,14 +196,30 @@ def run_status_loop(
     stop: threading.Event,
     interval: float,
     observe: QueueObserver | None = None,
+    *,
+    changed: threading.Event | None = None,
+    idle_s: float = 15.0,
 ) -> None:
-    """Write the Queues' and LocalQueues' status every `interval` seconds until `stop` is set.
+    """Write the Queues' and LocalQueues' status until `stop` is set.
 
-    A pass that fails (an API hiccup) is logged and tried again next interval.
+    Every `interval` seconds; with `changed` (set by the cache's listener when a
+    TrainingJob, Queue or LocalQueue changes), only once something changed, or
+    every `idle_s` seconds (the queue metrics go stale without a reading). A pass
+    that fails (an API hiccup) is logged and tried again next interval.
     """
     while not stop.is_set():
+        if changed is not None:
+            changed.clear()
         try:
             write_statuses(ops, datetime.now(UTC), observe)
         except Exception:
             log.exception("writing Queue status failed; retrying in %.0fs", interval)
+            if changed is not None:
+                changed.set()
         stop.wait(interval)
+        quiet = time.monotonic() + max(0.0, idle_s - interval)
+        while changed is not None and not changed.is_set() and not stop.is_set():
+            left = quiet - time.monotonic()
+            if left <= 0:
+                break
+            changed.wait(min(left, 1.0))

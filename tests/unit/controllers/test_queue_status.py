@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import chronotope.controllers.queues as queues_module
 from chronotope.controllers.queues import (
     QueueOps,
     Reports,
@@ -114,3 +119,26 @@ def test_a_pass_writes_what_changed_reading_the_jobs_once() -> None:
     assert ops.reads == 1
     assert sorted(name for name, _ in ops.writes) == ["a/default", "ns/default", "team-a", "team-b"]
     assert write_statuses(ops, NOW) == 0  # nothing changed: nothing written
+
+
+def test_the_status_loop_writes_again_only_once_something_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    passes: list[int] = []
+    monkeypatch.setattr(queues_module, "write_statuses", lambda *_a, **_k: passes.append(1))
+    stop, changed = threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=queues_module.run_status_loop,
+        args=(FakeOps([], []), stop, 0.05),
+        kwargs={"changed": changed, "idle_s": 60.0},
+    )
+    thread.start()
+    try:
+        time.sleep(0.5)
+        assert len(passes) == 1  # nothing changed: one pass, then quiet
+        changed.set()
+        time.sleep(0.5)
+        assert len(passes) == 2
+    finally:
+        stop.set()
+        thread.join(timeout=5)
