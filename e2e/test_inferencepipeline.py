@@ -123,3 +123,65 @@ def test_an_impossible_slo_says_why_and_builds_nothing(
         assert "minimum service time (30 ms" in status["whyWaiting"]
         assert status["conditions"][0]["reason"] == "SLOInfeasible"
         assert not apps.list_namespaced_deployment(namespace).items
+
+
+def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    queue = f"serve-{namespace[-6:]}"
+
+    def quotas(l4: int, v100_share_milli: int) -> dict[str, Any]:
+        return {
+            "quotas": [
+                {"gpuType": "L4", "gpus": l4},
+                {"gpuType": "V100-SXM2-32GB", "gpus": 0, "shareMilli": v100_share_milli},
+            ]
+        }
+
+    with kube_cluster.api_client() as api:
+        custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
+        custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": quotas(0, 0)})
+        try:
+            local = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": "default"},
+                "spec": {"queue": queue},
+            }
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, pipeline("quota")
+            )
+            wait_for(
+                lambda: bool(_status(custom, namespace, "quota").get("quotaHeld")),
+                60,
+                "pipeline held by quota",
+            )
+            status = _status(custom, namespace, "quota")
+            assert status["phase"] == "Pending"
+            assert status["whyWaiting"].startswith(f"waiting for quota: queue {queue}:")
+            assert not apps.list_namespaced_deployment(namespace).items
+            # the platform team gives the queue room: it is built and serves
+            custom.patch_cluster_custom_object(
+                GROUP, VERSION, "queues", queue, {"spec": quotas(8, 4000)}
+            )
+            wait_for(
+                lambda: _status(custom, namespace, "quota").get("phase") == "Serving",
+                120,
+                "pipeline serving within its quota",
+            )
+            assert not _status(custom, namespace, "quota").get("quotaHeld")
+
+            def l4_used() -> int:
+                got = custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)
+                rows = {r["gpuType"]: r for r in (got.get("status") or {}).get("gpus") or []}
+                return int(rows.get("L4", {}).get("used", 0))
+
+            # its pods hold the queue's quota (what TrainingJobs in the queue see)
+            embed = next(s for s in status["stages"] if s["name"] == "embed")
+            wait_for(lambda: l4_used() >= 1, 60, "the queue counts the pipeline's L4 pods")
+            assert l4_used() <= 8
+            assert embed["gpuType"] == "L4"
+        finally:
+            custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)

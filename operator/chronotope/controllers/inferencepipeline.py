@@ -49,6 +49,7 @@ from chronotope.workloads.pipeline import (
 )
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
+from chronotope.workloads.training_quota import QuotaView, serving_admission
 from chronotope.workloads.training_status import condition
 from chronotope.workloads.variants import group_name
 
@@ -84,6 +85,24 @@ class PipelineOps(Protocol):
 
     def apply(self, deployment: dict[str, Any], service: dict[str, Any]) -> None:
         """Create or update a stage's Deployment and Service."""
+        ...
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        """All TrainingJobs (what holds and waits for quota)."""
+        ...
+
+    def pods_matching(
+        self, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The pods in `namespace` (all if None) matching the label `selector`."""
+        ...
+
+    def queues(self) -> list[dict[str, Any]]:
+        """All Queues."""
+        ...
+
+    def local_queues(self) -> list[dict[str, Any]]:
+        """All LocalQueues."""
         ...
 
 
@@ -213,14 +232,19 @@ def reconcile(
         )
     assert not isinstance(groups, Reason)
     running = with_replicas(plan, current)
-    for deployment, service in stage_objects(obj, spec, running, groups):
-        ops.apply(deployment, service)
+    held, waiting = _apply_within_quota(ops, obj, spec, stage_objects(obj, spec, running, groups))
+    if held is not None and old.get("quotaHeld") != held:
+        text = f"waiting for quota: {held}" if waiting else f"not scaling up: {held}"
+        out.events.append(("Normal", "QuotaExceeded", text))
     deployments = dict(ops.deployments(namespace, name))
     for group in set(groups.values()):
         found = ops.deployment(namespace, object_name(group))
         if found is not None:
             deployments[object_name(group)] = found
     out.status = pipeline_status(obj, running, deployments, now, planned, groups=groups)
+    out.status["quotaHeld"] = held
+    if waiting:  # nothing of it runs: it waits for its queue's quota (the plan is kept)
+        out.status |= {"phase": "Pending", "whyWaiting": f"waiting for quota: {held}"}
     out.status["costPerHour"] = round(cost_per_hour(model, running.outcome.config), 3)
     if tuned is not None:
         out.status["tuner"] = tuned[0]
@@ -228,6 +252,39 @@ def reconcile(
             out.status["conditions"].append(tuned[1])
     _observe(ops, spec, obj, out, now)
     return out
+
+
+def _apply_within_quota(
+    ops: PipelineOps,
+    obj: Mapping[str, Any],
+    spec: InferencePipelineSpec,
+    objects: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+) -> tuple[str | None, bool]:
+    """Apply the stages' Deployments and Services if the pipeline's queue quota admits them.
+
+    Returns why quota holds them back (None: applied) and whether the pipeline
+    therefore waits (nothing of it runs yet). A serving pipeline that quota
+    holds back keeps what runs and grows no further. Quotas are off until a
+    Queue exists; the pipeline's own pods do not count against it
+    (`training_quota.serving_admission`).
+    """
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    held = None
+    view = QuotaView.parse(ops.queues(), ops.local_queues())
+    if view.on:
+        held = serving_admission(
+            view,
+            ops.training_jobs(),
+            ops.pods_matching(namespace),
+            key=f"{namespace}/pipeline:{name}",
+            local_queue=spec.queue,
+            objects=[d for d, _ in objects],
+        )
+    if held is None:
+        for deployment, service in objects:
+            ops.apply(deployment, service)
+        return None, False
+    return held, not ops.deployments(namespace, name)
 
 
 def _observe(

@@ -22,6 +22,7 @@ from chronotope.workloads.training_quota import (
     QuotaView,
     local_queue_report,
     queue_report,
+    serving_workloads,
 )
 from chronotope.workloads.training_status import condition
 
@@ -79,7 +80,7 @@ class Reports:
             return
         view = QuotaView.parse(ops.queues(), ops.local_queues())
         jobs = ops.training_jobs()
-        self._reports = queue_report(view, jobs)
+        self._reports = queue_report(view, jobs, serving_workloads(view, ops.pods()))
         self._local = local_queue_report(view, jobs)
         self._at = self.clock()
 

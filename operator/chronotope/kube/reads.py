@@ -1,8 +1,11 @@
-"""What the workload controllers' Kubernetes ops read alike: nodes, ConfigMaps, Prometheus.
+"""What the workload controllers' Kubernetes ops read alike (watch cache first).
+
+Nodes, pods, TrainingJobs, Queues and LocalQueues, ConfigMaps, Prometheus.
 
 `KubeReads` holds the API client, the operator's watch cache (when there is
-one) and the default Prometheus address; `pipeline_ops.KubePipelineOps` and
-`variant_ops.KubeVariantOps` extend it with their own reads and writes.
+one) and the default Prometheus address; `trainingjob_ops.KubeClusterOps`,
+`pipeline_ops.KubePipelineOps` and `variant_ops.KubeVariantOps` extend it with
+their own reads and writes.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from chronotope.kube import workloads as kw
 from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
 from chronotope.kube.store import OperatorCache
 
-__all__ = ["KubeReads"]
+__all__ = ["LOCALQUEUES", "QUEUES", "TRAININGJOBS", "KubeReads"]
+
+TRAININGJOBS = ("chronotope.dev", "v1alpha1", "trainingjobs")
+QUEUES = ("chronotope.dev", "v1alpha1", "queues")
+LOCALQUEUES = ("chronotope.dev", "v1alpha1", "localqueues")
 
 
 class KubeReads:
-    """Nodes (watch cache first), ConfigMaps and a Prometheus instant query."""
+    """Nodes, pods and the queueing objects (watch cache first), ConfigMaps, Prometheus."""
 
     def __init__(
         self,
@@ -40,6 +47,32 @@ class KubeReads:
         if self.cache is not None:
             return self.cache.nodes.list()
         return kw.list_nodes(self.api)
+
+    def pods_matching(
+        self, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The pods in `namespace` (all namespaces if None) matching the label `selector`."""
+        if self.cache is not None:
+            return self.cache.pods.list(namespace, selector)
+        return kw.list_pods(self.api, namespace, selector)
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        """All TrainingJobs, as API dicts."""
+        if self.cache is not None:
+            return self.cache.training_jobs.list()
+        return kw.list_custom(self.api, *TRAININGJOBS)
+
+    def queues(self) -> list[dict[str, Any]]:
+        """All Queues (cluster-scoped), as API dicts."""
+        if self.cache is not None:
+            return self.cache.queues.list()
+        return kw.list_custom(self.api, *QUEUES)
+
+    def local_queues(self) -> list[dict[str, Any]]:
+        """All LocalQueues, as API dicts."""
+        if self.cache is not None:
+            return self.cache.local_queues.list()
+        return kw.list_custom(self.api, *LOCALQUEUES)
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap, or None."""

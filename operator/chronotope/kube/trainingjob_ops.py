@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from chronotope.kube import workloads as kw
 from chronotope.kube.events import post_event
+from chronotope.kube.reads import LOCALQUEUES, QUEUES, TRAININGJOBS, KubeReads
 from chronotope.kube.store import OperatorCache
 from chronotope.planners.profile import ModelProfile, profile_from_data
 from chronotope.ratelimit import EVENT_WINDOW_S, RepeatLimiter
@@ -31,13 +32,12 @@ PROFILE_TTL_S = 5.0
 
 _NOT_FOUND = 404
 
-TRAININGJOBS = ("chronotope.dev", "v1alpha1", "trainingjobs")
-QUEUES = ("chronotope.dev", "v1alpha1", "queues")
-LOCALQUEUES = ("chronotope.dev", "v1alpha1", "localqueues")
 
+class KubeClusterOps(KubeReads):
+    """`ClusterOps` on a real API server; see the module docstring.
 
-class KubeClusterOps:
-    """`ClusterOps` on a real API server; see the module docstring."""
+    Nodes, pods, TrainingJobs, Queues and LocalQueues are read as `KubeReads` reads them.
+    """
 
     def __init__(
         self,
@@ -47,9 +47,7 @@ class KubeClusterOps:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Use the API server `api`; reads go to `cache` when given; `clock` ages profile reads."""
-        self.api = api
-        self.cache = cache
-        """Watch-fed nodes, pods and TrainingJobs; without it every read lists from the API."""
+        super().__init__(api, cache)
         self.clock = clock
         # decide-and-start is one critical section across all jobs: the next decision
         # must see the workers the previous one created
@@ -87,37 +85,11 @@ class KubeClusterOps:
         self._profiles[(namespace, name)] = (version, parsed)
         return parsed
 
-    def nodes(self) -> list[dict[str, Any]]:
-        """All nodes, as API dicts."""
-        if self.cache is not None:
-            return self.cache.nodes.list()
-        return kw.list_nodes(self.api)
-
     def pods(
         self, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
         """The pods in `namespace` (all namespaces if None) matching the label `selector`."""
-        if self.cache is not None:
-            return self.cache.pods.list(namespace, selector)
-        return kw.list_pods(self.api, namespace, selector)
-
-    def training_jobs(self) -> list[dict[str, Any]]:
-        """All TrainingJobs, as API dicts."""
-        if self.cache is not None:
-            return self.cache.training_jobs.list()
-        return kw.list_custom(self.api, *TRAININGJOBS)
-
-    def queues(self) -> list[dict[str, Any]]:
-        """All Queues (cluster-scoped), as API dicts."""
-        if self.cache is not None:
-            return self.cache.queues.list()
-        return kw.list_custom(self.api, *QUEUES)
-
-    def local_queues(self) -> list[dict[str, Any]]:
-        """All LocalQueues, as API dicts."""
-        if self.cache is not None:
-            return self.cache.local_queues.list()
-        return kw.list_custom(self.api, *LOCALQUEUES)
+        return self.pods_matching(namespace, selector)
 
     def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         """Create the gang's headless service and worker pods (both idempotent)."""

@@ -18,6 +18,7 @@ __all__ = [
     "GPU_RESOURCE",
     "PLANNED_FOR_ANNOTATION",
     "PREEMPTED_BY_ANNOTATION",
+    "QUEUE_LABEL",
     "SCHEDULER_NAME",
     "SHARE_RESOURCE",
     "STRATEGY_ANNOTATION",
@@ -36,6 +37,9 @@ GANG_LABEL = "chronotope.dev/pod-group"
 """Pod label: the gang (pod group) a pod belongs to."""
 GANG_SIZE_ANNOTATION = "chronotope.dev/pod-group-size"
 """Pod annotation: how many members the gang has."""
+QUEUE_LABEL = "chronotope.dev/queue"
+"""Pod label: the LocalQueue (in the pod's namespace) a serving pod's GPUs count against
+(InferencePipeline stages: `spec.queue`; absent: `default`)."""
 STRATEGY_ANNOTATION = "chronotope.dev/placement-strategy"
 """Pod annotation: the gang's placement strategy (`PlacementStrategy` values)."""
 DONE_PHASES = ("Succeeded", "Failed")

@@ -38,7 +38,7 @@ from chronotope.planners.inferline import (
     plan_chronotope,
     stage_share,
 )
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL, SCHEDULER_NAME
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL, QUEUE_LABEL, SCHEDULER_NAME
 from chronotope.solver.model import Reason
 from chronotope.workloads.podreq import gpu_resources
 from chronotope.workloads.replan import parse_time
@@ -191,7 +191,10 @@ def stage_objects(
                 "replicas": c.replicas,
                 "selector": {"matchLabels": labels},
                 "template": {
-                    "metadata": {"labels": labels, "annotations": annotations},
+                    "metadata": {
+                        "labels": {**labels, QUEUE_LABEL: spec.queue},
+                        "annotations": annotations,
+                    },
                     "spec": {
                         "schedulerName": SCHEDULER_NAME,
                         "nodeSelector": {GPU_PRODUCT_LABEL: c.gpu_type},

@@ -57,6 +57,7 @@ __all__ = [
     "WaitReason",
     "admit",
     "demands_of",
+    "fits_now",
     "queue_statuses",
     "quota_frees_at",
     "reclaim_victims",
@@ -144,6 +145,9 @@ class AdmittedWorkload:
     queue: str
     usage: Mapping[Resource, int]
     admitted_at: float = 0.0  # any monotone clock; larger is newer
+    reclaimable: bool = True
+    """False for serving workloads (InferencePipeline stages, serving groups): they hold
+    quota, but reclaiming never stops them."""
 
 
 @dataclass(frozen=True)
@@ -356,6 +360,26 @@ def _resolve(book: QuotaBook, pending: PendingWorkload) -> QueueQuota | Admissio
     return queue
 
 
+def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Demand]) -> str | None:
+    """Whether a workload that needs all of `demands` at once fits `queue` now, or why not.
+
+    Within nominal quota or by borrowing in the cohort; a demand that would need
+    reclaiming lent quota does not fit (a serving workload reclaims nothing). The
+    book counts what fits, so the next demand is checked on top of it.
+    """
+    for demand in demands:
+        fit = _fit(book, queue, demand)
+        if fit.verdict is Verdict.RECLAIM:
+            return (
+                f"queue {queue.name}: {demand.gpu_type} fits its nominal quota only once "
+                f"borrowers in cohort {queue.cohort} give it back"
+            )
+        if fit.verdict is Verdict.WAIT:
+            return fit.blocked
+        _apply(book, key, queue, demand, 0.0)
+    return None
+
+
 def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple[str, ...] | None:
     """Borrowed workloads to stop so `demand` fits `queue`'s nominal quota; None if too few.
 
@@ -385,8 +409,14 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
         mine = [
             w
             for w in book.workloads.values()
-            if w.queue == top.name and w.key not in taken and any(w.usage.get(p) for p in need)
+            if w.queue == top.name
+            and w.reclaimable
+            and w.key not in taken
+            and any(w.usage.get(p) for p in need)
         ]
+        if not mine:  # what it borrows is held by serving workloads: never stopped
+            others = [q for q in others if q is not top]
+            continue
         victim = max(mine, key=lambda w: (w.admitted_at, w.key))
         chosen.append(victim)
         taken.add(victim.key)

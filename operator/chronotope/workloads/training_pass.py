@@ -51,6 +51,7 @@ from chronotope.workloads.training_quota import (
     QuotaView,
     quota_admissions,
     quota_wait,
+    serving_workloads,
 )
 
 __all__ = ["JOINT_PER_PASS", "NAMED_HOLDERS", "JobVerdict", "SchedulingPass", "schedule"]
@@ -195,7 +196,8 @@ def schedule(
     admissions: dict[str, Admission] = {}
     if view.on:
         asking = {k: d for k, d in first.items() if d.action is not Action.IMPOSSIBLE}
-        admissions = quota_admissions(view, jobs, asking, now)
+        serving = serving_workloads(view, pods)  # InferencePipelines and serving groups hold quota
+        admissions = quota_admissions(view, jobs, asking, now, serving=serving)
     held = {
         k
         for k, a in admissions.items()

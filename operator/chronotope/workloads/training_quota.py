@@ -22,6 +22,7 @@ quota is a cap, not a promise of GPUs. Docs: docs/queues.md.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -30,7 +31,11 @@ from typing import Any
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
 from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus, QuotaRelease
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.sharing.labels import DONE_PHASES, QUEUE_LABEL
+from chronotope.solver.model import MILLI
 from chronotope.workloads.job_spec import job_spec_or_none
+from chronotope.workloads.pipeline import PIPELINE_LABEL
+from chronotope.workloads.podreq import PodRequestError, pod_request
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.quota import (
     Admission,
@@ -38,26 +43,32 @@ from chronotope.workloads.quota import (
     Demand,
     PendingWorkload,
     QuotaBook,
+    Resource,
     Unit,
     Verdict,
     WaitReason,
     admit,
     demands_of,
+    fits_now,
     queue_statuses,
     quota_frees_at,
 )
 from chronotope.workloads.replan import parse_time
+from chronotope.workloads.serving_group import GROUP_LABEL
 from chronotope.workloads.training import Action, Decision
 
 __all__ = [
     "FORECAST",
     "HOLDING",
+    "SERVING_OWNERS",
     "QuotaView",
     "local_queue_report",
     "queue_report",
     "quota_admission",
     "quota_admissions",
     "quota_wait",
+    "serving_admission",
+    "serving_workloads",
 ]
 
 log = logging.getLogger(__name__)
@@ -131,6 +142,108 @@ def _live(
             yield job, spec
 
 
+SERVING_OWNERS = ((PIPELINE_LABEL, "pipeline"), (GROUP_LABEL, "serving-group"))
+"""Pod labels that make a pod part of a serving workload, and the workload's kind."""
+
+
+def serving_workloads(
+    view: QuotaView, pods: Iterable[Mapping[str, Any]], skip: str | None = None
+) -> list[AdmittedWorkload]:
+    """Serving workloads as holders of quota, from their pods.
+
+    Each InferencePipeline's and serving group's live GPU pods, summed per GPU
+    type, count in the queue of their LocalQueue: the pod label
+    `chronotope.dev/queue` (`default` without it) in the pod's namespace. Pods
+    whose LocalQueue or Queue does not exist count nowhere, as do pods without
+    one GPU type. Keys are `namespace/pipeline:NAME` or
+    `namespace/serving-group:NAME`; `skip` leaves one out (the workload being
+    admitted). Reclaiming never stops them.
+    """
+    usage: dict[tuple[str, str], Counter[Resource]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        owner = next(((kind, labels[k]) for k, kind in SERVING_OWNERS if k in labels), None)
+        if owner is None or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase") in DONE_PHASES:
+            continue
+        namespace = str(meta.get("namespace"))
+        key = f"{namespace}/{owner[0]}:{owner[1]}"
+        local = view.local_queues.get((namespace, labels.get(QUEUE_LABEL, "default")))
+        if key == skip or local is None or local.queue not in view.queues:
+            continue
+        try:
+            req = pod_request(pod)
+        except PodRequestError:
+            continue
+        if not req.num_gpus or len(req.gpu_models) != 1:
+            continue
+        pool: Resource = (
+            (req.gpu_models[0], Unit.GPUS)
+            if req.gpu_milli >= MILLI
+            else (req.gpu_models[0], Unit.SHARE_MILLI)
+        )
+        amount = req.num_gpus if pool[1] is Unit.GPUS else req.gpu_milli
+        usage.setdefault((key, local.queue), Counter())[pool] += amount
+    return [
+        AdmittedWorkload(key, queue, dict(held), 0.0, reclaimable=False)
+        for (key, queue), held in sorted(usage.items())
+    ]
+
+
+def serving_admission(
+    view: QuotaView,
+    jobs: Sequence[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    key: str,
+    local_queue: str,
+    objects: Iterable[Mapping[str, Any]],
+) -> str | None:
+    """Whether serving workload `key` (`namespace/kind:NAME`) may run `objects` now, or why not.
+
+    `objects` are the workload's Deployments as it would apply them: their
+    replicas times their pod template's GPUs are its demand, per GPU type; what
+    it holds now (its own pods) does not count against it. None: quotas are off,
+    or the demand fits the queue of LocalQueue `local_queue` in its namespace.
+    """
+    if not view.on:
+        return None
+    namespace = key.split("/", 1)[0]
+    local = view.local_queues.get((namespace, local_queue))
+    if local is None:
+        return f"no LocalQueue {local_queue} in namespace {namespace}"
+    book, _ = _cycle(view, jobs, serving=serving_workloads(view, pods, skip=key))
+    queue = book.queues.get(local.queue)
+    if queue is None:
+        return (
+            f"LocalQueue {namespace}/{local_queue} names Queue {local.queue}, which does not exist"
+        )
+    wanted: Counter[Resource] = Counter()
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        template = spec.get("template") or {}
+        pod = {"metadata": {"namespace": namespace, **(template.get("metadata") or {})}}
+        pod["spec"] = template.get("spec") or {}
+        try:
+            req = pod_request(pod)
+        except PodRequestError:
+            continue
+        if not req.num_gpus or len(req.gpu_models) != 1:
+            continue
+        replicas = int(spec.get("replicas", 1))
+        if req.gpu_milli >= MILLI:
+            wanted[(req.gpu_models[0], Unit.GPUS)] += replicas * req.num_gpus
+        else:
+            wanted[(req.gpu_models[0], Unit.SHARE_MILLI)] += replicas * req.gpu_milli
+    demands = [
+        Demand(t, wanted[(t, Unit.GPUS)], wanted[(t, Unit.SHARE_MILLI)])
+        for t in sorted({pool[0] for pool in wanted})
+    ]
+    return fits_now(book, queue, key, demands)
+
+
 def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> AdmittedWorkload | None:
     """What a started job holds: its plan's type at its plan's workers."""
     status = job.get("status") or {}
@@ -154,13 +267,14 @@ def _cycle(
     view: QuotaView,
     jobs: Sequence[Mapping[str, Any]],
     first: Mapping[str, Decision] | None = None,
+    serving: Sequence[AdmittedWorkload] = (),
 ) -> tuple[QuotaBook, list[PendingWorkload]]:
-    """The book of what started jobs hold, and the waiting jobs in queue order.
+    """The book of what started jobs and `serving` workloads hold; the waiting jobs in order.
 
     `first` maps a job key to its START decision: that job asks for the
     decision's type and workers before its other alternatives.
     """
-    admitted: list[AdmittedWorkload] = []
+    admitted: list[AdmittedWorkload] = list(serving)
     pending: list[PendingWorkload] = []
     for job, spec in _live(sorted(jobs, key=queue_key)):
         meta = job.get("metadata") or {}
@@ -220,7 +334,9 @@ def quota_admissions(
     jobs: Sequence[Mapping[str, Any]],
     decided: Mapping[str, Decision],
     now: datetime,
+    *,
     explain: Iterable[str] | None = None,
+    serving: Sequence[AdmittedWorkload] = (),
 ) -> dict[str, Admission]:
     """The quota verdict of every waiting job now: one admission cycle (Kueue's).
 
@@ -236,7 +352,7 @@ def quota_admissions(
             k: Admission(k, Verdict.ADMIT, message=off)
             for k in (decided if explain is None else explain)
         }
-    book, pending = _cycle(view, jobs, decided)
+    book, pending = _cycle(view, jobs, decided, serving)
     decisions = admit(book, pending, now.timestamp())
     wanted = None if explain is None else set(explain)
     releases = _releases(jobs)
@@ -313,13 +429,17 @@ def quota_wait(admission: Admission) -> Decision:
     return Decision(Action.WAIT, admission.message, cause=reason, start=start)
 
 
-def queue_report(view: QuotaView, jobs: Sequence[Mapping[str, Any]]) -> dict[str, QueueStatus]:
+def queue_report(
+    view: QuotaView,
+    jobs: Sequence[Mapping[str, Any]],
+    serving: Sequence[AdmittedWorkload] = (),
+) -> dict[str, QueueStatus]:
     """Every Queue's usage, borrowed and lent GPUs per type, admitted and pending jobs.
 
-    Usage is what started jobs hold; every live job that has not started counts
-    as pending in its Queue, whether quota or GPUs hold it back.
+    Usage is what started jobs and `serving` workloads hold; every live job that
+    has not started counts as pending in its Queue, whether quota or GPUs hold it back.
     """
-    book, pending = _cycle(view, jobs)
+    book, pending = _cycle(view, jobs, serving=serving)
     waiting: dict[str, Admission] = {}
     for p in pending:
         queue = view.local_queues.get((p.namespace, p.local_queue))

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from chronotope.controllers.inferencepipeline import PipelineOps, reconcile
+from chronotope.workloads.training_quota import QuotaView, serving_workloads
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -64,6 +65,26 @@ class FakeOps:
         d = copy.deepcopy(deployment)
         d["status"] = {"readyReplicas": d["spec"]["replicas"]}  # ready at once
         self.applied[d["metadata"]["name"]] = d
+
+    # quota inputs: none by default (no Queue: quotas are off)
+    jobs: list[dict[str, Any]] = []  # noqa: RUF012
+    pods: list[dict[str, Any]] = []  # noqa: RUF012
+    queue_objs: list[dict[str, Any]] = []  # noqa: RUF012
+    local_queue_objs: list[dict[str, Any]] = []  # noqa: RUF012
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        return self.jobs
+
+    def pods_matching(
+        self, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        return [p for p in self.pods if namespace in (None, p["metadata"]["namespace"])]
+
+    def queues(self) -> list[dict[str, Any]]:
+        return self.queue_objs
+
+    def local_queues(self) -> list[dict[str, Any]]:
+        return self.local_queue_objs
 
 
 def _protocol(ops: FakeOps) -> PipelineOps:
@@ -375,3 +396,75 @@ def test_a_pipeline_that_cannot_be_planned_is_not_observed() -> None:
     assert out.status["phase"] == "Failed"
     assert ops.asked == []
     assert "observedP99Ms" not in out.status
+
+
+def _quota(ops: FakeOps, whole: int, shares_milli: int) -> None:
+    """One Queue for namespace ns (LocalQueue default): `whole` GPUs of each type, and
+    `shares_milli` of T4 in shares."""
+    ops.queue_objs = [
+        {
+            "metadata": {"name": "serving"},
+            "spec": {
+                "quotas": [
+                    {"gpuType": "A100-SXM4-80GB", "gpus": whole},
+                    {"gpuType": "T4", "gpus": whole, "shareMilli": shares_milli},
+                ]
+            },
+        }
+    ]
+    ops.local_queue_objs = [
+        {"metadata": {"name": "default", "namespace": "ns"}, "spec": {"queue": "serving"}}
+    ]
+
+
+def test_a_pipeline_over_its_queue_quota_waits_and_builds_nothing() -> None:
+    ops, obj = _ops(), _sample()
+    _quota(ops, whole=0, shares_milli=0)
+    out = reconcile(obj, ops, NOW)
+    assert ops.applied == {}
+    assert out.status["phase"] == "Pending"
+    assert out.status["whyWaiting"].startswith("waiting for quota: queue serving:")
+    assert out.status["quotaHeld"].startswith("queue serving:")
+    assert [e[1] for e in out.events] == ["Planned", "QuotaExceeded"]
+    # the plan is kept: the next reconcile neither re-plans nor repeats the event
+    again = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert again.events == []
+    assert ops.applied == {}
+    # the quota is raised: it is built
+    _quota(ops, whole=8, shares_milli=8000)
+    built = reconcile(obj | {"status": again.status}, ops, NOW)
+    assert built.status["phase"] == "Serving"
+    assert set(ops.applied) == {"video-analytics-detect", "video-analytics-pose"}
+
+
+def test_a_pipeline_within_its_queue_quota_is_built_and_its_pods_hold_the_quota() -> None:
+    ops, obj = _ops(), _sample()
+    _quota(ops, whole=8, shares_milli=8000)
+    out = reconcile(obj, ops, NOW)
+    assert out.status["phase"] == "Serving"
+    assert out.status.get("quotaHeld") is None
+    assert set(ops.applied) == {"video-analytics-detect", "video-analytics-pose"}
+    # the stages' pods carry their LocalQueue, and hold its queue's quota
+    pods = []
+    for d in ops.applied.values():
+        template = d["spec"]["template"]
+        assert template["metadata"]["labels"]["chronotope.dev/queue"] == "default"
+        for i in range(d["spec"]["replicas"]):
+            meta = {**template["metadata"], "name": f"{d['metadata']['name']}-{i}"}
+            pods.append({"metadata": meta | {"namespace": "ns"}, "spec": template["spec"]})
+    view = QuotaView.parse(ops.queue_objs, ops.local_queue_objs)
+    (held,) = serving_workloads(view, pods)
+    assert held.key == "ns/pipeline:video-analytics"
+    assert held.queue == "serving"
+    assert not held.reclaimable
+    assert sum(held.usage.values()) > 0
+    # its own pods never count against it: reconciled again with them, nothing changes
+    ops.pods = pods
+    again = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert again.status.get("quotaHeld") is None
+    # the platform team shrinks the quota below what runs: it keeps serving, grows no further
+    _quota(ops, whole=0, shares_milli=0)
+    shrunk = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert shrunk.status["phase"] == "Serving"
+    assert shrunk.status["quotaHeld"].startswith("queue serving:")
+    assert [e[1] for e in shrunk.events] == ["QuotaExceeded"]

@@ -5,14 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from chronotope.workloads.quota import Verdict
+from chronotope.workloads.quota import Unit, Verdict
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_quota import (
     QuotaView,
     local_queue_report,
     queue_report,
     quota_admission,
+    quota_admissions,
     quota_wait,
+    serving_workloads,
 )
 from chronotope.workloads.training_status import waiting_status
 
@@ -137,3 +139,43 @@ def test_the_queue_shows_its_next_releases() -> None:
         ("14:00", "a/a1", "L4", 2),
     ]
     assert queue_report(_view(), jobs)["team-b"].forecast[0].workload == "b/b1"
+
+
+def _serving_pod(name: str, ns: str, gpus: int, owner: str = "chronotope.dev/pipeline") -> Any:
+    return {
+        "metadata": {"name": name, "namespace": ns, "labels": {owner: "web"}},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": "L4"},
+            "containers": [{"name": "s", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_serving_pods_hold_their_queues_quota_and_are_never_reclaimed() -> None:
+    # team-a's web pipeline (2 pods x 2 L4) and serving group (1 x 2 L4) borrow 2 of team-b's
+    pods = [
+        _serving_pod("web-0", "a", 2),
+        _serving_pod("web-1", "a", 2),
+        _serving_pod("grp-0", "a", 2, owner="chronotope.dev/serving-group"),
+        _serving_pod("done", "a", 2) | {"status": {"phase": "Succeeded"}},
+    ]
+    serving = serving_workloads(_view(), pods)
+    assert [(w.key, w.queue, dict(w.usage)) for w in serving] == [
+        ("a/pipeline:web", "team-a", {("L4", Unit.GPUS): 4}),
+        ("a/serving-group:web", "team-a", {("L4", Unit.GPUS): 2}),
+    ]
+    report = queue_report(_view(), [], serving)
+    (a,), (b,) = report["team-a"].gpus, report["team-b"].gpus
+    assert (a.used, a.borrowed, b.lent) == (6, 2, 2)
+    # team-b wants all 4 of its nominal L4s: it would have to reclaim from serving: it waits
+    b1 = _job("b1", "b", 4, t="2030-01-01T00:00:01Z")
+    start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=4)
+    (verdict,) = quota_admissions(_view(), [b1], {"b/b1": start}, NOW, serving=serving).values()
+    assert verdict.verdict is Verdict.WAIT
+    assert verdict.victims == ()
+    # a TrainingJob of team-a beyond what serving leaves of the cohort waits too
+    a1 = _job("a1", "a", 3, t="2030-01-01T00:00:02Z")
+    start3 = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=3)
+    got = quota_admissions(_view(), [a1], {"a/a1": start3}, NOW, serving=serving)["a/a1"]
+    assert got.verdict is Verdict.WAIT

@@ -312,6 +312,13 @@ class InferencePipelineSpec(ApiModel):
     max_cost_per_hour: float | None = Field(
         default=None, gt=0, le=10_000_000, description="Cost ceiling for the whole pipeline."
     )
+    queue: DnsLabel = Field(
+        default="default",
+        description=(
+            "LocalQueue (in this namespace) whose Queue's GPU quota the stages' pods count "
+            "against; quotas apply only once a Queue exists."
+        ),
+    )
 
 
 class PipelinePhase(StrEnum):
@@ -418,6 +425,14 @@ class InferencePipelineStatus(ApiModel):
     tuner: TunerState | None = Field(default=None, description="Tuner state.")
     why_waiting: str | None = Field(
         default=None, max_length=4096, description="Plain-language reason it is not serving."
+    )
+    quota_held: str | None = Field(
+        default=None,
+        max_length=4096,
+        description=(
+            "Why its queue's quota holds back the planned replicas (a serving pipeline keeps "
+            "what runs); absent when quota admits them."
+        ),
     )
 
 
