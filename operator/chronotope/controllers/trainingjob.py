@@ -49,7 +49,15 @@ from chronotope.workloads.training_status import (
     waiting_status,
 )
 
-__all__ = ["ClusterOps", "Outcome", "PassCache", "fresh_pass", "merged_status", "reconcile"]
+__all__ = [
+    "UNWATCHED_CAUSES",
+    "ClusterOps",
+    "Outcome",
+    "PassCache",
+    "fresh_pass",
+    "merged_status",
+    "reconcile",
+]
 
 _DONE = ("Succeeded", "Failed")
 
@@ -418,6 +426,9 @@ def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) ->
 
 _PHASE_OF = {Action.START: "Starting", Action.WAIT: "Waiting", Action.IMPOSSIBLE: "Pending"}
 
+UNWATCHED_CAUSES = ("ProfileMissing", "ProfileUnusable")
+"""Why-not causes that no watch event clears (the profile ConfigMap is read, not watched)."""
+
 
 class PassCache:
     """The scheduling pass a control loop's reconciles share, and when to make the next.
@@ -499,6 +510,17 @@ class PassCache:
         if self.on_pass is not None:
             self.on_pass(self.last_seconds, len(current.verdicts))
         return current
+
+    def due(self, after_s: float) -> bool:
+        """The latest pass is `after_s` old and a job in it waits for what no watch announces.
+
+        That is a model profile ConfigMap that is missing or unusable (ConfigMaps
+        are not watched): such a job is decided again every `after_s` seconds.
+        """
+        current = self._current
+        if current is None or self.clock() - self._made < after_s:
+            return False
+        return any(v.decision.cause in UNWATCHED_CAUSES for v in current.verdicts.values())
 
     def ensure(self, ops: ClusterOps, now: datetime) -> None:
         """Make a pass if there is none yet or the latest is too old (with the decide lock)."""

@@ -15,7 +15,8 @@ No busy timers (issue 18, part 7). A job is reconciled when:
   is starting is checked for being stuck, a gang being stopped for its
   restart), or the reconcile failed (retried after `RETRY_S`);
 - the slow resync (`resync_s`: a new pass, then every job once), which covers
-  anything time-driven that no event announces.
+  anything time-driven that no event announces; and a new pass every
+  `recheck_s` while a job waits for its model profile ConfigMap (not watched).
 
 Keys go through `WorkQueue` (client-go's workqueue: a key is queued at most
 once, never reconciled by two workers at once, and a key added while it is
@@ -306,6 +307,7 @@ class TrainingJobLoop:
         metrics: OperatorMetrics,
         *,
         resync_s: float = 300.0,
+        recheck_s: float = 10.0,
         min_gap_s: float = 0.5,
         workers: int = 16,
         clock: Callable[[], float] = time.monotonic,
@@ -315,6 +317,8 @@ class TrainingJobLoop:
         self.jobs = jobs
         self.metrics = metrics
         self.resync_s = resync_s
+        self.recheck_s = recheck_s
+        """How often a pass is made again while a job waits for its model profile ConfigMap."""
         self.min_gap_s = min_gap_s
         self.workers = workers
         self.clock = clock
@@ -434,6 +438,9 @@ class TrainingJobLoop:
                 if self.clock() >= next_resync:
                     self._resync()
                     next_resync = self.clock() + self.resync_s
+                if self.passes.due(self.recheck_s):  # a job waits for its profile ConfigMap
+                    self.passes.invalidate()
+                    self.schedule()
                 if self._poke.wait(timeout=max(0.0, min(next_resync - self.clock(), 1.0))):
                     stop.wait(self.min_gap_s)  # let a burst of events settle into one wake
                     self._wake_scope()

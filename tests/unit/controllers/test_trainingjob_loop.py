@@ -278,3 +278,27 @@ def test_a_new_pass_waits_for_the_verdicts_being_enacted() -> None:
     assert made.wait(10)
     thread.join()
     assert passes.latest is not first
+
+
+def test_a_job_waiting_for_its_profile_configmap_is_decided_again_after_a_while() -> None:
+    # ConfigMaps are not watched: no event says the profile now exists
+    me = job("a")
+    me["spec"]["parallelism"] = {"modelProfile": "opt"}
+    ops = LoopOps([node("h-0")], [me])
+    clock = Clock()
+    passes = PassCache(clock=clock)
+    with ops.decide_lock:
+        passes.ensure(ops, NOW)
+    verdict = passes.verdict_of("ns/a")
+    assert verdict is not None
+    assert verdict.decision.cause == "ProfileMissing"
+    assert not passes.due(10.0)
+    clock.t = 11.0
+    assert passes.due(10.0)
+    # a pass of started or merely waiting jobs is never due: events announce their changes
+    ops._jobs = [job("b")]
+    with ops.decide_lock:
+        passes.invalidate()
+        passes.refresh(ops, NOW)
+    clock.t = 30.0
+    assert not passes.due(10.0)
