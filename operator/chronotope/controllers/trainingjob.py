@@ -354,13 +354,20 @@ def _start_or_wait(c: _Cycle, passes: PassCache | None) -> Outcome:
         with c.ops.decide_lock:
             verdict = fresh_pass(c.ops, c.now, include=(c.key,)).verdicts.get(c.key)
             return c.out if verdict is None else _enact(c, verdict, threading.Lock())
-    with c.ops.decide_lock:
-        passes.ensure(c.ops, c.now)
-    # verdicts of one pass are enacted side by side; the next pass waits for them
+    if passes.needs_pass():
+        with c.ops.decide_lock:
+            passes.ensure(c.ops, c.now)
+    verdict = passes.verdict_of(c.key)
+    if verdict is None:
+        return c.out  # it has a gang already, or it is newer than the pass: the next decides
+    if verdict.decision.action is not Action.START:
+        # saying why it waits (or stopping others for it) never makes a pass count wrongly
+        return _enact(c, verdict, passes.preempt_lock)
+    # starts of one pass are enacted side by side; the next pass waits for them
     with passes.enacting():
-        verdict = passes.verdict_of(c.key)
+        verdict = passes.verdict_of(c.key)  # the latest, if a pass was made meanwhile
         if verdict is None:
-            return c.out  # it has a gang already, or it is newer than the pass: the next decides
+            return c.out
         return _enact(c, verdict, passes.preempt_lock)
 
 
@@ -522,18 +529,21 @@ class PassCache:
             return False
         return any(v.decision.cause in UNWATCHED_CAUSES for v in current.verdicts.values())
 
+    def needs_pass(self) -> bool:
+        """There is no pass yet, or the latest is too old to enact."""
+        return self._current is None or self.clock() - self._made > self.max_age_s
+
     def ensure(self, ops: ClusterOps, now: datetime) -> None:
-        """Make a pass if there is none yet or the latest is too old (with the decide lock)."""
-        current = self._current
-        if current is None or self.clock() - self._made > self.max_age_s:
+        """Make a pass if `needs_pass` (call with the decide lock held)."""
+        if self.needs_pass():
             self._stale = True
             self.refresh(ops, now)
 
     @contextmanager
     def enacting(self) -> Iterator[None]:
-        """Hold while enacting a verdict of the latest pass: no new pass is made meanwhile.
+        """Hold while enacting a start of the latest pass: no new pass is made meanwhile.
 
-        Many jobs enact verdicts of one pass at once (their API calls overlap); a
+        Many jobs enact starts of one pass at once (their API calls overlap); a
         new pass waits until they are done, so it sees every gang they created.
         """
         with self._gate:
