@@ -146,6 +146,22 @@ SERVING_OWNERS = ((PIPELINE_LABEL, "pipeline"), (GROUP_LABEL, "serving-group"))
 """Pod labels that make a pod part of a serving workload, and the workload's kind."""
 
 
+def _pod_quota(pod: Mapping[str, Any]) -> tuple[Resource, int] | None:
+    """The quota pool a pod's GPUs take and how much: whole GPUs, or a share's milli.
+
+    None for a pod without GPUs, without exactly one GPU type, or with a bad request.
+    """
+    try:
+        req = pod_request(pod)
+    except PodRequestError:
+        return None
+    if not req.num_gpus or len(req.gpu_models) != 1:
+        return None
+    if req.gpu_milli >= MILLI:
+        return (req.gpu_models[0], Unit.GPUS), req.num_gpus
+    return (req.gpu_models[0], Unit.SHARE_MILLI), req.gpu_milli
+
+
 def serving_workloads(
     view: QuotaView, pods: Iterable[Mapping[str, Any]], skip: str | None = None
 ) -> list[AdmittedWorkload]:
@@ -173,19 +189,9 @@ def serving_workloads(
         local = view.local_queues.get((namespace, labels.get(QUEUE_LABEL, "default")))
         if key == skip or local is None or local.queue not in view.queues:
             continue
-        try:
-            req = pod_request(pod)
-        except PodRequestError:
-            continue
-        if not req.num_gpus or len(req.gpu_models) != 1:
-            continue
-        pool: Resource = (
-            (req.gpu_models[0], Unit.GPUS)
-            if req.gpu_milli >= MILLI
-            else (req.gpu_models[0], Unit.SHARE_MILLI)
-        )
-        amount = req.num_gpus if pool[1] is Unit.GPUS else req.gpu_milli
-        usage.setdefault((key, local.queue), Counter())[pool] += amount
+        held = _pod_quota(pod)
+        if held is not None:
+            usage.setdefault((key, local.queue), Counter())[held[0]] += held[1]
     return [
         AdmittedWorkload(key, queue, dict(held), 0.0, reclaimable=False)
         for (key, queue), held in sorted(usage.items())
@@ -225,18 +231,9 @@ def serving_admission(
         spec = obj.get("spec") or {}
         template = spec.get("template") or {}
         pod = {"metadata": {"namespace": namespace, **(template.get("metadata") or {})}}
-        pod["spec"] = template.get("spec") or {}
-        try:
-            req = pod_request(pod)
-        except PodRequestError:
-            continue
-        if not req.num_gpus or len(req.gpu_models) != 1:
-            continue
-        replicas = int(spec.get("replicas", 1))
-        if req.gpu_milli >= MILLI:
-            wanted[(req.gpu_models[0], Unit.GPUS)] += replicas * req.num_gpus
-        else:
-            wanted[(req.gpu_models[0], Unit.SHARE_MILLI)] += replicas * req.gpu_milli
+        held = _pod_quota(pod | {"spec": template.get("spec") or {}})
+        if held is not None:
+            wanted[held[0]] += int(spec.get("replicas", 1)) * held[1]
     demands = [
         Demand(t, wanted[(t, Unit.GPUS)], wanted[(t, Unit.SHARE_MILLI)])
         for t in sorted({pool[0] for pool in wanted})
