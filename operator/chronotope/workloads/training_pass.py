@@ -196,14 +196,24 @@ def schedule(
     admissions: dict[str, Admission] = {}
     if view.on:
         asking = {k: d for k, d in first.items() if d.action is not Action.IMPOSSIBLE}
-        serving = serving_workloads(view, pods)  # InferencePipelines and serving groups hold quota
-        admissions = quota_admissions(view, jobs, asking, now, serving=serving)
+        # what holds quota (started jobs; InferencePipeline and serving-group pods), and what
+        # asks for it: a job that can never run here asks for nothing
+        holding = [
+            j
+            for j in jobs
+            if (j.get("status") or {}).get("phase") in HOLDING or job_key(j) in asking
+        ]
+        serving = serving_workloads(view, pods)
+        admissions = quota_admissions(view, holding, asking, now, serving=serving)
     held = {
         k
         for k, a in admissions.items()
         if k in first and a.verdict in (Verdict.WAIT, Verdict.RECLAIM)
     }
-    others = [j for j in jobs if job_key(j) not in held]  # the competition the gates see
+    # the competition the gates see: neither jobs that quota holds back nor jobs that can
+    # never run here (a missing model profile, too few GPUs) contend for GPUs
+    aside = held | {k for k, d in first.items() if d.action is Action.IMPOSSIBLE}
+    others = [j for j in jobs if job_key(j) not in aside]
     run = _Pass(
         now=now,
         decider=decider,

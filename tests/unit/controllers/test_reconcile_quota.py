@@ -143,3 +143,14 @@ def test_quota_pins_the_gpu_type_it_admits() -> None:
     assert out.status["phase"] == "Starting"
     assert out.status["plan"]["gpuType"] == "A100"  # the faster H100 has no quota
     assert "queue team-a admits it within its nominal quota" in out.events[0][2]
+
+
+def test_a_job_that_can_never_run_takes_no_quota_from_the_jobs_behind_it() -> None:
+    # a1 (older) names a model profile that does not exist: it is impossible, not admitted
+    stuck, behind = team_job("a1", "a"), team_job("a2", "a", 1)
+    stuck["spec"]["parallelism"] = {"modelProfile": "missing"}
+    ops = ops_with(1, [stuck, behind], [queue("team-a", 8)])
+    assert reconcile(stuck, ops, NOW).status["phase"] == "Pending"
+    out = reconcile(behind, ops, NOW)
+    assert out.status["phase"] == "Starting"
+    assert "queue team-a admits it within its nominal quota" in out.events[0][2]
