@@ -183,6 +183,9 @@ def reconcile(
     cycle = _Cycle(job, spec, ops, now, gen, Outcome())
     if current and plan:
         return _running(cycle, current, plan)
+    if current:  # its gang exists, but the status write after its start was lost
+        why = "its workers exist but its status has no plan (a status write failed); re-planning"
+        return _restart(cycle, current, why, "Replanning")
     if plan and not current and status.get("phase") in ("Starting", "Running"):
         # the whole gang is gone: preempted, or its nodes were deleted; plan it afresh
         preempted_by = annotations.get(PREEMPTED_BY_ANNOTATION)

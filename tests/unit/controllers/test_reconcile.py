@@ -205,3 +205,16 @@ def test_a_failed_worker_restarts_the_gang_until_max_restarts() -> None:
     done, _ = _failed_worker({"policy": "OnFailure", "maxRestarts": 2}, 2)
     assert done.status["phase"] == "Failed"
     assert "after 2 restart(s)" in done.status["whyWaiting"]
+
+
+def test_a_gang_whose_start_was_never_recorded_is_restarted_not_lost() -> None:
+    # the gang was created, then the status write failed: the pass no longer decides the job
+    me = job("a")
+    ops = FakeOps([node("h-0")], [me])
+    first = reconcile(me, ops, NOW)
+    assert first.status["phase"] == "Starting"
+    out = reconcile(me, ops, NOW)  # its status still empty
+    assert ops.stopped == ["a-g0-0"]
+    assert out.status["phase"] == "Resizing"
+    assert out.annotations[GENERATION_ANNOTATION] == "1"
+    assert [e[1] for e in out.events] == ["Replanning"]
