@@ -193,6 +193,9 @@ class Admission:
     message: str = ""
     quota_frees_at: float | None = None
     """WAIT (quota exceeded): when the plan-ahead expects the quota to free up for it."""
+    preferred: tuple[str, float, str] | None = None
+    """ADMIT or BORROW on another type than the one its decision preferred: (that type,
+    when its quota frees up for it, whose end frees it), for the plan-ahead to weigh."""
 
 
 class QuotaBook:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
@@ -288,6 +288,10 @@ class _Pass:
             decision = self.decider.decide(
                 ns, narrowed, self.left, self.now, frees_at=self.frees, remaining=remaining
             )
+        if decision.action is Action.START and admission is not None and admission.preferred:
+            decision = self._later_on_preferred(
+                ns, spec, narrowed, decision, admission, remaining=remaining
+            )
         if decision.action is Action.START:
             if admission is not None and admission.demand is not None:
                 decision = replace(decision, reason=f"{decision.reason}; {_quota_note(admission)}")
@@ -301,6 +305,46 @@ class _Pass:
         if decision.action is Action.START and decision.gpu_type is not None:
             self._take(job, spec, decision)
         return JobVerdict(decision, cycle, admission)
+
+    def _later_on_preferred(
+        self,
+        ns: str,
+        spec: TrainingJobSpec,
+        narrowed: TrainingJobSpec,
+        now_there: Decision,
+        admission: Admission,
+        *,
+        remaining: float,
+    ) -> Decision:
+        """Start now where quota admits the job, or wait for its preferred type's quota.
+
+        The plan-ahead on quota (TetriSched's choice, with the queue's forecast):
+        `decide` weighs starting now on the admitted type against starting on
+        the preferred type when its quota frees up (and its GPUs, if later); it
+        waits only if that gives strictly more utility (a deadline it would miss).
+        """
+        assert admission.preferred is not None
+        gpu_type, when, whose = admission.preferred
+        option = next((t for t in spec.gpu_types if t.name == gpu_type), None)
+        if option is None:
+            return now_there
+        both = spec.model_copy(update={"gpu_types": [*narrowed.gpu_types, option]})
+        at = datetime.fromtimestamp(when, UTC)
+        frees = {**self.frees, gpu_type: max(at, self.frees.get(gpu_type, at))}
+        no_room_now = [  # its quota holds that type back now, whatever GPUs are free
+            n if n.gpu_model != gpu_type else replace(n, free=0, free_gpus=()) for n in self.left
+        ]
+        choice = self.decider.decide(
+            ns, both, no_room_now, self.now, frees_at=frees, remaining=remaining
+        )
+        if choice.action is not Action.WAIT or choice.gpu_type != gpu_type:
+            return now_there
+        return replace(
+            choice,
+            reason=f"{choice.reason}; its queue's {gpu_type} quota frees up "
+            f"{at:%Y-%m-%d %H:%M} ({whose} ends)",
+            cause="WaitingForQuota",
+        )
 
     def _take(self, job: Mapping[str, Any], spec: TrainingJobSpec, d: Decision) -> None:
         """The start's GPUs leave the capacity; later jobs see the job as started."""

@@ -356,6 +356,10 @@ def quota_admissions(
     found_for: dict[tuple[str | None, tuple[Demand, ...]], tuple[float, str] | None] = {}
     for asking in pending:
         mine = decisions[asking.key]
+        preferred = _preferred_later(book, asking, mine, decided.get(asking.key), releases)
+        if preferred is not None:
+            decisions[asking.key] = replace(mine, preferred=preferred)
+            continue
         if mine.verdict is not Verdict.WAIT or mine.reason is not WaitReason.QUOTA_EXCEEDED:
             continue
         if wanted is not None and asking.key not in wanted:
@@ -369,6 +373,29 @@ def quota_admissions(
             text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
             decisions[asking.key] = replace(mine, message=text, quota_frees_at=found[0])
     return decisions
+
+
+def _preferred_later(
+    book: QuotaBook,
+    asking: PendingWorkload,
+    admission: Admission,
+    decided: Decision | None,
+    releases: Sequence[tuple[float, str]],
+) -> tuple[str, float, str] | None:
+    """For a job admitted on another type than its decision's: when that type's quota frees up.
+
+    (type, time, whose end), or None when it was admitted on its own type, or
+    the preferred type's quota never frees up by the predicted ends.
+    """
+    if admission.verdict not in (Verdict.ADMIT, Verdict.BORROW) or admission.demand is None:
+        return None
+    if decided is None or decided.gpu_type in (None, admission.demand.gpu_type):
+        return None
+    wanted = next((d for d in asking.alternatives if d.gpu_type == decided.gpu_type), None)
+    if wanted is None:
+        return None
+    found = quota_frees_at(book, replace(asking, alternatives=(wanted,)), releases)
+    return None if found is None else (wanted.gpu_type, found[0], found[1])
 
 
 def _releases(jobs: Sequence[Mapping[str, Any]]) -> list[tuple[float, str]]:

@@ -1,0 +1,79 @@
+"""The scheduling pass with queues: the plan-ahead weighs waiting for a type's quota."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.gates import Decider
+from chronotope.workloads.training import Action
+from chronotope.workloads.training_pass import schedule
+from chronotope.workloads.training_quota import QuotaView
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+CAPACITY = [
+    NodeCapacity("h100-0", "H100", 8, 0, True),  # a1's
+    NodeCapacity("h100-1", "H100", 8, 8, True),  # free, but team-a's H100 quota is all a1's
+    NodeCapacity("l4-0", "L4", 8, 8, True),
+]
+
+
+def _job(name: str, created: str, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "a", "creationTimestamp": created},
+        "spec": {
+            "replicas": 1,
+            "gpu": {"count": 8},
+            "gpuTypes": [
+                {"name": "H100", "relativeSpeed": 1.0},
+                {"name": "L4", "relativeSpeed": 0.25},
+            ],
+            "estimate": {"referenceGpuType": "H100", "durationSeconds": 3600},
+            "utility": {"function": "Step", "deadline": (NOW + timedelta(hours=2)).isoformat()},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+        "status": status,
+    }
+
+
+def _view() -> QuotaView:
+    quotas = [{"gpuType": "H100", "gpus": 8}, {"gpuType": "L4", "gpus": 8}]
+    return QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+
+
+def _pass(ends_in: timedelta) -> Any:
+    a1 = _job(
+        "a1",
+        "2030-01-01T10:00:00Z",
+        phase="Running",
+        plan={
+            "gpuType": "H100",
+            "workers": 1,
+            "totalGpus": 8,
+            "startTime": "2030-01-01T11:00:00Z",
+            "predictedCompletionTime": (NOW + ends_in).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    )
+    a2 = _job("a2", "2030-01-01T11:30:00Z", phase="Waiting")
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    done = schedule([a1, a2], [], [], _view(), decider=decider, now=NOW, capacity=CAPACITY)
+    return done.verdicts["a/a2"].decision
+
+
+def test_a_job_waits_for_its_types_quota_when_that_meets_its_deadline() -> None:
+    # L4 now: 4 h, misses the 2 h deadline; H100 once a1 ends (30 min): done in 1.5 h
+    d = _pass(timedelta(minutes=30))
+    assert (d.action, d.gpu_type, d.cause) == (Action.WAIT, "H100", "WaitingForQuota")
+    assert d.start == NOW + timedelta(minutes=30)
+    assert "its queue's H100 quota frees up 2030-01-01 12:30 (a/a1 ends)" in d.reason
+
+
+def test_a_job_starts_where_quota_admits_it_when_waiting_does_not_pay() -> None:
+    # a1 ends in 3 h: waiting for H100 misses the deadline as well; L4 now is no worse
+    d = _pass(timedelta(hours=3))
+    assert (d.action, d.gpu_type) == (Action.START, "L4")
+    assert "queue team-a admits it within its nominal quota" in d.reason
