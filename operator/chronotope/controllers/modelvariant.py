@@ -18,11 +18,12 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
 from chronotope.controllers.trainingjob import Outcome
+from chronotope.solver.model import Reason
 from chronotope.workloads.placement import parse_doc
 from chronotope.workloads.serving_group import (
     GroupResult,
@@ -30,6 +31,7 @@ from chronotope.workloads.serving_group import (
     failed_status,
     serve_group,
 )
+from chronotope.workloads.training_quota import QuotaView, serving_admission
 from chronotope.workloads.variants import (
     ServingGroup,
     gpu_pool,
@@ -68,6 +70,24 @@ class VariantOps(Protocol):
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> None:
         """Create or update the objects, in order."""
+        ...
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        """All TrainingJobs (what holds and waits for quota)."""
+        ...
+
+    def pods_matching(
+        self, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The pods in `namespace` (all if None) matching the label `selector`."""
+        ...
+
+    def queues(self) -> list[dict[str, Any]]:
+        """All Queues."""
+        ...
+
+    def local_queues(self) -> list[dict[str, Any]]:
+        """All LocalQueues."""
         ...
 
 
@@ -153,6 +173,8 @@ class GroupMemo:
                     rates=rates,
                     now=now,
                 )
+                if result.objects and not pods:  # a new group is admitted against its quota
+                    result = _admitted(ops, namespace, group, result, now)
                 if result.objects:
                     ops.apply(result.objects)
                 members = {m.name for m in group.members}
@@ -181,6 +203,34 @@ class GroupMemo:
             self._rates = {
                 k: v for k, v in self._rates.items() if (now - v[0]).total_seconds() <= horizon
             }
+
+
+def _admitted(
+    ops: VariantOps, namespace: str, group: ServingGroup, result: GroupResult, now: datetime
+) -> GroupResult:
+    """`result`, or, when its queue's quota does not admit the new group, nothing built.
+
+    The group's pods count against the LocalQueue `default` of its namespace
+    (`training_quota.serving_workloads`); a group that runs nothing yet is built
+    only when its Deployment's GPUs fit that queue now. Quotas are off until a
+    Queue exists. A group that already runs is not held back.
+    """
+    view = QuotaView.parse(ops.queues(), ops.local_queues())
+    if not view.on:
+        return result
+    held = serving_admission(
+        view,
+        ops.training_jobs(),
+        ops.pods_matching(namespace),
+        key=f"{namespace}/serving-group:{group.name}",
+        local_queue="default",
+        objects=[o for o in result.objects if o.get("kind") == "Deployment"],
+    )
+    if held is None:
+        return result
+    why = Reason(code="QuotaExceeded", message=f"waiting for quota: {held}")
+    statuses = {m.name: failed_status(m.generation, why, now) for m in group.members}
+    return replace(result, objects=(), statuses=statuses, events={})
 
 
 def fingerprint(

@@ -48,6 +48,25 @@ class FakeOps:
         for obj in objects:
             self.applied[obj["kind"], obj["metadata"]["name"]] = copy.deepcopy(obj)
 
+    # quota inputs: none by default (no Queue: quotas are off)
+    jobs: list[dict[str, Any]] = []  # noqa: RUF012
+    queue_objs: list[dict[str, Any]] = []  # noqa: RUF012
+    local_queue_objs: list[dict[str, Any]] = []  # noqa: RUF012
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        return self.jobs
+
+    def pods_matching(
+        self, namespace: str | None = None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        return [p for pods in self._pods.values() for p in pods]
+
+    def queues(self) -> list[dict[str, Any]]:
+        return self.queue_objs
+
+    def local_queues(self) -> list[dict[str, Any]]:
+        return self.local_queue_objs
+
     def run_pods(self, group: str, *, ready: bool = True) -> None:
         """The Deployment controller and scheduler: one bound pod per replica."""
         replicas = self.applied["Deployment", group]["spec"]["replicas"]
@@ -196,3 +215,27 @@ def test_a_variant_being_deleted_is_left_alone_and_its_group_replans_without_it(
     _pass(ops, memo)
     doc = ops.applied["ConfigMap", "llama-placement"]["data"]["placement.json"]
     assert '"c"' not in doc
+
+
+GPU = "H100-SXM5-80GB"
+
+
+def test_a_new_serving_group_over_its_queue_quota_waits_and_builds_nothing() -> None:
+    ops, memo = _three(), GroupMemo()
+    ops.queue_objs = [
+        {"metadata": {"name": "serving"}, "spec": {"quotas": [{"gpuType": GPU, "gpus": 0}]}}
+    ]
+    ops.local_queue_objs = [
+        {"metadata": {"name": "default", "namespace": "ns"}, "spec": {"queue": "serving"}}
+    ]
+    out = _pass(ops, memo)
+    assert ops.applies == 0
+    for outcome in out.values():
+        assert outcome.status["phase"] == "Pending"
+        assert outcome.status["whyWaiting"].startswith("waiting for quota: queue serving:")
+        assert outcome.status["conditions"][0]["reason"] == "QuotaExceeded"
+    # the quota is raised: the next group pass builds it
+    ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 16
+    _pass(ops, memo, NOW + timedelta(seconds=60))
+    assert ops.applies == 1
+    assert ("Deployment", next(iter(memo._entries))[1]) in ops.applied
