@@ -363,10 +363,11 @@ def _start_or_wait(c: _Cycle, passes: PassCache | None) -> Outcome:
     verdict = passes.verdict_of(c.key)
     if verdict is None:
         return c.out  # it has a gang already, or it is newer than the pass: the next decides
-    if verdict.decision.action is not Action.START:
-        # saying why it waits (or stopping others for it) never makes a pass count wrongly
-        return _enact(c, verdict, passes.preempt_lock)
-    # starts of one pass are enacted side by side; the next pass waits for them
+    if verdict.decision.action is not Action.START and not _may_preempt(verdict):
+        # saying why it waits never makes a pass count wrongly: no need to hold a pass back
+        return _enact(c, verdict, passes.preempt_lock, preempting=False)
+    # starts (and priority preemption, which starts the job at once) of one pass are
+    # enacted side by side; the next pass waits for them
     with passes.enacting():
         verdict = passes.verdict_of(c.key)  # the latest, if a pass was made meanwhile
         if verdict is None:
@@ -374,10 +375,20 @@ def _start_or_wait(c: _Cycle, passes: PassCache | None) -> Outcome:
         return _enact(c, verdict, passes.preempt_lock)
 
 
-def _enact(c: _Cycle, verdict: JobVerdict, preempt_lock: threading.Lock) -> Outcome:
+def _may_preempt(verdict: JobVerdict) -> bool:
+    """A waiting job that priority preemption could start now (lower-priority victims exist)."""
+    if verdict.decision.action is not Action.WAIT or verdict.held_by_quota:
+        return False
+    return preempt(verdict.cycle, verdict.decision) is not None
+
+
+def _enact(
+    c: _Cycle, verdict: JobVerdict, preempt_lock: threading.Lock, *, preempting: bool = True
+) -> Outcome:
     """Carry out the pass's verdict for this job: start it, reclaim, preempt, or say why not.
 
-    `preempt_lock` serialises the choice of priority-preemption victims between jobs.
+    `preempt_lock` serialises the choice of priority-preemption victims between jobs;
+    without `preempting` a waiting job only says why it waits.
     """
     out = c.out
     decision = verdict.decision
@@ -391,7 +402,7 @@ def _enact(c: _Cycle, verdict: JobVerdict, preempt_lock: threading.Lock) -> Outc
                 why=f"reclaiming quota of queue {admission.queue}",
                 grace_seconds=grace,
             )
-    elif decision.action is Action.WAIT and not verdict.held_by_quota:
+    elif preempting and decision.action is Action.WAIT and not verdict.held_by_quota:
         with preempt_lock:
             decision = _try_preempt(c, verdict.cycle, decision)
     why = decision.why
