@@ -200,3 +200,49 @@ def test_variants_are_served_replicated_when_hot_and_re_placed_when_a_node_goes(
         _check_built(k)
         route = _make_hot(k)
         _lose_a_node(k, api, route, names)
+
+
+def test_a_new_serving_group_waits_for_its_queue_quota(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    queue = f"mv-{namespace[-6:]}"
+    with kube_cluster.api_client() as api:
+        k = Api(api, namespace)
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
+        spec = {"quotas": [{"gpuType": H100, "gpus": 0}]}
+        k.custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
+        try:
+            local = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": "default"},
+                "spec": {"queue": queue},
+            }
+            k.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "localqueues", local
+            )
+            k.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, mv("held", group="quota")
+            )
+            k.wait(
+                lambda: (
+                    k.status("held").get("phase") == "Pending"
+                    and "waiting for quota" in str(k.status("held").get("whyWaiting"))
+                ),
+                60,
+                "the variant waiting for its queue's quota",
+            )
+            status = k.status("held")
+            ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+            assert ready["reason"] == "QuotaExceeded"
+            assert not k.apps.list_namespaced_deployment(namespace).items
+            # room in the queue: the group is built at its next pass (within its refresh)
+            spec["quotas"][0]["gpus"] = 16
+            k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
+            k.wait(
+                lambda: bool(k.apps.list_namespaced_deployment(namespace).items),
+                90,
+                "the group's Deployment once the quota allows it",
+            )
+        finally:
+            k.custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
