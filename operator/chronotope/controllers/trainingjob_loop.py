@@ -23,9 +23,10 @@ once, never reconciled by two workers at once, and a key added while it is
 being reconciled is reconciled again after); a key reconciled less than
 `min_gap_s` ago waits out the gap, so a burst of pod events costs each job
 one reconcile, not one per event. Passes are spaced by at least their own
-duration, so the workers enacting one get the decide lock as long as the
-pass held it. Decisions stay in `controllers.trainingjob.reconcile` and the
-pass; this module only decides *when*.
+duration, so the workers enacting one get at least as long as the pass
+took (a new pass waits for the starts being enacted). Decisions stay in
+`controllers.trainingjob.reconcile` and the pass; this module only decides
+*when*.
 """
 
 from __future__ import annotations
@@ -445,7 +446,7 @@ class TrainingJobLoop:
                     stop.wait(self.min_gap_s)  # let a burst of events settle into one wake
                     self._wake_scope()
                     self.schedule()
-                    # leave the decide lock to the workers enacting it at least as long
+                    # leave the workers enacting it at least as long before the next
                     stop.wait(self.passes.last_seconds)
         finally:
             self.queue.close()
