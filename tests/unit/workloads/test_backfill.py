@@ -335,7 +335,7 @@ def test_a_job_that_fits_only_on_another_type_beside_the_head_moves_there() -> N
 
 
 def test_a_pass_never_starts_more_than_the_capacity_holds() -> None:
-    # nine one-GPU jobs in two queues on 5 free L4s: five start, each on a distinct GPU
+    # nine one-GPU jobs in two queues on 5 free L4s: five start, no more
     jobs = [
         tjob(f"j{i}", created=NOW - timedelta(minutes=i), types={"L4": 1.0}, phase="Waiting")
         for i in range(9)
