@@ -13,7 +13,6 @@ KubeSchedulerConfiguration run a real extender and kube-scheduler that bind a po
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import http.client
 import json
 import ssl
@@ -25,16 +24,14 @@ from typing import Any
 
 import pytest
 import yaml
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes import client
 
-from chronotope.certs import cert_pem, key_pem, name, sign
 from chronotope.devcluster import components
 from chronotope.devcluster.binaries import ensure_binaries
 from chronotope.devcluster.process import free_port
 from e2e.kubetest import KubeCluster, wait_for
 from e2e.test_extender import gpu_pod
+from tests.impostor import impostor_context
 
 pytestmark = pytest.mark.cluster
 
@@ -76,26 +73,6 @@ def _context(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl
     if cert is not None:
         context.load_cert_chain(cert, key)
     return context
-
-
-def _intruder(directory: Path, ca: Path) -> ssl.SSLContext:
-    """A caller whose client certificate, CN kube-scheduler, another CA of the same name signed."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name("chronotope-extender-ca")
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = sign(
-        name("kube-scheduler"),
-        key.public_key(),
-        ca_name,
-        ca_key,
-        now=now,
-        validity=dt.timedelta(days=1),
-        usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
-    )
-    (directory / "intruder.crt").write_bytes(cert_pem(cert))
-    (directory / "intruder.key").write_bytes(key_pem(key))
-    return _context(ca, directory / "intruder.crt", directory / "intruder.key")
 
 
 def _pending_pod(
@@ -156,7 +133,7 @@ def test_callers_without_kube_schedulers_certificate_are_refused(
     pki = local.extender_pki()
     anonymous = _context(pki.ca_cert)
     foreign = {
-        "another CA": _intruder(tmp_path, pki.ca_cert),
+        "another CA": impostor_context(tmp_path, pki.ca_cert),
         # the cluster's own admin certificate (system:masters): a client certificate of
         # the cluster, not of the extender's CA
         "cluster admin": _context(

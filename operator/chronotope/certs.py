@@ -15,7 +15,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-__all__ = ["cert_pem", "key_pem", "name", "san", "sign"]
+__all__ = ["authority", "cert_pem", "issue", "key_pem", "name", "new_key", "san", "sign"]
 
 BACKDATE = dt.timedelta(minutes=5)
 """Certificates are valid from a little before `now`, for clocks slightly behind."""
@@ -85,6 +85,55 @@ def sign(
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
+
+
+def new_key() -> ec.EllipticCurvePrivateKey:
+    """A new P-256 private key (every key Chronotope makes, but the service-account one)."""
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def authority(
+    cn: str, *, now: dt.datetime, validity: dt.timedelta, path_length: int | None = None
+) -> tuple[x509.Name, x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A new self-signed CA named `cn`: its name, certificate and key."""
+    key = new_key()
+    ca_name = name(cn)
+    cert = sign(
+        ca_name,
+        key.public_key(),
+        ca_name,
+        key,
+        now=now,
+        validity=validity,
+        ca=True,
+        path_length=path_length,
+    )
+    return ca_name, cert, key
+
+
+def issue(
+    subject: x509.Name,
+    issuer: x509.Name,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    *,
+    now: dt.datetime,
+    validity: dt.timedelta,
+    usages: Sequence[x509.ObjectIdentifier] = (),
+    sans: Sequence[x509.GeneralName] = (),
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A new key and its certificate for `subject`, signed by `issuer_key` (a leaf)."""
+    key = new_key()
+    cert = sign(
+        subject,
+        key.public_key(),
+        issuer,
+        issuer_key,
+        now=now,
+        validity=validity,
+        usages=usages,
+        sans=sans,
+    )
+    return cert, key
 
 
 def key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from chronotope import certs
@@ -105,16 +104,11 @@ def _canonical(host: str) -> str:
 
 def _generate(hosts: Sequence[str], now: dt.datetime) -> tuple[bytes, bytes, bytes]:
     """(CA certificate, serving certificate, serving key) as PEM."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = certs.name(GENERATED_CA_NAME)
-    ca = certs.sign(
-        ca_name, ca_key.public_key(), ca_name, ca_key,
-        now=now, validity=VALIDITY * 2, ca=True, path_length=0,
-    )  # fmt: skip
-    key = ec.generate_private_key(ec.SECP256R1())
-    serving = certs.sign(
+    ca_name, ca, ca_key = certs.authority(
+        GENERATED_CA_NAME, now=now, validity=VALIDITY * 2, path_length=0
+    )
+    serving, key = certs.issue(
         certs.name(hosts[0]),
-        key.public_key(),
         ca_name,
         ca_key,
         now=now,

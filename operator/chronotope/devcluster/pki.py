@@ -25,9 +25,16 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from chronotope.certs import cert_pem, key_pem, name, san, sign
+from chronotope.certs import authority, cert_pem, issue, key_pem, name, san
 
-__all__ = ["ExtenderPki", "Pki", "extender_pki", "generate_pki"]
+__all__ = [
+    "EXTENDER_CA_NAME",
+    "ExtenderPki",
+    "Pki",
+    "extender_pki",
+    "generate_pki",
+    "scheduler_client",
+]
 
 _VALIDITY = dt.timedelta(days=365)
 _SERVICE_IP = "10.96.0.1"  # first address of the service CIDR the apiserver is given
@@ -56,11 +63,7 @@ def generate_pki(directory: Path) -> Pki:
     """Create a CA, serving and admin certificates, and the service-account keys."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name("chronotope-local-ca")
-    ca = sign(ca_name, ca_key.public_key(), ca_name, ca_key, now=now, validity=_VALIDITY, ca=True)
-
-    serving_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name, ca, ca_key = authority("chronotope-local-ca", now=now, validity=_VALIDITY)
     sans: list[x509.GeneralName] = [
         x509.DNSName(n)
         for n in (
@@ -72,9 +75,8 @@ def generate_pki(directory: Path) -> Pki:
         )
     ]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", _SERVICE_IP)]
-    serving = sign(
+    serving, serving_key = issue(
         name("kube-apiserver"),
-        serving_key.public_key(),
         ca_name,
         ca_key,
         now=now,
@@ -82,10 +84,8 @@ def generate_pki(directory: Path) -> Pki:
         usages=[ExtendedKeyUsageOID.SERVER_AUTH],
         sans=sans,
     )
-    admin_key = ec.generate_private_key(ec.SECP256R1())
-    admin = sign(
+    admin, admin_key = issue(
         name("chronotope-admin", "system:masters"),
-        admin_key.public_key(),
         ca_name,
         ca_key,
         now=now,
@@ -140,6 +140,28 @@ class ExtenderPki:
         return context
 
 
+EXTENDER_CA_NAME = "chronotope-extender-ca"
+"""The CN of the CA that signs the extender's serving and kube-scheduler's client certificate."""
+
+
+def scheduler_client(
+    ca_name: x509.Name,
+    ca_key: ec.EllipticCurvePrivateKey,
+    *,
+    now: dt.datetime,
+    validity: dt.timedelta,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """kube-scheduler's client certificate for the extender (CN kube-scheduler), and its key."""
+    return issue(
+        name("kube-scheduler"),
+        ca_name,
+        ca_key,
+        now=now,
+        validity=validity,
+        usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
+    )
+
+
 def extender_pki(directory: Path) -> ExtenderPki:
     """The extender's certificates in `directory`, created on first use and kept after.
 
@@ -158,13 +180,9 @@ def extender_pki(directory: Path) -> ExtenderPki:
         return pki
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name("chronotope-extender-ca")
-    ca = sign(ca_name, ca_key.public_key(), ca_name, ca_key, now=now, validity=_VALIDITY, ca=True)
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    serving = sign(
+    ca_name, ca, ca_key = authority(EXTENDER_CA_NAME, now=now, validity=_VALIDITY)
+    serving, serving_key = issue(
         name("chronotope-extender"),
-        serving_key.public_key(),
         ca_name,
         ca_key,
         now=now,
@@ -172,16 +190,7 @@ def extender_pki(directory: Path) -> ExtenderPki:
         usages=[ExtendedKeyUsageOID.SERVER_AUTH],
         sans=[san("127.0.0.1"), san("localhost")],
     )
-    client_key = ec.generate_private_key(ec.SECP256R1())
-    client = sign(
-        name("kube-scheduler"),
-        client_key.public_key(),
-        ca_name,
-        ca_key,
-        now=now,
-        validity=_VALIDITY,
-        usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
-    )
+    client, client_key = scheduler_client(ca_name, ca_key, now=now, validity=_VALIDITY)
     # a partly written directory (a crash here) lacks a file, so it is made again
     _write(pki.serving_key, key_pem(serving_key))
     _write(pki.client_key, key_pem(client_key))

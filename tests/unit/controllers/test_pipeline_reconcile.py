@@ -12,6 +12,7 @@ import yaml
 
 from chronotope.controllers.inferencepipeline import PipelineOps, reconcile
 from chronotope.workloads.training_quota import QuotaView, serving_workloads
+from tests.quota_inputs import QuotaInputs
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -27,10 +28,13 @@ def _node(name: str, product: str, gpus: int = 4) -> dict[str, Any]:
     }
 
 
-class FakeOps:
+class FakeOps(QuotaInputs):
     """Objects in memory; records what `reconcile` applies."""
 
     def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.pods: list[dict[str, Any]] = []
+        """Live pods (what holds quota)."""
         self._nodes = nodes
         self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
         self.variants: dict[tuple[str, str], dict[str, Any]] = {}
@@ -66,25 +70,10 @@ class FakeOps:
         d["status"] = {"readyReplicas": d["spec"]["replicas"]}  # ready at once
         self.applied[d["metadata"]["name"]] = d
 
-    # quota inputs: none by default (no Queue: quotas are off)
-    jobs: list[dict[str, Any]] = []  # noqa: RUF012
-    pods: list[dict[str, Any]] = []  # noqa: RUF012
-    queue_objs: list[dict[str, Any]] = []  # noqa: RUF012
-    local_queue_objs: list[dict[str, Any]] = []  # noqa: RUF012
-
-    def training_jobs(self) -> list[dict[str, Any]]:
-        return self.jobs
-
     def pods_matching(
         self, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
         return [p for p in self.pods if namespace in (None, p["metadata"]["namespace"])]
-
-    def queues(self) -> list[dict[str, Any]]:
-        return self.queue_objs
-
-    def local_queues(self) -> list[dict[str, Any]]:
-        return self.local_queue_objs
 
 
 def _protocol(ops: FakeOps) -> PipelineOps:

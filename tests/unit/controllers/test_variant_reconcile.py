@@ -10,15 +10,17 @@ from typing import Any
 
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps, reconcile
 from chronotope.controllers.trainingjob import Outcome
+from tests.quota_inputs import QuotaInputs
 from tests.variant_fixtures import node, pod, variant
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-class FakeOps:
+class FakeOps(QuotaInputs):
     """Objects in memory; counts applies and Prometheus queries."""
 
     def __init__(self, variants: list[dict[str, Any]]) -> None:
+        super().__init__()
         self.objs = {v["metadata"]["name"]: v for v in variants}
         self._nodes = [node("h100-0"), node("h100-1")]
         self._pods: dict[str, list[dict[str, Any]]] = {}
@@ -48,24 +50,10 @@ class FakeOps:
         for obj in objects:
             self.applied[obj["kind"], obj["metadata"]["name"]] = copy.deepcopy(obj)
 
-    # quota inputs: none by default (no Queue: quotas are off)
-    jobs: list[dict[str, Any]] = []  # noqa: RUF012
-    queue_objs: list[dict[str, Any]] = []  # noqa: RUF012
-    local_queue_objs: list[dict[str, Any]] = []  # noqa: RUF012
-
-    def training_jobs(self) -> list[dict[str, Any]]:
-        return self.jobs
-
     def pods_matching(
         self, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
         return [p for pods in self._pods.values() for p in pods]
-
-    def queues(self) -> list[dict[str, Any]]:
-        return self.queue_objs
-
-    def local_queues(self) -> list[dict[str, Any]]:
-        return self.local_queue_objs
 
     def run_pods(self, group: str, *, ready: bool = True) -> None:
         """The Deployment controller and scheduler: one bound pod per replica."""

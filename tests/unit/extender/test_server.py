@@ -10,7 +10,6 @@ a recording bind (test_service). Certificates are the local cluster's
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import http.client
 import json
 import ssl
@@ -23,11 +22,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes.client.exceptions import ApiException
 
-from chronotope.certs import cert_pem, key_pem, name, sign
 from chronotope.cli import main
 from chronotope.devcluster.pki import ExtenderPki, extender_pki
 from chronotope.extender import wire
@@ -36,6 +32,7 @@ from chronotope.extender.server import REFUSED, Metrics, build_app, tls_context
 from chronotope.extender.service import ExtenderService
 from chronotope.kube.binder import BindError
 from chronotope.sharing.assignment import BindRequest
+from tests.impostor import impostor_context
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_service import Recorder, pod, service
@@ -51,25 +48,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> ExtenderPki:
 @pytest.fixture(scope="module")
 def intruder(tmp_path_factory: pytest.TempPathFactory, pki: ExtenderPki) -> ssl.SSLContext:
     """A caller whose client certificate (CN kube-scheduler) another CA signed."""
-    directory = tmp_path_factory.mktemp("intruder")
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name("chronotope-extender-ca")  # the same name: only the key differs
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = sign(
-        name("kube-scheduler"),
-        key.public_key(),
-        ca_name,
-        ca_key,
-        now=now,
-        validity=dt.timedelta(days=1),
-        usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
-    )
-    (directory / "c.crt").write_bytes(cert_pem(cert))
-    (directory / "c.key").write_bytes(key_pem(key))
-    context = ssl.create_default_context(cafile=str(pki.ca_cert))
-    context.load_cert_chain(directory / "c.crt", directory / "c.key")
-    return context
+    return impostor_context(tmp_path_factory.mktemp("intruder"), pki.ca_cert)
 
 
 def anonymous(pki: ExtenderPki) -> ssl.SSLContext:
