@@ -26,7 +26,7 @@ from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import UNBOUNDED
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 
-__all__ = ["Capacity", "NodeCapacity", "cluster_capacity", "take", "without"]
+__all__ = ["Capacity", "NodeCapacity", "cluster_capacity", "take"]
 
 
 @dataclass(frozen=True)
@@ -118,14 +118,6 @@ def cluster_capacity(
     return _minus_promised(out, promised)
 
 
-def without(capacity: Capacity, held: Mapping[str, int]) -> list[NodeCapacity]:
-    """`capacity` with `held` GPUs per model taken from the free ones (largest free nodes first).
-
-    What the jobs ahead of one in its queue hold back for their own start (`workloads.gates`).
-    """
-    return _minus_promised(list(capacity), dict(held))
-
-
 def take(
     capacity: Capacity,
     gpu_type: str,
@@ -140,7 +132,8 @@ def take(
     With `placements` (node, GPU indices per worker, from a joint plan) those
     GPUs are taken; otherwise each worker goes to the fullest node it still fits
     on (best fit; a different node per worker when `spread`), as a packing
-    policy places it. A worker that fits nowhere is taken by count (`without`).
+    policy places it. A worker that fits nowhere is taken by count, from the
+    largest free nodes first.
     """
     nodes = list(capacity)
     where = {n.name: i for i, n in enumerate(nodes)}

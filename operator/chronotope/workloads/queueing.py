@@ -17,7 +17,6 @@ from typing import Any
 __all__ = ["queue_key"]
 
 _FAR = datetime.max.isoformat()
-_WAITING = (None, "", "Pending", "Waiting", "Resizing")
 
 
 def queue_key(job: Mapping[str, Any]) -> tuple[int, str, str, str]:

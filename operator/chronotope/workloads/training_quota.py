@@ -64,7 +64,6 @@ __all__ = [
     "QuotaView",
     "local_queue_report",
     "queue_report",
-    "quota_admission",
     "quota_admissions",
     "quota_wait",
     "serving_admission",
@@ -303,27 +302,6 @@ def _decided_first(
     if chosen is None:
         return alternatives
     return (chosen, *(d for d in alternatives if d.gpu_type != decision.gpu_type))
-
-
-def quota_admission(
-    view: QuotaView,
-    jobs: Sequence[Mapping[str, Any]],
-    job: Mapping[str, Any],
-    decision: Decision,
-    now: datetime,
-) -> tuple[Admission, frozenset[str]]:
-    """The quota verdict for `job` (whose start `decision` may be a START or a WAIT) now.
-
-    One job's view of `quota_admissions`; also returns the other jobs that quota
-    holds back in the same cycle (they do not contend for GPUs).
-    """
-    key = _key(job)
-    others = [j for j in jobs if _key(j) != key]
-    decisions = quota_admissions(view, [*others, job], {key: decision}, now, explain={key})
-    held = frozenset(
-        k for k, d in decisions.items() if k != key and d.verdict in (Verdict.WAIT, Verdict.RECLAIM)
-    )
-    return decisions[key], held
 
 
 def quota_admissions(

@@ -11,7 +11,6 @@ from chronotope.workloads.training_quota import (
     QuotaView,
     local_queue_report,
     queue_report,
-    quota_admission,
     quota_admissions,
     quota_wait,
     serving_workloads,
@@ -82,11 +81,14 @@ def test_a_job_is_admitted_only_after_the_jobs_ahead_of_it() -> None:
     first = _job("a1", "a", 4, t="2030-01-01T00:00:00Z")
     second = _job("a2", "a", 1, t="2030-01-01T00:00:01Z")
     start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=1)
-    late, _ = quota_admission(_view(cohort=False), [first, second], second, start, NOW)
+    late = quota_admissions(_view(cohort=False), [first, second], {"a/a2": start}, NOW)["a/a2"]
     assert late.verdict is Verdict.WAIT
     assert late.message == "queue team-a: L4 4/4 in use, no cohort to borrow from"
-    early, held = quota_admission(_view(cohort=False), [first, second], first, start, NOW)
-    assert early.verdict is Verdict.ADMIT
+    got = quota_admissions(_view(cohort=False), [first, second], {"a/a1": start}, NOW)
+    assert got["a/a1"].verdict is Verdict.ADMIT
+    held = {
+        k for k, d in got.items() if k != "a/a1" and d.verdict in (Verdict.WAIT, Verdict.RECLAIM)
+    }
     assert held == {"a/a2"}  # behind it, over the quota: not a contender for GPUs
 
 
@@ -94,7 +96,7 @@ def test_without_queues_quotas_are_off() -> None:
     view = QuotaView.parse([], [])
     start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=1)
     job = _job("a1", "a", 4)
-    assert quota_admission(view, [job], job, start, NOW)[0].verdict is Verdict.ADMIT
+    assert quota_admissions(view, [job], {"a/a1": start}, NOW)["a/a1"].verdict is Verdict.ADMIT
 
 
 def test_an_invalid_queue_is_left_out() -> None:
@@ -112,7 +114,9 @@ def test_a_job_over_quota_is_told_when_its_quota_frees_up() -> None:
     late = _ends(_job("a2", "a", 2, "Running"), "2030-01-01T13:00:00Z")
     waiting = _job("a3", "a", 3, t="2030-01-01T00:00:05Z")
     start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=3)
-    mine, _ = quota_admission(_view(cohort=False), [early, late, waiting], waiting, start, NOW)
+    mine = quota_admissions(_view(cohort=False), [early, late, waiting], {"a/a3": start}, NOW)[
+        "a/a3"
+    ]
     assert mine.verdict is Verdict.WAIT
     # a2 ends first (13:00) but frees only 2; 3 fit once a1 ends too
     assert mine.message == (
