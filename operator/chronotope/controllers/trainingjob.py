@@ -42,6 +42,7 @@ from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import JobVerdict, SchedulingPass, schedule
 from chronotope.workloads.training_quota import QuotaView
 from chronotope.workloads.training_status import (
+    decided_phase,
     merge_conditions,
     pods_status,
     resizing_status,
@@ -445,8 +446,6 @@ def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) ->
     )
 
 
-_PHASE_OF = {Action.START: "Starting", Action.WAIT: "Waiting", Action.IMPOSSIBLE: "Pending"}
-
 UNWATCHED_CAUSES = ("ProfileMissing", "ProfileUnusable")
 """Why-not causes that no watch event clears (the profile ConfigMap is read, not watched)."""
 
@@ -500,7 +499,7 @@ class PassCache:
         """The phase the latest pass gives job `key` (None: it did not decide it)."""
         current = self._current
         verdict = current.verdicts.get(key) if current is not None else None
-        return None if verdict is None else _PHASE_OF[verdict.decision.action]
+        return None if verdict is None else decided_phase(verdict.decision)
 
     def refresh(
         self, ops: ClusterOps, now: datetime, include: Collection[str] = ()

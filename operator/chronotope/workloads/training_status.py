@@ -23,6 +23,7 @@ from chronotope.workloads.training import Decision
 
 __all__ = [
     "condition",
+    "decided_phase",
     "merge_conditions",
     "pods_status",
     "resizing_status",
@@ -59,12 +60,20 @@ def merge_conditions(
     return [c for c in by_type.values() if c.get("type")]
 
 
+def decided_phase(decision: Decision) -> str:
+    """The phase a decision gives a job: Starting, Waiting, or Pending (it never can start)."""
+    why = decision.why
+    if why is None:
+        return "Starting"
+    return "Pending" if why.unresolvable else "Waiting"
+
+
 def waiting_status(decision: Decision, now: datetime, generation: int | None) -> dict[str, Any]:
     """Status for a job that is not running: why it waits, or why it never can."""
     why = decision.why
     assert why is not None, "a START has no waiting status"
     return {
-        "phase": "Pending" if why.unresolvable else "Waiting",
+        "phase": decided_phase(decision),
         "whyWaiting": why.message,
         "predictedStartTime": _iso(decision.start) if decision.start is not None else None,
         "replicas": 0,
@@ -173,7 +182,7 @@ def started_status(
     """Status of job `name` whose gang was just created for `decision` (a START)."""
     assert decision.finish is not None
     return {
-        "phase": "Starting",
+        "phase": decided_phase(decision),
         "whyWaiting": None,
         "predictedStartTime": None,
         "selector": f"{JOB_LABEL}={name}",
