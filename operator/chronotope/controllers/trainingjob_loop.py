@@ -329,7 +329,6 @@ class TrainingJobLoop:
         self._lock = threading.Lock()
         self._poke = threading.Event()
         self._scope_all = False
-        self._scope_open = False
         self.passes = PassCache(clock=clock, on_pass=metrics.observe_pass)
 
     # -- waking -------------------------------------------------------------------------
@@ -358,7 +357,6 @@ class TrainingJobLoop:
             self.passes.invalidate()  # and makes the next scheduling pass
             with self._lock:
                 self._scope_all = self._scope_all or wake.all_jobs
-                self._scope_open = True
             self._poke.set()
 
     def _predicted(self, kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) -> bool:
@@ -386,7 +384,7 @@ class TrainingJobLoop:
         Waiting jobs are woken by `schedule` instead, when their verdict changes.
         """
         with self._lock:
-            everyone, self._scope_all, self._scope_open = self._scope_all, False, False
+            everyone, self._scope_all = self._scope_all, False
             self._poke.clear()
         if not everyone:
             return

@@ -88,11 +88,6 @@ class SchedulingPass:
     now: datetime
     verdicts: Mapping[str, JobVerdict] = field(default_factory=dict)
 
-    @property
-    def starting(self) -> frozenset[str]:
-        """The jobs this pass starts."""
-        return frozenset(k for k, v in self.verdicts.items() if v.decision.action is Action.START)
-
 
 def _waiting(job: Mapping[str, Any]) -> bool:
     meta = job.get("metadata") or {}
