@@ -219,7 +219,8 @@ def serving_admission(
     local = view.local_queues.get((namespace, local_queue))
     if local is None:
         return f"no LocalQueue {local_queue} in namespace {namespace}"
-    book, _ = _cycle(view, jobs, serving=serving_workloads(view, pods, skip=key))
+    holding = [j for j in jobs if (j.get("status") or {}).get("phase") in HOLDING]
+    book, _ = _cycle(view, holding, serving=serving_workloads(view, pods, skip=key))
     queue = book.queues.get(local.queue)
     if queue is None:
         return (
