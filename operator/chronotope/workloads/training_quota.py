@@ -1,22 +1,24 @@
-"""TrainingJobs against their Queues: the quota step of a start, and the Queues' report (pure).
+"""TrainingJobs and serving workloads against their Queues: the quota step, and the report (pure).
 
 `workloads.quota` holds the accounting rules on plain values; this module
-reads TrainingJob objects into them, the same way for every reconcile:
+reads TrainingJob objects into them, the same way for every scheduling pass:
 
 - a job *holds* quota while its gang exists (phase `Starting` or `Running`
-  with a plan): its plan's GPU type, at its plan's worker count;
+  with a plan): its plan's GPU type, at its plan's worker count; the pods of
+  InferencePipelines and serving groups hold quota too (`serving_workloads`);
 - every other live job *waits* for quota, in the policy order of
   `workloads.queueing.queue_key` (priority, deadline, age), with one
   alternative per GPU type it accepts, at its replica count;
-- the job being decided asks for exactly what its start decision chose
-  first (type and workers), then its other types.
+- each job asks for exactly what its start decision chose first (type and
+  workers), then its other types.
 
-An admission cycle over all waiting jobs runs each reconcile, so a job is
-admitted only after the jobs ahead of it have taken their share of the quota
-(Kueue's BestEffortFIFO: a job that does not fit does not hold back later
-ones). Jobs ahead that quota admits but the cluster cannot place yet still
-count against the quota in that cycle, as a Kueue quota reservation does:
-quota is a cap, not a promise of GPUs. Docs: docs/queues.md.
+One admission cycle over all waiting jobs runs each pass
+(`quota_admissions`), so a job is admitted only after the jobs ahead of it
+have taken their share of the quota (Kueue's BestEffortFIFO: a job that does
+not fit does not hold back later ones). Jobs ahead that quota admits but the
+cluster cannot place yet still count against the quota in that cycle, as a
+Kueue quota reservation does: quota is a cap, not a promise of GPUs. Docs:
+docs/queues.md.
 """
 
 from __future__ import annotations
