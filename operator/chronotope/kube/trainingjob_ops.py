@@ -93,8 +93,7 @@ class KubeClusterOps(KubeReads):
 
     def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         """Create the gang's headless service and worker pods (both idempotent)."""
-        kw.ensure_service(self.api, namespace, service)
-        kw.create_pods(self.api, pods)
+        kw.create_gang(self.api, namespace, service, pods)
         if self.cache is not None:  # the next decision must count them (watch may lag)
             self.cache.pods.put(pods)
 
