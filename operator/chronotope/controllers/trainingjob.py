@@ -71,6 +71,8 @@ class Outcome:
     annotations: dict[str, str] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     """(Normal | Warning, reason, message)"""
+    deferred: bool = False
+    """Nothing was decided: a start waits for the scheduling pass being made (`PassCache`)."""
 
 
 class ClusterOps(Protocol):
@@ -368,9 +370,14 @@ def _start_or_wait(c: _Cycle, passes: PassCache | None) -> Outcome:
         # saying why it waits never makes a pass count wrongly: no need to hold a pass back
         return _enact(c, verdict, passes.preempt_lock, preempting=False)
     # starts (and priority preemption, which starts the job at once) of one pass are
-    # enacted side by side; the next pass waits for them
-    with passes.enacting():
-        verdict = passes.verdict_of(c.key)  # the latest, if a pass was made meanwhile
+    # enacted side by side; the next pass waits for them. While the next pass is being
+    # made the start is deferred, not blocked: the loop reconciles the job again once
+    # that pass is made, with its verdict there
+    with passes.enacting(c.key) as entered:
+        if not entered:
+            c.out.deferred = True
+            return c.out
+        verdict = passes.verdict_of(c.key)
         if verdict is None:
             return c.out
         return _enact(c, verdict, passes.preempt_lock)
@@ -482,6 +489,7 @@ class PassCache:
         self._gate = threading.Condition()
         self._enacting = 0
         self._making = False
+        self._deferred: set[str] = set()
         self._current: SchedulingPass | None = None
         self._made = 0.0
         self._stale = True
@@ -553,22 +561,33 @@ class PassCache:
             self.refresh(ops, now)
 
     @contextmanager
-    def enacting(self) -> Iterator[None]:
-        """Hold while enacting a start of the latest pass: no new pass is made meanwhile.
+    def enacting(self, key: str) -> Iterator[bool]:
+        """Hold while job `key` enacts a start of the latest pass: no new pass is made meanwhile.
 
         Many jobs enact starts of one pass at once (their API calls overlap); a
         new pass waits until they are done, so it sees every gang they created.
+        Yields False, holding nothing, while the next pass is being made: the
+        caller defers, and `deferred` hands `key` back once that pass is made.
         """
         with self._gate:
-            while self._making:
-                self._gate.wait()
-            self._enacting += 1
+            entered = not self._making
+            if entered:
+                self._enacting += 1
+            else:
+                self._deferred.add(key)
         try:
-            yield
+            yield entered
         finally:
-            with self._gate:
-                self._enacting -= 1
-                self._gate.notify_all()
+            if entered:
+                with self._gate:
+                    self._enacting -= 1
+                    self._gate.notify_all()
+
+    def deferred(self) -> set[str]:
+        """The jobs that deferred a start while the latest pass was made (each given once)."""
+        with self._gate:
+            keys, self._deferred = self._deferred, set()
+        return keys
 
     def verdict_of(self, key: str) -> JobVerdict | None:
         """Job `key`'s verdict in the latest pass (None: not in it, or no pass yet)."""

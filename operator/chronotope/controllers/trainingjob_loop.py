@@ -406,6 +406,8 @@ class TrainingJobLoop:
         if made is None:
             return
         old = before.verdicts if before is not None else {}
+        for key in self.passes.deferred():  # starts deferred while the pass was made
+            self._add(key)
         for key, verdict in made.verdicts.items():
             was = old.get(key)
             if was is None or (was.decision.action, was.decision.reason) != (
@@ -489,6 +491,10 @@ class TrainingJobLoop:
         except ValueError as exc:  # a spec the models reject: this job only, never the queue
             outcome = invalid_outcome(job, exc, now)
             result = "error"
+        if outcome.deferred:  # decided nothing: not a reconcile the histogram times
+            # `schedule` wakes it once the pass is made; this is the fallback when a
+            # reconcile (`PassCache.ensure`), not the loop, made that pass
+            return max(self.passes.last_seconds, 0.5)
         self.metrics.reconcile_seconds.labels(result).observe(time.perf_counter() - started)
         self.metrics.observe_job(job, outcome.status)
         old: Mapping[str, Any] = job.get("status") or {}

@@ -270,7 +270,8 @@ def test_a_new_pass_waits_for_the_verdicts_being_enacted() -> None:
             passes.refresh(ops, NOW)
         made.set()
 
-    with passes.enacting():  # a worker starting a gang of the latest pass
+    with passes.enacting("ns/a") as entered:  # a worker starting a gang of the latest pass
+        assert entered
         thread = threading.Thread(target=refresh)
         thread.start()
         assert not made.wait(0.3)  # the next pass would not see that gang yet: it waits
@@ -278,6 +279,45 @@ def test_a_new_pass_waits_for_the_verdicts_being_enacted() -> None:
     assert made.wait(10)
     thread.join()
     assert passes.latest is not first
+
+
+def test_a_start_while_the_next_pass_is_made_is_deferred_then_woken_by_that_pass() -> None:
+    # a start never blocks its worker behind a pass being made (reconcile latency): it
+    # defers, is not timed, writes nothing, and the loop reconciles it once the pass is made
+    ops = LoopOps([node("h-0")], [job("a")])
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    with ops.decide_lock:
+        loop.passes.ensure(ops, NOW)
+    making = threading.Event()
+    release = threading.Event()
+    original = ops.training_jobs
+
+    def held_jobs() -> list[dict[str, Any]]:  # the pass reads the jobs, then waits
+        jobs = original()
+        making.set()
+        assert release.wait(10)
+        return jobs
+
+    ops.training_jobs = held_jobs  # type: ignore[method-assign]
+    loop.passes.invalidate()
+    maker = threading.Thread(target=loop.schedule)
+    maker.start()
+    assert making.wait(10)
+    count = "chronotope_trainingjob_reconcile_seconds_count"
+    timed = loop.metrics.registry.get_sample_value(count, {"result": "ok"})
+    again = loop.reconcile_key("ns/a")
+    assert again is not None
+    assert again > 0  # the fallback, should no pass wake it
+    assert ops.writes == []  # nothing enacted, nothing written
+    assert ops._pods == []
+    assert loop.metrics.registry.get_sample_value(count, {"result": "ok"}) == timed
+    loop.queue = WorkQueue(loop.clock)
+    release.set()
+    maker.join(10)
+    assert "ns/a" in loop.queue._due  # the pass it waited for wakes it, verdict unchanged
+    ops.training_jobs = original  # type: ignore[method-assign]
+    loop.reconcile_key("ns/a")
+    assert ops.writes[-1][0]["phase"] == "Starting"
 
 
 def test_a_job_waiting_for_its_profile_configmap_is_decided_again_after_a_while() -> None:
