@@ -19,6 +19,8 @@ within what one node of the type has, one or two of the openb GPU types,
   and the waiting ones by the reason of their Schedulable condition;
 - reconcile latency p50 / p99, from the operator's own histogram, and the
   scheduling passes' (each decides every waiting job at once) on their own;
+- the API server's own latency (its `apiserver_request_duration_seconds`) for
+  the writes a start makes: a floor under any reconcile that makes them;
 - the operator's CPU (cores) and memory (RSS) and the API requests per second
   its client makes, over `--steady` seconds once settled (nothing changing);
 - the same CPU and request figures over the ramp.
@@ -113,11 +115,15 @@ def requests_total(text: str) -> float:
     )
 
 
-def histogram_quantiles(text: str, name: str, qs: tuple[float, ...]) -> tuple[list[float], int]:
-    """Quantiles of histogram `name`, all label sets summed (Prometheus' linear
-    interpolation), and its count."""
+def histogram_quantiles(
+    text: str, name: str, qs: tuple[float, ...], where: tuple[str, ...] = ()
+) -> tuple[list[float], int]:
+    """Quantiles of histogram `name`, the label sets that contain every `label="value"` of
+    `where` summed (all when empty; Prometheus' linear interpolation), and its count."""
     buckets: Counter[float] = Counter()
     for m in re.finditer(rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$", text, re.M):
+        if not all(w in m.group(1) for w in where):
+            continue
         le = re.search(r'le="([^"]+)"', m.group(1))
         assert le is not None
         buckets[math.inf if le.group(1) == "+Inf" else float(le.group(1))] += float(m.group(2))
@@ -138,6 +144,23 @@ def histogram_quantiles(text: str, name: str, qs: tuple[float, ...]) -> tuple[li
             lower, below = edge, buckets[edge]
         out.append(value)
     return out, count
+
+
+def apiserver_metrics(api: client.ApiClient) -> str:
+    """The API server's own /metrics text."""
+    response = api.call_api(
+        "GET", f"{api.configuration.host}/metrics", header_params={"Accept": "text/plain"}
+    )
+    response.read()
+    return str(response.data.decode())
+
+
+WRITES = (
+    ("create a worker pod", ('verb="POST"', 'resource="pods"')),
+    ("create a gang's service", ('verb="POST"', 'resource="services"')),
+    ("patch a TrainingJob's status", ('verb="PATCH"', 'resource="trainingjobs"')),
+)
+"""The API writes a start makes, for the API server's own latency of each."""
 
 
 def snapshot(custom: client.CustomObjectsApi) -> tuple[Counter[str], Counter[str], dict[str, str]]:
@@ -263,6 +286,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             (pass50, pass99), passes = histogram_quantiles(
                 text, "chronotope_trainingjob_schedule_pass_seconds", (0.5, 0.99)
             )
+            server = apiserver_metrics(api)
             phases, reasons, _ = snapshot(custom)
             print("\nresults")
             if settled_at is None:
@@ -280,6 +304,14 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 f"  reconcile latency over {count} reconciles: p50 {p50 * 1000:.0f} ms, "
                 f"p99 {p99 * 1000:.0f} ms (goal: p99 < 100 ms)"
             )
+            for what, where in WRITES:
+                (w50, w99), n = histogram_quantiles(
+                    server, "apiserver_request_duration_seconds", (0.5, 0.99), where
+                )
+                print(
+                    f"  the API server's own latency to {what}: p50 {w50 * 1000:.0f} ms, "
+                    f"p99 {w99 * 1000:.0f} ms over {n} requests (all clients, whole run)"
+                )
             print(
                 f"  scheduling passes: {passes}, p50 {pass50:.2f} s, p99 {pass99:.2f} s "
                 "(each decides every waiting job; not part of a reconcile)"
