@@ -26,16 +26,19 @@ from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Tra
 from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.planners.inferline import (
+    ScalingStep,
     StageModel,
     TunerInput,
     cost_per_hour,
     envelope,
     model_from_spec,
+    scaling_table,
     tune,
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
 from chronotope.workloads.pipeline import (
+    DEFAULT_RATE_WINDOW_S,
     PipelinePlan,
     failed_status,
     observe_slo,
@@ -43,6 +46,7 @@ from chronotope.workloads.pipeline import (
     pipeline_status,
     plan_from_status,
     plan_pipeline,
+    rate_window_s,
     sample_arrivals,
     stage_objects,
     with_replicas,
@@ -217,6 +221,7 @@ def reconcile(
     tuned: tuple[dict[str, Any], dict[str, Any] | None] | None = None
     if spec.traffic.prometheus is not None:
         envelope_pts = _envelope_points(spec, sample, plan) if sample is not None else None
+        table_rows = _scaling_rows(spec, sample, plan) if sample is not None else None
         current, tuned = _tune(
             ops,
             spec,
@@ -228,6 +233,7 @@ def reconcile(
             out=out,
             settings=settings,
             new_envelope=envelope_pts,
+            new_table=table_rows,
             stages=model.stages,
         )
     assert not isinstance(groups, Reason)
@@ -368,6 +374,30 @@ def _envelope_points(
     return points
 
 
+def _scaling_rows(
+    spec: InferencePipelineSpec, sample: list[float], plan: PipelinePlan
+) -> list[dict[str, Any]]:
+    """The plan's scaling table (`planners.inferline.scaling_table`) as status rows."""
+    model = model_from_spec(spec.model_copy(update={"stages": list(plan.stages)}), {})
+    source = spec.traffic.prometheus
+    window = rate_window_s(source.query) if source is not None else DEFAULT_RATE_WINDOW_S
+    return [
+        {"rateQPS": round(row.rate_qps, 3), "replicas": list(row.replicas)}
+        for row in scaling_table(model, plan.outcome.config, sample, window_s=window)
+    ]
+
+
+def _table(rows: Sequence[Mapping[str, Any]], stages: int) -> tuple[ScalingStep, ...]:
+    """Status rows back to a scaling table; none if any row does not fit the stages."""
+    try:
+        out = tuple(
+            ScalingStep(float(r["rateQPS"]), tuple(int(k) for k in r["replicas"])) for r in rows
+        )
+    except (KeyError, TypeError, ValueError):
+        return ()
+    return out if all(len(r.replicas) == stages for r in out) else ()
+
+
 def _tune(
     ops: PipelineOps,
     spec: InferencePipelineSpec,
@@ -380,6 +410,7 @@ def _tune(
     out: Outcome,
     settings: TunerSettings,
     new_envelope: list[dict[str, Any]] | None,
+    new_table: list[dict[str, Any]] | None,
     stages: Sequence[StageModel],
 ) -> tuple[list[int], tuple[dict[str, Any], dict[str, Any] | None]]:
     """One tuner pass on the live rate; holds the replicas when Prometheus does not answer."""
@@ -387,6 +418,7 @@ def _tune(
     assert source is not None
     old_tuner = old.get("tuner") or {}
     envelope_pts = new_envelope or old_tuner.get("plannedEnvelope") or []
+    table_rows = new_table if new_table is not None else old_tuner.get("scalingTable") or []
     last = old_tuner.get("lastScaleTime")
     last_s = parse_time(last).timestamp() if last else None  # type: ignore[union-attr]
     delay = settings.down_delay_s
@@ -396,6 +428,7 @@ def _tune(
         "mode": "Steady",
         "lastScaleTime": last,
         "plannedEnvelope": envelope_pts,
+        "scalingTable": table_rows,
         "observedEnvelope": old_tuner.get("observedEnvelope") or [],
     }
     if isinstance(rate, str) or isinstance(recent, str):
@@ -417,6 +450,7 @@ def _tune(
         anchor_qps=anchor or rate,
         last_scale_s=last_s,
         down_delay_s=delay,
+        table=_table(table_rows, len(stages)),
     )
     status["mode"] = decision.mode
     status["observedEnvelope"] = [

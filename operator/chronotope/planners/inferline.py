@@ -39,9 +39,11 @@ import numpy.typing as npt
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Stage
 
 __all__ = [
+    "SCALING_FACTORS",
     "Infeasible",
     "PipelineModel",
     "PlanOutcome",
+    "ScalingStep",
     "Schedule",
     "StageConfig",
     "StageModel",
@@ -52,11 +54,13 @@ __all__ = [
     "model_from_spec",
     "plan_chronotope",
     "plan_inferline",
+    "scaling_table",
     "serve",
     "service_time",
     "simulate_pipeline",
     "simulate_schedules",
     "stage_share",
+    "table_need",
     "tune",
     "whole_gpus",
 ]
@@ -375,6 +379,13 @@ def _replicas_for(stage: StageModel, gpu: str, batch: int, rate: float) -> int:
 def _initial(est: _Estimator, model: PipelineModel, steps: list[str]) -> Config | None:
     """Algorithm 1: fastest type, batch 1, one replica; add replicas to the bottleneck."""
     config = tuple(StageConfig(_fastest(s), 1, max(1, s.min_replicas)) for s in model.stages)
+    return _add_to_bottleneck(est, model, config, steps)
+
+
+def _add_to_bottleneck(
+    est: _Estimator, model: PipelineModel, config: Config, steps: list[str]
+) -> Config | None:
+    """Add replicas to the bottleneck stage until the simulated P99 meets the SLO."""
     scale = model.scale_factors()
     while est.p99(config) > model.slo_s:
         room = [
@@ -541,6 +552,81 @@ def plan_chronotope(
     )
 
 
+SCALING_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
+"""Multiples of the sample's mean rate that `scaling_table` sizes the plan for."""
+
+
+@dataclass(frozen=True)
+class ScalingStep:
+    """Replicas per stage that meet the SLO up to a rate (one row of the tuner's table)."""
+
+    rate_qps: float
+    replicas: tuple[int, ...]
+
+
+def scaling_table(
+    model: PipelineModel,
+    config: Config,
+    sample: Arrivals,
+    *,
+    seed: int = 0,
+    window_s: float = 5.0,
+    factors: Sequence[float] = SCALING_FACTORS,
+) -> tuple[ScalingStep, ...]:
+    """Fewest replicas per stage that meet the SLO at multiples of the sample's rate.
+
+    The plan's GPU types and batch sizes stay; the sample is squeezed or
+    stretched in time to each multiple of its mean rate (its burst shape kept),
+    and, from the replicas that keep up with the mean, replicas are added to the
+    bottleneck until the simulated P99 meets the SLO (the planner's Algorithm 1).
+    A row's rate is the busiest `window_s` of its squeezed sample: the tuner
+    reads the live rate over that window, so a live rate at or below a row's
+    has been served within the SLO by that row's replicas, bursts included.
+    Rows are monotone: a higher rate never needs fewer replicas. The table ends
+    at the first rate that no replica count within the stages' maximums serves.
+    """
+    a = np.sort(np.asarray(sample, dtype=np.float64))
+    if len(a) <= 1 or a[-1] <= a[0]:
+        return ()
+    a = a - a[0]
+    mean = (len(a) - 1) / float(a[-1])
+    scale = model.scale_factors()
+    rows: list[ScalingStep] = []
+    floor = [0] * len(config)
+    for f in sorted(factors):
+        squeezed = a / f
+        est = _Estimator(model, squeezed, seed)
+        start = tuple(
+            replace(c, replicas=max(lo, _replicas_for(st, c.gpu_type, c.batch, mean * f * sc)))
+            for st, c, sc, lo in zip(model.stages, config, scale, floor, strict=True)
+        )
+        sized = _add_to_bottleneck(est, model, start, [])
+        if sized is None:
+            break
+        floor = [c.replicas for c in sized]
+        rows.append(ScalingStep(_busiest_rate(squeezed, window_s), tuple(floor)))
+    return tuple(rows)
+
+
+def _busiest_rate(arrivals: FloatArray, window_s: float) -> float:
+    """Queries per second in the busiest window of `window_s` (the whole span if shorter)."""
+    span = float(arrivals[-1] - arrivals[0])
+    if span <= window_s:
+        return len(arrivals) / max(span, 1e-9)
+    ends = np.searchsorted(arrivals, arrivals + window_s, side="left")
+    return float((ends - np.arange(len(arrivals))).max()) / window_s
+
+
+def table_need(table: Sequence[ScalingStep], rate: float) -> tuple[int, ...]:
+    """Replicas per stage for `rate` from a scaling table (past its end: the last row, scaled)."""
+    for row in table:
+        if row.rate_qps >= rate:
+            return row.replicas
+    last = table[-1]
+    grow = rate / max(last.rate_qps, 1e-9)
+    return tuple(math.ceil(k * grow - 1e-9) for k in last.replicas)
+
+
 def envelope(
     arrivals: Arrivals, smallest_s: float, largest_s: float = 60.0
 ) -> list[tuple[float, int]]:
@@ -626,25 +712,38 @@ def tune(
     anchor_qps: float,
     last_scale_s: float | None,
     down_delay_s: float,
+    table: Sequence[ScalingStep] = (),
 ) -> TunerDecision:
     """Scale stages to the live rate: up at once, down only after a delay (never flapping).
 
-    Each stage needs the planner's replicas times the live rate over the rate the
-    plan was made for (`anchor_qps`), within its min and max. A stage scales up
+    With a scaling table (`scaling_table`, made with the plan), each stage needs
+    the replicas of the first row whose rate covers the live rate: what the
+    planner's estimator found meets the SLO at that rate. Without one, it needs
+    the planner's replicas times the live rate over the rate the plan was made
+    for (`anchor_qps`). Either way within its min and max. A stage scales up
     as soon as the rate now needs more; it scales down only to what the most
     recent rate over the delay needs, and only when the last change is at least
     the delay ago, so no stage goes up and down within the delay.
     """
     up_need, down_need = [], []
-    for stage, k_plan in zip(stages, planned, strict=True):
+    by_table = (
+        (table_need(table, reading.rate_qps), table_need(table, reading.recent_max_qps))
+        if table
+        else None
+    )
+    for i, (stage, k_plan) in enumerate(zip(stages, planned, strict=True)):
         lo, hi = max(stage.min_replicas, 1), stage.max_replicas
 
         def need(rate: float, k: int = k_plan, lo: int = lo, hi: int = hi) -> int:
             want = math.ceil(k * rate / max(anchor_qps, 1e-9) - HYSTERESIS)
             return min(max(want, lo), hi)
 
-        up_need.append(need(reading.rate_qps))
-        down_need.append(need(reading.recent_max_qps))
+        if by_table is not None:
+            up_need.append(min(max(by_table[0][i], lo), hi))
+            down_need.append(min(max(by_table[1][i], lo), hi))
+        else:
+            up_need.append(need(reading.rate_qps))
+            down_need.append(need(reading.recent_max_qps))
     if any(u > c for u, c in zip(up_need, current, strict=True)):
         new = tuple(max(u, c) for u, c in zip(up_need, current, strict=True))
         return TunerDecision(new, "ScalingUp", _changes(stages, current, new, reading.rate_qps))

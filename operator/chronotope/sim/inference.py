@@ -50,6 +50,7 @@ from chronotope.planners.inferline import (
     envelope,
     plan_chronotope,
     plan_inferline,
+    scaling_table,
     service_time,
     simulate_schedules,
     tune,
@@ -61,6 +62,7 @@ __all__ = [
     "InferenceRun",
     "TraceRequests",
     "TunerSettings",
+    "cost_floor",
     "load_arrivals",
     "load_requests",
     "rescale",
@@ -264,13 +266,17 @@ def operator_tuner(
     arrivals: FloatArray,
     end: float,
     settings: TunerSettings,
+    seed: int = 0,
 ) -> list[Schedule]:
     """The operator's tuner (`planners.inferline.tune`, the same code) on the trace.
 
-    Each period it reads what Prometheus would give it: the rate over the last
-    `rate_window_s` (as `rate(x[5s])`) and that rate's most over the delay.
+    With the scaling table the operator makes with each plan
+    (`planners.inferline.scaling_table` on the planning trace). Each period it
+    reads what Prometheus would give it: the rate over the last `rate_window_s`
+    (as `rate(x[5s])`) and that rate's most over the delay.
     """
     anchor = len(planning) / max(float(planning[-1] - planning[0]), 1e-9)
+    table = scaling_table(model, config, planning, seed=seed, window_s=settings.rate_window_s)
     planned = [c.replicas for c in config]
     current = list(planned)
     scheds: list[Schedule] = [[(0.0, k)] for k in current]
@@ -288,6 +294,7 @@ def operator_tuner(
             anchor_qps=anchor,
             last_scale_s=last,
             down_delay_s=settings.down_delay_s,
+            table=table,
         )
         if decision.changed:
             last = t
@@ -297,6 +304,29 @@ def operator_tuner(
             current = list(decision.replicas)
         t += settings.period_s
     return scheds
+
+
+def cost_floor(model: PipelineModel, serving: FloatArray, *, served_share: float = 0.99) -> float:
+    """A lower bound on the cost per hour of any policy that serves `served_share` of the trace.
+
+    Every query a stage serves takes at least 1/throughput of one replica's time
+    at that stage's cheapest (price x share / full-batch throughput) profiled
+    GPU type and batch, and every stage holds at least its minimum replicas on
+    its cheapest GPU. Replica counts may change at any instant and queues are
+    free, so no policy, tuned or static, serves the trace for less.
+    """
+    end = float(serving[-1]) if len(serving) else 0.0
+    if end <= 0:
+        return 0.0
+    rate = served_share * len(serving) / end
+    floor = 0.0
+    for stage, visits in zip(model.stages, model.scale_factors(), strict=True):
+        prices = {g: model.prices.get(g, 0.0) * stage.share for g in stage.profiles}
+        per_qps = min(
+            prices[g] / stage.throughput(g, b) for g in stage.profiles for b in stage.batches(g)
+        )
+        floor += max(rate * visits * per_qps, max(stage.min_replicas, 1) * min(prices.values()))
+    return floor
 
 
 def _gpu_hours(
@@ -311,6 +341,21 @@ def _gpu_hours(
             hours += h
             cost += h * price
     return hours, cost
+
+
+def _with_past(planning: FloatArray, serving: FloatArray) -> FloatArray:
+    """Serving arrivals with the planning part before them, at negative times.
+
+    The serving part follows the planning part in the trace, so a rate window
+    that reaches back past the start of serving sees planning traffic (as
+    Prometheus would), not an empty stretch that reads as a sudden drop.
+    """
+    if len(planning) <= 1:
+        return serving
+    gap = float(planning[-1] - planning[0]) / (len(planning) - 1)
+    past = planning - planning[-1] - gap
+    out: FloatArray = np.concatenate([past, serving])
+    return out
 
 
 def run_policy(
@@ -332,13 +377,17 @@ def run_policy(
         return plan
     priced = model if policy == "chronotope" else whole_gpus(model)
     config = plan.config
+    seen = _with_past(planning, serving)
     if policy == "peak":
         scheds = _peak_schedules(priced, config, serving)
     elif policy == "hpa":
-        scheds = _hpa_schedules(priced, config, serving, end)
-    elif policy in ("inferline", "chronotope"):
-        tuner_fn = operator_tuner if policy == "chronotope" else inferline_tuner
-        scheds = tuner_fn(priced, config, planning, arrivals=serving, end=end, settings=tuner)
+        scheds = _hpa_schedules(priced, config, seen, end)
+    elif policy == "inferline":
+        scheds = inferline_tuner(priced, config, planning, arrivals=seen, end=end, settings=tuner)
+    elif policy == "chronotope":
+        scheds = operator_tuner(
+            priced, config, planning, arrivals=seen, end=end, settings=tuner, seed=seed
+        )
     else:
         raise ValueError(f"unknown policy {policy!r}; one of {', '.join(INFERENCE_POLICIES)}")
     lat = simulate_schedules(priced, config, scheds, serving, cold_start_s=cold_start_s, seed=seed)

@@ -40,6 +40,12 @@ def add_parser(traces: Any) -> None:
         "--cold-start-s", type=float, default=0.0, help="seconds before a new replica serves"
     )
     p.add_argument(
+        "--rate-window-s",
+        type=float,
+        default=5.0,
+        help="the chronotope tuner reads the rate over this window, as rate(x[5s]) would",
+    )
+    p.add_argument(
         "--planning-share",
         type=float,
         default=0.25,
@@ -53,7 +59,14 @@ def _handle(args: argparse.Namespace) -> int:
 
     from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
     from chronotope.planners.inferline import Infeasible, model_from_spec
-    from chronotope.sim.inference import INFERENCE_POLICIES, load_arrivals, rescale, run_policy
+    from chronotope.sim.inference import (
+        INFERENCE_POLICIES,
+        TunerSettings,
+        cost_floor,
+        load_arrivals,
+        rescale,
+        run_policy,
+    )
 
     doc = yaml.safe_load(args.pipeline.read_text())
     spec = InferencePipelineSpec.model_validate(doc.get("spec", doc))
@@ -71,7 +84,13 @@ def _handle(args: argparse.Namespace) -> int:
     runs = []
     for policy in policies:
         run = run_policy(
-            policy, model, planning, serving, seed=args.seed, cold_start_s=args.cold_start_s
+            policy,
+            model,
+            planning,
+            serving,
+            seed=args.seed,
+            cold_start_s=args.cold_start_s,
+            tuner=TunerSettings(rate_window_s=args.rate_window_s),
         )
         if isinstance(run, Infeasible):
             print(f"error: {policy}: {run.reason}", file=sys.stderr)
@@ -90,6 +109,12 @@ def _handle(args: argparse.Namespace) -> int:
             }
         )
         print(", ".join(f"{k}={v}" for k, v in rows[-1].items()))
+    floor = cost_floor(model, serving)
+    line = f"cost floor: {floor:.3f}/h (no policy that serves 99 % of the trace costs less)"
+    peak = next((r for r in runs if r.policy == "peak"), None)
+    if peak is not None and peak.cost_per_hour > 0:
+        line += f"; {floor / peak.cost_per_hour:.2f}x the peak row"
+    print(line)
     with (args.out / "summary.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=SUMMARY)
         writer.writeheader()

@@ -19,6 +19,7 @@ condition, with one event when the verdict flips.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -46,6 +47,7 @@ from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_status import condition
 
 __all__ = [
+    "DEFAULT_RATE_WINDOW_S",
     "PIPELINE_LABEL",
     "STAGE_LABEL",
     "PipelinePlan",
@@ -58,6 +60,7 @@ __all__ = [
     "pipeline_status",
     "plan_from_status",
     "plan_pipeline",
+    "rate_window_s",
     "sample_arrivals",
     "stage_deployment_name",
     "stage_objects",
@@ -91,6 +94,22 @@ def parse_trace(text: str) -> list[float] | Reason:
     if len(times) < 2 or times[-1] <= times[0]:  # noqa: PLR2004 (a rate needs two points)
         return Reason(code="TraceEmpty", message="trace has fewer than two distinct arrivals")
     return [t - times[0] for t in times]
+
+
+_RANGE = re.compile(r"\[\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*\]")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+DEFAULT_RATE_WINDOW_S = 60.0
+"""The window assumed for a traffic query with no range selector (a recording rule, say).
+
+Long on purpose: keyed on a long window the scaling table errs towards more replicas."""
+
+
+def rate_window_s(query: str) -> float:
+    """The window a traffic query's rate spans: its first range selector, like `[5s]`."""
+    found = _RANGE.search(query)
+    if found is None:
+        return DEFAULT_RATE_WINDOW_S
+    return float(found.group(1)) * _UNIT_S[found.group(2)]
 
 
 def sample_arrivals(rate_qps: float, seed: int = 0) -> list[float]:

@@ -242,6 +242,10 @@ def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
         for s in first.status["stages"]
     ]
     assert first.status["tuner"]["plannedEnvelope"][-2]["windowSeconds"] == 60.0
+    table = first.status["tuner"]["scalingTable"]
+    assert len(table) >= 3
+    assert all(len(r["replicas"]) == len(base) for r in table)
+    assert [r["rateQPS"] for r in table] == sorted(r["rateQPS"] for r in table)
 
     def step(status: dict[str, Any], seconds: float) -> Any:
         return reconcile(obj | {"status": status}, ops, NOW + timedelta(seconds=seconds), settings)
@@ -252,6 +256,14 @@ def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
     assert [e[1] for e in up.events] == ["ScaledUp"]
     bigger = [s["replicas"] for s in up.status["stages"]]
     assert sum(bigger) > sum(base)
+    # the replicas are the table's need at 200 queries/s (past its end: its last row, scaled)
+    from chronotope.planners.inferline import ScalingStep, table_need
+
+    need = table_need([ScalingStep(r["rateQPS"], tuple(r["replicas"])) for r in table], 200.0)
+    own = [i for i, s in enumerate(up.status["stages"]) if "servedBy" not in s]
+    assert own  # (a stage served by a ModelVariant shows its group's replicas)
+    assert [bigger[i] for i in own] == [max(need[i], base[i]) for i in own]
+    assert up.status["tuner"]["scalingTable"] == table  # kept from pass to pass
     assert ops.applied["video-analytics-detect"]["spec"]["replicas"] == bigger[0]
     rates.update(now=40.0)  # the burst ends, but it is within the delay: hold
     held = step(up.status, 10)

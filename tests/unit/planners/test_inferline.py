@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,15 +15,20 @@ from chronotope.planners.inferline import (
     Infeasible,
     PipelineModel,
     PlanOutcome,
+    ScalingStep,
     StageConfig,
     StageModel,
+    TunerInput,
     cost_per_hour,
     envelope,
     minimum_service_time,
     model_from_spec,
     plan_chronotope,
     plan_inferline,
+    scaling_table,
     simulate_pipeline,
+    table_need,
+    tune,
     whole_gpus,
 )
 
@@ -110,3 +117,86 @@ def test_envelope_counts_the_busiest_window_of_each_length() -> None:
     assert [w for w, _ in env] == [0.25, 0.5, 1.0, 2.0]
     assert [q for _, q in env] == [3, 3, 3, 3]
     assert envelope([0.0, 0.1, 0.2, 0.3, 5.0], 1.0, 8.0)[-1] == (8.0, 5)
+
+
+def test_the_scaling_table_meets_the_slo_at_each_rate_and_never_shrinks() -> None:
+    model = _sample()
+    trace = _poisson(300, 6000)
+    plan = plan_chronotope(model, trace)
+    assert isinstance(plan, PlanOutcome)
+    table = scaling_table(model, plan.config, trace, factors=(0.5, 1.0, 2.0))
+    mean = (len(trace) - 1) / (trace[-1] - trace[0])
+    # a row's rate is its squeezed sample's busiest 5 s (the window the tuner reads)
+    for row, f in zip(table, (0.5, 1.0, 2.0), strict=True):
+        assert f * mean <= row.rate_qps <= 1.5 * f * mean
+    for row, f in zip(table, (0.5, 1.0, 2.0), strict=True):
+        sized = tuple(
+            StageConfig(c.gpu_type, c.batch, k)
+            for c, k in zip(plan.config, row.replicas, strict=True)
+        )
+        squeezed = (trace - trace[0]) / f
+        assert float(np.percentile(simulate_pipeline(model, sized, squeezed), 99)) <= model.slo_s
+        # and every stage keeps up with its share of the mean rate
+        for st, c, k, visit in zip(
+            model.stages, plan.config, row.replicas, model.scale_factors(), strict=True
+        ):
+            assert k * st.throughput(c.gpu_type, c.batch) >= f * mean * visit
+    for lo, hi in pairwise(table):
+        assert all(a <= b for a, b in zip(lo.replicas, hi.replicas, strict=True))
+    assert sum(table[-1].replicas) > sum(table[0].replicas)
+
+
+def test_the_scaling_table_ends_where_max_replicas_cannot_keep_up() -> None:
+    model = _sample()
+    capped = PipelineModel(
+        tuple(s.__class__(s.name, s.profiles, 1, 3, s.share) for s in model.stages),
+        model.edges,
+        model.slo_s,
+        model.prices,
+    )
+    trace = _poisson(100, 3000)
+    plan = plan_chronotope(capped, trace)
+    assert isinstance(plan, PlanOutcome)
+    table = scaling_table(capped, plan.config, trace, factors=(1.0, 2.0, 50.0))
+    assert len(table) == 2  # fifty times the rate needs more than three replicas a stage
+    assert all(k <= 3 for row in table for k in row.replicas)
+
+
+def test_table_need_takes_the_first_row_that_covers_the_rate_and_scales_past_the_end() -> None:
+    table = (ScalingStep(100.0, (1, 1)), ScalingStep(200.0, (2, 1)), ScalingStep(400.0, (3, 2)))
+    assert table_need(table, 50.0) == (1, 1)
+    assert table_need(table, 100.0) == (1, 1)
+    assert table_need(table, 150.0) == (2, 1)
+    assert table_need(table, 400.0) == (3, 2)
+    assert table_need(table, 800.0) == (6, 4)
+
+
+def test_the_tuner_sizes_stages_from_the_table_when_it_has_one() -> None:
+    stages = (
+        StageModel("a", {"T4": ((1, 0.01),)}, 1, 10),
+        StageModel("b", {"T4": ((1, 0.01),)}, 1, 10),
+    )
+    table = (ScalingStep(100.0, (2, 1)), ScalingStep(200.0, (3, 2)), ScalingStep(400.0, (5, 9)))
+
+    def run(rate: float, recent: float, current: tuple[int, int], last: float | None) -> Any:
+        return tune(
+            stages,
+            [2, 1],
+            current,
+            TunerInput(rate_qps=rate, recent_max_qps=recent, now_s=100.0),
+            anchor_qps=100.0,
+            last_scale_s=last,
+            down_delay_s=30.0,
+            table=table,
+        )
+
+    up = run(150.0, 150.0, (2, 1), None)
+    assert (up.mode, up.replicas) == ("ScalingUp", (3, 2))
+    # proportional scaling would have asked for ceil(2 * 1.5 - 0.25) = 3 and ceil(1.5 - 0.25) = 2;
+    # at 350 queries/s the table asks for 5 and 9, not 7 and 4
+    assert run(350.0, 350.0, (3, 2), None).replicas == (5, 9)
+    assert run(90.0, 150.0, (3, 2), 90.0).mode == "Steady"  # within the delay: hold
+    down = run(90.0, 90.0, (3, 2), 50.0)
+    assert (down.mode, down.replicas) == ("ScalingDown", (2, 1))
+    capped = run(5000.0, 5000.0, (5, 9), None)
+    assert capped.replicas == (10, 10)  # past the table, within maxReplicas

@@ -10,7 +10,13 @@ import yaml
 
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
 from chronotope.planners.inferline import model_from_spec
-from chronotope.sim.inference import InferenceRun, load_arrivals, rescale, run_policy
+from chronotope.sim.inference import (
+    InferenceRun,
+    TunerSettings,
+    load_arrivals,
+    rescale,
+    run_policy,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -64,3 +70,16 @@ def test_policies_on_a_bursty_trace() -> None:
     # the tuner follows the step: fewer replicas before it than after
     first_stage = tuned.schedules[0]
     assert first_stage[0][1] < first_stage[-1][1]
+
+
+def test_the_operator_tuner_reads_rates_that_reach_back_into_the_planning_part() -> None:
+    doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
+    model = model_from_spec(InferencePipelineSpec.model_validate(doc["spec"]), {})
+    arrivals = np.cumsum(np.random.default_rng(1).exponential(1 / 300, 18000))  # steady, 60 s
+    planning, serving = arrivals[arrivals < 15], arrivals[arrivals >= 15] - 15
+    run = run_policy("chronotope", model, planning, serving, seed=0)
+    assert isinstance(run, InferenceRun)
+    # a 5 s rate window one second into serving still sees 5 s of traffic: no drop to act on
+    window = TunerSettings().rate_window_s
+    assert all(t >= window for sched in run.schedules for t, _ in sched[1:])
+    assert run.slo_miss_pct < 1.0

@@ -46,6 +46,7 @@ __all__ = [
     "P99Point",
     "PipelinePhase",
     "PrometheusSource",
+    "ScalingRow",
     "Stage",
     "StagePlan",
     "TraceSource",
@@ -365,6 +366,15 @@ class EnvelopePoint(ApiModel):
     max_queries: int = Field(ge=0, description="Most queries in any window of that length.")
 
 
+class ScalingRow(ApiModel):
+    """Replicas per stage (in stage order) that meet the SLO up to this rate."""
+
+    rate_qps: float = Field(ge=0, description="Queries per second this row covers.")
+    replicas: list[int] = Field(
+        max_length=MAX_STAGES, description="Replicas per stage, in the order of spec.stages."
+    )
+
+
 class TunerState(ApiModel):
     """The tuner's view: planned versus live arrival envelope."""
 
@@ -377,6 +387,12 @@ class TunerState(ApiModel):
     )
     observed_envelope: list[EnvelopePoint] = Field(
         default_factory=list, description="Envelope of live traffic."
+    )
+    scaling_table: list[ScalingRow] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Replicas the planner found meet the SLO at multiples of the sample's rate "
+        "(its GPU types and batch sizes kept); the tuner sizes stages from it.",
     )
 
 
