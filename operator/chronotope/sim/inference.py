@@ -231,7 +231,9 @@ def inferline_tuner(
     replicas times the largest ratio, up at once and down only after the delay.
     """
     ts = service_time(model, config)
-    planned = envelope(planning, ts, settings.max_window_s)
+    # windows no longer than the planning trace: past its span the busiest count is just its size
+    span = float(planning[-1] - planning[0]) if len(planning) else 0.0
+    planned = envelope(planning, ts, max(ts, min(settings.max_window_s, span)))
     k_now = [c.replicas for c in config]
     scheds: list[Schedule] = [[(0.0, k)] for k in k_now]
     below_since: list[float | None] = [None] * len(config)

@@ -83,3 +83,16 @@ def test_the_operator_tuner_reads_rates_that_reach_back_into_the_planning_part()
     window = TunerSettings().rate_window_s
     assert all(t >= window for sched in run.schedules for t, _ in sched[1:])
     assert run.slo_miss_pct < 1.0
+
+
+def test_the_inferline_envelope_stops_at_the_planning_trace_s_span() -> None:
+    doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
+    model = model_from_spec(InferencePipelineSpec.model_validate(doc["spec"]), {})
+    arrivals = np.cumsum(np.random.default_rng(2).exponential(1 / 300, 18000))  # steady, 60 s
+    planning, serving = arrivals[arrivals < 15], arrivals[arrivals >= 15] - 15
+    run = run_policy("inferline", model, planning, serving, seed=0)
+    assert isinstance(run, InferenceRun)
+    # a 60 s window holds four planning traces' worth of steady traffic; compared with the
+    # 15 s planning trace's total it would read as a fourfold burst and ratchet replicas up
+    for sched in run.schedules:
+        assert max(k for _, k in sched) <= 2 * sched[0][1]
