@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-__all__ = ["KubeCluster", "kubectl_binary", "prometheus_server", "wait_for"]
+__all__ = ["KubeCluster", "kubectl_binary", "operator_metrics", "prometheus_server", "wait_for"]
 
 
 def kubectl_binary() -> str:
@@ -63,6 +63,19 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "con
             return value
         time.sleep(0.3)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def operator_metrics(cluster: KubeCluster) -> str:
+    """The text of the operator's /metrics (the operator the tests started)."""
+    import urllib.request
+
+    assert cluster.local is not None
+    state = cluster.local.load_state()
+    assert state is not None
+    assert state.operator_metrics_port
+    url = f"http://127.0.0.1:{state.operator_metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode())
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 
 from e2e.conftest import TUNER_DOWN_DELAY_S
-from e2e.kubetest import KubeCluster, prometheus_server, wait_for
+from e2e.kubetest import KubeCluster, operator_metrics, prometheus_server, wait_for
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "inferencepipelines"
 
@@ -219,6 +219,14 @@ def test_the_tuner_follows_live_traffic_from_prometheus(
 
         # the events are posted after the Deployment patch: give them a moment
         wait_for(lambda: {"Planned", "ScaledUp", "ScaledDown"} <= reasons(), 30, "tuner events")
+        assert len(status()["tuner"]["scalingTable"]) >= 3
+        metrics = operator_metrics(kube_cluster)
+        for reason in ("Planned", "ScaledUp", "ScaledDown"):
+            assert f'chronotope_pipeline_events_total{{reason="{reason}"}}' in metrics
+        stage = f'namespace="{namespace}",pipeline="live",stage="embed"'
+        assert f'chronotope_pipeline_replicas{{kind="planned",{stage}}} {base}.0' in metrics
+        assert f'chronotope_pipeline_replicas{{kind="current",{stage}}} {base}.0' in metrics
+        assert "chronotope_pipeline_cost_per_hour{" in metrics
 
 
 def test_observed_p99_from_prometheus_against_the_slo(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +17,7 @@ from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
 from chronotope.planners.profile import profile_to_data
 from chronotope.sharing.assignment import GpuAssignment
 from chronotope.sim.clusterspec import ClusterSpec, node_manifests
-from e2e.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, operator_metrics, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -167,16 +166,6 @@ def _compete(
     }
 
 
-def _operator_metrics(cluster: KubeCluster) -> str:
-    assert cluster.local is not None
-    state = cluster.local.load_state()
-    assert state is not None
-    assert state.operator_metrics_port
-    url = f"http://127.0.0.1:{state.operator_metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return str(resp.read().decode())
-
-
 def test_impossible_job_says_why_and_does_not_block_the_next(
     kube_cluster: KubeCluster,
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],
@@ -203,7 +192,7 @@ def test_impossible_job_says_why_and_does_not_block_the_next(
         60,
         "the job behind it to run",
     )
-    metrics = _operator_metrics(kube_cluster)
+    metrics = operator_metrics(kube_cluster)
     assert 'chronotope_trainingjob_events_total{reason="Unschedulable"}' in metrics
     assert 'chronotope_trainingjobs{phase="Pending"}' in metrics
     assert 'chronotope_trainingjob_waiting_gpus{gpu_type="B200"} 8.0' in metrics

@@ -80,3 +80,31 @@ def test_queue_quota_and_usage_and_a_deleted_queue_drops_out() -> None:
     assert 'chronotope_queue_workloads{queue="team-a",state="pending"} 3.0' in text
     now[0] = 31.0
     assert "team-a" not in generate_latest(m.registry).decode()
+
+
+def test_pipelines_report_replicas_cost_p99_and_events_and_drop_out() -> None:
+    now = [100.0]
+    m = OperatorMetrics(clock=lambda: now[0], group_stale_after_s=120.0)
+    status = {
+        "stages": [
+            {"name": "detect", "replicas": 4, "plannedReplicas": 2},
+            {"name": "ocr", "replicas": 1, "servedBy": "ocr-group"},  # a group's: no plan of ours
+        ],
+        "costPerHour": 7.5,
+        "predictedP99Ms": 120.0,
+    }
+    m.observe_pipeline("ns", "video", status, ["Planned", "ScaledUp"])
+    m.observe_pipeline("ns", "video", status, ["ScaledUp"])
+    text = generate_latest(m.registry).decode()
+    row = 'namespace="ns",pipeline="video",stage="detect"'
+    assert f'chronotope_pipeline_replicas{{kind="current",{row}}} 4.0' in text
+    assert f'chronotope_pipeline_replicas{{kind="planned",{row}}} 2.0' in text
+    assert 'kind="planned",namespace="ns",pipeline="video",stage="ocr"' not in text
+    assert 'chronotope_pipeline_cost_per_hour{namespace="ns",pipeline="video"} 7.5' in text
+    assert 'chronotope_pipeline_predicted_p99_seconds{namespace="ns",pipeline="video"} 0.12' in text
+    assert 'chronotope_pipeline_events_total{reason="ScaledUp"} 2.0' in text
+    assert 'chronotope_pipeline_events_total{reason="Planned"} 1.0' in text
+    now[0] += 121.0  # deleted (not reconciled lately): its gauges go, its events stay counted
+    text = generate_latest(m.registry).decode()
+    assert "chronotope_pipeline_replicas{" not in text
+    assert 'chronotope_pipeline_events_total{reason="ScaledUp"} 2.0' in text

@@ -21,6 +21,14 @@
   where each variant's delta is (GPU, Host, Disk)
 * `chronotope_serving_group_passes_total{namespace,group,result}`: group
   passes (re-plans), `planned` or `unplannable`
+* `chronotope_pipeline_replicas{namespace,pipeline,stage,kind}`: per
+  InferencePipeline stage, `current` replicas (the tuner's) and `planned`
+  replicas (the planner's), as last reconciled
+* `chronotope_pipeline_cost_per_hour{namespace,pipeline}` and
+  `chronotope_pipeline_predicted_p99_seconds{namespace,pipeline}`: the
+  running configuration's cost and the planner's predicted P99
+* `chronotope_pipeline_events_total{reason}`: InferencePipeline decisions
+  posted as events (Planned, ScaledUp, ScaledDown, SloViolated, ...)
 * `chronotope_queue_gpus{queue,gpu_type,kind}`: per Queue and GPU type,
   whole GPUs `nominal`, `used`, `borrowed` and `lent` (`kind` with a
   `_share_milli` suffix: the same for GPU shares, in thousandths of a GPU)
@@ -127,6 +135,54 @@ class _Groups(Collector):
                 residency.add_metric([namespace, group, variant, tier], 1)
         yield replicas
         yield residency
+
+
+class _Pipelines(Collector):
+    """InferencePipelines as last reconciled; one not reconciled for a while drops out."""
+
+    def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], tuple[float, Mapping[str, Any]]] = {}
+        self._stale_after_s = stale_after_s
+
+    def observe(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._seen[namespace, name] = (self._clock(), status)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self._clock()
+        with self._lock:
+            fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
+            self._seen = fresh
+        replicas = GaugeMetricFamily(
+            "chronotope_pipeline_replicas",
+            "Replicas of an InferencePipeline stage: current (the tuner's) and planned",
+            labels=["namespace", "pipeline", "stage", "kind"],
+        )
+        cost = GaugeMetricFamily(
+            "chronotope_pipeline_cost_per_hour",
+            "What an InferencePipeline's running configuration costs per hour",
+            labels=["namespace", "pipeline"],
+        )
+        p99 = GaugeMetricFamily(
+            "chronotope_pipeline_predicted_p99_seconds",
+            "The planner's predicted end-to-end P99 of an InferencePipeline",
+            labels=["namespace", "pipeline"],
+        )
+        for (namespace, name), (_, status) in sorted(fresh.items()):
+            for row in status.get("stages") or []:
+                stage = str(row.get("name", ""))
+                for kind, field in (("current", "replicas"), ("planned", "plannedReplicas")):
+                    if isinstance(row.get(field), int | float):
+                        replicas.add_metric([namespace, name, stage, kind], float(row[field]))
+            if isinstance(status.get("costPerHour"), int | float):
+                cost.add_metric([namespace, name], float(status["costPerHour"]))
+            if isinstance(status.get("predictedP99Ms"), int | float):
+                p99.add_metric([namespace, name], float(status["predictedP99Ms"]) / 1000)
+        yield replicas
+        yield cost
+        yield p99
 
 
 class _Queues(Collector):
@@ -239,6 +295,14 @@ class OperatorMetrics:
         self.registry.register(self._groups)
         self._queues = _Queues(stale_after_s, clock)
         self.registry.register(self._queues)
+        self._pipelines = _Pipelines(group_stale_after_s, clock)
+        self.registry.register(self._pipelines)
+        self.pipeline_events = Counter(
+            "chronotope_pipeline_events_total",
+            "Decisions posted as events on InferencePipelines",
+            ["reason"],
+            registry=self.registry,
+        )
         self.api_requests = Counter(
             "chronotope_operator_api_requests_total",
             "Requests the operator's API client made, by verb (WATCH: a watch opened)",
@@ -267,6 +331,15 @@ class OperatorMetrics:
         result = "unplannable" if replicas is None else "planned"
         self.group_passes.labels(namespace, group, result).inc()
         self._groups.observe(namespace, group, replicas or 0, residency)
+
+    def observe_pipeline(
+        self, namespace: str, name: str, status: Mapping[str, Any], reasons: list[str]
+    ) -> None:
+        """Record an InferencePipeline's reconcile: its status for the gauges, its events."""
+        if status:
+            self._pipelines.observe(namespace, name, status)
+        for reason in reasons:
+            self.pipeline_events.labels(reason).inc()
 
     def observe_queue(self, name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         """Record a Queue's quota (`spec`) and usage (`status`, as written) for the gauges."""

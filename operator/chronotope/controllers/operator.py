@@ -41,9 +41,7 @@ log = logging.getLogger(__name__)
 GROUP, VERSION = "chronotope.dev", "v1alpha1"
 
 
-def apply_outcome(
-    outcome: Outcome, body: Any, patch: Any, metrics: OperatorMetrics | None = None
-) -> None:
+def apply_outcome(outcome: Outcome, body: Any, patch: Any) -> None:
     """Write the outcome through kopf: status (only what changed), annotations, events."""
     old: Mapping[str, Any] = body.get("status") or {}
     new = merged_status(old, outcome.status)
@@ -54,8 +52,6 @@ def apply_outcome(
         patch.metadata.annotations.update(outcome.annotations)
     for kind, reason, message in outcome.events:
         kopf.event(body, type=kind, reason=reason, message=message)
-        if metrics is not None:
-            metrics.events.labels(reason).inc()
         log.info(
             "%s/%s %s: %s", body["metadata"]["namespace"], body["metadata"]["name"], reason, message
         )
@@ -96,8 +92,13 @@ def build_registry(
             "inferencepipelines",
             "InferencePipeline",
             interval=interval,
-            metrics=metrics,
             reconcile_one=lambda obj, now: reconcile_pipeline(obj, p_ops, now, settings),
+            on_outcome=lambda obj, out: metrics.observe_pipeline(
+                obj["metadata"]["namespace"],
+                obj["metadata"]["name"],
+                merged_status(obj.get("status") or {}, out.status),
+                [reason for _, reason, _ in out.events],
+            ),
         )
     if variant_ops is not None:
         v_ops, groups = variant_ops, memo or GroupMemo()
@@ -108,7 +109,6 @@ def build_registry(
             "modelvariants",
             "ModelVariant",
             interval=interval,
-            metrics=metrics,
             reconcile_one=lambda obj, now: reconcile_variant(obj, v_ops, now, groups),
         )
     return registry
@@ -157,15 +157,16 @@ def _isolated_timer(
     kind: str,
     *,
     interval: float,
-    metrics: OperatorMetrics,
     reconcile_one: Callable[[dict[str, Any], datetime], Outcome],
+    on_outcome: Callable[[dict[str, Any], Outcome], None] | None = None,
 ) -> None:
     """A timer reconciling each object of `plural` on a thread pool of its own.
 
     Threads of their own: TrainingJob reconciles queued on their decide lock,
     or a slow pass of another kind (API writes, a Prometheus timeout), must not
     hold this kind up. One object whose reconcile raises marks itself Failed
-    (`_failed`), never the operator.
+    (`_failed`), never the operator. `on_outcome` sees every written outcome
+    (the InferencePipeline metrics).
     """
     pool = ThreadPoolExecutor(KIND_WORKERS, thread_name_prefix=plural)
 
@@ -187,4 +188,6 @@ def _isolated_timer(
         except Exception as exc:
             _failed(body, patch, kind, exc)
             return
-        apply_outcome(outcome, body, patch, metrics)
+        apply_outcome(outcome, body, patch)
+        if on_outcome is not None:
+            on_outcome(obj, outcome)
