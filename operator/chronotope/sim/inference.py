@@ -16,13 +16,14 @@ Policies:
 - `hpa`: InferLine's plan as the start, then per-stage utilisation scaling as
   Kubernetes' HPA does it for KServe: every 15 s, desired = ceil(replicas x
   utilisation / 0.7), scaled down only to the highest desire of the last 300 s;
-- `inferline`: InferLine's planner and its tuner (`tune`): traffic envelopes
-  over windows doubling from the service time to 60 s, scale up at once when
-  the live envelope exceeds the planned one, down only after a delay;
+- `inferline`: InferLine's planner and its tuner (`inferline_tuner`): traffic
+  envelopes over windows doubling from the service time to 60 s (or the
+  planning trace's span), scale up at once when the live envelope exceeds the
+  planned one, down only after a delay;
 - `chronotope`: our planner (`plan_chronotope`: GPU shares where the stage
-  allows them, wider search) with the operator's own tuner
-  (`planners.inferline.tune`, the code the controller runs) on the rate
-  Prometheus would report.
+  allows them, wider search) with the operator's own tuner and scaling table
+  (`planners.inferline.tune` and `scaling_table`, the code the controller
+  runs) on the rate Prometheus would report.
 
 Pure: plain values in and out; the CLI (`sim.cli`) reads files and writes CSV.
 """

@@ -46,6 +46,13 @@ def add_parser(traces: Any) -> None:
         help="the chronotope tuner reads the rate over this window, as rate(x[5s]) would",
     )
     p.add_argument(
+        "--tuner-down-delay-s",
+        type=float,
+        default=60.0,
+        help="the tuned rows scale down only this long after their last change "
+        "(the operator's --tuner-down-delay-s)",
+    )
+    p.add_argument(
         "--planning-share",
         type=float,
         default=0.25,
@@ -90,7 +97,9 @@ def _handle(args: argparse.Namespace) -> int:
             serving,
             seed=args.seed,
             cold_start_s=args.cold_start_s,
-            tuner=TunerSettings(rate_window_s=args.rate_window_s),
+            tuner=TunerSettings(
+                rate_window_s=args.rate_window_s, down_delay_s=args.tuner_down_delay_s
+            ),
         )
         if isinstance(run, Infeasible):
             print(f"error: {policy}: {run.reason}", file=sys.stderr)
