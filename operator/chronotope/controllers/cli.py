@@ -45,6 +45,13 @@ def add_parser(sub: Any) -> None:
         help="an InferencePipeline stage scales down only this long after its last change",
     )
     parser.add_argument(
+        "--replan-period-s",
+        type=float,
+        default=600.0,
+        help="an InferencePipeline on Prometheus traffic is planned again on the live rate "
+        "this often",
+    )
+    parser.add_argument(
         "--variant-refresh-s",
         type=float,
         default=30.0,
@@ -232,7 +239,9 @@ def _run(args: argparse.Namespace) -> int:
         interval=args.interval,
         metrics=metrics,
         pipeline_ops=KubePipelineOps(api, cache, prometheus=args.prometheus),
-        tuner=TunerSettings(down_delay_s=args.tuner_down_delay_s),
+        tuner=TunerSettings(
+            down_delay_s=args.tuner_down_delay_s, replan_period_s=args.replan_period_s
+        ),
         variant_ops=KubeVariantOps(api, cache, prometheus=args.prometheus),
         memo=GroupMemo(refresh_s=args.variant_refresh_s),
     )

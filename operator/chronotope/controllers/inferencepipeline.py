@@ -112,9 +112,11 @@ class PipelineOps(Protocol):
 
 @dataclass(frozen=True)
 class TunerSettings:
-    """How the operator's tuner scales: the delay before any scale-down."""
+    """How the operator's tuner scales: the delay before any scale-down, how often to re-plan."""
 
     down_delay_s: float = 60.0
+    replan_period_s: float = 600.0
+    """A pipeline on Prometheus traffic is planned again on the live rate this often."""
 
 
 def gpu_types(nodes: list[dict[str, Any]]) -> set[str]:
@@ -202,7 +204,12 @@ def reconcile(
     old = obj.get("status") or {}
     out = Outcome()
     groups = _variant_groups(ops, namespace, spec)
-    plan, sample = (groups, None) if isinstance(groups, Reason) else _plan(ops, obj, spec, old, out)
+    due = _replan_due(spec, old, now, settings)
+    plan, sample = (
+        (groups, None)
+        if isinstance(groups, Reason)
+        else _plan(ops, obj, spec, old, out, replan=due)
+    )
     if isinstance(plan, Reason):
         out.status = failed_status(obj, plan, now)
         if plan.message != old.get("whyWaiting"):
@@ -212,10 +219,14 @@ def reconcile(
     assert isinstance(plan, PipelinePlan)
     planned = [c.replicas for c in plan.outcome.config]
     current = list(planned)
-    if sample is None:  # the recorded plan: keep the tuner's replicas
+    if sample is None or due:
+        # the recorded plan: keep the tuner's replicas; a re-plan keeps them on every
+        # stage whose GPU type and batch stay (the tuner scales down only after its delay)
+        kept = _kept_replicas(old, plan) if sample is not None else None
         rows = {r.get("name"): r for r in old.get("stages") or []}
         current = [
-            int(rows[s.name].get("replicas", k)) for s, k in zip(plan.stages, planned, strict=True)
+            int(rows[s.name].get("replicas", k)) if kept is None or s.name in kept else k
+            for s, k in zip(plan.stages, planned, strict=True)
         ]
     model = model_from_spec(spec, {})
     tuned: tuple[dict[str, Any], dict[str, Any] | None] | None = None
@@ -319,25 +330,67 @@ def _observe(
     out.events += seen.events
 
 
+def _replan_due(
+    spec: InferencePipelineSpec, old: Mapping[str, Any], now: datetime, settings: TunerSettings
+) -> bool:
+    """A pipeline on Prometheus traffic whose plan is `replan_period_s` old is planned again."""
+    planned_at = (old.get("tuner") or {}).get("plannedAt")
+    if spec.traffic.prometheus is None or not planned_at:
+        return False
+    when = parse_time(planned_at)
+    return when is not None and (now - when).total_seconds() >= settings.replan_period_s
+
+
+def _kept_replicas(old: Mapping[str, Any], plan: PipelinePlan) -> set[str]:
+    """Stages a new plan gives the same GPU type and batch as the recorded one."""
+    was = {r.get("name"): (r.get("gpuType"), r.get("batchSize")) for r in old.get("stages") or []}
+    return {
+        s.name
+        for s, c in zip(plan.stages, plan.outcome.config, strict=True)
+        if was.get(s.name) == (c.gpu_type, c.batch)
+    }
+
+
 def _plan(
     ops: PipelineOps,
     obj: Mapping[str, Any],
     spec: InferencePipelineSpec,
     old: Mapping[str, Any],
     out: Outcome,
+    *,
+    replan: bool = False,
 ) -> tuple[PipelinePlan | Reason, list[float] | None]:
-    """The recorded plan if it still holds, else a new one (and its sample), else why not."""
+    """The recorded plan if it still holds, else a new one (and its sample), else why not.
+
+    With `replan` (a low-frequency re-plan on live traffic) a new plan is made even
+    though the recorded one holds; it is announced only if a stage's GPU type,
+    batch or planned replicas change, and if it cannot be made the recorded plan stays.
+    """
     meta = obj["metadata"]
     namespace = meta["namespace"]
     types = gpu_types(ops.nodes())
     if old.get("observedGeneration") == meta.get("generation"):
         recorded = plan_from_status(spec, old, types)
-        if recorded is not None:
+        if recorded is not None and not replan:
             return recorded, None
     arrivals = _arrivals(ops, namespace, spec.traffic)
     plan = arrivals if isinstance(arrivals, Reason) else plan_pipeline(spec, arrivals, types)
     if isinstance(plan, PipelinePlan):
-        out.events.append(("Normal", "Planned", _plan_words(plan)))
+        rows = [
+            (r.get("name"), r.get("gpuType"), r.get("batchSize"), r.get("plannedReplicas"))
+            for r in old.get("stages") or []
+        ]
+        new = [
+            (s.name, c.gpu_type, c.batch, c.replicas)
+            for s, c in zip(plan.stages, plan.outcome.config, strict=True)
+        ]
+        if not replan:
+            out.events.append(("Normal", "Planned", _plan_words(plan)))
+        elif rows != new:
+            assert not isinstance(arrivals, Reason)
+            rate = len(arrivals) / max(arrivals[-1] - arrivals[0], 1e-9)
+            words = f"re-planned on live traffic ({rate:.1f} queries/s): {_plan_words(plan)}"
+            out.events.append(("Normal", "Replanned", words))
         return plan, arrivals if not isinstance(arrivals, Reason) else None
     if old.get("observedGeneration") == meta.get("generation"):
         # nothing better now (its GPU types not Ready, traffic unreadable): keep what runs
@@ -424,9 +477,13 @@ def _tune(
     delay = settings.down_delay_s
     rate = ops.query_rate(source.address, source.query)
     recent = ops.query_rate(source.address, f"max_over_time(({source.query})[{delay:.0f}s:])")
+    planned_at = (
+        now.strftime("%Y-%m-%dT%H:%M:%SZ") if new_table is not None else old_tuner.get("plannedAt")
+    )
     status = {
         "mode": "Steady",
         "lastScaleTime": last,
+        "plannedAt": planned_at,
         "plannedEnvelope": envelope_pts,
         "scalingTable": table_rows,
         "observedEnvelope": old_tuner.get("observedEnvelope") or [],

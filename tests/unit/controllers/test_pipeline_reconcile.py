@@ -276,6 +276,53 @@ def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
     assert down.status["costPerHour"] < up.status["costPerHour"]
 
 
+def test_a_pipeline_on_live_traffic_is_planned_again_at_a_low_frequency() -> None:
+    from datetime import timedelta
+
+    from chronotope.controllers.inferencepipeline import TunerSettings
+
+    ops, obj = _ops(), _prometheus_pipeline()
+    rates = {"now": 40.0, "max": 40.0}
+    ops.query_rate = lambda address, q: (
+        rates["max"] if q.startswith("max_over_time") else rates["now"]
+    )  # type: ignore[method-assign]
+    settings = TunerSettings(down_delay_s=30, replan_period_s=600)
+    first = reconcile(obj, ops, NOW, settings)
+    assert first.status["tuner"]["plannedAt"] == NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def step(status: dict[str, Any], seconds: float) -> Any:
+        return reconcile(obj | {"status": status}, ops, NOW + timedelta(seconds=seconds), settings)
+
+    def planned(status: dict[str, Any]) -> list[int]:
+        return [int(s["plannedReplicas"]) for s in status["stages"]]
+
+    rates.update(now=400.0, max=400.0)  # ten times the rate the plan was made for
+    up = step(first.status, 300)  # before the period: the tuner scales, the plan stays
+    assert [e[1] for e in up.events] == ["ScaledUp"]
+    assert up.status["tuner"]["plannedAt"] == first.status["tuner"]["plannedAt"]
+    assert planned(up.status) == planned(first.status)
+    again = step(up.status, 700)  # the period has passed: planned again on 400 queries/s
+    assert [e[1] for e in again.events] == ["Replanned"]
+    assert "400.0 queries/s" in again.events[0][2]
+    assert again.status["tuner"]["plannedAt"] == (NOW + timedelta(seconds=700)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    assert sum(planned(again.status)) > sum(planned(first.status))
+    # a stage that keeps its GPU type and batch keeps the tuner's replicas (scaling down is
+    # still the tuner's, after its delay); one whose batch changed runs the new plan's
+    for a, b in zip(up.status["stages"], again.status["stages"], strict=True):
+        if "servedBy" in a:
+            continue
+        if (a["gpuType"], a["batchSize"]) == (b["gpuType"], b["batchSize"]):
+            assert b["replicas"] >= a["replicas"]
+        else:
+            assert b["replicas"] == b["plannedReplicas"]
+    same = step(again.status, 1400)  # planned again on the same rate: the same plan, no event
+    assert same.events == []
+    assert planned(same.status) == planned(again.status)
+    assert same.status["tuner"]["plannedAt"] > again.status["tuner"]["plannedAt"]
+
+
 def test_an_unreachable_prometheus_holds_the_replicas_and_says_so() -> None:
     ops, obj = _ops(), _prometheus_pipeline()
     first = reconcile(obj, ops, NOW)
