@@ -204,7 +204,7 @@ def reconcile(
     old = obj.get("status") or {}
     out = Outcome()
     groups = _variant_groups(ops, namespace, spec)
-    due = _replan_due(spec, old, now, settings)
+    due = _replan_due(spec, old, meta.get("generation"), now, settings)
     plan, sample = (
         (groups, None)
         if isinstance(groups, Reason)
@@ -245,6 +245,7 @@ def reconcile(
             settings=settings,
             new_envelope=envelope_pts,
             new_table=table_rows,
+            checked=due,
             stages=model.stages,
         )
     assert not isinstance(groups, Reason)
@@ -331,11 +332,18 @@ def _observe(
 
 
 def _replan_due(
-    spec: InferencePipelineSpec, old: Mapping[str, Any], now: datetime, settings: TunerSettings
+    spec: InferencePipelineSpec,
+    old: Mapping[str, Any],
+    gen: Any,
+    now: datetime,
+    settings: TunerSettings,
 ) -> bool:
-    """A pipeline on Prometheus traffic whose plan is `replan_period_s` old is planned again."""
+    """A pipeline on Prometheus traffic whose plan is `replan_period_s` old is planned again.
+
+    Only a plan of the current generation: a changed spec is planned anew anyway.
+    """
     planned_at = (old.get("tuner") or {}).get("plannedAt")
-    if spec.traffic.prometheus is None or not planned_at:
+    if spec.traffic.prometheus is None or not planned_at or old.get("observedGeneration") != gen:
         return False
     when = parse_time(planned_at)
     return when is not None and (now - when).total_seconds() >= settings.replan_period_s
@@ -464,6 +472,7 @@ def _tune(
     settings: TunerSettings,
     new_envelope: list[dict[str, Any]] | None,
     new_table: list[dict[str, Any]] | None,
+    checked: bool,
     stages: Sequence[StageModel],
 ) -> tuple[list[int], tuple[dict[str, Any], dict[str, Any] | None]]:
     """One tuner pass on the live rate; holds the replicas when Prometheus does not answer."""
@@ -477,9 +486,10 @@ def _tune(
     delay = settings.down_delay_s
     rate = ops.query_rate(source.address, source.query)
     recent = ops.query_rate(source.address, f"max_over_time(({source.query})[{delay:.0f}s:])")
-    planned_at = (
-        now.strftime("%Y-%m-%dT%H:%M:%SZ") if new_table is not None else old_tuner.get("plannedAt")
-    )
+    # a new plan, or a due re-plan that could not be made (the running plan stays and is
+    # not tried again on every pass): the period starts again now
+    fresh = new_table is not None or checked
+    planned_at = now.strftime("%Y-%m-%dT%H:%M:%SZ") if fresh else old_tuner.get("plannedAt")
     status = {
         "mode": "Steady",
         "lastScaleTime": last,

@@ -276,6 +276,19 @@ def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
     assert down.status["costPerHour"] < up.status["costPerHour"]
 
 
+def _replan_due_at(
+    obj: dict[str, Any], status: dict[str, Any], seconds: float, settings: Any
+) -> bool:
+    from datetime import timedelta
+
+    from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
+    from chronotope.controllers.inferencepipeline import _replan_due
+
+    spec = InferencePipelineSpec.model_validate(obj["spec"])
+    generation = obj["metadata"].get("generation")
+    return _replan_due(spec, status, generation, NOW + timedelta(seconds=seconds), settings)
+
+
 def test_a_pipeline_on_live_traffic_is_planned_again_at_a_low_frequency() -> None:
     from datetime import timedelta
 
@@ -321,6 +334,16 @@ def test_a_pipeline_on_live_traffic_is_planned_again_at_a_low_frequency() -> Non
     assert same.events == []
     assert planned(same.status) == planned(again.status)
     assert same.status["tuner"]["plannedAt"] > again.status["tuner"]["plannedAt"]
+    # due again while Prometheus does not answer: the running plan stays, and the period
+    # starts again (no re-plan tried on every pass)
+    ops.query_rate = lambda address, q: "Prometheus did not answer"  # type: ignore[method-assign]
+    down = step(same.status, 2100)
+    assert [e[1] for e in down.events if e[1] in ("Planned", "Replanned")] == []
+    assert planned(down.status) == planned(same.status)
+    assert down.status["tuner"]["plannedAt"] == (NOW + timedelta(seconds=2100)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    assert _replan_due_at(obj, down.status, 2101, settings) is False
 
 
 def test_an_unreachable_prometheus_holds_the_replicas_and_says_so() -> None:

@@ -384,8 +384,8 @@ class TunerState(ApiModel):
     last_scale_time: datetime | None = Field(default=None, description="Last replica change.")
     planned_at: datetime | None = Field(
         default=None,
-        description="When the running plan was made; on Prometheus traffic it is made again "
-        "on the live rate at a low frequency.",
+        description="When the running plan was made or last re-checked; on Prometheus traffic "
+        "it is made again on the live rate at a low frequency.",
     )
     planned_envelope: list[EnvelopePoint] = Field(
         default_factory=list, description="Envelope of the planning trace."
