@@ -573,7 +573,7 @@ def scaling_table(
     window_s: float = 5.0,
     factors: Sequence[float] = SCALING_FACTORS,
 ) -> tuple[ScalingStep, ...]:
-    """Fewest replicas per stage that meet the SLO at multiples of the sample's rate.
+    """Replicas per stage that meet the SLO at multiples of the sample's rate.
 
     The plan's GPU types and batch sizes stay; the sample is squeezed or
     stretched in time to each multiple of its mean rate (its burst shape kept),
