@@ -46,7 +46,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -57,32 +57,54 @@ __all__ = ["OperatorMetrics"]
 _WAITING = ("Waiting", "Pending", "Resizing")
 
 
-class _Jobs(Collector):
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Recent(Generic[K, V]):
+    """Values by key with when each was last put; one not put for `stale_after_s` drops out."""
+
     def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._seen: dict[str, tuple[float, str, str, float]] = {}
+        self._seen: dict[K, tuple[float, V]] = {}
         self._stale_after_s = stale_after_s
 
-    def observe(self, key: str, phase: str, gpu_type: str, gpus: float) -> None:
+    def put(self, key: K, value: V) -> None:
         with self._lock:
-            self._seen[key] = (self._clock(), phase, gpu_type, gpus)
+            self._seen[key] = (self._clock(), value)
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: K) -> None:
         with self._lock:
             self._seen.pop(key, None)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def fresh(self) -> dict[K, V]:
+        """The values put within `stale_after_s`; the others are dropped."""
         now = self._clock()
         with self._lock:
-            fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
-            self._seen = fresh
+            self._seen = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
+            return {k: v for k, (_, v) in self._seen.items()}
+
+
+class _Jobs(Collector):
+    def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
+        self._recent: _Recent[str, tuple[str, str, float]]
+        self._recent = _Recent(stale_after_s, clock)
+
+    def observe(self, key: str, phase: str, gpu_type: str, gpus: float) -> None:
+        self._recent.put(key, (phase, gpu_type, gpus))
+
+    def forget(self, key: str) -> None:
+        self._recent.forget(key)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        fresh = self._recent.fresh()
         phases = GaugeMetricFamily(
             "chronotope_trainingjobs", "TrainingJobs by phase", labels=["phase"]
         )
         counts: dict[str, int] = {}
         waiting: dict[str, float] = {}
-        for _, phase, gpu_type, gpus in fresh.values():
+        for phase, gpu_type, gpus in fresh.values():
             counts[phase] = counts.get(phase, 0) + 1
             if phase in _WAITING and gpu_type:
                 waiting[gpu_type] = waiting.get(gpu_type, 0.0) + gpus
@@ -103,22 +125,17 @@ class _Groups(Collector):
     """Serving groups as last planned; a group not planned for a while drops out."""
 
     def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._seen: dict[tuple[str, str], tuple[float, int, dict[str, str]]] = {}
-        self._stale_after_s = stale_after_s
+        self._recent: _Recent[tuple[str, str], tuple[int, dict[str, str]]] = _Recent(
+            stale_after_s, clock
+        )
 
     def observe(
         self, namespace: str, group: str, replicas: int, residency: Mapping[str, str]
     ) -> None:
-        with self._lock:
-            self._seen[namespace, group] = (self._clock(), replicas, dict(residency))
+        self._recent.put((namespace, group), (replicas, dict(residency)))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = self._clock()
-        with self._lock:
-            fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
-            self._seen = fresh
+        fresh = self._recent.fresh()
         replicas = GaugeMetricFamily(
             "chronotope_serving_group_replicas",
             "Base-model replicas of a ModelVariant serving group, as last planned",
@@ -129,7 +146,7 @@ class _Groups(Collector):
             "1 for the tier that holds a variant's delta (GPU, Host or Disk)",
             labels=["namespace", "group", "variant", "residency"],
         )
-        for (namespace, group), (_, n, where) in sorted(fresh.items()):
+        for (namespace, group), (n, where) in sorted(fresh.items()):
             replicas.add_metric([namespace, group], n)
             for variant, tier in sorted(where.items()):
                 residency.add_metric([namespace, group, variant, tier], 1)
@@ -141,20 +158,14 @@ class _Pipelines(Collector):
     """InferencePipelines as last reconciled; one not reconciled for a while drops out."""
 
     def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._seen: dict[tuple[str, str], tuple[float, Mapping[str, Any]]] = {}
-        self._stale_after_s = stale_after_s
+        self._recent: _Recent[tuple[str, str], Mapping[str, Any]]
+        self._recent = _Recent(stale_after_s, clock)
 
     def observe(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._seen[namespace, name] = (self._clock(), status)
+        self._recent.put((namespace, name), status)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = self._clock()
-        with self._lock:
-            fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
-            self._seen = fresh
+        fresh = self._recent.fresh()
         replicas = GaugeMetricFamily(
             "chronotope_pipeline_replicas",
             "Replicas of an InferencePipeline stage: current (the tuner's) and planned",
@@ -170,7 +181,7 @@ class _Pipelines(Collector):
             "The planner's predicted end-to-end P99 of an InferencePipeline",
             labels=["namespace", "pipeline"],
         )
-        for (namespace, name), (_, status) in sorted(fresh.items()):
+        for (namespace, name), status in sorted(fresh.items()):
             for row in status.get("stages") or []:
                 stage = str(row.get("name", ""))
                 for kind, field in (("current", "replicas"), ("planned", "plannedReplicas")):
@@ -189,10 +200,9 @@ class _Queues(Collector):
     """Queues as last reported; a Queue not reported for a while (deleted) drops out."""
 
     def __init__(self, stale_after_s: float, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._seen: dict[str, tuple[float, list[tuple[str, str, float]], dict[str, int]]] = {}
-        self._stale_after_s = stale_after_s
+        self._recent: _Recent[str, tuple[list[tuple[str, str, float]], dict[str, int]]] = _Recent(
+            stale_after_s, clock
+        )
 
     def observe(self, name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         rows: list[tuple[str, str, float]] = []
@@ -207,14 +217,10 @@ class _Queues(Collector):
             "admitted": int(status.get("admittedWorkloads") or 0),
             "pending": int(status.get("pendingWorkloads") or 0),
         }
-        with self._lock:
-            self._seen[name] = (self._clock(), rows, counts)
+        self._recent.put(name, (rows, counts))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = self._clock()
-        with self._lock:
-            fresh = {k: v for k, v in self._seen.items() if now - v[0] <= self._stale_after_s}
-            self._seen = fresh
+        fresh = self._recent.fresh()
         gpus = GaugeMetricFamily(
             "chronotope_queue_gpus",
             "Quota and usage of a Queue per GPU type: nominal, used, borrowed, lent",
@@ -225,7 +231,7 @@ class _Queues(Collector):
             "TrainingJobs of a Queue: admitted (started) and pending",
             labels=["queue", "state"],
         )
-        for name, (_, rows, counts) in sorted(fresh.items()):
+        for name, (rows, counts) in sorted(fresh.items()):
             for gpu_type, kind, value in rows:
                 gpus.add_metric([name, gpu_type, kind], value)
             for state, n in sorted(counts.items()):
