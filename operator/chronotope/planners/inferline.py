@@ -49,6 +49,7 @@ __all__ = [
     "StageModel",
     "TunerDecision",
     "TunerInput",
+    "busiest_count",
     "envelope",
     "minimum_service_time",
     "model_from_spec",
@@ -613,8 +614,13 @@ def _busiest_rate(arrivals: FloatArray, window_s: float) -> float:
     span = float(arrivals[-1] - arrivals[0])
     if span <= window_s:
         return len(arrivals) / max(span, 1e-9)
+    return busiest_count(arrivals, window_s) / window_s
+
+
+def busiest_count(arrivals: FloatArray, window_s: float) -> int:
+    """Most queries in any window of `window_s` over sorted arrival times."""
     ends = np.searchsorted(arrivals, arrivals + window_s, side="left")
-    return float((ends - np.arange(len(arrivals))).max()) / window_s
+    return int((ends - np.arange(len(arrivals))).max(initial=0))
 
 
 def table_need(table: Sequence[ScalingStep], rate: float) -> tuple[int, ...]:
@@ -635,8 +641,7 @@ def envelope(
     out: list[tuple[float, int]] = []
     w = max(smallest_s, 1e-3)
     while True:
-        ends = np.searchsorted(a, a + w, side="left")
-        out.append((w, int((ends - np.arange(len(a))).max(initial=0))))
+        out.append((w, busiest_count(a, w)))
         if w >= largest_s:
             return out
         w = min(2 * w, largest_s)

@@ -48,6 +48,7 @@ from chronotope.planners.inferline import (
     Schedule,
     StageConfig,
     TunerInput,
+    busiest_count,
     envelope,
     plan_chronotope,
     plan_inferline,
@@ -170,8 +171,7 @@ class InferenceRun:
 
 def _rate(arrivals: FloatArray, visits: float, window_s: float) -> float:
     """The most queries per second into a stage over any window of `window_s`."""
-    ends = np.searchsorted(arrivals, arrivals + window_s, side="left")
-    return float((ends - np.arange(len(arrivals))).max(initial=0)) * visits / window_s
+    return busiest_count(arrivals, window_s) * visits / window_s
 
 
 def _peak_schedules(model: PipelineModel, config: Config, arrivals: FloatArray) -> list[Schedule]:
