@@ -223,16 +223,22 @@ def _prometheus_pipeline() -> dict[str, Any]:
     return obj
 
 
-def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
-    from datetime import timedelta
-
-    from chronotope.controllers.inferencepipeline import TunerSettings
-
+def _live_traffic() -> tuple[Any, dict[str, Any], dict[str, float]]:
+    """Fake ops whose Prometheus answers `rates["now"]`, and `rates["max"]` for the recent max."""
     ops, obj = _ops(), _prometheus_pipeline()
     rates = {"now": 40.0, "max": 40.0}
     ops.query_rate = lambda address, q: (
         rates["max"] if q.startswith("max_over_time") else rates["now"]
     )  # type: ignore[method-assign]
+    return ops, obj, rates
+
+
+def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
+    from datetime import timedelta
+
+    from chronotope.controllers.inferencepipeline import TunerSettings
+
+    ops, obj, rates = _live_traffic()
     settings = TunerSettings(down_delay_s=30)
     first = reconcile(obj, ops, NOW, settings)
     assert [e[1] for e in first.events] == ["Planned"]
@@ -294,11 +300,7 @@ def test_a_pipeline_on_live_traffic_is_planned_again_at_a_low_frequency() -> Non
 
     from chronotope.controllers.inferencepipeline import TunerSettings
 
-    ops, obj = _ops(), _prometheus_pipeline()
-    rates = {"now": 40.0, "max": 40.0}
-    ops.query_rate = lambda address, q: (
-        rates["max"] if q.startswith("max_over_time") else rates["now"]
-    )  # type: ignore[method-assign]
+    ops, obj, rates = _live_traffic()
     settings = TunerSettings(down_delay_s=30, replan_period_s=600)
     first = reconcile(obj, ops, NOW, settings)
     assert first.status["tuner"]["plannedAt"] == NOW.strftime("%Y-%m-%dT%H:%M:%SZ")

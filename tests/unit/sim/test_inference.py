@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
-from chronotope.planners.inferline import model_from_spec
+from chronotope.planners.inferline import PipelineModel, model_from_spec
 from chronotope.sim.inference import (
     InferenceRun,
     TunerSettings,
@@ -49,9 +49,22 @@ def test_rescale_sets_the_mean_rate_and_keeps_the_shape() -> None:
     assert b / b[-1] == pytest.approx(a / a[-1])
 
 
-def test_policies_on_a_bursty_trace() -> None:
+def _sample_model() -> PipelineModel:
     doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
-    model = model_from_spec(InferencePipelineSpec.model_validate(doc["spec"]), {})
+    return model_from_spec(InferencePipelineSpec.model_validate(doc["spec"]), {})
+
+
+def _steady_run(policy: str, seed: int) -> InferenceRun:
+    """A policy on 60 s of steady 300 queries/s, planned on the first 15 s."""
+    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / 300, 18000))
+    planning, serving = arrivals[arrivals < 15], arrivals[arrivals >= 15] - 15
+    run = run_policy(policy, _sample_model(), planning, serving, seed=0)
+    assert isinstance(run, InferenceRun)
+    return run
+
+
+def test_policies_on_a_bursty_trace() -> None:
+    model = _sample_model()
     rng = np.random.default_rng(0)
     # 60 s at 150 qps, then 60 s at 450 qps: the tuner must scale up
     arrivals = np.concatenate(
@@ -73,12 +86,7 @@ def test_policies_on_a_bursty_trace() -> None:
 
 
 def test_the_operator_tuner_reads_rates_that_reach_back_into_the_planning_part() -> None:
-    doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
-    model = model_from_spec(InferencePipelineSpec.model_validate(doc["spec"]), {})
-    arrivals = np.cumsum(np.random.default_rng(1).exponential(1 / 300, 18000))  # steady, 60 s
-    planning, serving = arrivals[arrivals < 15], arrivals[arrivals >= 15] - 15
-    run = run_policy("chronotope", model, planning, serving, seed=0)
-    assert isinstance(run, InferenceRun)
+    run = _steady_run("chronotope", seed=1)
     # a 5 s rate window one second into serving still sees 5 s of traffic: no drop to act on
     window = TunerSettings().rate_window_s
     assert all(t >= window for sched in run.schedules for t, _ in sched[1:])
@@ -86,12 +94,7 @@ def test_the_operator_tuner_reads_rates_that_reach_back_into_the_planning_part()
 
 
 def test_the_inferline_envelope_stops_at_the_planning_trace_s_span() -> None:
-    doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
-    model = model_from_spec(InferencePipelineSpec.model_validate(doc["spec"]), {})
-    arrivals = np.cumsum(np.random.default_rng(2).exponential(1 / 300, 18000))  # steady, 60 s
-    planning, serving = arrivals[arrivals < 15], arrivals[arrivals >= 15] - 15
-    run = run_policy("inferline", model, planning, serving, seed=0)
-    assert isinstance(run, InferenceRun)
+    run = _steady_run("inferline", seed=2)
     # a 60 s window holds four planning traces' worth of steady traffic; compared with the
     # 15 s planning trace's total it would read as a fourfold burst and ratchet replicas up
     for sched in run.schedules:
