@@ -100,9 +100,7 @@ def create_pods(api: client.ApiClient, pods: Iterable[Obj]) -> int:
 
 def create_gang(api: client.ApiClient, namespace: str, service: Obj, pods: Iterable[Obj]) -> int:
     """`ensure_service` and `create_pods` at once: one API write of latency for the gang."""
-    done = _all(
-        [(_ensure_service, api, namespace, service), *((_create_pod, api, p) for p in pods)]
-    )
+    done = _all([(ensure_service, api, namespace, service), *((_create_pod, api, p) for p in pods)])
     return sum(done[1:])
 
 
@@ -132,10 +130,6 @@ def _create_pod(api: client.ApiClient, pod: Obj) -> bool:
 
 def ensure_service(api: client.ApiClient, namespace: str, service: Obj) -> None:
     """Create the service in `namespace` unless it already exists."""
-    _ensure_service(api, namespace, service)
-
-
-def _ensure_service(api: client.ApiClient, namespace: str, service: Obj) -> int:
     try:
         raw_json(
             client.CoreV1Api(api).create_namespaced_service(
@@ -145,7 +139,6 @@ def _ensure_service(api: client.ApiClient, namespace: str, service: Obj) -> int:
     except ApiException as exc:
         if exc.status != _CONFLICT:
             raise
-    return 0
 
 
 def delete_pods(
