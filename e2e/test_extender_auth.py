@@ -115,10 +115,16 @@ def test_kube_scheduler_binds_through_the_extender_over_https(
 ) -> None:
     local = kube_cluster.local
     config = yaml.safe_load((local.directory / "chronotope-scheduler-config.yaml").read_text())
-    (extender,) = config["extenders"]
+    # one extender process, two entries: decisions on its port, binds (HTTP/2) on another
+    (extender, binder) = config["extenders"]
     assert extender["urlPrefix"] == f"https://127.0.0.1:{chronotope_scheduler}"
-    assert extender["enableHTTPS"] is True
-    assert extender["tlsConfig"] == local.extender_pki().tls_config()
+    assert "bindVerb" not in extender
+    assert binder["bindVerb"] == "bind"
+    assert "filterVerb" not in binder
+    assert binder["urlPrefix"] != extender["urlPrefix"]
+    for entry in (extender, binder):
+        assert entry["enableHTTPS"] is True
+        assert entry["tlsConfig"] == local.extender_pki().tls_config()
     with kube_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         core.create_namespaced_pod(namespace, gpu_pod("tls-bound", gpus=1))
@@ -255,8 +261,10 @@ def test_the_charts_certificates_and_configuration_bind_a_pod(
     ]
     (sched, extender) = pod_spec["containers"]
     port, metrics_port, sched_port = free_port(), free_port(), free_port()
+    bind_port = free_port()
     replace = {
         "--port=8888": f"--port={port}",
+        "--bind-port=8889": f"--bind-port={bind_port}",
         "--metrics-port=9102": f"--metrics-port={metrics_port}",
         "--metrics-address=0.0.0.0": "--metrics-address=127.0.0.1",
     }
@@ -270,6 +278,7 @@ def test_the_charts_certificates_and_configuration_bind_a_pod(
         docs[("ConfigMap", "t-scheduler-config")]["data"]["config.yaml"]
         .replace(mount, str(tls_dir))
         .replace("https://127.0.0.1:8888", f"https://127.0.0.1:{port}")
+        .replace("https://127.0.0.1:8889", f"https://127.0.0.1:{bind_port}")
     )
     config["leaderElection"] = {"leaderElect": False}
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}

@@ -136,6 +136,7 @@ class LocalCluster:
         self.directory = settings.state_root / name
         self.state_file = self.directory / "state.json"
         self._extender_args: tuple[str, ...] = ()
+        self._bind_port = 0  # the extender's --bind-port, once started (0: none)
         self._extender_kubeconfig: Path | None = None
         self._operator_call: tuple[float, tuple[str, ...], ChartIdentities | None, bool] | None = (
             None
@@ -381,6 +382,7 @@ class LocalCluster:
             raise ClusterError(f"cluster {self.name!r} is not running")
         port = extender_port or process.free_port()
         self._extender_args = extender_args
+        self._bind_port = process.free_port()
         kubeconfig = identities.kubeconfig("scheduler") if identities else state.kubeconfig
         self._extender_kubeconfig = kubeconfig
         self._start_extender(state, port)
@@ -390,7 +392,10 @@ class LocalCluster:
         config.setdefault("leaderElection", {})["leaderElect"] = False
         tls = self.extender_pki().tls_config()
         for extender in config.get("extenders", []):
-            extender.update(urlPrefix=f"https://127.0.0.1:{port}", enableHTTPS=True, tlsConfig=tls)
+            # the entry that only binds calls the extender's --bind-port (the config's comment)
+            binds_only = "bindVerb" in extender and "filterVerb" not in extender
+            at = self._bind_port if binds_only else port
+            extender.update(urlPrefix=f"https://127.0.0.1:{at}", enableHTTPS=True, tlsConfig=tls)
         path = self.directory / "chronotope-scheduler-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         sched_port = process.free_port()
@@ -589,6 +594,7 @@ class LocalCluster:
                 str(self._extender_kubeconfig or state.kubeconfig),
                 "--port",
                 str(port),
+                *(("--bind-port", str(self._bind_port)) if self._bind_port else ()),
                 *self.extender_pki().server_args(),
                 *self._extender_args,
             ],

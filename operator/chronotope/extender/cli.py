@@ -43,6 +43,14 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: in-cluster)")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default: loopback)")
     parser.add_argument("--port", type=int, default=8888, help="HTTPS listen port")
+    parser.add_argument(
+        "--bind-port",
+        type=int,
+        default=0,
+        help="also serve the bind verb on this port, over HTTP/2 and HTTPS, from a thread of "
+        "its own, for a second extender entry in kube-scheduler's configuration (0: off; "
+        "bind is always served on --port too)",
+    )
     tls = parser.add_argument_group(
         "TLS (required)",
         "the extender serves HTTPS only; its verbs (filter, prioritize, bind) answer only "
@@ -171,7 +179,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from aiohttp import web
 
-    from chronotope.extender.server import Metrics, build_app, tls_context
+    from chronotope.extender import h2binds
+    from chronotope.extender.server import Binds, Metrics, build_app, tls_context
     from chronotope.extender.service import ExtenderService
     from chronotope.kube.binder import Binder, BindError, fetch_pod, post_pod_event
     from chronotope.kube.client import connect, core_v1
@@ -186,6 +195,9 @@ def _run(args: argparse.Namespace) -> int:
     sys.setswitchinterval(0.0005)
     try:  # before anything else: a bad certificate stops the start with the reason
         context = tls_context(args.tls_cert_file, args.tls_private_key_file, args.client_ca_file)
+        h2_context = tls_context(
+            args.tls_cert_file, args.tls_private_key_file, args.client_ca_file, alpn=("h2",)
+        )
     except (OSError, ssl.SSLError) as exc:
         log.error("cannot serve HTTPS with the given certificates: %s", exc)
         return 2
@@ -235,19 +247,24 @@ def _run(args: argparse.Namespace) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
     log.info(
         "cache synced: %d nodes, %d holdings; policy %s, interference budget %.2fx; "
-        "listening on https://%s:%d",
+        "listening on https://%s:%d%s",
         len(service.cache.nodes),
         len(service.cache.holdings),
         args.policy,
         args.interference_budget,
         args.host,
         args.port,
+        f" (binds also on {args.bind_port})" if args.bind_port else "",
     )
     metrics = Metrics()
     if args.metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port, addr=args.metrics_address, registry=metrics.registry)
+    if args.bind_port:
+        # kube-scheduler's binds over HTTP/2, on an event loop of their own: one kept
+        # connection for all of them, and none of their work on the filter's loop (h2binds)
+        h2binds.serve(Binds(service, metrics), args.host, args.bind_port, h2_context)
     web.run_app(
         build_app(service, metrics),
         host=args.host,

@@ -14,12 +14,14 @@ service (`wire` bounds its size, depth and types). An unexpected fault gets 500
 with no detail (the details go to the log) and the service keeps running.
 Filter and prioritize run inline (pure, in memory, no waiting); bind makes API
 calls, so it runs in a thread pool off the event loop.
+
+Binds can also be served on a port of their own over HTTP/2 (`h2binds`, the
+extender's `--bind-port`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
 import time
@@ -28,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -36,7 +39,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from chronotope.extender import wire
 from chronotope.extender.service import ExtenderService
 
-__all__ = ["OPEN_ROUTES", "Metrics", "build_app", "tls_context"]
+__all__ = ["OPEN_ROUTES", "REFUSED", "Binds", "Metrics", "build_app", "parse_json", "tls_context"]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,9 @@ class Metrics:
         )
 
 
-def tls_context(cert: Path, key: Path, client_ca: Path) -> ssl.SSLContext:
+def tls_context(
+    cert: Path, key: Path, client_ca: Path, alpn: tuple[str, ...] = ("http/1.1",)
+) -> ssl.SSLContext:
     """The server's TLS context: serve `cert`/`key`, verify callers against `client_ca` only.
 
     The system's CAs are not loaded: only certificates `client_ca` signed pass.
@@ -97,7 +102,7 @@ def tls_context(cert: Path, key: Path, client_ca: Path) -> ssl.SSLContext:
     # verbs are refused per request (_authenticate); a certificate from another CA
     # still fails the handshake
     context.verify_mode = ssl.CERT_OPTIONAL
-    context.set_alpn_protocols(["http/1.1"])
+    context.set_alpn_protocols(list(alpn))
     return context
 
 
@@ -127,27 +132,86 @@ def _authenticator(metrics: Metrics) -> Middleware:
             log.warning(
                 "refused %s %s from %s: no client certificate", request.method, verb, request.remote
             )
-            return web.json_response({"Error": REFUSED}, status=403)
+            return _reply({"Error": REFUSED}, status=403)
         return await handler(request)
 
     return authenticate
 
 
 async def _json(request: web.Request) -> Any:
+    """The request's JSON body; WireError when it is too large or not JSON."""
     try:
-        return await request.json(loads=json.loads)
+        body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise wire.WireError(f"body is larger than {wire.MAX_BODY_BYTES} bytes") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    return parse_json(body)
+
+
+def parse_json(body: bytes) -> Any:
+    """A body's JSON (orjson: the filter's body names every candidate node); WireError if not."""
+    if len(body) > wire.MAX_BODY_BYTES:
+        raise wire.WireError(f"body is larger than {wire.MAX_BODY_BYTES} bytes")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc) or "recursion" in str(exc):
+            raise wire.WireError("body is nested too deeply") from None
         raise wire.WireError(f"body is not JSON: {exc}") from exc
-    except RecursionError:
-        raise wire.WireError("body is nested too deeply") from None
+
+
+def _reply(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
 BIND_WORKERS = 32
 """Binds in flight at once. kube-scheduler binds each pod in its own goroutine and a
 bind waits on the API server's write; with the event loop's default pool (cores + 4
 threads) binds queue behind each other and cap throughput (docs/extender.md)."""
+
+
+class Binds:
+    """Answers bind requests, whichever transport brings them.
+
+    HTTP/1.1 here, HTTP/2 in `h2binds`: parse, bind on a pool of `BIND_WORKERS`
+    threads, count and time.
+    """
+
+    def __init__(self, service: ExtenderService, metrics: Metrics) -> None:
+        """Bind with `service`, recording into `metrics`; the pool starts threads lazily."""
+        self.service = service
+        self.metrics = metrics
+        self.pool = ThreadPoolExecutor(BIND_WORKERS, thread_name_prefix="bind")
+
+    async def answer(self, body: bytes) -> tuple[int, Any]:
+        """(HTTP status, JSON answer) for one bind request's body."""
+        start = time.perf_counter()
+        try:
+            args = wire.parse_binding_args(parse_json(body))
+            loop = asyncio.get_running_loop()
+            error = await loop.run_in_executor(
+                self.pool,
+                self.service.bind,
+                args.pod_namespace,
+                args.pod_name,
+                args.pod_uid,
+                args.node,
+            )
+        except wire.WireError as exc:
+            self.metrics.bad_requests.labels("bind").inc()
+            log.warning("bind: bad request: %s", exc)
+            return 400, {"Error": str(exc)}
+        except Exception:
+            # the details (which may hold the API server's answer) stay in the log
+            log.exception("bind failed")
+            return 500, {"Error": "internal error"}
+        finally:
+            self.metrics.latency.labels("bind").observe(time.perf_counter() - start)
+        self.metrics.decisions.labels("bind", "error" if error else "bound").inc()
+        return 200, wire.binding_result(error)
+
+    def close(self) -> None:
+        """Stop the pool; binds in flight finish."""
+        self.pool.shutdown(wait=False)
 
 
 def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:
@@ -157,7 +221,7 @@ def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:
     certificate (run it with `tls_context`); over plain HTTP the verbs are always
     refused. Binds run on a pool of `BIND_WORKERS` threads, shut down with the app.
     """
-    binds = ThreadPoolExecutor(BIND_WORKERS, thread_name_prefix="bind")
+    binds = Binds(service, metrics)
 
     def timed(verb: str, fn: Handler) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -167,11 +231,11 @@ def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:
             except wire.WireError as exc:
                 metrics.bad_requests.labels(verb).inc()
                 log.warning("%s: bad request: %s", verb, exc)
-                return web.json_response({"Error": str(exc)}, status=400)
+                return _reply({"Error": str(exc)}, status=400)
             except Exception:
                 # the details (which may hold the API server's answer) stay in the log
                 log.exception("%s failed", verb)
-                return web.json_response({"Error": "internal error"}, status=500)
+                return _reply({"Error": "internal error"}, status=500)
             finally:
                 metrics.latency.labels(verb).observe(time.perf_counter() - start)
 
@@ -181,24 +245,20 @@ def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:
         args = wire.parse_extender_args(await _json(request))
         out = service.filter(args.pod, args.node_names)  # in memory, no API calls: inline
         metrics.decisions.labels("filter", "fits" if out.passed else "none").inc()
-        return web.json_response(
-            wire.filter_result(out.passed, out.failed, out.unresolvable, out.error)
-        )
+        return _reply(wire.filter_result(out.passed, out.failed, out.unresolvable, out.error))
 
     async def prioritize(request: web.Request) -> web.StreamResponse:
         args = wire.parse_extender_args(await _json(request))
-        return web.json_response(
-            wire.host_priorities(service.prioritize(args.pod, args.node_names))
-        )
+        return _reply(wire.host_priorities(service.prioritize(args.pod, args.node_names)))
 
     async def bind(request: web.Request) -> web.StreamResponse:
-        args = wire.parse_binding_args(await _json(request))
-        loop = asyncio.get_running_loop()
-        error = await loop.run_in_executor(
-            binds, service.bind, args.pod_namespace, args.pod_name, args.pod_uid, args.node
-        )
-        metrics.decisions.labels("bind", "error" if error else "bound").inc()
-        return web.json_response(wire.binding_result(error))
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            metrics.bad_requests.labels("bind").inc()
+            return _reply({"Error": f"body is larger than {wire.MAX_BODY_BYTES} bytes"}, 400)
+        status, answer = await binds.answer(body)
+        return _reply(answer, status)
 
     async def healthz(_: web.Request) -> web.StreamResponse:
         return web.Response(text="ok")
@@ -213,10 +273,10 @@ def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:
     )
 
     async def close_binds(_: web.Application) -> None:
-        binds.shutdown(wait=False)
+        binds.close()
 
     app.on_cleanup.append(close_binds)
-    app.router.add_post("/bind", timed("bind", bind))
+    app.router.add_post("/bind", bind)
     app.router.add_post("/filter", timed("filter", filter_))
     app.router.add_post("/prioritize", timed("prioritize", prioritize))
     app.router.add_get("/healthz", healthz)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from kubernetes import client, config
 
 __all__ = ["api_client", "connect", "core_v1", "count_requests", "raw_json"]
@@ -58,6 +58,6 @@ def raw_json(response: Any) -> Any:
     """
     try:
         data = response.data
-        return json.loads(data) if data else None
+        return orjson.loads(data) if data else None
     finally:
         response.release_conn()
