@@ -38,7 +38,7 @@ from h2.exceptions import H2Error
 from h2.settings import SettingCodes
 
 from chronotope.extender import wire
-from chronotope.extender.server import REFUSED, Binds
+from chronotope.extender.server import REFUSED, TOO_LARGE, Binds
 
 __all__ = ["serve"]
 
@@ -127,7 +127,7 @@ class _Protocol(asyncio.Protocol):
             status, answer = 404, {"Error": f"no route {method} {path}"}
         elif req.too_large:
             self.binds.metrics.bad_requests.labels("bind").inc()
-            status, answer = 400, {"Error": f"body is larger than {wire.MAX_BODY_BYTES} bytes"}
+            status, answer = 400, {"Error": TOO_LARGE}
         else:
             status, answer = await self.binds.answer(bytes(req.body))
         self._respond(stream_id, status, orjson.dumps(answer), "application/json")

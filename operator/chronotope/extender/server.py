@@ -39,7 +39,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from chronotope.extender import wire
 from chronotope.extender.service import ExtenderService
 
-__all__ = ["OPEN_ROUTES", "REFUSED", "Binds", "Metrics", "build_app", "parse_json", "tls_context"]
+__all__ = [
+    "OPEN_ROUTES",
+    "REFUSED",
+    "TOO_LARGE",
+    "Binds",
+    "Metrics",
+    "build_app",
+    "parse_json",
+    "tls_context",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +58,9 @@ OPEN_ROUTES = frozenset({"/healthz", "/metrics"})
 """Paths anyone may GET without a client certificate; every other request needs one."""
 
 VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+
+TOO_LARGE = f"body is larger than {wire.MAX_BODY_BYTES} bytes"
+"""The 400 answer to a body over the bound, on either transport."""
 
 REFUSED = "forbidden: the extender's verbs need a client certificate from its client CA"
 
@@ -143,14 +155,14 @@ async def _json(request: web.Request) -> Any:
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise wire.WireError(f"body is larger than {wire.MAX_BODY_BYTES} bytes") from None
+        raise wire.WireError(TOO_LARGE) from None
     return parse_json(body)
 
 
 def parse_json(body: bytes) -> Any:
     """A body's JSON (orjson: the filter's body names every candidate node); WireError if not."""
     if len(body) > wire.MAX_BODY_BYTES:
-        raise wire.WireError(f"body is larger than {wire.MAX_BODY_BYTES} bytes")
+        raise wire.WireError(TOO_LARGE)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -256,7 +268,7 @@ def build_app(service: ExtenderService, metrics: Metrics) -> web.Application:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             metrics.bad_requests.labels("bind").inc()
-            return _reply({"Error": f"body is larger than {wire.MAX_BODY_BYTES} bytes"}, 400)
+            return _reply({"Error": TOO_LARGE}, 400)
         status, answer = await binds.answer(body)
         return _reply(answer, status)
 
