@@ -38,7 +38,7 @@ from h2.exceptions import H2Error
 from h2.settings import SettingCodes
 
 from chronotope.extender import wire
-from chronotope.extender.server import REFUSED, TOO_LARGE, Binds
+from chronotope.extender.server import REFUSED, TOO_LARGE, VERBS, Binds
 
 __all__ = ["serve"]
 
@@ -121,7 +121,7 @@ class _Protocol(asyncio.Protocol):
             self._respond(stream_id, 200, b"ok", "text/plain")
             return
         if not self.authenticated:
-            self.binds.metrics.unauthenticated.labels("bind" if path == "/bind" else "other").inc()
+            self.binds.metrics.unauthenticated.labels(VERBS.get(path or "", "other")).inc()
             status, answer = 403, {"Error": REFUSED}
         elif method != "POST" or path != "/bind":
             status, answer = 404, {"Error": f"no route {method} {path}"}

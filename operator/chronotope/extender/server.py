@@ -43,6 +43,7 @@ __all__ = [
     "OPEN_ROUTES",
     "REFUSED",
     "TOO_LARGE",
+    "VERBS",
     "Binds",
     "Metrics",
     "build_app",
