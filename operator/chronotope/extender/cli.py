@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from chronotope.ratelimit import EVENT_WINDOW_S, RepeatLimiter
 from chronotope.ratelimit import install as repeat_install
-from chronotope.solver.colocation import DEFAULT_BUDGET, budget_error
+from chronotope.solver.colocation import DEFAULT_BUDGET, RUNTIMES, budget_error
 from chronotope.solver.online import POLICY_NAMES
 
 if TYPE_CHECKING:
@@ -108,6 +108,15 @@ def add_parser(sub: Any) -> None:
         metavar="X",
         help="largest predicted slowdown of a High-priority GPU share that co-located "
         f"shares may cause, as a factor >= 1 (default {DEFAULT_BUDGET})",
+    )
+    parser.add_argument(
+        "--colocation-runtime",
+        choices=RUNTIMES,
+        default="mps",
+        help="what runs GPU shares on the nodes: `mps` (MPS alone; a best-effort share beside "
+        "a High one is held to a static MPS percent) or `gated` (an Orion-style kernel-level "
+        "runtime that holds best-effort kernels back while a High request is in service; "
+        "the co-location rules then predict with that runtime; docs/colocation.md)",
     )
     parser.add_argument(
         "--tie-order",
@@ -221,7 +230,7 @@ def _run(args: argparse.Namespace) -> int:
         cache=ClusterCache(
             typical=_typical(args.typical_pods),
             tie_order=_tie_order(args.tie_order),
-            colocation=Colocation(budget=args.interference_budget),
+            colocation=Colocation(budget=args.interference_budget, runtime=args.colocation_runtime),
         ),
         event_fn=post_event,
     )
@@ -246,12 +255,13 @@ def _run(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     log.info(
-        "cache synced: %d nodes, %d holdings; policy %s, interference budget %.2fx; "
+        "cache synced: %d nodes, %d holdings; policy %s, interference budget %.2fx (%s); "
         "listening on https://%s:%d%s",
         len(service.cache.nodes),
         len(service.cache.holdings),
         args.policy,
         args.interference_budget,
+        args.colocation_runtime,
         args.host,
         args.port,
         f" (binds also on {args.bind_port})" if args.bind_port else "",

@@ -33,7 +33,7 @@ def add_parser(traces: Any) -> None:
         default=data_file("orion", "model_kernels"),
         help="directory of Orion kernel profiles (default: data/orion/model_kernels/)",
     )
-    p.add_argument("--policies", default="exclusive,packing,orion,chronotope")
+    p.add_argument("--policies", default="exclusive,packing,orion,chronotope,chronotope-gated")
     p.add_argument("--seed", type=int, default=0, help="seeds the HP arrivals")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--requests", type=int, default=100, help="HP requests per pair")

@@ -38,17 +38,20 @@ import numpy as np
 
 from chronotope.api.v1alpha1.common import SharePriority, WorkloadProfile
 from chronotope.planners.interference import (
+    DEFAULT,
     KernelTrace,
     best_effort_share,
     class_trace,
     predict_slowdown,
 )
+from chronotope.planners.kernel_replay import Estimator, gated_share, gated_slowdown
 from chronotope.solver.model import MILLI, Reason
 from chronotope.solver.policies import Context, Policy
 from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec, ShareTag
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "RUNTIMES",
     "Colocation",
     "Decision",
     "choose",
@@ -60,6 +63,9 @@ __all__ = [
 
 DEFAULT_BUDGET = 1.10
 """Largest predicted slowdown of a High share that co-location may cause (1.10x)."""
+
+RUNTIMES = ("mps", "gated")
+"""What runs the shares on a node: MPS alone (static caps), or an Orion-style runtime on top."""
 
 STEP = 10
 """MPS percentages a BestEffort share is bounded to are multiples of this."""
@@ -94,6 +100,13 @@ class Colocation:
     budget: float = DEFAULT_BUDGET
     trace: TraceFn = _class_trace
     """The kernel stream that stands for a share of this profile."""
+    runtime: str = "mps"
+    """`mps`: a BestEffort share is held to a static MPS percent all the time (the model:
+    `best_effort_share`). `gated`: the nodes run an Orion-style kernel-level runtime that
+    holds BestEffort kernels back while a High request is in service (the model:
+    `kernel_replay.gated_share`, on the estimator's planning replay)."""
+    estimator: Estimator = field(default_factory=Estimator)
+    """The `gated` runtime's planning replay (High load, requests, thresholds)."""
     _memo: dict[tuple[object, ...], object] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -101,6 +114,10 @@ class Colocation:
         why = budget_error(self.budget)
         if why is not None:
             raise ValueError(why)
+        if self.runtime not in RUNTIMES:
+            raise ValueError(
+                f"co-location runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}"
+            )
 
     # ------------------------------------------------------------ the model, memoised
     def _cached(self, key: tuple[object, ...], compute: Callable[[], object]) -> object:
@@ -110,24 +127,43 @@ class Colocation:
             self._memo[key] = compute()
         return self._memo[key]
 
-    def pair(self, victim: WorkloadProfile, corunner: WorkloadProfile, percent: int) -> float:
-        """Predicted slowdown of a `victim` workload beside one `corunner` at `percent` of SMs."""
-        value = self._cached(
-            ("pair", victim, corunner, percent),
-            lambda: predict_slowdown(self.trace(victim), self.trace(corunner), percent / 100),
-        )
+    def pair(
+        self,
+        victim: WorkloadProfile,
+        corunner: WorkloadProfile,
+        percent: int,
+        corunner_priority: SharePriority = SharePriority.HIGH,
+    ) -> float:
+        """Predicted slowdown of a `victim` workload beside one `corunner` at `percent` of SMs.
+
+        Under the `gated` runtime a BestEffort co-runner's kernels are held
+        back while the victim serves, so its prediction is the gated replay's.
+        """
+        gated = self.runtime == "gated" and corunner_priority is SharePriority.BEST_EFFORT
+
+        def compute() -> float:
+            hp, other = self.trace(victim), self.trace(corunner)
+            if gated:
+                return gated_slowdown(hp, other, percent, DEFAULT, est=self.estimator)[0]
+            return predict_slowdown(hp, other, percent / 100)
+
+        value = self._cached(("pair", victim, corunner, percent, gated), compute)
         assert isinstance(value, float)
         return value
 
     def slowdown(self, victim: WorkloadProfile, others: Sequence[ShareTag]) -> float:
         """Predicted slowdown of `victim` beside all `others`: the extra times add up."""
-        return 1.0 + sum(self.pair(victim, o.profile, o.percent) - 1.0 for o in others)
+        return 1.0 + sum(self.pair(victim, o.profile, o.percent, o.priority) - 1.0 for o in others)
 
     def _share(self, hp: WorkloadProfile, be: WorkloadProfile, room: float) -> int | None:
         """Largest MPS percentage for `be` keeping `hp` within `room`, None if none does."""
         key = ("share", hp, be, round(room, 9))
 
         def compute() -> int | None:
+            if self.runtime == "gated":
+                hp_trace, be_trace = self.trace(hp), self.trace(be)
+                plan = gated_share(hp_trace, be_trace, room, DEFAULT, est=self.estimator)
+                return None if plan is None else plan.percent
             got = best_effort_share(self.trace(hp), self.trace(be), room, step=STEP)
             return None if isinstance(got, Reason) else got[0]
 
@@ -171,7 +207,14 @@ class Colocation:
             already = self.slowdown(hp.profile, others) - 1.0
             share = self._share(hp.profile, pod.profile, self.budget - already)
             if share is None:
-                floor = already + self.pair(hp.profile, pod.profile, STEP)
+                if self.runtime == "gated":
+                    return _over(
+                        f"{hp.describe()} beside it: no MPS percent keeps its predicted "
+                        "slowdown within the budget with the best-effort share doing at least "
+                        f"{self.estimator.min_progress:g} of its work alone,",
+                        self.budget,
+                    )
+                floor = already + self.pair(hp.profile, pod.profile, STEP, pod.priority)
                 return _over(
                     f"{hp.describe()} beside it: predicted slowdown {_times(floor)} "
                     f"even at {STEP} percent of the SMs",

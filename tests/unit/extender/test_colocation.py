@@ -188,3 +188,11 @@ def test_the_budget_flag_refuses_less_than_one(capsys: pytest.CaptureFixture[str
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--interference-budget: interference budget 0.8x is below 1x" in err
+
+
+def test_the_runtime_flag_names_its_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["scheduler", "--colocation-runtime", "orion"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--colocation-runtime: invalid choice: 'orion' (choose from" in err

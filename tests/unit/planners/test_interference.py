@@ -77,7 +77,9 @@ def test_declared_classes_stand_in_for_missing_profiles() -> None:
     )
 
 
-@pytest.mark.parametrize("policy", ["exclusive", "packing", "orion", "chronotope"])
+@pytest.mark.parametrize(
+    "policy", ["exclusive", "packing", "orion", "chronotope", "chronotope-gated"]
+)
 def test_pair_simulation_reports_slowdown_against_a_dedicated_gpu(policy: str) -> None:
     run = simulate_pair(policy, HP, BE, PairSetup(requests=40, budget=1.5))
     assert run.dedicated_p99_ms > 0

@@ -38,7 +38,7 @@ def test_summary_has_one_row_per_policy_and_refuses_placeholders(
     )
     assert code == 0
     rows = {r["policy"]: r for r in csv.DictReader((out / "summary.csv").open())}
-    assert list(rows) == ["exclusive", "packing", "orion", "chronotope"]
+    assert list(rows) == ["exclusive", "packing", "orion", "chronotope", "chronotope-gated"]
     assert rows["exclusive"]["gpus_used"] == "3"  # 2 HP copies + 1 BE, one GPU each
     assert float(rows["exclusive"]["hp_p99_slowdown_max"]) == 1.0
     assert float(rows["packing"]["hp_p99_slowdown_max"]) > 1.0

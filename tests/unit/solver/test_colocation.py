@@ -289,3 +289,40 @@ def test_the_simulators_path_assigns_the_bounded_share() -> None:
     assert got.pod.milli == allowed[0] * 10
     st.assign(got.node, got.pod, got.gpus)
     assert st.shares[(got.node, 0)][-1] == ShareTag("be", BE, MB, allowed[0])
+
+
+# ---------------------------------------------------------------- an Orion-style runtime
+def long_request(profile: WorkloadProfile) -> KernelTrace:
+    """High requests of many full-GPU kernels; best-effort kernels 1/20 of a request."""
+    kind = {CB: KernelKind.COMPUTE, MB: KernelKind.MEMORY}.get(profile, KernelKind.UNKNOWN)
+    if profile is CB:
+        return KernelTrace("hp", (Kernel(kind, 80, 1000.0),) * 20)
+    return KernelTrace("be", (Kernel(kind, 80, 1000.0),))
+
+
+def test_a_gated_runtime_lets_a_best_effort_share_run_at_more_than_a_static_cap() -> None:
+    """Static MPS caps the BE all the time; a runtime that gates its kernels needs none here."""
+    holders = (tag("h", HIGH, CB, 50),)
+    static = Colocation(trace=long_request).admit(holders, tag("b", BE, MB, 100))
+    gated = Colocation(trace=long_request, runtime="gated").admit(holders, tag("b", BE, MB, 100))
+    # full-GPU kernels side by side: even a 10 percent cap costs the High share 1.10x
+    assert isinstance(static, Reason)
+    assert "even at 10 percent of the SMs" in static.message
+    assert gated == 100
+    rules = Colocation(trace=long_request, runtime="gated")
+    assert rules.pair(CB, MB, 100, BE) < 1.10 < rules.pair(CB, MB, 100, HIGH)
+
+
+def test_a_gated_runtime_still_refuses_what_no_percent_protects() -> None:
+    rules = Colocation(runtime="gated")  # the declared classes: 1 us kernels on both sides
+    got = rules.admit((tag("ns/infer", HIGH, MB, 50),), tag("p", BE, MB, 50))
+    assert isinstance(got, Reason)
+    assert got.code == "InterferenceOverBudget"
+    assert got.message.startswith("High share ns/infer beside it: no MPS percent keeps")
+    assert "%" not in got.message
+    assert rules.admit((tag("ns/infer", HIGH, CB, 50),), tag("p", BE, MB, 50)) == 50
+
+
+def test_an_unknown_runtime_is_refused() -> None:
+    with pytest.raises(ValueError, match="runtime 'orion' is not one of mps, gated"):
+        Colocation(runtime="orion")

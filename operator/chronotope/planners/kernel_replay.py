@@ -1,0 +1,265 @@
+"""Replay of a high-priority (HP) kernel stream beside a best-effort (BE) one on one GPU (pure).
+
+The HP workload serves requests FIFO as they arrive (Poisson, seeded, at a
+given share of the GPU's time when alone), each request one pass over its
+kernels; the BE workload always has its next kernel ready. While two kernels
+overlap, each runs at the rate `interference.kernel_slowdown` gives (a fluid
+model: the time to the next kernel boundary is computed, both streams
+advance, and the rates are re-evaluated); a BE kernel under an MPS active
+thread percentage also runs stretched when it wants more SMs than that share.
+A `Gate` stands for a kernel-level runtime (Orion's): it decides whether the
+BE stream's next kernel may start.
+
+This is both the co-location decision's estimator (`interference.plan_pair`,
+on planning arrivals of its own) and the simulator's GPU (`sim.colocation`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chronotope.planners.interference import (
+    Contention,
+    Kernel,
+    KernelKind,
+    KernelTrace,
+    kernel_slowdown,
+)
+
+__all__ = [
+    "EPS_NS",
+    "Gate",
+    "OrionThresholds",
+    "arrivals",
+    "orion_gate",
+    "replay",
+]
+
+
+@dataclass(frozen=True)
+class OrionThresholds:
+    """Orion's admission thresholds for a BE kernel while an HP request is in service."""
+
+    sm_threshold: int = 80
+    """The SMs the BE kernel and the HP kernel want together may be at most this (a V100's 80)."""
+    duration_share: float = 0.025
+    """A BE kernel may last at most this share of the HP request's time alone."""
+
+
+Gate = Callable[[Kernel, Kernel | None, bool], bool]
+"""(BE kernel, HP kernel running or None, HP request in service) -> may the BE kernel start."""
+
+
+def orion_gate(hp: KernelTrace, th: OrionThresholds) -> Gate:
+    """Orion's kernel admission (eth-easl/orion `src/scheduler/scheduler_eval.cpp`).
+
+    A BE kernel starts when no HP request is in service, or when its class
+    differs from the HP kernel's (an unknown class on either side counts as
+    different), the SMs both want fit the threshold, and it lasts under the
+    duration threshold.
+    """
+    limit = th.duration_share * hp.total_ns
+
+    def gate(be: Kernel, hp_kernel: Kernel | None, busy: bool) -> bool:
+        if not busy or hp_kernel is None:
+            return True
+        unknown = KernelKind.UNKNOWN in (be.kind, hp_kernel.kind)
+        compatible = unknown or be.kind is not hp_kernel.kind
+        fits = min(be.sm, th.sm_threshold) + min(hp_kernel.sm, th.sm_threshold) <= th.sm_threshold
+        return compatible and fits and be.duration_ns < limit
+
+    return gate
+
+
+def arrivals(hp: KernelTrace, load: float, count: int, seed: int) -> list[float]:
+    """`count` Poisson arrival times (ns) at which `hp` is busy `load` of the time alone."""
+    rng = np.random.default_rng(seed)
+    mean_gap = hp.total_ns / max(load, 1e-9)
+    return [float(x) for x in np.cumsum(rng.exponential(mean_gap, size=count))]
+
+
+EPS_NS = 1e-6
+"""Remaining work below this (ns) is done."""
+
+
+@dataclass
+class _Pair:
+    """The two streams' state during a replay (see `replay`)."""
+
+    hp: tuple[Kernel, ...]
+    be: tuple[Kernel, ...]
+    c: Contention
+    be_cap: float
+    gate: Gate | None
+    t: float = 0.0
+    req_start: float = -1.0  # arrival of the request in service; -1 when idle
+    hi: int = 0
+    h_rem: float = 0.0
+    bj: int = 0
+    b_rem: float = 0.0
+    b_on: bool = False
+    be_work: float = 0.0
+
+    def hp_kernel(self) -> Kernel | None:
+        return self.hp[self.hi] if self.req_start >= 0 else None
+
+    def rates(self, h: Kernel | None, b: Kernel | None) -> tuple[float, float]:
+        """Slowdowns of the HP and BE kernels running now."""
+        if b is None:
+            return 1.0, 1.0
+        want = min(b.sm, self.c.sms)
+        s_b = max(1.0, want / max(1.0, min(want, self.be_cap)))  # a capped BE kernel alone
+        if h is None:
+            return 1.0, s_b
+        cap_sm = min(b.sm, self.be_cap)
+        s_h = kernel_slowdown(h.kind, h.sm, b.kind, cap_sm, self.c)
+        return s_h, max(s_b, kernel_slowdown(b.kind, cap_sm, h.kind, h.sm, self.c))
+
+    def be_step(self, dt: float, s_b: float) -> None:
+        done = dt / s_b
+        self.b_rem -= done
+        self.be_work += done
+        if self.b_rem <= EPS_NS:
+            self.bj = (self.bj + 1) % len(self.be)
+            self.b_rem = self.be[self.bj].duration_ns
+            self.b_on = self.gate is None
+
+    def hp_step(self, dt: float, s_h: float) -> float | None:
+        """Advance the HP kernel; the request's latency when it finishes."""
+        self.h_rem -= dt / s_h
+        if self.h_rem > EPS_NS:
+            return None
+        self.hi += 1
+        latency = None
+        if self.hi == len(self.hp):
+            latency = self.t - self.req_start
+            self.req_start = -1.0
+        else:
+            self.h_rem = self.hp[self.hi].duration_ns
+        if self.gate is not None and self.be and not self.b_on:
+            self.b_on = self.gate(self.be[self.bj], self.hp_kernel(), self.req_start >= 0)
+        return latency
+
+
+def replay(
+    hp: KernelTrace,
+    be: KernelTrace | None,
+    arrivals: Sequence[float],
+    c: Contention,
+    *,
+    be_cap: float,
+    gate: Gate | None,
+) -> tuple[list[float], float]:
+    """HP request latencies (ns) and BE progress (work alone per unit of time)."""
+    st = _Pair(hp.kernels, be.kernels if be is not None else (), c, be_cap, gate)
+    if st.be:
+        st.b_rem, st.b_on = st.be[0].duration_ns, True
+    n, nxt = len(arrivals), 0
+    latencies: list[float] = []
+    while len(latencies) < n:
+        if st.req_start < 0 and nxt < n and arrivals[nxt] <= st.t:
+            st.req_start, st.hi, st.h_rem = float(arrivals[nxt]), 0, st.hp[0].duration_ns
+            nxt += 1
+        h = st.hp_kernel()
+        if st.be and not st.b_on and (gate is None or gate(st.be[st.bj], h, h is not None)):
+            st.b_on = True
+        b = st.be[st.bj] if st.be and st.b_on else None
+        s_h, s_b = st.rates(h, b)
+        dt = (
+            st.h_rem * s_h
+            if h is not None
+            else float(arrivals[nxt]) - st.t
+            if nxt < n
+            else math.inf
+        )
+        if b is not None:
+            dt = min(dt, st.b_rem * s_b)
+        if not math.isfinite(dt):
+            break
+        st.t += dt
+        if b is not None:
+            st.be_step(dt, s_b)
+        if h is not None and (latency := st.hp_step(dt, s_h)) is not None:
+            latencies.append(latency)
+    return latencies, (st.be_work / st.t if st.t > 0 and st.be else 0.0)
+
+
+# ---------------------------------------------------------------- the decision's estimator
+PLAN_SEED = 7919
+"""Seeds the planning arrivals; the simulator evaluates on arrivals of its own seed."""
+
+
+@dataclass(frozen=True)
+class GatedPlan:
+    """What `gated_share` chose: the BE share's MPS percent and what the estimator predicts."""
+
+    percent: int
+    slowdown: float
+    """Predicted HP P99 latency over a dedicated GPU's."""
+    progress: float
+    """Predicted BE progress (work alone per unit of time)."""
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """The planning replay: HP load, requests, seed, the runtime's thresholds."""
+
+    load: float = 0.1
+    """The HP's busy share alone (Orion's artifact: ResNet50 bs4 at 15 rps, about 0.1)."""
+    requests: int = 200
+    seed: int = PLAN_SEED
+    thresholds: OrionThresholds = OrionThresholds()
+    min_progress: float = 0.5
+    """Below this BE progress, a GPU of its own gives the BE more work per GPU than sharing."""
+
+
+def gated_slowdown(
+    hp: KernelTrace,
+    be: KernelTrace,
+    percent: int,
+    c: Contention,
+    *,
+    est: Estimator = Estimator(),
+) -> tuple[float, float]:
+    """Predicted (HP P99 slowdown, BE progress) beside `be` under an Orion-style runtime.
+
+    The BE stream runs capped at `percent` of the SMs, its kernels admitted by
+    `orion_gate`; the prediction is a replay on the estimator's own arrivals.
+    """
+    arr = arrivals(hp, est.load, est.requests, est.seed)
+    alone, _ = replay(hp, None, arr, c, be_cap=c.sms, gate=None)
+    lat, progress = replay(
+        hp, be, arr, c, be_cap=c.sms * percent / 100, gate=orion_gate(hp, est.thresholds)
+    )
+    return float(np.percentile(lat, 99) / np.percentile(alone, 99)), progress
+
+
+def gated_share(
+    hp: KernelTrace,
+    be: KernelTrace,
+    budget: float,
+    c: Contention,
+    *,
+    est: Estimator = Estimator(),
+    step: int = 10,
+) -> GatedPlan | None:
+    """The largest MPS percent for `be` keeping `hp` within `budget` under an Orion-style runtime.
+
+    The runtime gates BE kernels while an HP request is in service; what it
+    cannot stop is a BE kernel already running when a request arrives, and a
+    lower percent bounds what that kernel takes. Every percent from 100 down
+    in `step`s is predicted (the estimate is not monotone in the percent);
+    the highest that fits wins, unless its predicted BE progress is under
+    `est.min_progress`. None when no percent qualifies.
+    """
+    for percent in range(100, 0, -step):
+        slowdown, progress = gated_slowdown(hp, be, percent, c, est=est)
+        if progress < est.min_progress:
+            return None
+        if slowdown <= budget:
+            return GatedPlan(percent, slowdown, progress)
+    return None
