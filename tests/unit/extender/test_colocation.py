@@ -110,6 +110,22 @@ def test_a_best_effort_share_is_bound_with_the_bounded_percent() -> None:
     assert be.memory_mib == 4000
 
 
+def test_under_a_gated_runtime_the_unknown_pair_shares_where_static_mps_refuses() -> None:
+    """The declared classes alone: two unknown-profile shares (half compute, half memory)."""
+    infer = share_pod("infer", 40, "high", "unknown")
+    train = share_pod("train", 60, "best-effort", "unknown")
+    static = Harness(Colocation())
+    static.place(infer)
+    out = static.svc.filter(train, ["l4-0"])
+    assert out.passed == []
+    assert "High share ns/infer beside it" in out.failed["l4-0"]
+    gated = Harness(Colocation(runtime="gated"))
+    hp = gated.place(infer)
+    be = gated.place(train)
+    assert be.gpu_indices == hp.gpu_indices
+    assert (be.compute_percent, be.priority) == (60, "best-effort")  # no static cap needed
+
+
 def test_after_a_restart_the_rules_see_the_bound_shares() -> None:
     s = Colocation().pair(CB, CB, 40)
     rules = Colocation(budget=s - 0.01)
