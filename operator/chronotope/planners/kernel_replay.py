@@ -42,12 +42,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class OrionThresholds:
-    """Orion's admission thresholds for a BE kernel while an HP request is in service."""
+    """Orion's admission threshold for a BE kernel while an HP request is in service."""
 
     sm_threshold: int = 80
-    """The SMs the BE kernel and the HP kernel want together may be at most this (a V100's 80)."""
-    duration_share: float = 0.025
-    """A BE kernel may last at most this share of the HP request's time alone."""
+    """A BE kernel may want at most this many SMs (`SM_THRESHOLD`: the GPU's SMs, a V100's 80,
+    when the HP workload is inference)."""
 
 
 Gate = Callable[[Kernel, Kernel | None, bool], bool]
@@ -57,20 +56,21 @@ Gate = Callable[[Kernel, Kernel | None, bool], bool]
 def orion_gate(hp: KernelTrace, th: OrionThresholds) -> Gate:
     """Orion's kernel admission (eth-easl/orion `src/scheduler/scheduler_eval.cpp`).
 
-    A BE kernel starts when no HP request is in service, or when its class
-    differs from the HP kernel's (an unknown class on either side counts as
-    different), the SMs both want fit the threshold, and it lasts under the
-    duration threshold.
+    A BE kernel starts when no HP request is in service, or when it wants at
+    most the SM threshold and its class differs from the HP kernel's (an
+    unknown class on either side counts as different). Orion's duration
+    threshold drains the BE work already launched before more is launched;
+    the replay keeps one BE kernel in flight, which is that drain at its
+    tightest, so it has no separate term here.
     """
-    limit = th.duration_share * hp.total_ns
+    del hp  # Orion's rule reads the kernels, not the request
 
     def gate(be: Kernel, hp_kernel: Kernel | None, busy: bool) -> bool:
         if not busy or hp_kernel is None:
             return True
         unknown = KernelKind.UNKNOWN in (be.kind, hp_kernel.kind)
         compatible = unknown or be.kind is not hp_kernel.kind
-        fits = min(be.sm, th.sm_threshold) + min(hp_kernel.sm, th.sm_threshold) <= th.sm_threshold
-        return compatible and fits and be.duration_ns < limit
+        return compatible and be.sm <= th.sm_threshold
 
     return gate
 
@@ -95,7 +95,10 @@ class _Pair:
     c: Contention
     be_cap: float
     gate: Gate | None
+    priority: bool = False
     t: float = 0.0
+    drain_until: float = -1.0  # the BE blocks resident when an HP kernel started leave by then
+    be_held: float = 0.0  # the SMs those blocks hold
     req_start: float = -1.0  # arrival of the request in service; -1 when idle
     hi: int = 0
     h_rem: float = 0.0
@@ -108,16 +111,55 @@ class _Pair:
         return self.hp[self.hi] if self.req_start >= 0 else None
 
     def rates(self, h: Kernel | None, b: Kernel | None) -> tuple[float, float]:
-        """Slowdowns of the HP and BE kernels running now."""
+        """Slowdowns of the HP and BE kernels running now (`math.inf`: the BE kernel waits)."""
         if b is None:
             return 1.0, 1.0
-        want = min(b.sm, self.c.sms)
+        sms = self.c.sms
+        want = min(b.sm, sms)
         s_b = max(1.0, want / max(1.0, min(want, self.be_cap)))  # a capped BE kernel alone
         if h is None:
             return 1.0, s_b
         cap_sm = min(b.sm, self.be_cap)
-        s_h = kernel_slowdown(h.kind, h.sm, b.kind, cap_sm, self.c)
-        return s_h, max(s_b, kernel_slowdown(b.kind, cap_sm, h.kind, h.sm, self.c))
+        if not self.priority:
+            s_h = kernel_slowdown(h.kind, h.sm, b.kind, cap_sm, self.c)
+            return s_h, max(s_b, kernel_slowdown(b.kind, cap_sm, h.kind, h.sm, self.c))
+        # the HP stream's blocks go first: the BE keeps the SMs its resident blocks hold
+        # until they finish (the drain), then only what the HP kernel leaves
+        bw_h = kernel_slowdown(h.kind, 0, b.kind, 0, self.c)
+        bw_b = kernel_slowdown(b.kind, 0, h.kind, 0, self.c)
+        hp_sms = min(h.sm, sms)
+        if self.t < self.drain_until:
+            held = self.be_held
+            free = max(1.0, sms - held)
+            return max(bw_h, hp_sms / free), max(bw_b, want / max(1.0, held))
+        left = min(cap_sm, sms - hp_sms)
+        if left <= 0:
+            return 1.0, math.inf
+        return bw_h, max(want / left, bw_b)
+
+    def hp_kernel_starts(self, previous: Kernel | None = None) -> None:
+        """With priority, the BE blocks already resident finish their wave before yielding.
+
+        `previous`: the HP kernel that just ended (None at a request's start,
+        when the BE ran alone); the BE holds what that kernel left it.
+        """
+        if not (self.priority and self.be and self.b_on):
+            return
+        b = self.be[self.bj]
+        sms = self.c.sms
+        want = min(b.sm, sms, self.be_cap)
+        if previous is None:
+            held = want
+        elif self.t < self.drain_until:
+            held = self.be_held
+        else:
+            held = max(0.0, min(want, sms - min(previous.sm, sms)))
+        if held <= 0:
+            return
+        stretch = max(1.0, min(b.sm, sms) / held)
+        block = b.duration_ns / max(1, -(-b.sm // sms))  # one wave of its blocks alone
+        self.be_held = held
+        self.drain_until = self.t + min(self.b_rem * stretch, block)
 
     def be_step(self, dt: float, s_b: float) -> None:
         done = dt / s_b
@@ -127,6 +169,7 @@ class _Pair:
             self.bj = (self.bj + 1) % len(self.be)
             self.b_rem = self.be[self.bj].duration_ns
             self.b_on = self.gate is None
+            self.drain_until = -1.0
 
     def hp_step(self, dt: float, s_h: float) -> float | None:
         """Advance the HP kernel; the request's latency when it finishes."""
@@ -140,6 +183,7 @@ class _Pair:
             self.req_start = -1.0
         else:
             self.h_rem = self.hp[self.hi].duration_ns
+            self.hp_kernel_starts(self.hp[self.hi - 1])
         if self.gate is not None and self.be and not self.b_on:
             self.b_on = self.gate(self.be[self.bj], self.hp_kernel(), self.req_start >= 0)
         return latency
@@ -153,9 +197,17 @@ def replay(
     *,
     be_cap: float,
     gate: Gate | None,
+    priority: bool = False,
 ) -> tuple[list[float], float]:
-    """HP request latencies (ns) and BE progress (work alone per unit of time)."""
-    st = _Pair(hp.kernels, be.kernels if be is not None else (), c, be_cap, gate)
+    """HP request latencies (ns) and BE progress (work alone per unit of time).
+
+    `priority`: the HP kernels run on a high-priority stream (Orion's runtime
+    creates one, `create_streams` in `src/scheduler/utils_sched.cpp`): once
+    the BE blocks resident when an HP kernel starts have finished their wave,
+    the HP kernel holds the SMs it wants and the BE kernel runs on what is
+    left (or waits), each slowed only by the bandwidth term.
+    """
+    st = _Pair(hp.kernels, be.kernels if be is not None else (), c, be_cap, gate, priority)
     if st.be:
         st.b_rem, st.b_on = st.be[0].duration_ns, True
     n, nxt = len(arrivals), 0
@@ -164,6 +216,7 @@ def replay(
         if st.req_start < 0 and nxt < n and arrivals[nxt] <= st.t:
             st.req_start, st.hi, st.h_rem = float(arrivals[nxt]), 0, st.hp[0].duration_ns
             nxt += 1
+            st.hp_kernel_starts()
         h = st.hp_kernel()
         if st.be and not st.b_on and (gate is None or gate(st.be[st.bj], h, h is not None)):
             st.b_on = True
@@ -178,6 +231,8 @@ def replay(
         )
         if b is not None:
             dt = min(dt, st.b_rem * s_b)
+            if h is not None and st.t < st.drain_until:
+                dt = min(dt, st.drain_until - st.t)
         if not math.isfinite(dt):
             break
         st.t += dt
@@ -233,7 +288,13 @@ def gated_slowdown(
     arr = arrivals(hp, est.load, est.requests, est.seed)
     alone, _ = replay(hp, None, arr, c, be_cap=c.sms, gate=None)
     lat, progress = replay(
-        hp, be, arr, c, be_cap=c.sms * percent / 100, gate=orion_gate(hp, est.thresholds)
+        hp,
+        be,
+        arr,
+        c,
+        be_cap=c.sms * percent / 100,
+        gate=orion_gate(hp, est.thresholds),
+        priority=True,
     )
     return float(np.percentile(lat, 99) / np.percentile(alone, 99)), progress
 

@@ -13,10 +13,10 @@ Policies:
 - `exclusive`: no sharing; the BE job gets its own GPU (2 GPUs per pair);
 - `packing`: both on one GPU, no limits (memory and compute percent only,
   the KAI/HAMi way);
-- `orion`: Orion's runtime with its fixed thresholds and no placement
-  decision (`kernel_replay.orion_gate`: a BE kernel starts when no HP request
-  is in service, or when its class differs from the HP kernel's, the SMs both
-  want fit the threshold and it lasts under 2.5 % of the HP request);
+- `orion`: Orion's runtime with its fixed threshold and no placement
+  decision: the HP kernels on a high-priority stream, and a BE kernel starts
+  when no HP request is in service, or when its class differs from the HP
+  kernel's and it wants at most the SM threshold (`kernel_replay.orion_gate`);
 - `chronotope`: the cluster-level decision for nodes without a kernel-level
   runtime (`best_effort_share`, the code the policy runs by default):
   co-locate with the BE job capped at the MPS percentage the model allows
@@ -129,12 +129,21 @@ def simulate_pair(policy: str, hp: KernelTrace, be: KernelTrace, setup: PairSetu
         latencies, progress = replay(hp, be, arr, c, be_cap=c.sms, gate=None)
         gpus = 1
     elif policy == "orion":
-        latencies, progress = replay(hp, be, arr, c, be_cap=c.sms, gate=orion_gate(hp, setup.orion))
+        gate = orion_gate(hp, setup.orion)
+        latencies, progress = replay(hp, be, arr, c, be_cap=c.sms, gate=gate, priority=True)
         gpus = 1
     elif policy.startswith("chronotope") and (share := _share_for(policy, hp, be, setup)):
         mps, predicted = share
-        gate = orion_gate(hp, setup.orion) if policy == "chronotope-gated" else None
-        latencies, progress = replay(hp, be, arr, c, be_cap=c.sms * mps / 100, gate=gate)
+        runtime = policy == "chronotope-gated"
+        latencies, progress = replay(
+            hp,
+            be,
+            arr,
+            c,
+            be_cap=c.sms * mps / 100,
+            gate=orion_gate(hp, setup.orion) if runtime else None,
+            priority=runtime,
+        )
         gpus = 1
     p99 = float(np.percentile(latencies, 99))
     return PairRun(

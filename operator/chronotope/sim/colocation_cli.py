@@ -117,23 +117,32 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 def _plot(path: Path, runs: dict[str, list[Any]], hps: list[str], bes: list[str]) -> None:
+    """Per policy: HP P99 slowdown (top) and BE throughput per GPU (bottom), per pair."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.6), squeeze=False)
-    for ax, (policy, pair_runs) in zip(axes[0], runs.items(), strict=True):
-        grid = np.array([r.hp_p99_slowdown for r in pair_runs]).reshape(len(hps), len(bes))
-        im = ax.imshow(grid, vmin=1.0, vmax=2.0, cmap="Reds")
-        ax.set_title(f"{policy}: HP P99 slowdown", fontsize=9)
-        ax.set_yticks(range(len(hps)), [h.replace("_fwd", "") for h in hps], fontsize=7)
-        ax.set_xticks(
-            range(len(bes)), [b.replace("_fb1", "") for b in bes], fontsize=6, rotation=60
-        )
-        for (i, j), v in np.ndenumerate(grid):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=5)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.7)
+    rows: tuple[tuple[str, str, float, float, str], ...] = (
+        ("HP P99 slowdown", "hp_p99_slowdown", 1.0, 2.0, "Reds"),
+        ("BE work per GPU", "be_throughput_norm", 0.0, 1.0, "Blues"),
+    )
+    fig, axes = plt.subplots(2, len(runs), figsize=(3.6 * len(runs), 6.4), squeeze=False)
+    for row, (label, value, lo, hi, cmap) in enumerate(rows):  # value: a PairRun field
+        for col, (policy, pair_runs) in enumerate(runs.items()):
+            ax = axes[row][col]
+            cells = [float(getattr(r, value)) for r in pair_runs]
+            grid = np.array(cells).reshape(len(hps), len(bes))
+            im = ax.imshow(grid, vmin=lo, vmax=hi, cmap=cmap)
+            ax.set_title(f"{policy}: {label}", fontsize=8)
+            names = [h.replace("_fwd", "") for h in hps]
+            ax.set_yticks(range(len(hps)), names if col == 0 else [""] * len(hps), fontsize=7)
+            ax.set_xticks(
+                range(len(bes)), [b.replace("_fb1", "") for b in bes], fontsize=6, rotation=60
+            )
+            for (i, j), v in np.ndenumerate(grid):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=5)
+        fig.colorbar(im, ax=axes[row].tolist(), shrink=0.8)
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)

@@ -110,16 +110,22 @@ def test_a_best_effort_share_is_bound_with_the_bounded_percent() -> None:
     assert be.memory_mib == 4000
 
 
-def test_under_a_gated_runtime_the_unknown_pair_shares_where_static_mps_refuses() -> None:
-    """The declared classes alone: two unknown-profile shares (half compute, half memory)."""
-    infer = share_pod("infer", 40, "high", "unknown")
-    train = share_pod("train", 60, "best-effort", "unknown")
-    static = Harness(Colocation())
+def long_request(profile: WorkloadProfile) -> KernelTrace:
+    """High requests of 20 full-GPU kernels; best-effort kernels as long as one of them."""
+    if profile is CB:
+        return KernelTrace("hp", (Kernel(KernelKind.COMPUTE, 80, 1000.0),) * 20)
+    return KernelTrace("be", (Kernel(KernelKind.MEMORY, 80, 1000.0),))
+
+
+def test_under_a_gated_runtime_a_share_binds_where_static_mps_refuses() -> None:
+    infer = share_pod("infer", 40, "high", "compute-bound")
+    train = share_pod("train", 60, "best-effort", "memory-bound")
+    static = Harness(Colocation(trace=long_request))
     static.place(infer)
     out = static.svc.filter(train, ["l4-0"])
     assert out.passed == []
     assert "High share ns/infer beside it" in out.failed["l4-0"]
-    gated = Harness(Colocation(runtime="gated"))
+    gated = Harness(Colocation(trace=long_request, runtime="gated"))
     hp = gated.place(infer)
     be = gated.place(train)
     assert be.gpu_indices == hp.gpu_indices

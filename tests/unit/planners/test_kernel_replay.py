@@ -32,13 +32,42 @@ LONG = KernelTrace("long_fb1", (Kernel(M, 80, 400_000),) * 5)
 EST = Estimator(requests=80)
 
 
-def test_the_gate_holds_best_effort_kernels_back_while_a_request_is_served() -> None:
+def test_the_gate_is_orions_rule() -> None:
+    """scheduler_eval.cpp: idle HP admits anything; in service, other class and <= SM threshold."""
     gate = orion_gate(HP, OrionThresholds())
-    assert gate(SHORT.kernels[0], None, False)  # idle: anything runs
-    assert not gate(SHORT.kernels[0], HP.kernels[0], True)  # 80 + 80 SMs do not fit
-    small = Kernel(M, 10, 1_000)
-    assert gate(small, Kernel(C, 60, 1_000), True)  # other class, fits, short
+    assert gate(Kernel(C, 400, 1_000), None, False)  # idle: anything runs
+    assert gate(Kernel(M, 80, 1_000), Kernel(C, 80, 1_000), True)  # other class, 80 SMs
+    assert not gate(Kernel(M, 120, 1_000), Kernel(C, 10, 1_000), True)  # over the threshold
     assert not gate(Kernel(C, 10, 1_000), Kernel(C, 60, 1_000), True)  # same class
+    assert gate(Kernel(KernelKind.UNKNOWN, 10, 1_000), Kernel(C, 60, 1_000), True)
+    assert not orion_gate(HP, OrionThresholds(sm_threshold=40))(
+        Kernel(M, 60, 1_000), Kernel(C, 10, 1_000), True
+    )
+
+
+def test_a_high_priority_stream_leaves_the_best_effort_what_the_hp_kernel_does_not_use() -> None:
+    arr = arrivals(HP, 0.1, 80, seed=3)
+    gate = orion_gate(HP, OrionThresholds())
+    alone, _ = replay(HP, None, arr, DEFAULT, be_cap=80, gate=None)
+    plain, plain_progress = replay(HP, SHORT, arr, DEFAULT, be_cap=80, gate=gate)
+    prio, prio_progress = replay(HP, SHORT, arr, DEFAULT, be_cap=80, gate=gate, priority=True)
+    p99 = [float(np.percentile(x, 99)) for x in (alone, plain, prio)]
+    # the admitted memory-bound kernels share SMs in proportion without priority (about 2x)
+    assert p99[1] / p99[0] > 1.5
+    # with it the full-GPU HP kernels keep every SM: the BE kernels wait (1 us blocks drain)
+    assert p99[2] / p99[0] < 1.01
+    assert prio_progress < plain_progress
+
+
+def test_a_long_resident_best_effort_block_delays_the_hp_kernel_until_it_ends() -> None:
+    """Priority decides who gets SMs that free up; it does not preempt blocks already running."""
+    arr = arrivals(HP, 0.1, 80, seed=3)
+    gate = orion_gate(HP, OrionThresholds())
+    alone, _ = replay(HP, None, arr, DEFAULT, be_cap=80, gate=None)
+    short, _ = replay(HP, SHORT, arr, DEFAULT, be_cap=80, gate=gate, priority=True)
+    long, _ = replay(HP, LONG, arr, DEFAULT, be_cap=80, gate=gate, priority=True)
+    ded = float(np.percentile(alone, 99))
+    assert float(np.percentile(long, 99)) / ded > float(np.percentile(short, 99)) / ded + 0.2
 
 
 def test_gating_protects_the_tail_that_packing_hurts() -> None:
@@ -46,7 +75,7 @@ def test_gating_protects_the_tail_that_packing_hurts() -> None:
     alone, _ = replay(HP, None, arr, DEFAULT, be_cap=80, gate=None)
     packed, packed_progress = replay(HP, SHORT, arr, DEFAULT, be_cap=80, gate=None)
     gated, gated_progress = replay(
-        HP, SHORT, arr, DEFAULT, be_cap=80, gate=orion_gate(HP, OrionThresholds())
+        HP, SHORT, arr, DEFAULT, be_cap=80, gate=orion_gate(HP, OrionThresholds()), priority=True
     )
     p99 = [float(np.percentile(x, 99)) for x in (alone, packed, gated)]
     assert p99[1] / p99[0] > 1.5  # full-GPU kernels side by side: about 2x
