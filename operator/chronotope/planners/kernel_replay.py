@@ -261,11 +261,14 @@ class GatedPlan:
 
 @dataclass(frozen=True)
 class Estimator:
-    """The planning replay: HP load, requests, seed, the runtime's thresholds."""
+    """The planning replay: HP load, requests and windows, seed, the runtime's thresholds."""
 
     load: float = 0.1
     """The HP's busy share alone (Orion's artifact: ResNet50 bs4 at 15 rps, about 0.1)."""
-    requests: int = 200
+    requests: int = 1000
+    window: int = 100
+    """A P99 is taken over this many consecutive requests; the prediction is the worst window's
+    (a P99 over 100 requests swings widely, so one long run's P99 says little about it)."""
     seed: int = PLAN_SEED
     thresholds: OrionThresholds = OrionThresholds()
     min_progress: float = 0.5
@@ -283,7 +286,9 @@ def gated_slowdown(
     """Predicted (HP P99 slowdown, BE progress) beside `be` under an Orion-style runtime.
 
     The BE stream runs capped at `percent` of the SMs, its kernels admitted by
-    `orion_gate`; the prediction is a replay on the estimator's own arrivals.
+    `orion_gate`; the prediction is a replay on the estimator's own arrivals:
+    the largest ratio of P99 latencies, beside the BE and alone, over each
+    window of `est.window` consecutive requests, and the BE progress.
     """
     arr = arrivals(hp, est.load, est.requests, est.seed)
     alone, _ = replay(hp, None, arr, c, be_cap=c.sms, gate=None)
@@ -296,7 +301,12 @@ def gated_slowdown(
         gate=orion_gate(hp, est.thresholds),
         priority=True,
     )
-    return float(np.percentile(lat, 99) / np.percentile(alone, 99)), progress
+    size = min(est.window, len(lat))
+    worst = max(
+        float(np.percentile(lat[i : i + size], 99) / np.percentile(alone[i : i + size], 99))
+        for i in range(0, len(lat) - size + 1, size)
+    )
+    return worst, progress
 
 
 def gated_share(

@@ -30,6 +30,7 @@ Policies:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -102,6 +103,7 @@ class PairRun:
         return self.be_progress / self.gpus
 
 
+@functools.lru_cache(maxsize=4096)
 def _share_for(
     policy: str, hp: KernelTrace, be: KernelTrace, setup: PairSetup
 ) -> tuple[int, float] | None:
@@ -193,13 +195,9 @@ def place_cluster(
     if not policy.startswith("chronotope"):
         raise ValueError(f"unknown policy {policy!r}; one of {', '.join(COLOCATION_POLICIES)}")
     fits: dict[tuple[int, int], float] = {}
-    memo: dict[tuple[str, str], tuple[int, float] | None] = {}
     for i, h in enumerate(hps):
         for j, b in enumerate(bes):
-            key = (h.name, b.name)
-            if key not in memo:
-                memo[key] = _share_for(policy, h, b, setup)
-            if (share := memo[key]) is not None:
+            if (share := _share_for(policy, h, b, setup)) is not None:  # memoised
                 fits[(i, j)] = share[1]
     order = sorted(
         range(len(hps)), key=lambda i: -min((v for (a, _), v in fits.items() if a == i), default=9)

@@ -127,3 +127,20 @@ def test_the_cluster_scenario_pairs_only_what_the_decision_admits(policy: str) -
     admitted = {be.name for be in (SHORT, LONG) if simulate_pair(policy, HP, be, setup).gpus == 1}
     assert {be for _, be in placed.pairs} <= admitted
     assert placed.gpus == 4 - len(placed.pairs)
+
+
+def test_the_prediction_is_the_worst_window_of_requests() -> None:
+    est = Estimator(requests=120, window=40)
+    got, progress = gated_slowdown(HP, LONG, 100, DEFAULT, est=est)
+    arr = arrivals(HP, est.load, est.requests, est.seed)
+    alone, _ = replay(HP, None, arr, DEFAULT, be_cap=80, gate=None)
+    lat, want_progress = replay(
+        HP, LONG, arr, DEFAULT, be_cap=80, gate=orion_gate(HP, OrionThresholds()), priority=True
+    )
+    ratios = [
+        float(np.percentile(lat[i : i + 40], 99) / np.percentile(alone[i : i + 40], 99))
+        for i in (0, 40, 80)
+    ]
+    assert got == pytest.approx(max(ratios))
+    assert max(ratios) > min(ratios)  # the windows differ: the worst one decides
+    assert progress == want_progress
