@@ -15,8 +15,13 @@ a share would take:
   keeps every High share within the budget (`best_effort_share`), at most
   what it asked; if even the smallest step does not fit, the GPU is refused.
 
-With several co-runners the extra time adds up (`1 + sum(s_i - 1)`), which
-is conservative for kernels that do not all overlap. A GPU refused carries a
+Under `runtime="gated"` (nodes that run an Orion-style kernel-level runtime)
+a High share's slowdown beside a BestEffort one, and the BestEffort share's
+percent, come from replaying both streams through that runtime
+(`kernel_replay.gated_slowdown`, `gated_share`) instead of the static-cap
+expectation. With several co-runners the extra time adds up
+(`1 + sum(s_i - 1)`), which is conservative for kernels that do not all
+overlap. A GPU refused carries a
 `Reason` naming the GPU, the share it would hurt and the numbers; that text
 reaches the extender's filter answer and kube-scheduler's events.
 
