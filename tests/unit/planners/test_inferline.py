@@ -26,6 +26,7 @@ from chronotope.planners.inferline import (
     plan_chronotope,
     plan_inferline,
     scaling_table,
+    serve,
     simulate_pipeline,
     table_need,
     tune,
@@ -55,6 +56,20 @@ ONE = PipelineModel(
 def test_an_idle_stage_serves_each_query_in_its_batch_1_latency() -> None:
     lat = simulate_pipeline(ONE, (StageConfig("T4", 4, 1),), [0.0, 1.0, 2.0])
     assert lat == pytest.approx([0.010, 0.010, 0.010])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_fixed_replica_count_serves_as_the_general_queue_does(seed: int) -> None:
+    """The estimator's fast path (one schedule entry) against the schedule-following queue."""
+    rng = np.random.default_rng(seed)
+    arrive = np.sort(rng.exponential(0.01, 300).cumsum())
+    if seed % 2:
+        arrive = np.round(arrive, 2)  # ties: equal arrivals join one batch
+    batch, replicas = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+    latency = [0.0, *sorted(float(x) for x in rng.uniform(0.001, 0.05, batch))]
+    fixed = serve(arrive, [(0.0, replicas)], batch, latency)
+    general = serve(arrive, [(0.0, replicas), (1e18, replicas)], batch, latency)
+    assert np.array_equal(fixed, general)
 
 
 def test_a_burst_is_batched_and_queued() -> None:
