@@ -10,19 +10,14 @@ import pytest
 from chronotope.api.v1alpha1.common import WorkloadProfile
 from chronotope.cli import main
 from chronotope.extender.service import ExtenderService
-from chronotope.planners.interference import Kernel, KernelKind, KernelTrace, best_effort_share
+from chronotope.planners.interference import best_effort_share
 from chronotope.sharing.assignment import BindRequest, GpuAssignment
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.colocation import Colocation
 from chronotope.workloads.podreq import pod_request, profile_warning
+from tests.kernel_streams import greedy, long_request
 
 CB, MB = WorkloadProfile.COMPUTE_BOUND, WorkloadProfile.MEMORY_BOUND
-
-
-def greedy(profile: WorkloadProfile) -> KernelTrace:
-    """A stream whose kernels want every SM: the MPS cap of its co-runner decides."""
-    kind = KernelKind.COMPUTE if profile is CB else KernelKind.MEMORY
-    return KernelTrace(profile.value, (Kernel(kind, 80, 1000.0),))
 
 
 def gpu_node(name: str, gpus: int = 1) -> dict[str, Any]:
@@ -108,13 +103,6 @@ def test_a_best_effort_share_is_bound_with_the_bounded_percent() -> None:
         "memory-bound",
     )
     assert be.memory_mib == 4000
-
-
-def long_request(profile: WorkloadProfile) -> KernelTrace:
-    """High requests of 20 full-GPU kernels; best-effort kernels as long as one of them."""
-    if profile is CB:
-        return KernelTrace("hp", (Kernel(KernelKind.COMPUTE, 80, 1000.0),) * 20)
-    return KernelTrace("be", (Kernel(KernelKind.MEMORY, 80, 1000.0),))
 
 
 def test_under_a_gated_runtime_a_share_binds_where_static_mps_refuses() -> None:

@@ -11,9 +11,6 @@ import pytest
 
 from chronotope.api.v1alpha1.common import SharePriority, WorkloadProfile
 from chronotope.planners.interference import (
-    Kernel,
-    KernelKind,
-    KernelTrace,
     best_effort_share,
 )
 from chronotope.solver.cache import ClusterCache, NodeInfo
@@ -29,6 +26,7 @@ from chronotope.solver.fragpack import Chronotope
 from chronotope.solver.model import ClusterSnapshot, Node, Placement, PodRequest, Reason
 from chronotope.solver.policies import Context, Fgd
 from chronotope.solver.state import ClusterState, ShareTag
+from tests.kernel_streams import greedy, long_request
 
 HIGH, BE = SharePriority.HIGH, SharePriority.BEST_EFFORT
 CB, MB, UNK = (
@@ -36,12 +34,6 @@ CB, MB, UNK = (
     WorkloadProfile.MEMORY_BOUND,
     WorkloadProfile.UNKNOWN,
 )
-
-
-def greedy(profile: WorkloadProfile) -> KernelTrace:
-    """A stream whose kernels want every SM: the MPS cap of its co-runner decides."""
-    kind = {CB: KernelKind.COMPUTE, MB: KernelKind.MEMORY}.get(profile, KernelKind.UNKNOWN)
-    return KernelTrace(profile.value, (Kernel(kind, 80, 1000.0),))
 
 
 def share(
@@ -292,14 +284,6 @@ def test_the_simulators_path_assigns_the_bounded_share() -> None:
 
 
 # ---------------------------------------------------------------- an Orion-style runtime
-def long_request(profile: WorkloadProfile) -> KernelTrace:
-    """High requests of many full-GPU kernels; best-effort kernels 1/20 of a request."""
-    kind = {CB: KernelKind.COMPUTE, MB: KernelKind.MEMORY}.get(profile, KernelKind.UNKNOWN)
-    if profile is CB:
-        return KernelTrace("hp", (Kernel(kind, 80, 1000.0),) * 20)
-    return KernelTrace("be", (Kernel(kind, 80, 1000.0),))
-
-
 def test_a_gated_runtime_lets_a_best_effort_share_run_at_more_than_a_static_cap() -> None:
     """Static MPS caps the BE all the time; a runtime that gates its kernels needs none here."""
     holders = (tag("h", HIGH, CB, 50),)
