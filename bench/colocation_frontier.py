@@ -50,7 +50,7 @@ CAPS = tuple(range(100, 0, -10))
 
 def _gate(hp: KernelTrace, sm: int, class_rule: bool) -> Gate:
     if class_rule:
-        return orion_gate(hp, OrionThresholds(sm_threshold=sm))
+        return orion_gate(OrionThresholds(sm_threshold=sm))
 
     def gate(be: Kernel, h: Kernel | None, busy: bool) -> bool:
         return not busy or h is None or be.sm <= sm

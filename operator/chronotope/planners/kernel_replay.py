@@ -10,8 +10,9 @@ thread percentage also runs stretched when it wants more SMs than that share.
 A `Gate` stands for a kernel-level runtime (Orion's): it decides whether the
 BE stream's next kernel may start.
 
-This is both the co-location decision's estimator (`interference.plan_pair`,
-on planning arrivals of its own) and the simulator's GPU (`sim.colocation`).
+This is both the co-location decision's estimator (`gated_slowdown` and
+`gated_share`, on planning arrivals of their own) and the simulator's GPU
+(`sim.colocation`).
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ from chronotope.planners.interference import (
 
 __all__ = [
     "EPS_NS",
+    "PLAN_SEED",
+    "Estimator",
     "Gate",
+    "GatedPlan",
     "OrionThresholds",
     "arrivals",
+    "gated_share",
+    "gated_slowdown",
     "orion_gate",
     "replay",
 ]
@@ -53,7 +59,7 @@ Gate = Callable[[Kernel, Kernel | None, bool], bool]
 """(BE kernel, HP kernel running or None, HP request in service) -> may the BE kernel start."""
 
 
-def orion_gate(hp: KernelTrace, th: OrionThresholds) -> Gate:
+def orion_gate(th: OrionThresholds) -> Gate:
     """Orion's kernel admission (eth-easl/orion `src/scheduler/scheduler_eval.cpp`).
 
     A BE kernel starts when no HP request is in service, or when it wants at
@@ -63,7 +69,6 @@ def orion_gate(hp: KernelTrace, th: OrionThresholds) -> Gate:
     the replay keeps one BE kernel in flight, which is that drain at its
     tightest, so it has no separate term here.
     """
-    del hp  # Orion's rule reads the kernels, not the request
 
     def gate(be: Kernel, hp_kernel: Kernel | None, busy: bool) -> bool:
         if not busy or hp_kernel is None:
@@ -298,7 +303,7 @@ def gated_slowdown(
         arr,
         c,
         be_cap=c.sms * percent / 100,
-        gate=orion_gate(hp, est.thresholds),
+        gate=orion_gate(est.thresholds),
         priority=True,
     )
     size = min(est.window, len(lat))
@@ -322,10 +327,11 @@ def gated_share(
 
     The runtime gates BE kernels while an HP request is in service; what it
     cannot stop is a BE kernel already running when a request arrives, and a
-    lower percent bounds what that kernel takes. Every percent from 100 down
-    in `step`s is predicted (the estimate is not monotone in the percent);
-    the highest that fits wins, unless its predicted BE progress is under
-    `est.min_progress`. None when no percent qualifies.
+    lower percent bounds what that kernel takes. Percents from 100 down in
+    `step`s are predicted until one fits (the estimate is not monotone in the
+    percent, so one over the budget does not end the search); the search
+    gives up, with None, at the first percent whose predicted BE progress is
+    under `est.min_progress` (progress falls with the percent).
     """
     for percent in range(100, 0, -step):
         slowdown, progress = gated_slowdown(hp, be, percent, c, est=est)

@@ -131,7 +131,7 @@ def simulate_pair(policy: str, hp: KernelTrace, be: KernelTrace, setup: PairSetu
         latencies, progress = replay(hp, be, arr, c, be_cap=c.sms, gate=None)
         gpus = 1
     elif policy == "orion":
-        gate = orion_gate(hp, setup.orion)
+        gate = orion_gate(setup.orion)
         latencies, progress = replay(hp, be, arr, c, be_cap=c.sms, gate=gate, priority=True)
         gpus = 1
     elif policy.startswith("chronotope") and (share := _share_for(policy, hp, be, setup)):
@@ -143,7 +143,7 @@ def simulate_pair(policy: str, hp: KernelTrace, be: KernelTrace, setup: PairSetu
             arr,
             c,
             be_cap=c.sms * mps / 100,
-            gate=orion_gate(hp, setup.orion) if runtime else None,
+            gate=orion_gate(setup.orion) if runtime else None,
             priority=runtime,
         )
         gpus = 1

@@ -34,20 +34,20 @@ EST = Estimator(requests=80)
 
 def test_the_gate_is_orions_rule() -> None:
     """scheduler_eval.cpp: idle HP admits anything; in service, other class and <= SM threshold."""
-    gate = orion_gate(HP, OrionThresholds())
+    gate = orion_gate(OrionThresholds())
     assert gate(Kernel(C, 400, 1_000), None, False)  # idle: anything runs
     assert gate(Kernel(M, 80, 1_000), Kernel(C, 80, 1_000), True)  # other class, 80 SMs
     assert not gate(Kernel(M, 120, 1_000), Kernel(C, 10, 1_000), True)  # over the threshold
     assert not gate(Kernel(C, 10, 1_000), Kernel(C, 60, 1_000), True)  # same class
     assert gate(Kernel(KernelKind.UNKNOWN, 10, 1_000), Kernel(C, 60, 1_000), True)
-    assert not orion_gate(HP, OrionThresholds(sm_threshold=40))(
+    assert not orion_gate(OrionThresholds(sm_threshold=40))(
         Kernel(M, 60, 1_000), Kernel(C, 10, 1_000), True
     )
 
 
 def test_a_high_priority_stream_leaves_the_best_effort_what_the_hp_kernel_does_not_use() -> None:
     arr = arrivals(HP, 0.1, 80, seed=3)
-    gate = orion_gate(HP, OrionThresholds())
+    gate = orion_gate(OrionThresholds())
     alone, _ = replay(HP, None, arr, DEFAULT, be_cap=80, gate=None)
     plain, plain_progress = replay(HP, SHORT, arr, DEFAULT, be_cap=80, gate=gate)
     prio, prio_progress = replay(HP, SHORT, arr, DEFAULT, be_cap=80, gate=gate, priority=True)
@@ -62,7 +62,7 @@ def test_a_high_priority_stream_leaves_the_best_effort_what_the_hp_kernel_does_n
 def test_a_long_resident_best_effort_block_delays_the_hp_kernel_until_it_ends() -> None:
     """Priority decides who gets SMs that free up; it does not preempt blocks already running."""
     arr = arrivals(HP, 0.1, 80, seed=3)
-    gate = orion_gate(HP, OrionThresholds())
+    gate = orion_gate(OrionThresholds())
     alone, _ = replay(HP, None, arr, DEFAULT, be_cap=80, gate=None)
     short, _ = replay(HP, SHORT, arr, DEFAULT, be_cap=80, gate=gate, priority=True)
     long, _ = replay(HP, LONG, arr, DEFAULT, be_cap=80, gate=gate, priority=True)
@@ -75,7 +75,7 @@ def test_gating_protects_the_tail_that_packing_hurts() -> None:
     alone, _ = replay(HP, None, arr, DEFAULT, be_cap=80, gate=None)
     packed, packed_progress = replay(HP, SHORT, arr, DEFAULT, be_cap=80, gate=None)
     gated, gated_progress = replay(
-        HP, SHORT, arr, DEFAULT, be_cap=80, gate=orion_gate(HP, OrionThresholds()), priority=True
+        HP, SHORT, arr, DEFAULT, be_cap=80, gate=orion_gate(OrionThresholds()), priority=True
     )
     p99 = [float(np.percentile(x, 99)) for x in (alone, packed, gated)]
     assert p99[1] / p99[0] > 1.5  # full-GPU kernels side by side: about 2x
@@ -135,7 +135,7 @@ def test_the_prediction_is_the_worst_window_of_requests() -> None:
     arr = arrivals(HP, est.load, est.requests, est.seed)
     alone, _ = replay(HP, None, arr, DEFAULT, be_cap=80, gate=None)
     lat, want_progress = replay(
-        HP, LONG, arr, DEFAULT, be_cap=80, gate=orion_gate(HP, OrionThresholds()), priority=True
+        HP, LONG, arr, DEFAULT, be_cap=80, gate=orion_gate(OrionThresholds()), priority=True
     )
     ratios = [
         float(np.percentile(lat[i : i + 40], 99) / np.percentile(alone[i : i + 40], 99))
