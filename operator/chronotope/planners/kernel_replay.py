@@ -280,23 +280,24 @@ class Estimator:
     """Below this BE progress, a GPU of its own gives the BE more work per GPU than sharing."""
 
 
-def gated_slowdown(
+def _baseline(hp: KernelTrace, c: Contention, est: Estimator) -> tuple[list[float], list[float]]:
+    """The estimator's planning arrivals and the HP's latencies on them alone."""
+    arr = arrivals(hp, est.load, est.requests, est.seed)
+    alone, _ = replay(hp, None, arr, c, be_cap=c.sms, gate=None)
+    return arr, alone
+
+
+def _predict(
     hp: KernelTrace,
     be: KernelTrace,
     percent: int,
     c: Contention,
     *,
-    est: Estimator = Estimator(),
+    est: Estimator,
+    baseline: tuple[list[float], list[float]],
 ) -> tuple[float, float]:
-    """Predicted (HP P99 slowdown, BE progress) beside `be` under an Orion-style runtime.
-
-    The BE stream runs capped at `percent` of the SMs, its kernels admitted by
-    `orion_gate`; the prediction is a replay on the estimator's own arrivals:
-    the largest ratio of P99 latencies, beside the BE and alone, over each
-    window of `est.window` consecutive requests, and the BE progress.
-    """
-    arr = arrivals(hp, est.load, est.requests, est.seed)
-    alone, _ = replay(hp, None, arr, c, be_cap=c.sms, gate=None)
+    """`gated_slowdown` on a baseline already replayed (`_baseline`)."""
+    arr, alone = baseline
     lat, progress = replay(
         hp,
         be,
@@ -312,6 +313,24 @@ def gated_slowdown(
         for i in range(0, len(lat) - size + 1, size)
     )
     return worst, progress
+
+
+def gated_slowdown(
+    hp: KernelTrace,
+    be: KernelTrace,
+    percent: int,
+    c: Contention,
+    *,
+    est: Estimator = Estimator(),
+) -> tuple[float, float]:
+    """Predicted (HP P99 slowdown, BE progress) beside `be` under an Orion-style runtime.
+
+    The BE stream runs capped at `percent` of the SMs, its kernels admitted by
+    `orion_gate`; the prediction is a replay on the estimator's own arrivals:
+    the largest ratio of P99 latencies, beside the BE and alone, over each
+    window of `est.window` consecutive requests, and the BE progress.
+    """
+    return _predict(hp, be, percent, c, est=est, baseline=_baseline(hp, c, est))
 
 
 def gated_share(
@@ -333,8 +352,9 @@ def gated_share(
     gives up, with None, at the first percent whose predicted BE progress is
     under `est.min_progress` (progress falls with the percent).
     """
+    baseline = _baseline(hp, c, est)  # the same for every percent
     for percent in range(100, 0, -step):
-        slowdown, progress = gated_slowdown(hp, be, percent, c, est=est)
+        slowdown, progress = _predict(hp, be, percent, c, est=est, baseline=baseline)
         if progress < est.min_progress:
             return None
         if slowdown <= budget:
