@@ -31,12 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from chronotope.paths import data_file
-from chronotope.planners.interference import (
-    DEFAULT,
-    Kernel,
-    KernelTrace,
-    parse_kernels,
-)
+from chronotope.planners.interference import DEFAULT, Kernel, KernelTrace
 from chronotope.planners.kernel_replay import (
     Gate,
     OrionThresholds,
@@ -44,11 +39,12 @@ from chronotope.planners.kernel_replay import (
     orion_gate,
     replay,
 )
+from chronotope.sim.colocation import PairSetup, load_profiles
 
 CAPS = tuple(range(100, 0, -10))
 
 
-def _gate(hp: KernelTrace, sm: int, class_rule: bool) -> Gate:
+def _gate(sm: int, class_rule: bool) -> Gate:
     if class_rule:
         return orion_gate(OrionThresholds(sm_threshold=sm))
 
@@ -58,25 +54,34 @@ def _gate(hp: KernelTrace, sm: int, class_rule: bool) -> Gate:
     return gate
 
 
-def _settings(hp: KernelTrace) -> list[tuple[str, Gate | None]]:
-    """(name, gate); every gated setting runs with the HP on a high-priority stream."""
-    out: list[tuple[str, Gate | None]] = [("packing", None), ("orion", _gate(hp, 80, True))]
-    out += [(f"gate sm{sm} any class", _gate(hp, sm, False)) for sm in (80, 40)]
-    out += [("gate sm40", _gate(hp, 40, True)), ("gate idle only", _gate(hp, 0, False))]
-    return out
+SETTINGS: tuple[tuple[str, Gate | None], ...] = (
+    ("packing", None),
+    ("orion", _gate(DEFAULT.sms, True)),
+    ("gate sm80 any class", _gate(DEFAULT.sms, False)),
+    ("gate sm40 any class", _gate(40, False)),
+    ("gate sm40", _gate(40, True)),
+    ("gate idle only", _gate(0, False)),
+)
+"""(name, gate); every gated setting runs with the HP on a high-priority stream."""
 
 
 def _pair(job: tuple[KernelTrace, KernelTrace, int, int, float]) -> dict[str, object]:
     hp, be, seed, requests, limit = job
-    arr = arrivals(hp, 0.1, requests, seed)
-    alone, _ = replay(hp, None, arr, DEFAULT, be_cap=80, gate=None)
+    arr = arrivals(hp, PairSetup().hp_load, requests, seed)  # the simulator's default load
+    alone, _ = replay(hp, None, arr, DEFAULT, be_cap=DEFAULT.sms, gate=None)
     dedicated = float(np.percentile(alone, 99))
     best: tuple[float, str, int, float] = (0.5, "own GPU", 0, 1.0)
     orion = (0.0, 0.0)
-    for name, gate in _settings(hp):
+    for name, gate in SETTINGS:
         for cap in CAPS:
             lat, progress = replay(
-                hp, be, arr, DEFAULT, be_cap=80 * cap / 100, gate=gate, priority=gate is not None
+                hp,
+                be,
+                arr,
+                DEFAULT,
+                be_cap=DEFAULT.sms * cap / 100,
+                gate=gate,
+                priority=gate is not None,
             )
             slowdown = float(np.percentile(lat, 99)) / dedicated
             if name == "orion" and cap == 100:
@@ -105,13 +110,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
-    traces = {}
-    for path in sorted(args.kernels.iterdir()):
-        parsed = parse_kernels(path.name, path.read_text())
-        if isinstance(parsed, KernelTrace):
-            traces[path.name] = parsed
-    hps = [t for n, t in traces.items() if n.endswith("_fwd")]
-    bes = [t for n, t in traces.items() if "_fb" in n]
+    hps, bes, _ = load_profiles(args.kernels)
     jobs = [(h, b, args.seed, args.requests, args.limit) for h in hps for b in bes]
     with ProcessPoolExecutor(args.workers) as pool:
         rows = list(pool.map(_pair, jobs))

@@ -34,6 +34,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from chronotope.planners.interference import (
     Contention,
     KernelTrace,
     best_effort_share,
+    parse_kernels,
 )
 from chronotope.planners.kernel_replay import (
     Estimator,
@@ -58,11 +60,32 @@ __all__ = [
     "OrionThresholds",
     "PairRun",
     "PairSetup",
+    "load_profiles",
     "place_cluster",
     "simulate_pair",
 ]
 
 COLOCATION_POLICIES = ("exclusive", "packing", "orion", "chronotope", "chronotope-gated")
+
+
+def load_profiles(directory: Path) -> tuple[list[KernelTrace], list[KernelTrace], list[str]]:
+    """Orion's profiles in `directory`, in file-name order.
+
+    Returns the HP inference profiles (`*_fwd`), the BE training ones (`*_fb*`)
+    and, for each file that could not be used, `name: reason`.
+    """
+    hps: list[KernelTrace] = []
+    bes: list[KernelTrace] = []
+    skipped: list[str] = []
+    for path in sorted(directory.iterdir()):
+        parsed = parse_kernels(path.name, path.read_text())
+        if not isinstance(parsed, KernelTrace):
+            skipped.append(f"{path.name}: {parsed.message}")
+        elif path.name.endswith("_fwd"):
+            hps.append(parsed)
+        elif "_fb" in path.name:
+            bes.append(parsed)
+    return hps, bes, skipped
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,10 @@ def add_parser(traces: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from chronotope.planners.interference import KernelTrace, parse_kernels
     from chronotope.sim.colocation import (
         COLOCATION_POLICIES,
         PairSetup,
+        load_profiles,
         place_cluster,
         simulate_pair,
     )
@@ -61,15 +61,9 @@ def _handle(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    traces: dict[str, KernelTrace] = {}
-    for path in sorted(args.kernels.iterdir()):
-        parsed = parse_kernels(path.name, path.read_text())
-        if isinstance(parsed, KernelTrace):
-            traces[path.name] = parsed
-        else:
-            print(f"skipped {path.name}: {parsed.message}")
-    hps = [t for n, t in traces.items() if n.endswith("_fwd")]
-    bes = [t for n, t in traces.items() if "_fb" in n]
+    hps, bes, skipped = load_profiles(args.kernels)
+    for why in skipped:
+        print(f"skipped {why}")
     if not hps or not bes:
         print(f"error: {args.kernels} has no *_fwd and *_fb* profiles", file=sys.stderr)
         return 2
