@@ -37,7 +37,7 @@ from chronotope.workloads.gates import Cycle, Decider, preempt
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.quota import Verdict
-from chronotope.workloads.replan import better_plan, parse_time, remaining_work
+from chronotope.workloads.replan import better_plan, parse_time, progress, remaining_work
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import JobVerdict, SchedulingPass, schedule
 from chronotope.workloads.training_quota import QuotaView
@@ -246,6 +246,9 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
         return _restart(c, current, restart_why)
     if all((p.get("status") or {}).get("phase") == "Succeeded" for p in current):
         out.status = {"phase": "Succeeded", "whyWaiting": None}
+        took = progress(c.job.get("status") or {}, c.now)
+        if took > 0:  # what the policy learns estimate errors from (workloads.fleet)
+            out.status["estimateRatio"] = round(took, 4)
         out.events.append(("Normal", "Succeeded", "all workers finished"))
         return out
     out.status = pods_status(current, plan, c.now, c.generation)

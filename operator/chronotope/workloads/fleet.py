@@ -8,6 +8,9 @@ one being decided and the others waiting or running at that priority)
 become the simulator's jobs, and a job starts only when that policy would
 give it GPUs now, on the type it chose. Priorities, queues and preemption
 stay with the controller; this gate orders jobs of equal priority.
+The policy's learned estimate errors come from the Succeeded jobs'
+`status.estimateRatio` (`estimate_ratios`), the ratios the simulator's policy
+learns as its jobs finish.
 
 Mapping: a job's work is `estimate.durationSeconds` on its reference type
 times the share not yet done; its speed on each type is
@@ -22,15 +25,24 @@ for who starts next, not a preemption.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import Capacity
 from chronotope.workloads.training_policy import ChronotopePolicy, Job, JobState
 
-__all__ = ["BandPlan", "FleetJob", "FleetOutcome", "fleet_gate", "gang_gpus", "plan_band"]
+__all__ = [
+    "BandPlan",
+    "FleetJob",
+    "FleetOutcome",
+    "estimate_ratios",
+    "fleet_gate",
+    "gang_gpus",
+    "plan_band",
+]
 
 ROUND_S = 60.0
 """The operator re-decides every few seconds; urgency counts at least two such rounds."""
@@ -143,8 +155,17 @@ _POLICY = (
 )
 
 
-def plan_band(band: Sequence[tuple[FleetJob, int]], capacity: Capacity, now: datetime) -> BandPlan:
-    """The simulator's policy over the band's jobs (each with its gang in GPUs), once."""
+def plan_band(
+    band: Sequence[tuple[FleetJob, int]],
+    capacity: Capacity,
+    now: datetime,
+    errors: Sequence[float] = (),
+) -> BandPlan:
+    """The simulator's policy over the band's jobs (each with its gang in GPUs), once.
+
+    `errors`: finished jobs' (true / estimated) work ratios (`estimate_ratios`), from
+    which the policy learns how wrong estimates are, as it does in the simulator.
+    """
     idle: dict[str, int] = {}
     for n in capacity:
         if n.schedulable:
@@ -170,7 +191,7 @@ def plan_band(band: Sequence[tuple[FleetJob, int]], capacity: Capacity, now: dat
     if not states:
         return BandPlan((), {})
     pools = {t: free[t] for t in types}  # types with GPUs to give
-    alloc = ChronotopePolicy(round_s=ROUND_S).allocate(0.0, states, pools)
+    alloc = ChronotopePolicy(round_s=ROUND_S, errors=errors).allocate(0.0, states, pools)
     starts = _starts_now(alloc, states, waiting, idle)
     return BandPlan(tuple(keys), {keys[i]: t for i, t in sorted(starts.items())})
 
@@ -207,10 +228,23 @@ def fleet_gate(
     others: Sequence[FleetJob],
     capacity: Capacity,
     now: datetime,
+    *,
+    errors: Sequence[float] = (),
 ) -> FleetOutcome:
     """Whether the simulator's policy, over `me` and `others`, starts `me` now, and where."""
     band = [(me, my_gpus), *((o, o.running_gpus or gang_gpus(o.spec)) for o in others)]
-    return plan_band(band, capacity, now).outcome(me.key)
+    return plan_band(band, capacity, now, errors).outcome(me.key)
+
+
+def estimate_ratios(jobs: Iterable[Mapping[str, Any]]) -> list[float]:
+    """The (true / estimated) work ratios of the Succeeded jobs (`status.estimateRatio`)."""
+    out: list[float] = []
+    for job in jobs:
+        status = job.get("status") or {}
+        ratio = status.get("estimateRatio")
+        if status.get("phase") == "Succeeded" and isinstance(ratio, int | float) and ratio > 0:
+            out.append(float(ratio))
+    return out
 
 
 def gang_gpus(spec: TrainingJobSpec) -> int:

@@ -37,6 +37,7 @@ from chronotope.workloads.fleet import (
     BandPlan,
     FleetJob,
     FleetOutcome,
+    estimate_ratios,
     fleet_gate,
     gang_gpus,
     plan_band,
@@ -136,7 +137,7 @@ class Decider:
                 continue  # started a moment ago: its GPUs already count as taken
             f = _fleet_job(job, spec, cycle.now)
             band.append((f, f.running_gpus or gang_gpus(spec)))
-        plan = plan_band(band, capacity, cycle.now)
+        plan = plan_band(band, capacity, cycle.now, estimate_ratios(jobs))
         members = frozenset(f.key for f, _ in band if f.running_on is None)
         self._bands[key] = (capacity, jobs, plan, members)
         return plan, members
@@ -347,6 +348,7 @@ def fleet_verdict(
         others,
         cycle.capacity,
         cycle.now,
+        errors=estimate_ratios(cycle.jobs),
     )
     return _enact(
         cycle,

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -156,11 +156,15 @@ class ChronotopePolicy:
         passes: int = 2,
         switch_s: float | None = None,
         pessimism: float = 0.8,
+        errors: Iterable[float] = (),
     ) -> None:
         """Set the lease round `round_s` and the knobs the module docstring names.
 
         `passes` is how many congestion-cost passes follow the first plan; `switch_s`
-        (default: one round) is the cost of giving a held lease up.
+        (default: one round) is the cost of giving a held lease up. `errors` are the
+        (true / estimated) work ratios of jobs that finished before this policy saw any
+        (the operator makes a policy per decision and hands it its finished jobs' ratios;
+        the simulator's one policy learns them as jobs finish).
         """
         self.round_s = round_s
         self.urgency = urgency
@@ -172,7 +176,7 @@ class ChronotopePolicy:
         self.switch_s = round_s if switch_s is None else switch_s
         self.pessimism = pessimism
         # log(work done / estimate) of finished estimated jobs, sorted; and the jobs last seen
-        self._log_errors: list[float] = []
+        self._log_errors: list[float] = sorted(math.log(r) for r in errors if r > 0)
         self._seen: dict[int, JobState] = {}
         self._suffix: list[float] = [0.0]
 

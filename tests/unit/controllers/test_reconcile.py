@@ -169,6 +169,22 @@ def test_a_gang_whose_workers_all_succeeded_is_done() -> None:
     assert reconcile(me | {"status": out.status}, ops, NOW).status == {}  # done: left alone
 
 
+def test_a_job_that_ran_twice_its_predicted_time_records_an_estimate_ratio_of_two() -> None:
+    """The ratio the cluster policy learns estimate errors from (workloads.fleet)."""
+    me = job("a")
+    ops = FakeOps([node("h-0")], [me])
+    me["status"] = reconcile(me, ops, NOW).status | {"phase": "Running"}
+    plan = me["status"]["plan"]
+    start = datetime.fromisoformat(plan["startTime"])
+    span = datetime.fromisoformat(plan["predictedCompletionTime"]) - start
+    for pod in ops._pods:
+        pod["spec"]["nodeName"] = "h-0"
+        pod["status"] = {"phase": "Succeeded"}
+    out = reconcile(me, ops, start + 2 * span)
+    assert out.status["phase"] == "Succeeded"
+    assert out.status["estimateRatio"] == 2.0
+
+
 def test_workers_of_an_old_generation_are_stopped() -> None:
     me = job("a")
     ops = FakeOps([node("h-0")], [me])

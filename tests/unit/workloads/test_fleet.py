@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import NodeCapacity
-from chronotope.workloads.fleet import FleetJob, fleet_gate
+from chronotope.workloads.fleet import FleetJob, estimate_ratios, fleet_gate
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 EIGHT_H100 = [NodeCapacity("h0", "H100", 8, 8, True)]
@@ -97,3 +98,30 @@ def test_the_policy_gets_the_estimate_and_the_work_done_not_a_true_remaining() -
     assert believed(done=0.25, progress=0.25) == estimate * 0.75
     # 2.5x past its estimate: the doubling rule, as in the simulator's noisy runs
     assert believed(done=0.99, progress=2.5) == estimate * 2.5
+
+
+def test_finished_jobs_estimate_errors_change_who_goes_first() -> None:
+    """The policy learns estimate errors from finished jobs in the operator as in the simulator.
+
+    `nearly` has done 90 % of its 1 h estimate: on the estimate alone it has 6 min left.
+    If finished jobs took half their estimate or ten times it, a job still running at
+    0.9 of its estimate is one of the ten-times kind (about 9 h left), while a fresh
+    2 h job expects 2 h x (4 x 0.5 + 10) / 5 = 4.8 h.
+    """
+    fresh, nearly = job("ns/fresh", 2), replace(job("ns/nearly", 1), done=0.9)
+    assert not fleet_gate(fresh, 8, [nearly], EIGHT_H100, NOW).starts
+    learned = [0.5, 0.5, 0.5, 0.5, 10.0]
+    assert fleet_gate(fresh, 8, [nearly], EIGHT_H100, NOW, errors=learned).starts
+    assert not fleet_gate(nearly, 8, [fresh], EIGHT_H100, NOW, errors=learned).starts
+
+
+def test_estimate_ratios_are_read_from_succeeded_jobs_only() -> None:
+    jobs: list[dict[str, Any]] = [
+        {"status": {"phase": "Succeeded", "estimateRatio": 1.5}},
+        {"status": {"phase": "Succeeded"}},  # finished before the operator recorded ratios
+        {"status": {"phase": "Running", "estimateRatio": 9.0}},
+        {"status": {"phase": "Failed", "estimateRatio": 3.0}},
+        {"status": {"phase": "Succeeded", "estimateRatio": 0}},
+        {},
+    ]
+    assert estimate_ratios(jobs) == [1.5]

@@ -77,3 +77,32 @@ def test_a_job_starts_where_quota_admits_it_when_waiting_does_not_pay() -> None:
     d = _pass(timedelta(hours=3))
     assert (d.action, d.gpu_type) == (Action.START, "L4")
     assert "queue team-a admits it within its nominal quota" in d.reason
+
+
+def _plain(name: str, created: str, hours: float, **status: Any) -> dict[str, Any]:
+    job = _job(name, created, **status)
+    job["spec"]["gpuTypes"] = [{"name": "H100", "relativeSpeed": 1.0}]
+    job["spec"]["estimate"]["durationSeconds"] = int(hours * 3600)
+    del job["spec"]["utility"]
+    return job
+
+
+def test_the_pass_hands_the_policy_what_finished_jobs_reveal_about_estimates() -> None:
+    """Succeeded jobs' `estimateRatio` reaches the fleet policy (the case of test_fleet)."""
+    fresh = _plain("fresh", "2030-01-01T11:00:00Z", 2, phase="Waiting")
+    nearly = _plain("nearly", "2030-01-01T11:00:00Z", 1, phase="Waiting", completedFraction=0.9)
+    finished = [
+        _plain(f"f{i}", "2030-01-01T09:00:00Z", 1, phase="Succeeded", estimateRatio=r)
+        for i, r in enumerate([0.5, 0.5, 0.5, 0.5, 10.0])
+    ]
+    one_h100 = [NodeCapacity("h100-1", "H100", 8, 8, True)]
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+
+    def starts(jobs: list[dict[str, Any]]) -> set[str]:
+        done = schedule(
+            jobs, [], [], QuotaView.parse([], []), decider=decider, now=NOW, capacity=one_h100
+        )
+        return {k for k, v in done.verdicts.items() if v.decision.action is Action.START}
+
+    assert starts([fresh, nearly]) == {"a/nearly"}  # 6 min left on its estimate
+    assert starts([fresh, nearly, *finished]) == {"a/fresh"}  # likely one of the 10x kind

@@ -578,6 +578,13 @@ class TrainingJobStatus(ApiModel):
         "run under each earlier plan; later plans only predict the rest.",
     )
     last_checkpoint_time: datetime | None = Field(default=None, description="Last checkpoint.")
+    estimate_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        description="A finished job: the work it took over its estimate (its run time over "
+        "each plan's predicted time; 2 means it took twice `spec.estimate`). The cluster "
+        "policy learns how wrong estimates are from these.",
+    )
 
 
 class TrainingJob(ApiModel):
