@@ -244,5 +244,33 @@ def test_a_new_serving_group_waits_for_its_queue_quota(
                 90,
                 "the group's Deployment once the quota allows it",
             )
+            k.wait(lambda: _serving(k, ["held"]), 120, "the variant serving")
+            # the queue is capped at what runs; then the variant's traffic wants a replica more
+            spec["quotas"][0]["gpus"] = 1
+            k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
+            k.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "held", {"spec": {"traffic": {"expectedQPS": 8}}}
+            )
+
+            def not_scaling() -> list[Any]:
+                return [
+                    e
+                    for e in k.core.list_namespaced_event(namespace).items
+                    if e.involved_object.name == "held"
+                    and e.reason == "QuotaExceeded"
+                    and e.message.startswith("not scaling up: ")
+                ]
+
+            k.wait(not_scaling, 90, "a QuotaExceeded event: the running group does not grow")
+            assert k.apps.read_namespaced_deployment("quota", namespace).spec.replicas == 1
+            assert k.status("held").get("phase") == "Serving"  # what runs keeps serving
+            # the quota is raised again: the group takes its new plan
+            spec["quotas"][0]["gpus"] = 16
+            k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
+            k.wait(
+                lambda: k.apps.read_namespaced_deployment("quota", namespace).spec.replicas >= 2,
+                90,
+                "the group scaled up once its quota allows it",
+            )
         finally:
             k.custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)

@@ -9,7 +9,10 @@ the GPU types and counts of the nodes, the live rates, the group's pods) or
 its last apply is older than `refresh_s`. `GroupMemo` keeps the last result
 per group, so the other variants' passes read their status from it. The
 variant then gets its status and its events: one per distinct waiting
-reason, one when it starts serving, one per placement change.
+reason, one when it starts serving, one per placement change. A group's
+GPUs hold its namespace's `default` LocalQueue's quota: a new group is built
+only when its Deployment fits that queue now, and a running group whose new
+plan does not fit keeps its last plan (`QuotaExceeded` event).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 from chronotope.controllers.trainingjob import Outcome
@@ -164,7 +168,8 @@ class GroupMemo:
             fresh = entry is not None and (now - entry.at).total_seconds() < self.refresh_s
             if entry is None or entry.fingerprint != fp or not fresh:
                 cm = ops.config_map(namespace, config_map_name(group.name)) or {}
-                result = serve_group(
+                group_pass = partial(
+                    serve_group,
                     group,
                     namespace,
                     nodes=nodes,
@@ -173,8 +178,7 @@ class GroupMemo:
                     rates=rates,
                     now=now,
                 )
-                if result.objects and not pods:  # a new group is admitted against its quota
-                    result = _admitted(ops, namespace, group, result, now)
+                result = _within_quota(ops, namespace, group, group_pass, now, running=bool(pods))
                 if result.objects:
                     ops.apply(result.objects)
                 members = {m.name for m in group.members}
@@ -205,20 +209,48 @@ class GroupMemo:
             }
 
 
-def _admitted(
-    ops: VariantOps, namespace: str, group: ServingGroup, result: GroupResult, now: datetime
+def _within_quota(
+    ops: VariantOps,
+    namespace: str,
+    group: ServingGroup,
+    group_pass: Callable[..., GroupResult],
+    now: datetime,
+    *,
+    running: bool,
 ) -> GroupResult:
-    """`result`, or, when its queue's quota does not admit the new group, nothing built.
+    """The group's pass as its queue's quota allows (`_quota_held`).
+
+    A new group that does not fit builds nothing and its variants wait; a running
+    one that does not fit keeps its last plan and grows no further.
+    """
+    result = group_pass()
+    held = _quota_held(ops, namespace, group, result)
+    if held is None:
+        return result
+    if running:
+        return group_pass(hold=Reason(code="QuotaExceeded", message=f"not scaling up: {held}"))
+    why = Reason(code="QuotaExceeded", message=f"waiting for quota: {held}")
+    statuses = {m.name: failed_status(m.generation, why, now) for m in group.members}
+    return replace(result, objects=(), statuses=statuses, events={})
+
+
+def _quota_held(
+    ops: VariantOps, namespace: str, group: ServingGroup, result: GroupResult
+) -> str | None:
+    """Why its queue's quota does not admit the group's new Deployment now; None if it does.
 
     The group's pods count against the LocalQueue `default` of its namespace
-    (`training_quota.serving_workloads`); a group that runs nothing yet is built
-    only when its Deployment's GPUs fit that queue now. Quotas are off until a
-    Queue exists. A group that already runs is not held back.
+    (`training_quota.serving_workloads`), its own pods never against itself. A
+    group that runs nothing yet is built only when its Deployment's GPUs fit that
+    queue now; a running one keeps its last plan until a new one fits (as an
+    InferencePipeline that serves does). Quotas are off until a Queue exists.
     """
+    if not result.objects:
+        return None
     view = QuotaView.parse(ops.queues(), ops.local_queues())
     if not view.on:
-        return result
-    held = serving_admission(
+        return None
+    return serving_admission(
         view,
         ops.training_jobs(),
         ops.pods_matching(namespace),
@@ -226,11 +258,6 @@ def _admitted(
         local_queue="default",
         objects=[o for o in result.objects if o.get("kind") == "Deployment"],
     )
-    if held is None:
-        return result
-    why = Reason(code="QuotaExceeded", message=f"waiting for quota: {held}")
-    statuses = {m.name: failed_status(m.generation, why, now) for m in group.members}
-    return replace(result, objects=(), statuses=statuses, events={})
 
 
 def fingerprint(

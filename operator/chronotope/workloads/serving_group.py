@@ -101,11 +101,20 @@ def serve_group(
     previous_doc: Mapping[str, Any] | None,
     rates: Mapping[str, float | str],
     now: datetime,
+    hold: Reason | None = None,
 ) -> GroupResult:
-    """One pass over the group; see the module docstring."""
+    """One pass over the group; see the module docstring.
+
+    `hold`: why the group may not take a new plan now (its queue's quota does not
+    admit it): the last plan is kept, as when no plan can be made, and each member
+    gets one `QuotaExceeded` event when the reason is new.
+    """
     previous = plan_from_doc(previous_doc)
-    live = {k: v for k, v in rates.items() if not isinstance(v, str)}
-    planned = plan_group(group_input(group, nodes, live, previous))
+    if hold is None:
+        live = {k: v for k, v in rates.items() if not isinstance(v, str)}
+        planned: GroupPlan | Reason = plan_group(group_input(group, nodes, live, previous))
+    else:
+        planned = hold
     why_not: Reason | None = None
     if isinstance(planned, Reason):
         if previous is None or not previous.replicas:
@@ -138,6 +147,8 @@ def serve_group(
         for m in group.members
     }
     events = {} if why_not else _placed_events(plan, previous_doc)
+    if hold is not None and previous is not None and hold.message not in previous.why:
+        events = {m.name: [("Normal", hold.code, hold.message)] for m in group.members}
     return GroupResult(
         group.name, plan, doc, group_objects(group, namespace, plan, doc), statuses, events
     )

@@ -227,3 +227,42 @@ def test_a_new_serving_group_over_its_queue_quota_waits_and_builds_nothing() -> 
     _pass(ops, memo, NOW + timedelta(seconds=60))
     assert ops.applies == 1
     assert ("Deployment", next(iter(memo._entries))[1]) in ops.applied
+
+
+def test_a_running_serving_group_grows_only_as_far_as_its_queue_quota_admits() -> None:
+    ops, memo = _three(), GroupMemo(refresh_s=30)
+    ops.queue_objs = [
+        {"metadata": {"name": "serving"}, "spec": {"quotas": [{"gpuType": GPU, "gpus": 16}]}}
+    ]
+    ops.local_queue_objs = [
+        {"metadata": {"name": "default", "namespace": "ns"}, "spec": {"queue": "serving"}}
+    ]
+    _pass(ops, memo)
+    ops.run_pods("llama")
+    _pass(ops, memo)
+    deployment = ops.applied["Deployment", "llama"]
+    assert deployment["spec"]["replicas"] == 1
+    per_replica = int(
+        deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][
+            "nvidia.com/gpu"
+        ]
+    )
+    # the platform team caps the queue at what runs; then a variant's traffic needs a replica more
+    ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = per_replica
+    hot = variant("a", qps=8, generation=2)
+    ops.objs["a"] = hot | {"status": ops.objs["a"]["status"]}
+    held = _pass(ops, memo, NOW + timedelta(seconds=1))
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 1  # kept its plan
+    for outcome in held.values():
+        assert outcome.status["phase"] == "Serving"  # what runs keeps serving
+        assert [e[1] for e in outcome.events] == ["QuotaExceeded"]
+        assert outcome.events[0][2].startswith("not scaling up: queue serving:")
+    doc = ops.applied["ConfigMap", "llama-placement"]["data"]["placement.json"]
+    assert "not scaling up" in doc
+    # the next refresh, still held: nothing is said twice
+    again = _pass(ops, memo, NOW + timedelta(seconds=40))
+    assert all(o.events == [] for o in again.values())
+    # the quota is raised: the group takes its new plan
+    ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 16
+    _pass(ops, memo, NOW + timedelta(seconds=80))
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 2
