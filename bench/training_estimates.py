@@ -26,6 +26,7 @@ from chronotope.sim.training.engine import EngineSettings, simulate
 from chronotope.sim.training.policies import make_training_policy
 from chronotope.sim.training.report import mean_best_runtime_h, summary_row
 from chronotope.sim.training.workload import (
+    TABLE_WINDOWS,
     WorkloadSettings,
     build_jobs,
     capacity_from_spec,
@@ -33,16 +34,7 @@ from chronotope.sim.training.workload import (
     read_philly_window,
 )
 
-WINDOWS = [
-    ("2017-10-20 08:00:00", "2017-10-20 10:00:00"),
-    ("2017-10-05 08:00:00", "2017-10-05 11:00:00"),
-    ("2017-10-17 06:00:00", "2017-10-17 09:00:00"),
-    ("2017-10-23 05:00:00", "2017-10-23 08:00:00"),
-    ("2017-10-13 05:00:00", "2017-10-13 07:00:00"),
-    ("2017-11-13 03:00:00", "2017-11-13 05:00:00"),
-    ("2017-12-08 03:00:00", "2017-12-08 05:00:00"),
-    ("2017-11-28 17:00:00", "2017-11-28 20:00:00"),
-]
+WINDOWS = TABLE_WINDOWS
 POLICIES = ("fifo", "las", "edf", "gavel", "chronotope")
 
 

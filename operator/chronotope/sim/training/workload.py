@@ -36,6 +36,7 @@ from chronotope.workloads.training_policy import Job
 
 __all__ = [
     "REFERENCE_TYPE",
+    "TABLE_WINDOWS",
     "TraceRow",
     "WorkloadSettings",
     "build_jobs",
@@ -47,6 +48,18 @@ __all__ = [
 ]
 
 REFERENCE_TYPE = "v100"
+
+TABLE_WINDOWS = (
+    ("2017-10-20 08:00:00", "2017-10-20 10:00:00"),
+    ("2017-10-05 08:00:00", "2017-10-05 11:00:00"),
+    ("2017-10-17 06:00:00", "2017-10-17 09:00:00"),
+    ("2017-10-23 05:00:00", "2017-10-23 08:00:00"),
+    ("2017-10-13 05:00:00", "2017-10-13 07:00:00"),
+    ("2017-11-13 03:00:00", "2017-11-13 05:00:00"),
+    ("2017-12-08 03:00:00", "2017-12-08 05:00:00"),
+    ("2017-11-28 17:00:00", "2017-11-28 20:00:00"),
+)
+"""The Philly windows of docs/training-sim.md's tables (busy and overloaded days)."""
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
