@@ -41,6 +41,7 @@ from chronotope.workloads.pipeline import (
     DEFAULT_RATE_WINDOW_S,
     PipelinePlan,
     failed_status,
+    grow_within,
     observe_slo,
     parse_trace,
     pipeline_status,
@@ -48,6 +49,7 @@ from chronotope.workloads.pipeline import (
     plan_pipeline,
     rate_window_s,
     sample_arrivals,
+    stage_deployment_name,
     stage_objects,
     with_replicas,
 )
@@ -250,9 +252,13 @@ def reconcile(
         )
     assert not isinstance(groups, Reason)
     running = with_replicas(plan, current)
-    held, waiting = _apply_within_quota(ops, obj, spec, stage_objects(obj, spec, running, groups))
+    held, waiting = _apply_within_quota(ops, obj, spec, running, groups)
     if held is not None and old.get("quotaHeld") != held:
-        text = f"waiting for quota: {held}" if waiting else f"not scaling up: {held}"
+        text = (
+            f"waiting for quota: {held}"
+            if waiting
+            else f"scaling up only as far as its queue's quota admits: {held}"
+        )
         out.events.append(("Normal", "QuotaExceeded", text))
     deployments = dict(ops.deployments(namespace, name))
     for group in set(groups.values()):
@@ -276,33 +282,59 @@ def _apply_within_quota(
     ops: PipelineOps,
     obj: Mapping[str, Any],
     spec: InferencePipelineSpec,
-    objects: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+    running: PipelinePlan,
+    groups: Mapping[str, str],
 ) -> tuple[str | None, bool]:
-    """Apply the stages' Deployments and Services if the pipeline's queue quota admits them.
+    """Apply the stages' Deployments and Services as far as the pipeline's queue quota admits.
 
-    Returns why quota holds them back (None: applied) and whether the pipeline
-    therefore waits (nothing of it runs yet). A serving pipeline that quota
-    holds back keeps what runs and grows no further. Quotas are off until a
-    Queue exists; the pipeline's own pods do not count against it
+    Returns why quota holds (part of) them back (None: all applied) and whether the
+    pipeline therefore waits (nothing of it runs yet). A serving pipeline whose
+    target does not fit grows as far as the quota admits (`pipeline.grow_within`:
+    shrinking stages shrink, then one replica at a time to the stage furthest
+    below its target), and keeps what runs if not even that fits. Quotas are off
+    until a Queue exists; the pipeline's own pods do not count against it
     (`training_quota.serving_admission`).
     """
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    held = None
     view = QuotaView.parse(ops.queues(), ops.local_queues())
+    target = [c.replicas for c in running.outcome.config]
+
+    def objects(replicas: Sequence[int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        return stage_objects(obj, spec, with_replicas(running, replicas), groups)
+
+    held = None
     if view.on:
-        held = serving_admission(
-            view,
-            ops.training_jobs(),
-            ops.pods_matching(namespace),
-            key=f"{namespace}/pipeline:{name}",
-            local_queue=spec.queue,
-            objects=[d for d, _ in objects],
-        )
-    if held is None:
-        for deployment, service in objects:
+        jobs, pods = ops.training_jobs(), ops.pods_matching(namespace)
+
+        def why(replicas: Sequence[int]) -> str | None:
+            return serving_admission(
+                view,
+                jobs,
+                pods,
+                key=f"{namespace}/pipeline:{name}",
+                local_queue=spec.queue,
+                objects=[d for d, _ in objects(replicas)],
+            )
+
+        held = why(target)
+    apply = target if held is None else None
+    deployed = ops.deployments(namespace, name)
+    if held is not None and deployed:
+        have = [
+            target[i]
+            if stage.model.variant
+            else int(
+                (deployed.get(stage_deployment_name(name, stage.name, groups)) or {})
+                .get("spec", {})
+                .get("replicas", 0)
+            )
+            for i, stage in enumerate(running.stages)
+        ]
+        apply = grow_within(have, target, lambda r: why(r) is None)
+    if apply is not None:
+        for deployment, service in objects(apply):
             ops.apply(deployment, service)
-        return None, False
-    return held, not ops.deployments(namespace, name)
+    return held, held is not None and not deployed
 
 
 def _observe(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -54,6 +54,7 @@ __all__ = [
     "SloObservation",
     "append_history",
     "failed_status",
+    "grow_within",
     "observe_slo",
     "observed_ms",
     "parse_trace",
@@ -342,6 +343,34 @@ def failed_status(pipeline: Mapping[str, Any], why: Reason, now: datetime) -> di
             condition("Planned", False, why.code, why.message, now=now, generation=generation),
         ],
     }
+
+
+def grow_within(
+    have: Sequence[int], want: Sequence[int], fits: Callable[[Sequence[int]], bool]
+) -> list[int] | None:
+    """Replicas per stage between what runs (`have`) and the target (`want`) that `fits` admits.
+
+    A quota that does not admit the whole target may still admit part of the
+    growth: stages that shrink shrink at once, then one replica at a time goes to
+    the growing stage furthest below its target (smallest have / want first), as
+    long as `fits` (the queue's admission) says yes; a stage whose next replica does
+    not fit grows no further. None: not even the shrunk stages fit (what runs
+    stays as it is).
+    """
+    now = [min(h, w) for h, w in zip(have, want, strict=True)]
+    if not fits(now):
+        return None
+    open_ = {i for i, (k, w) in enumerate(zip(now, want, strict=True)) if k < w}
+    while open_:
+        i = min(open_, key=lambda j: (now[j] / want[j], j))
+        trial = [*now[:i], now[i] + 1, *now[i + 1 :]]
+        if fits(trial):
+            now = trial
+            if now[i] >= want[i]:
+                open_.discard(i)
+        else:
+            open_.discard(i)
+    return now
 
 
 def with_replicas(plan: PipelinePlan, replicas: Sequence[int]) -> PipelinePlan:

@@ -541,3 +541,31 @@ def test_a_pipeline_within_its_queue_quota_is_built_and_its_pods_hold_the_quota(
     assert shrunk.status["phase"] == "Serving"
     assert shrunk.status["quotaHeld"].startswith("queue serving:")
     assert [e[1] for e in shrunk.events] == ["QuotaExceeded"]
+
+
+def test_a_serving_pipeline_grows_as_far_as_its_queue_quota_admits() -> None:
+    ops, obj = _ops(), _sample()
+    _quota(ops, whole=8, shares_milli=8000)
+    out = reconcile(obj, ops, NOW)
+    assert [
+        ops.applied[f"video-analytics-{s}"]["spec"]["replicas"] for s in ("detect", "pose")
+    ] == [
+        1,
+        1,
+    ]
+    # the tuner wants 4 detect (whole T4) and 3 pose (half-T4 shares); the queue has room
+    # for 2 whole T4s and 1000 milli of shares
+    _quota(ops, whole=2, shares_milli=1000)
+    status = copy.deepcopy(out.status)
+    for row in status["stages"]:
+        row["replicas"] = {"detect": 4, "pose": 3}.get(row["name"], row["replicas"])
+    grown = reconcile(obj | {"status": status}, ops, NOW)
+    assert [
+        ops.applied[f"video-analytics-{s}"]["spec"]["replicas"] for s in ("detect", "pose")
+    ] == [
+        2,
+        2,
+    ]
+    assert grown.status["quotaHeld"].startswith("queue serving:")
+    assert [e[1] for e in grown.events] == ["QuotaExceeded"]
+    assert grown.events[0][2].startswith("scaling up only as far as its queue's quota admits")
