@@ -3,13 +3,15 @@
 Usage: python bench/operator_scale.py [--jobs 2000] [--queues 10] [--seed 0]
                                       [--cluster manifests/clusters/openb.yaml]
                                       [--settle 30] [--until 900] [--steady 60]
+                                      [--submitters 8]
 
 Starts a fresh local cluster from the cluster spec (default: the 1,213 GPU
 nodes of the openb trace, as kwok nodes), the Chronotope scheduler
 (kube-scheduler + extender) and the operator; creates `--queues` Queues in one
 cohort, each with an equal share of every GPU type as nominal quota, and a
 namespace per queue with its LocalQueue; then submits `--jobs` TrainingJobs
-round-robin over the namespaces (seeded: 1 or 2 workers, 1-8 GPUs per worker
+round-robin over the namespaces from `--submitters` clients side by side, as
+teams submit at once (seeded: 1 or 2 workers, 1-8 GPUs per worker
 within what one node of the type has, one or two of the openb GPU types,
 1-4 h). Reports:
 
@@ -41,6 +43,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -245,11 +248,20 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             ]
             cpu0, req0 = cpu_seconds(pid), requests_total(scrape(port))
             t0 = time.monotonic()
-            for ns, obj in jobs:
-                custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", obj)
+            with ThreadPoolExecutor(max_workers=args.submitters) as pool:
+                # several teams submit at once (one client each); list() raises any error
+                list(
+                    pool.map(
+                        lambda job: custom.create_namespaced_custom_object(
+                            GROUP, VERSION, job[0], "trainingjobs", job[1]
+                        ),
+                        jobs,
+                    )
+                )
             submitted = time.monotonic() - t0
             print(
-                f"{args.jobs} jobs submitted in {submitted:.1f} s over {len(teams)} queues",
+                f"{args.jobs} jobs submitted in {submitted:.1f} s over {len(teams)} queues "
+                f"by {args.submitters} submitters",
                 flush=True,
             )
             print(f"{'t (s)':>6} {'Running':>8} {'CPU s':>7}  phases / waiting reasons", flush=True)
@@ -337,6 +349,9 @@ def main() -> int:
     ap.add_argument("--settle", type=int, default=30, help="seconds without a phase change")
     ap.add_argument("--until", type=int, default=900, help="give up waiting after this long")
     ap.add_argument("--steady", type=int, default=60, help="seconds of steady-state sampling")
+    ap.add_argument(
+        "--submitters", type=int, default=8, help="clients creating the jobs side by side"
+    )
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="chronotope-bench-") as tmp:
