@@ -302,39 +302,43 @@ def _apply_within_quota(
     def objects(replicas: Sequence[int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         return stage_objects(obj, spec, with_replicas(running, replicas), groups)
 
-    held = None
-    if view.on:
-        jobs, pods = ops.training_jobs(), ops.pods_matching(namespace)
+    jobs, pods = (ops.training_jobs(), ops.pods_matching(namespace)) if view.on else ([], [])
 
-        def why(replicas: Sequence[int]) -> str | None:
-            return serving_admission(
-                view,
-                jobs,
-                pods,
-                key=f"{namespace}/pipeline:{name}",
-                local_queue=spec.queue,
-                objects=[d for d, _ in objects(replicas)],
-            )
+    def why(replicas: Sequence[int]) -> str | None:
+        if not view.on:
+            return None
+        return serving_admission(
+            view,
+            jobs,
+            pods,
+            key=f"{namespace}/pipeline:{name}",
+            local_queue=spec.queue,
+            objects=[d for d, _ in objects(replicas)],
+        )
 
-        held = why(target)
-    apply = target if held is None else None
-    deployed = ops.deployments(namespace, name)
-    if held is not None and deployed:
-        have = [
-            target[i]
-            if stage.model.variant
-            else int(
-                (deployed.get(stage_deployment_name(name, stage.name, groups)) or {})
-                .get("spec", {})
-                .get("replicas", 0)
-            )
-            for i, stage in enumerate(running.stages)
-        ]
-        apply = grow_within(have, target, lambda r: why(r) is None)
-    if apply is not None:
-        for deployment, service in objects(apply):
+    held = why(target)
+    if held is None:
+        for deployment, service in objects(target):
             ops.apply(deployment, service)
-    return held, held is not None and not deployed
+        return None, False
+    deployed = ops.deployments(namespace, name)
+    if not deployed:
+        return held, True
+    have = [
+        target[i]
+        if stage.model.variant
+        else int(
+            (deployed.get(stage_deployment_name(name, stage.name, groups)) or {})
+            .get("spec", {})
+            .get("replicas", 0)
+        )
+        for i, stage in enumerate(running.stages)
+    ]
+    grown = grow_within(have, target, lambda r: why(r) is None)
+    if grown is not None:
+        for deployment, service in objects(grown):
+            ops.apply(deployment, service)
+    return held, False
 
 
 def _observe(
