@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from chronotope.paths import REPO_ROOT, data_file
-from chronotope.sim.clusterspec import load_spec
 from chronotope.sim.training.bounds import BoundSettings, queueing_bound_h
 from chronotope.sim.training.engine import EngineSettings, simulate
 from chronotope.sim.training.policies import make_training_policy
@@ -29,8 +28,7 @@ from chronotope.sim.training.workload import (
     TABLE_WINDOWS,
     WorkloadSettings,
     build_jobs,
-    capacity_from_spec,
-    load_gavel_speeds,
+    load_training_cluster,
     read_philly_window,
 )
 
@@ -44,11 +42,10 @@ def main() -> int:
     ap.add_argument("--windows", type=int, default=len(WINDOWS), help="first N windows")
     ap.add_argument("--slot-s", type=float, default=300.0, help="the LP's fine slot length")
     args = ap.parse_args()
-    spec = load_spec(REPO_ROOT / "manifests" / "clusters" / "gavel-96.yaml")
-    cap = capacity_from_spec(
-        [(p.gpu.model, p.count * p.gpu.per_node) for p in spec.pools if p.gpu is not None]
+    cap, speeds = load_training_cluster(
+        REPO_ROOT / "manifests" / "clusters" / "gavel-96.yaml",
+        data_file("gavel", "isolated_throughputs.json"),
     )
-    speeds = load_gavel_speeds(data_file("gavel", "isolated_throughputs.json"), list(cap))
     engine = EngineSettings()
     settings = BoundSettings(slot_s=args.slot_s)
     args.out.mkdir(parents=True, exist_ok=True)

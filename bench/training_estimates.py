@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 from chronotope.paths import REPO_ROOT, data_file
-from chronotope.sim.clusterspec import load_spec
 from chronotope.sim.training.engine import EngineSettings, simulate
 from chronotope.sim.training.policies import make_training_policy
 from chronotope.sim.training.report import mean_best_runtime_h, summary_row
@@ -29,8 +28,7 @@ from chronotope.sim.training.workload import (
     TABLE_WINDOWS,
     WorkloadSettings,
     build_jobs,
-    capacity_from_spec,
-    load_gavel_speeds,
+    load_training_cluster,
     read_philly_window,
 )
 
@@ -52,11 +50,10 @@ def main() -> int:
     args = ap.parse_args()
     sigmas = [float(s) for s in args.sigmas.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
-    spec = load_spec(REPO_ROOT / "manifests" / "clusters" / "gavel-96.yaml")
-    cap = capacity_from_spec(
-        [(p.gpu.model, p.count * p.gpu.per_node) for p in spec.pools if p.gpu is not None]
+    cap, speeds = load_training_cluster(
+        REPO_ROOT / "manifests" / "clusters" / "gavel-96.yaml",
+        data_file("gavel", "isolated_throughputs.json"),
     )
-    speeds = load_gavel_speeds(data_file("gavel", "isolated_throughputs.json"), list(cap))
     engine = EngineSettings()
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, object]] = []

@@ -71,7 +71,6 @@ def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
     """
     from tqdm import tqdm
 
-    from chronotope.sim.clusterspec import load_spec
     from chronotope.sim.training.engine import EngineSettings, simulate
     from chronotope.sim.training.policies import TRAINING_POLICY_NAMES, make_training_policy
     from chronotope.sim.training.queues import QuotaPolicy
@@ -85,8 +84,7 @@ def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
     from chronotope.sim.training.workload import (
         WorkloadSettings,
         build_jobs,
-        capacity_from_spec,
-        load_gavel_speeds,
+        load_training_cluster,
         parse_estimate_error,
         read_philly_window,
     )
@@ -97,11 +95,7 @@ def run_training(args: argparse.Namespace) -> list[dict[str, object]]:
         raise SystemExit(
             f"unknown policies: {', '.join(unknown)} (known: {', '.join(TRAINING_POLICY_NAMES)})"
         )
-    spec = load_spec(args.cluster)
-    capacity = capacity_from_spec(
-        [(p.gpu.model, p.count * p.gpu.per_node) for p in spec.pools if p.gpu is not None]
-    )
-    speeds = load_gavel_speeds(args.throughputs, list(capacity))
+    capacity, speeds = load_training_cluster(args.cluster, args.throughputs)
     rows = read_philly_window(args.trace, args.start, args.end)
     if not rows:
         raise SystemExit(f"no jobs in [{args.start}, {args.end})")

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chronotope.sim.clusterspec import load_spec
 from chronotope.workloads.training_policy import Job
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "build_jobs",
     "capacity_from_spec",
     "load_gavel_speeds",
+    "load_training_cluster",
     "parse_estimate_error",
     "parse_time",
     "read_philly_window",
@@ -143,6 +145,17 @@ def load_gavel_speeds(path: Path, gpu_types: list[str]) -> dict[str, dict[str, f
         ref = float(entry["null"])
         speeds[name] = {g: float(raw[g][key]["null"]) / ref for g in gpu_types}
     return dict(sorted(speeds.items()))
+
+
+def load_training_cluster(
+    spec_path: Path, throughputs: Path
+) -> tuple[dict[str, int], dict[str, dict[str, float]]]:
+    """A cluster spec's GPUs per Gavel type, and Gavel's speeds per job type on those types."""
+    spec = load_spec(spec_path)
+    capacity = capacity_from_spec(
+        [(p.gpu.model, p.count * p.gpu.per_node) for p in spec.pools if p.gpu is not None]
+    )
+    return capacity, load_gavel_speeds(throughputs, list(capacity))
 
 
 def build_jobs(
