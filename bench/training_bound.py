@@ -1,6 +1,7 @@
 """Which training goals the queueing bound allows (issue: honest estimates; docs/training-sim.md).
 
-Usage: python bench/training_bound.py [OUT_DIR] [--seeds 0,1] [--windows N] [--slot-s 300]
+Usage: python bench/training_bound.py [OUT_DIR] [--seeds 0,1] [--windows N] [--skip K]
+                                     [--slot-s 300]
 
 For each Philly window of bench/training_estimates.py and each seed, on gavel-96:
 the mean isolated best run time (`report.mean_best_runtime_h`), the LP bound that
@@ -40,6 +41,7 @@ def main() -> int:
     ap.add_argument("out", nargs="?", type=Path, default=REPO_ROOT / "out" / "training-bound")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--windows", type=int, default=len(WINDOWS), help="first N windows")
+    ap.add_argument("--skip", type=int, default=0, help="leave out the first K of those")
     ap.add_argument("--slot-s", type=float, default=300.0, help="the LP's fine slot length")
     args = ap.parse_args()
     cap, speeds = load_training_cluster(
@@ -53,7 +55,7 @@ def main() -> int:
     print("| window | seed | jobs | lb | LP bound | fifo | fifo/2 | gavel | gavel/1.3 "
           "| 2x fifo possible | 1.3x gavel possible | LP s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for start, end in WINDOWS[: args.windows]:
+    for start, end in WINDOWS[args.skip : args.windows]:
         trace = read_philly_window(data_file("philly", "philly.csv"), start, end)
         for seed in (int(s) for s in args.seeds.split(",")):
             jobs = build_jobs(trace, speeds, max(cap.values()), WorkloadSettings(), seed)
