@@ -149,6 +149,21 @@ def histogram_quantiles(
     return out, count
 
 
+def count_over(text: str, name: str, limit: float, where: tuple[str, ...] = ()) -> int:
+    """Observations of histogram `name` above `limit`, which must be one of its bucket edges."""
+    at, total = 0.0, 0.0
+    for m in re.finditer(rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$", text, re.M):
+        if not all(w in m.group(1) for w in where):
+            continue
+        le = re.search(r'le="([^"]+)"', m.group(1))
+        assert le is not None
+        if le.group(1) == "+Inf":
+            total += float(m.group(2))
+        elif math.isclose(float(le.group(1)), limit):
+            at += float(m.group(2))
+    return int(total - at)
+
+
 def apiserver_metrics(api: client.ApiClient) -> str:
     """The API server's own /metrics text."""
     response = api.call_api(
@@ -164,6 +179,10 @@ WRITES = (
     ("patch a TrainingJob's status", ('verb="PATCH"', 'resource="trainingjobs"')),
 )
 """The API writes a start makes, for the API server's own latency of each."""
+
+
+IN_FLIGHT = ("-", "Starting", "Resizing")
+"""Phases of a job not yet decided ("-": no status) or decided but not yet bound."""
 
 
 def snapshot(custom: client.CustomObjectsApi) -> tuple[Counter[str], Counter[str], dict[str, str]]:
@@ -279,7 +298,10 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                     f"{dict(reasons.most_common(4))}",
                     flush=True,
                 )
-                if time.monotonic() - changed_at >= args.settle:
+                # settled: no phase change for a while and no job between decided and
+                # bound (a gang stuck placing is re-planned only after STUCK_AFTER_S)
+                unsettled = sum(phases.get(p, 0) for p in IN_FLIGHT)
+                if time.monotonic() - changed_at >= args.settle and not unsettled:
                     settled_at = changed_at - t0
                     break
             ramp_cpu, ramp_req = cpu_seconds(pid) - cpu0, requests_total(scrape(port)) - req0
@@ -305,7 +327,8 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 print(f"  not settled within {args.until} s (phases still changing)")
             else:
                 print(
-                    f"  settled (no phase change for {args.settle} s) at {settled_at:.0f} s "
+                    f"  settled (no phase change for {args.settle} s, no job without a status, "
+                    f"Starting or Resizing) at {settled_at:.0f} s "
                     f"after the first submit, {settled_at - submitted:.0f} s after the last "
                     "(goal: 120 s)"
                 )
@@ -324,6 +347,13 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                     f"  the API server's own latency to {what}: p50 {w50 * 1000:.0f} ms, "
                     f"p99 {w99 * 1000:.0f} ms over {n} requests (all clients, whole run)"
                 )
+            slow = count_over(server, "apiserver_request_duration_seconds", 0.1, WRITES[0][1])
+            print(
+                f"  bound: {slow} worker pod creates took the API server over 100 ms; each is "
+                f"inside a start's reconcile (one or two workers a gang), so at least "
+                f"{math.ceil(slow / 2)} of the {count} reconciles ({slow / 2 / max(count, 1):.1%}) "
+                "took over 100 ms: a p99 under 100 ms needs that under 1 %"
+            )
             print(
                 f"  scheduling passes: {passes}, p50 {pass50:.2f} s, p99 {pass99:.2f} s "
                 "(each decides every waiting job; not part of a reconcile)"
