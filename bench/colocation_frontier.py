@@ -24,7 +24,6 @@ Usage: python bench/colocation_frontier.py --seed 0 --out /tmp/frontier [--reque
 from __future__ import annotations
 
 import argparse
-import csv
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from chronotope.planners.kernel_replay import (
     replay,
 )
 from chronotope.sim.colocation import PairSetup, load_profiles
+from chronotope.sim.runner import write_rows
 
 CAPS = tuple(range(100, 0, -10))
 
@@ -115,10 +115,7 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         rows = list(pool.map(_pair, jobs))
     args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "frontier.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out / "frontier.csv", rows)
     for r in rows:
         print(", ".join(f"{k}={v}" for k, v in r.items()))
     oracle = sum(float(str(r["best_be_per_gpu"])) for r in rows) / len(rows)

@@ -15,12 +15,12 @@ The LP of an overloaded window takes minutes (GLOP, one core).
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
 
 from chronotope.paths import REPO_ROOT, data_file
+from chronotope.sim.runner import write_rows
 from chronotope.sim.training.bounds import BoundSettings, queueing_bound_h
 from chronotope.sim.training.engine import EngineSettings, simulate
 from chronotope.sim.training.policies import make_training_policy
@@ -92,10 +92,7 @@ def main() -> int:
                 f"| {'yes' if row['gavel_1_3x_possible'] else 'NO'} | {row['lp_s']} |",
                 flush=True,
             )
-    with (args.out / "bounds.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out / "bounds.csv", rows)
     return 0
 
 

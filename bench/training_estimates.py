@@ -16,11 +16,11 @@ Writes OUT_DIR/estimates.csv (default out/training-estimates).
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
 from chronotope.paths import REPO_ROOT, data_file
+from chronotope.sim.runner import write_rows
 from chronotope.sim.training.engine import EngineSettings, simulate
 from chronotope.sim.training.policies import make_training_policy
 from chronotope.sim.training.report import mean_best_runtime_h, summary_row
@@ -101,10 +101,7 @@ def main() -> int:
                     f"{row['ours_deadline_met_pct']} % |",
                     flush=True,
                 )
-    with (args.out / "estimates.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out / "estimates.csv", rows)
     if baseline_drift:
         print(f"ERROR: baselines changed with sigma: {baseline_drift}", file=sys.stderr)
         return 1

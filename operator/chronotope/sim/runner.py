@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "plot_curves",
     "run_all",
     "run_one",
+    "write_rows",
     "write_simulated_placements",
 ]
 
@@ -176,11 +178,11 @@ def run_all(spec: RunSpec) -> list[dict[str, object]]:
         key=lambda r: (str(r["trace"]), str(r["policy"]), int(str(r["seed"]))),  # type: ignore[index]
     )
     if bounds:
-        _write_csv(
+        write_rows(
             spec.out / "bounds.csv", sorted(bounds, key=lambda b: (str(b["trace"]), str(b["seed"])))
         )
     if results:
-        _write_csv(spec.out / "summary.csv", rows)  # type: ignore[arg-type]
+        write_rows(spec.out / "summary.csv", rows)  # type: ignore[arg-type]
         _write_curves(spec.out / "curves.csv", results)
         plot_curves(spec.out / "allocation.png", results)
     return rows  # type: ignore[return-value]
@@ -225,9 +227,9 @@ def merge_dirs(out: Path, dirs: list[Path]) -> None:
                     key = (r["trace"], r["policy"], r["seed"])
                     curves[key] = [float(r[f"alloc_at_{p}"]) for p in CURVE_POINTS]
     order = sorted(rows, key=lambda k: (k[0], k[1], int(k[2])))
-    _write_csv(out / "summary.csv", [dict(rows[k]) for k in order])
+    write_rows(out / "summary.csv", [dict(rows[k]) for k in order])
     if bounds:
-        _write_csv(out / "bounds.csv", [dict(bounds[k]) for k in sorted(bounds)])
+        write_rows(out / "bounds.csv", [dict(bounds[k]) for k in sorted(bounds)])
     results: list[dict[str, object]] = [
         {"row": {"trace": k[0], "policy": k[1], "seed": k[2]}, "curve": c}
         for k, c in sorted(curves.items())
@@ -249,7 +251,8 @@ class _Serial:
         return map(fn, items)
 
 
-def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
+def write_rows(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
+    """`rows` as CSV at `path`, the first row's keys as the header (nothing when empty)."""
     if not rows:
         return
     with path.open("w", newline="") as fh:
