@@ -12,7 +12,8 @@ do not all arrive expires and is released.
 Gangs are declared on pods: label `chronotope.dev/pod-group` (the gang's name)
 and annotation `chronotope.dev/pod-group-size` (how many members), optional
 `chronotope.dev/placement-strategy`: Pack (default), Spread, StrictPack,
-StrictSpread (Ray's placement-group strategies).
+StrictSpread (Ray's placement-group strategies; where each member goes is
+`solver.slots.next_slot`, the rule the operator's scheduling pass places by).
 
 Pure: plain values and the cluster cache.
 """
@@ -27,6 +28,7 @@ from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import PodRequest, Reason
+from chronotope.solver.slots import next_slot
 
 __all__ = ["MAX_GANG_SIZE", "Gang", "GangBook", "gang_of"]
 
@@ -114,7 +116,8 @@ class GangBook:
             return None
         res = Reservation(gang, [], expires_at=now + self.ttl_s)
         for i in range(needed):
-            node = self._pick(cache, res, req, candidates)
+            rest = (needed - i) * (0 if req.is_share else req.num_gpus)
+            node = self._pick(cache, res, req, candidates, rest)
             if node is None or isinstance(cache.assume(res.slot_key(i), node, req, now), Reason):
                 self._release(cache, res)
                 return (
@@ -127,21 +130,16 @@ class GangBook:
         return None
 
     def _pick(
-        self, cache: ClusterCache, res: Reservation, req: PodRequest, candidates: list[str]
+        self,
+        cache: ClusterCache,
+        res: Reservation,
+        req: PodRequest,
+        candidates: list[str],
+        rest: int,
     ) -> str | None:
-        used = set(res.slots)
-        fitting = [n for n in candidates if not isinstance(cache.fit(n, req), Reason)]
-        strategy = res.gang.strategy
-        if strategy is PlacementStrategy.STRICT_SPREAD:
-            fitting = [n for n in fitting if n not in used]
-        if strategy is PlacementStrategy.STRICT_PACK and used:
-            fitting = [n for n in fitting if n in used]
-        if not fitting:
-            return None
-        if strategy in (PlacementStrategy.PACK, PlacementStrategy.STRICT_PACK):
-            # stay on nodes the gang already uses, else the one with most free GPUs
-            return max(fitting, key=lambda n: (n in used, cache.free_whole(n), n))
-        return max(fitting, key=lambda n: (n not in used, cache.free_whole(n), n))
+        fits = [n for n in candidates if not isinstance(cache.fit(n, req), Reason)]
+        fitting = [(n, cache.free_whole(n)) for n in fits]
+        return next_slot(fitting, set(res.slots), res.gang.strategy, rest)
 
     def claim(self, cache: ClusterCache, gang: Gang, pod_key: str, node: str) -> bool:
         """Turn a slot on `node` into room for this member (the caller then assumes the pod)."""

@@ -6,7 +6,9 @@ A view of the one cluster model: the nodes and bound pods go into a
 another scheduler take `nvidia.com/gpu` GPUs by count), and each GPU node is
 summed up as a `NodeCapacity` with the indices of its untouched GPUs. Workers
 created for a gang but not yet bound are promised GPUs of their type, so two
-jobs decided in a row do not both count on the same free GPUs.
+jobs decided in a row do not both count on the same free GPUs: a worker
+whose pod carries a planned node and GPUs (the pass's own placement, or a
+joint plan's) holds exactly those, any other by count.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 from chronotope.sharing.labels import (
     DONE_PHASES,
     GPU_PRODUCT_LABEL,
@@ -23,10 +26,12 @@ from chronotope.sharing.labels import (
     ZONE_LABEL,
 )
 from chronotope.solver.cache import ClusterCache
-from chronotope.solver.model import UNBOUNDED
+from chronotope.solver.model import UNBOUNDED, Reason
+from chronotope.solver.slots import next_slot
 from chronotope.workloads.cluster_feed import node_info, pod_holding
+from chronotope.workloads.podreq import PodRequestError, planned, pod_request
 
-__all__ = ["Capacity", "NodeCapacity", "cluster_capacity", "take"]
+__all__ = ["Capacity", "NodeCapacity", "Placements", "cluster_capacity", "take"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ def cluster_capacity(
     for node in nodes:
         cache.upsert_node(node_info(node))
     promised: dict[str, int] = {}  # GPU model -> GPUs of created but not yet bound workers
+    waiting: list[tuple[str, Mapping[str, Any], str]] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -84,9 +90,12 @@ def cluster_capacity(
         if not bound_to:
             model = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
             if model and spec.get("schedulerName") == SCHEDULER_NAME:
-                promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
+                waiting.append((key, pod, str(model)))
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
+    for key, pod, model in waiting:  # after every bound pod: a plan holds what it names
+        if not _hold_planned(cache, key, pod):
+            promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
     state = cache.state()
     out: list[NodeCapacity] = []
     for node in nodes:
@@ -118,22 +127,41 @@ def cluster_capacity(
     return _minus_promised(out, promised)
 
 
+Placements: TypeAlias = tuple[tuple[str, tuple[int, ...]], ...]
+"""(node, GPU indices) per worker of a gang, in rank order (empty indices: node only)."""
+
+
+def _hold_planned(cache: ClusterCache, key: str, pod: Mapping[str, Any]) -> bool:
+    """Hold an unbound pod's planned node and GPUs, if it has a plan that still fits."""
+    try:
+        plan = planned(pod)
+        req = pod_request(pod)
+    except PodRequestError:
+        return False
+    if plan is None or plan.node not in cache.nodes:
+        return False
+    gpus = plan.gpus or None
+    return not isinstance(cache.assume(key, plan.node, req, 0.0, gpus), Reason)
+
+
 def take(
     capacity: Capacity,
     gpu_type: str,
     workers: int,
     per_worker: int,
     *,
-    spread: bool = False,
+    strategy: PlacementStrategy = PlacementStrategy.PACK,
     placements: Sequence[tuple[str, Sequence[int]]] = (),
-) -> list[NodeCapacity]:
-    """`capacity` after a gang starts: `workers` x `per_worker` GPUs of `gpu_type` taken.
+) -> tuple[list[NodeCapacity], Placements]:
+    """`capacity` after a gang starts, and where its workers go.
 
     With `placements` (node, GPU indices per worker, from a joint plan) those
-    GPUs are taken; otherwise each worker goes to the fullest node it still fits
-    on (best fit; a different node per worker when `spread`), as a packing
-    policy places it. A worker that fits nowhere is taken by count, from the
-    largest free nodes first.
+    GPUs are taken and returned. Otherwise each worker goes where the
+    extender's gang rule puts it (`solver.slots.next_slot`, the gang's
+    `strategy`) and takes the node's first free GPUs; those placements are
+    returned, so the gang's pods can carry them (the extender honours them).
+    If some worker fits nowhere, no placements are returned and the unplaced
+    workers' GPUs are taken by count, from the largest free nodes first.
     """
     nodes = list(capacity)
     where = {n.name: i for i, n in enumerate(nodes)}
@@ -145,27 +173,29 @@ def take(
             n = nodes[i]
             rest = tuple(g for g in n.free_gpus if g not in set(gpus))
             nodes[i] = replace(n, free=max(0, n.free - len(gpus)), free_gpus=rest)
-        return nodes
-    used: set[int] = set()
+        return nodes, tuple((name, tuple(gpus)) for name, gpus in placements)
+    used: set[str] = set()
+    placed: list[tuple[str, tuple[int, ...]]] = []
     unplaced = 0
-    for _ in range(workers):
-        best = None
-        for i, n in enumerate(nodes):
-            if n.gpu_model != gpu_type or not n.schedulable or n.free < per_worker:
-                continue
-            if spread and i in used:
-                continue
-            if best is None or n.free < nodes[best].free:
-                best = i
-        if best is None:
+    for w in range(workers):
+        fitting = [
+            (n.name, n.free)
+            for n in nodes
+            if n.gpu_model == gpu_type and n.schedulable and n.free >= per_worker
+        ]
+        slot = next_slot(fitting, used, strategy, (workers - w) * per_worker)
+        if slot is None:
             unplaced += 1
             continue
-        used.add(best)
-        n = nodes[best]
-        nodes[best] = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
+        used.add(slot)
+        i = where[slot]
+        n = nodes[i]
+        gpus = n.free_gpus[:per_worker] if len(n.free_gpus) >= per_worker else ()
+        nodes[i] = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
+        placed.append((slot, gpus))
     if unplaced:
-        return _minus_promised(nodes, {gpu_type: unplaced * per_worker})
-    return nodes
+        return _minus_promised(nodes, {gpu_type: unplaced * per_worker}), ()
+    return nodes, tuple(placed)
 
 
 def _minus_promised(nodes: list[NodeCapacity], promised: dict[str, int]) -> list[NodeCapacity]:

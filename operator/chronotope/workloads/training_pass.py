@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import Capacity, cluster_capacity, take
 from chronotope.workloads.gates import (
     START_GATES,
@@ -298,7 +298,7 @@ class _Pass:
         elif first.action is Action.START:
             decision = _queued_behind(narrowed, self.starts, decision)
         if decision.action is Action.START and decision.gpu_type is not None:
-            self._take(job, spec, decision)
+            decision = self._take(job, spec, decision)
         return JobVerdict(decision, cycle, admission)
 
     def _later_on_preferred(
@@ -341,20 +341,29 @@ class _Pass:
             cause="WaitingForQuota",
         )
 
-    def _take(self, job: Mapping[str, Any], spec: TrainingJobSpec, d: Decision) -> None:
-        """The start's GPUs leave the capacity; later jobs see the job as started."""
-        assert d.gpu_type is not None
-        self.left = take(
+    def _take(self, job: Mapping[str, Any], spec: TrainingJobSpec, d: Decision) -> Decision:
+        """The start's GPUs leave the capacity; later jobs see the job as started.
+
+        Returns the decision with its workers' nodes and GPUs, as the gang rule
+        placed them on what was left (a joint plan's are kept), so its pods carry
+        them and the extender puts the gang where this pass counted it.
+        """
+        gpu_type = d.gpu_type
+        assert gpu_type is not None
+        self.left, placements = take(
             self.left,
-            d.gpu_type,
+            gpu_type,
             d.workers,
             d.gpus_per_worker,
-            spread=spec.placement.strategy is PlacementStrategy.STRICT_SPREAD,
+            strategy=spec.placement.strategy,
             placements=d.placements,
         )
+        if len(placements) == d.workers:
+            d = replace(d, placements=placements)
         key = job_key(job)
-        self.starts.append((key, d.gpu_type, d.workers * d.gpus_per_worker))
+        self.starts.append((key, gpu_type, d.workers * d.gpus_per_worker))
         if d.finish is not None:  # its GPUs free up when it is predicted to finish
-            self.frees[d.gpu_type] = min(self.frees.get(d.gpu_type, d.finish), d.finish)
+            self.frees[gpu_type] = min(self.frees.get(gpu_type, d.finish), d.finish)
         if key in self.index:
             self.others[self.index[key]] = _started(job, d, self.now)
+        return d
