@@ -191,6 +191,8 @@ def _queue_rows(
             seed=seed,
             gpu_util_pct=summary[-1]["gpu_util_pct"],
             gpu_util_no_queues_pct=summary[-2]["gpu_util_pct"],
+            busy_while_waiting_pct=summary[-1]["busy_while_waiting_pct"],
+            busy_while_waiting_no_queues_pct=summary[-2]["busy_while_waiting_pct"],
         )
     return rows
 
@@ -207,9 +209,14 @@ def _print_queues(rows: list[dict[str, object]]) -> None:
     for policy in dict.fromkeys(str(r["policy"]) for r in rows):
         r = next(x for x in rows if x["policy"] == policy)
         delta = float(str(r["gpu_util_pct"])) - float(str(r["gpu_util_no_queues_pct"]))
+        waiting = float(str(r["busy_while_waiting_pct"])) - float(
+            str(r["busy_while_waiting_no_queues_pct"])
+        )
         print(
             f"{policy}: jain={r['jain']} gpu_util_pct={r['gpu_util_pct']} "
-            f"(without queues {r['gpu_util_no_queues_pct']}, {delta:+.2f} pp)"
+            f"(without queues {r['gpu_util_no_queues_pct']}, {delta:+.2f} pp) "
+            f"busy_while_waiting_pct={r['busy_while_waiting_pct']} "
+            f"(without queues {r['busy_while_waiting_no_queues_pct']}, {waiting:+.2f} pp)"
         )
 
 

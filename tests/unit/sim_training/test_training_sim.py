@@ -38,6 +38,8 @@ def test_fifo_hand_checked() -> None:
     row = summary_row(jobs, res, cap, seed=7)
     assert row["avg_jct_h"] == round((200 + 100 + 140) / 3 / 3600, 4)
     assert row["makespan_h"] == round(200 / 3600, 4)
+    # job 2 waits 10..100 s with all four GPUs busy: nothing idles while it waits
+    assert (res.waiting_s, row["busy_while_waiting_pct"]) == (90.0, 100.0)
 
 
 def test_fifo_head_of_line_blocks() -> None:
@@ -45,6 +47,10 @@ def test_fifo_head_of_line_blocks() -> None:
     jobs = [_job(0, 0, 3, 100), _job(1, 1, 4, 10), _job(2, 2, 1, 10)]
     res = simulate(jobs, cap, make_training_policy("fifo", 100.0, 0.0), NO_OVERHEAD)
     assert res.finish_s == {0: 100.0, 1: 110.0, 2: 120.0}
+    # 1..100 s: 3 of 4 GPUs busy while jobs wait behind the head; 100..110 s: all 4
+    row = summary_row(jobs, res, cap, seed=0)
+    assert res.waiting_s == pytest.approx(109.0)
+    assert row["busy_while_waiting_pct"] == round((99 * 3 + 10 * 4) / (4 * 109) * 100, 2)
 
 
 def _random_jobs(seed: int) -> list[Job]:
@@ -106,7 +112,8 @@ def test_cli_writes_exact_columns(tmp_path: Path) -> None:
         body = list(reader)
     assert tuple(header) == SUMMARY_COLUMNS
     expected = (
-        "policy,seed,jobs,avg_jct_h,p50_jct_h,p99_jct_h,makespan_h,deadline_met_pct,gpu_util_pct"
+        "policy,seed,jobs,avg_jct_h,p50_jct_h,p99_jct_h,makespan_h,deadline_met_pct,gpu_util_pct,"
+        "busy_while_waiting_pct"
     )
     assert ",".join(header) == expected
     assert [r[0] for r in body] == list(TRAINING_POLICY_NAMES)

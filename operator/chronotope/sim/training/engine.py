@@ -42,6 +42,10 @@ class SimResult:
     busy_gpu_s: float
     peak_usage: dict[str, int]
     decisions: int
+    waiting_s: float = 0.0
+    """Time during which some arrived job was not running (waiting or preempted)."""
+    busy_waiting_gpu_s: float = 0.0
+    """GPU-seconds busy during that time: capacity quotas or policies leave idle show here."""
 
 
 def _enact(
@@ -125,6 +129,7 @@ def simulate(
     finish: dict[int, float] = {}
     peak = dict.fromkeys(capacity, 0)
     busy, now, nxt, decisions = 0.0, 0.0, 0, 0
+    waiting_s, busy_waiting = 0.0, 0.0
     if pending:
         now = pending[0].arrival_s
     while len(finish) < len(jobs):
@@ -139,6 +144,9 @@ def simulate(
         running = [js for js in active if js.gpu_type is not None]
         arrival = pending[nxt].arrival_s if nxt < len(pending) else None
         dt = _horizon(now, arrival, running, active, policy=policy, settings=settings)
+        if len(running) < len(active):
+            waiting_s += dt
+            busy_waiting += dt * sum(js.job.num_gpus for js in running)
         busy = _advance(running, dt, busy)
         now += dt
         done = [js for js in active if js.remaining_s <= EPS * max(1.0, js.job.work_s)]
@@ -150,4 +158,4 @@ def simulate(
                 on_progress(1)
         if done:
             active = [js for js in active if js.finish_s is None]
-    return SimResult(policy.name, finish, busy, peak, decisions)
+    return SimResult(policy.name, finish, busy, peak, decisions, waiting_s, busy_waiting)

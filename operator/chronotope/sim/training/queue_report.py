@@ -36,6 +36,8 @@ QUEUE_COLUMNS = (
     "jain",
     "gpu_util_pct",
     "gpu_util_no_queues_pct",
+    "busy_while_waiting_pct",
+    "busy_while_waiting_no_queues_pct",
 )
 
 

@@ -31,6 +31,7 @@ SUMMARY_COLUMNS = (
     "makespan_h",
     "deadline_met_pct",
     "gpu_util_pct",
+    "busy_while_waiting_pct",
 )
 
 
@@ -61,13 +62,21 @@ def write_bounds(jobs: Sequence[Job], seed: int, path: Path) -> float:
 def summary_row(
     jobs: Sequence[Job], result: SimResult, capacity: Mapping[str, int], seed: int
 ) -> dict[str, object]:
-    """Makespan and utilisation run from the first arrival to the last completion."""
+    """Makespan and utilisation run from the first arrival to the last completion.
+
+    `busy_while_waiting_pct`: the share of GPUs busy over the time some arrived job
+    was not running (100 when none ever waited): GPUs a policy or a quota leaves
+    idle while work waits lower it; the makespan and slower GPU types do not.
+    """
     jct = np.array(jcts_h(jobs, result))
     first = min(j.arrival_s for j in jobs)
     span_s = max(result.finish_s.values()) - first
     with_deadline = [j for j in jobs if j.deadline_s is not None]
     met = sum(result.finish_s[j.job_id] <= (j.deadline_s or 0.0) + 1e-6 for j in with_deadline)
-    util = result.busy_gpu_s / (sum(capacity.values()) * span_s) * 100 if span_s > 0 else 0.0
+    total = sum(capacity.values())
+    util = result.busy_gpu_s / (total * span_s) * 100 if span_s > 0 else 0.0
+    waiting = result.waiting_s
+    busy_waiting = result.busy_waiting_gpu_s / (total * waiting) * 100 if waiting > 0 else 100.0
     return {
         "policy": result.policy,
         "seed": seed,
@@ -78,6 +87,7 @@ def summary_row(
         "makespan_h": round(span_s / 3600, 4),
         "deadline_met_pct": round(100.0 * met / len(with_deadline), 2) if with_deadline else 100.0,
         "gpu_util_pct": round(util, 2),
+        "busy_while_waiting_pct": round(busy_waiting, 2),
     }
 
 
