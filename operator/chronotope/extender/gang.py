@@ -20,7 +20,7 @@ Pure: plain values and the cluster cache.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import PodRequest, Reason
 from chronotope.solver.slots import next_slot
+from chronotope.workloads.podreq import PlannedPlacement
 
 __all__ = ["MAX_GANG_SIZE", "Gang", "GangBook", "gang_of"]
 
@@ -81,6 +82,7 @@ class Reservation:
     slots: list[str]  # node per slot
     claimed: dict[str, int] = field(default_factory=dict)  # pod key -> slot
     expires_at: float = 0.0
+    gpus: list[tuple[int, ...]] = field(default_factory=list)  # GPU indices per slot
 
     def slot_key(self, i: int) -> str:
         return f"gang:{self.gang.key}#{i}"
@@ -118,13 +120,49 @@ class GangBook:
         for i in range(needed):
             rest = (needed - i) * (0 if req.is_share else req.num_gpus)
             node = self._pick(cache, res, req, candidates, rest)
-            if node is None or isinstance(cache.assume(res.slot_key(i), node, req, now), Reason):
+            choice = None if node is None else cache.assume(res.slot_key(i), node, req, now)
+            if node is None or choice is None or isinstance(choice, Reason):
                 self._release(cache, res)
                 return (
                     f"gang {gang.key} ({gang.strategy.value}) needs {needed} member(s) with "
                     f"{req.describe_gpus()} each; only {i} can be placed now"
                 )
             res.slots.append(node)
+            res.gpus.append(choice)
+        hold_for_reservation(cache, res)
+        self.reservations[gang.key] = res
+        return None
+
+    def reserve_planned(
+        self,
+        cache: ClusterCache,
+        gang: Gang,
+        req: PodRequest,
+        candidates: list[str],
+        now: float,
+        *,
+        plan: Sequence[PlannedPlacement],
+    ) -> str | None:
+        """Reserve every member's planned node and GPUs, or nothing; returns why not, or None.
+
+        Only a whole gang's plan for a gang none of whose members is bound yet.
+        """
+        if self.members_bound.get(gang.key):
+            return f"members of gang {gang.key} are bound already"
+        if len(plan) != gang.size:
+            return f"the plan names {len(plan)} member(s), gang {gang.key} has {gang.size}"
+        res = Reservation(gang, [], expires_at=now + self.ttl_s)
+        offered = set(candidates)
+        for i, slot in enumerate(plan):
+            if slot.node not in offered:
+                self._release(cache, res)
+                return f"kube-scheduler ruled out the planned node {slot.node}"
+            choice = cache.assume(res.slot_key(i), slot.node, req, now, slot.gpus)
+            if isinstance(choice, Reason):
+                self._release(cache, res)
+                return f"planned node {slot.node} no longer fits: {choice.message}"
+            res.slots.append(slot.node)
+            res.gpus.append(choice)
         hold_for_reservation(cache, res)
         self.reservations[gang.key] = res
         return None
@@ -141,8 +179,18 @@ class GangBook:
         fitting = [(n, cache.free_whole(n)) for n in fits]
         return next_slot(fitting, set(res.slots), res.gang.strategy, rest)
 
-    def claim(self, cache: ClusterCache, gang: Gang, pod_key: str, node: str) -> bool:
-        """Turn a slot on `node` into room for this member (the caller then assumes the pod)."""
+    def claim(
+        self,
+        cache: ClusterCache,
+        gang: Gang,
+        pod_key: str,
+        node: str,
+        gpus: tuple[int, ...] | None = None,
+    ) -> bool:
+        """Turn a slot on `node` into room for this member (the caller then assumes the pod).
+
+        With `gpus` (the member's planned GPUs), the slot that holds those is taken first.
+        """
         res = self.reservations.get(gang.key)
         if res is None:
             return True  # no reservation (e.g. the rest of the gang is already bound)
@@ -152,7 +200,7 @@ class GangBook:
             free = [i for i in res.free_slots() if res.slots[i] == node]
             if not free:
                 return False
-            slot = free[0]
+            slot = next((i for i in free if res.gpus[i] == gpus), free[0])
             res.claimed[pod_key] = slot
         cache.forget(res.slot_key(slot))
         return True

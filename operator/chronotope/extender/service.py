@@ -52,6 +52,7 @@ from chronotope.workloads.cluster_feed import node_info, pod_holding
 from chronotope.workloads.podreq import (
     PlannedPlacement,
     planned,
+    planned_gang,
     pod_key,
     pod_request,
     profile_warning,
@@ -124,6 +125,7 @@ class ExtenderService:
             req = pod_request(pod)
             gang = gang_of(pod)
             plan = planned(pod)
+            gang_plan = planned_gang(pod) if gang is not None and gang.size > 1 else None
         except ValueError as exc:  # PodRequestError is a ValueError too
             reason = f"invalid pod request: {exc}"
             return FilterOutcome([], {}, dict.fromkeys(node_names, reason))
@@ -138,11 +140,12 @@ class ExtenderService:
                 self._gang_of[key] = gang
             if plan is not None:
                 self._plans[key] = plan
+            if plan is not None and (gang is None or gang.size == 1):
                 outcome = self._filter_planned(key, plan, req, node_names, now)
                 if outcome is not None:
                     return outcome
             if gang is not None:
-                outcome = self._filter_gang(key, gang, req, node_names, now)
+                outcome = self._filter_gang(key, gang, req, node_names, now, gang_plan=gang_plan)
                 if outcome is not None:
                     return outcome
             placed = self.cache.place(key, req, node_names, self.policy, now)
@@ -197,10 +200,29 @@ class ExtenderService:
         return None
 
     def _filter_gang(
-        self, key: str, gang: Gang, req: PodRequest, node_names: list[str], now: float
+        self,
+        key: str,
+        gang: Gang,
+        req: PodRequest,
+        node_names: list[str],
+        now: float,
+        *,
+        gang_plan: Sequence[PlannedPlacement] | None,
     ) -> FilterOutcome | None:
-        """Members pass only where the gang holds a slot; the first member reserves them all."""
+        """Members pass only where the gang holds a slot; the first member reserves them all.
+
+        With the whole gang's plan on the pod, the slots are the planned nodes and
+        GPUs; if they no longer fit, the gang rule places the gang (and an event says
+        so). A member with a plan passes on its own planned node while a slot is free there.
+        """
         allowed = self.gangs.allowed_nodes(gang, key)
+        if allowed is None and gang_plan is not None:
+            why = self.gangs.reserve_planned(self.cache, gang, req, node_names, now, plan=gang_plan)
+            if why is not None:
+                message = f"{why}; gang {gang.key} placed by the gang rule instead"
+                log.info("pod %s: %s", key, message)
+                self.event_fn(key, "PlanFallback", message)
+            allowed = self.gangs.allowed_nodes(gang, key)
         if allowed is None:
             why = self.gangs.reserve(self.cache, gang, req, node_names, now)
             if why is not None:
@@ -210,6 +232,9 @@ class ExtenderService:
             if allowed is None:
                 return None  # the rest of the gang is bound: a plain placement
         self._chosen.pop(key, None)
+        plan = self._plans.get(key)
+        if plan is not None and plan.node in allowed:
+            allowed = {plan.node}
         passed = [n for n in node_names if n in allowed]
         elsewhere = f"GPUs for gang {gang.key} are reserved on other nodes"
         return FilterOutcome(passed, {n: elsewhere for n in node_names if n not in allowed}, {})
@@ -272,9 +297,10 @@ class ExtenderService:
         if held is not None and not held.bound and not held.binding and held.node == node:
             self.cache.binding(key)
             return held.gpu_indices
-        if gang is not None and not self.gangs.claim(self.cache, gang, key, node):
-            return f"gang {gang.key} holds no slot on {node}"
         plan = self._plans.get(key)
+        mine = plan.gpus if plan is not None and plan.node == node else None
+        if gang is not None and not self.gangs.claim(self.cache, gang, key, node, mine):
+            return f"gang {gang.key} holds no slot on {node}"
         if plan is not None and plan.node == node and plan.gpus is not None:
             choice: tuple[int, ...] | Reason = self.cache.assume(key, node, req, now, plan.gpus)
         else:  # no assumption (a gang member, a restart since filter): the policy's GPUs there

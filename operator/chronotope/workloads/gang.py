@@ -24,8 +24,10 @@ from chronotope.sharing.labels import (
 )
 from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.podreq import (
+    PLANNED_GANG_ANNOTATION,
     PLANNED_GPUS_ANNOTATION,
     PLANNED_NODE_ANNOTATION,
+    gang_plan_annotation,
     gpu_resources,
 )
 from chronotope.workloads.training import Decision
@@ -132,12 +134,14 @@ def worker_pods(
             GANG_SIZE_ANNOTATION: str(decision.workers),
             STRATEGY_ANNOTATION: spec.placement.strategy.value,
         }
-        if len(decision.placements) == decision.workers:  # a joint plan's node and GPUs
+        if len(decision.placements) == decision.workers:  # the pass's node and GPUs
             node, gpus = decision.placements[rank]
             annotations |= {
                 PLANNED_NODE_ANNOTATION: node,
                 PLANNED_GPUS_ANNOTATION: ",".join(map(str, gpus)),
             }
+            if decision.workers > 1:  # the extender reserves the whole gang from it
+                annotations[PLANNED_GANG_ANNOTATION] = gang_plan_annotation(decision.placements)
         pods.append(
             {
                 "apiVersion": "v1",

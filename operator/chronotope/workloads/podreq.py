@@ -18,7 +18,7 @@ request falls back to the unknown profile (the conservative stand-in), and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ from chronotope.solver.model import MILLI, PodRequest
 __all__ = [
     "GPU_MODELS_ANNOTATION",
     "GPU_RESOURCE",
+    "PLANNED_GANG_ANNOTATION",
     "PLANNED_GPUS_ANNOTATION",
     "PLANNED_NODE_ANNOTATION",
     "SHARE_COMPUTE_ANNOTATION",
@@ -46,8 +47,10 @@ __all__ = [
     "SHARE_RESOURCE",
     "PlannedPlacement",
     "PodRequestError",
+    "gang_plan_annotation",
     "gpu_resources",
     "planned",
+    "planned_gang",
     "pod_gpu_request",
     "pod_key",
     "pod_request",
@@ -60,6 +63,9 @@ SHARE_COMPUTE_ANNOTATION = GPU_COMPUTE_PERCENT
 GPU_MODELS_ANNOTATION = "chronotope.dev/gpu-models"
 PLANNED_NODE_ANNOTATION = "chronotope.dev/planned-node"
 PLANNED_GPUS_ANNOTATION = "chronotope.dev/planned-gpus"
+PLANNED_GANG_ANNOTATION = "chronotope.dev/planned-gang"
+"""Every member's planned node and GPUs, in rank order, on each member of a gang:
+`node=0,1;node=2,3` (the extender reserves the whole gang there, or nowhere)."""
 
 
 class PodRequestError(ValueError):
@@ -241,6 +247,32 @@ def planned(pod: Mapping[str, Any]) -> PlannedPlacement | None:
             f"metadata.annotations[{PLANNED_GPUS_ANNOTATION}]: {raw!r} is not a list of indices"
         ) from None
     return PlannedPlacement(node, gpus)
+
+
+def planned_gang(pod: Mapping[str, Any]) -> tuple[PlannedPlacement, ...] | None:
+    """The whole gang's plan written on a member (`PLANNED_GANG_ANNOTATION`), or None."""
+    annotations: Mapping[str, str] = pod.get("metadata", {}).get("annotations") or {}
+    raw = annotations.get(PLANNED_GANG_ANNOTATION, "").strip()
+    if not raw:
+        return None
+    slots = []
+    for part in raw.split(";"):
+        node, eq, gpus = part.partition("=")
+        try:
+            indices = tuple(int(g) for g in gpus.split(",")) if gpus.strip() else None
+        except ValueError:
+            indices = ()
+        if not eq or not node.strip() or indices == ():
+            raise PodRequestError(
+                f"metadata.annotations[{PLANNED_GANG_ANNOTATION}]: {part!r} is not node=i,j,..."
+            )
+        slots.append(PlannedPlacement(node.strip(), indices))
+    return tuple(slots)
+
+
+def gang_plan_annotation(placements: Sequence[tuple[str, Sequence[int]]]) -> str:
+    """`PLANNED_GANG_ANNOTATION`'s value for per-member (node, GPU indices), in rank order."""
+    return ";".join(f"{node}={','.join(map(str, gpus))}" for node, gpus in placements)
 
 
 def gpu_resources(shared: GpuShare | None, count: int) -> tuple[dict[str, str], dict[str, str]]:

@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
+from chronotope.workloads.podreq import (
+    PLANNED_GANG_ANNOTATION,
+    PLANNED_GPUS_ANNOTATION,
+    PLANNED_NODE_ANNOTATION,
+    gang_plan_annotation,
+)
 from tests.unit.extender.test_service import Recorder, pod, service
 
 
@@ -77,3 +83,70 @@ def test_unclaimed_reservation_expires() -> None:
     now[0] += svc.gangs.ttl_s + 1
     svc.filter(member(0, 1, 8, gang="x"), ["v"])  # any gang filter expires stale reservations
     assert svc.filter(pod("other", gpus=1), ["a"]).passed == ["a"]
+
+
+def planned_member(i: int, plan: list[tuple[str, tuple[int, ...]]], gpus: int) -> dict[str, Any]:
+    """Member `i` of a gang the operator's pass placed: its own and the whole gang's plan."""
+    p = member(i, len(plan), gpus)
+    node, indices = plan[i]
+    p["metadata"]["annotations"] |= {
+        PLANNED_NODE_ANNOTATION: node,
+        PLANNED_GPUS_ANNOTATION: ",".join(map(str, indices)),
+        PLANNED_GANG_ANNOTATION: gang_plan_annotation(plan),
+    }
+    return p
+
+
+def test_a_planned_gang_is_reserved_on_its_planned_gpus_and_binds_there() -> None:
+    rec = Recorder()
+    svc = service(rec)
+    plan = [("a", (4, 5)), ("v", (0, 1)), ("a", (6, 7))]
+    for i in (2, 0, 1):  # kube-scheduler's order need not be rank order
+        out = svc.filter(planned_member(i, plan, 2), NODES)
+        assert out.passed == [plan[i][0]]
+        assert svc.bind("ns", f"job-{i}", "u", out.passed[0]) == ""
+    for i, (node_name, gpus) in enumerate(plan):
+        where, assignment = rec.bound[f"ns/job-{i}"]
+        assert assignment is not None
+        assert (where, assignment.gpu_indices) == (node_name, gpus)
+    assert svc.gangs.reservations == {}
+
+
+def test_a_gang_whose_plan_no_longer_fits_is_placed_whole_by_the_rule_or_not_at_all() -> None:
+    """Member 0's planned GPUs are free, member 1's are taken: no member binds alone.
+
+    Before, each member went to its own planned GPUs on its own: member 0 bound,
+    member 1 waited for GPUs that were gone, and the gang stayed half bound.
+    """
+    rec = Recorder()
+    events: list[tuple[str, str, str]] = []
+    svc = service(rec)
+    svc.event_fn = lambda *e: events.append(e)
+    assert svc.filter(pod("thief", gpus=4, model="V100"), ["v"]).passed == ["v"]
+    plan = [("a", (0, 1)), ("v", (0, 1))]
+    out = svc.filter(planned_member(0, plan, 2), NODES)
+    assert out.passed == ["a"]  # the gang rule found both members room on a
+    assert svc.gangs.reservations["ns/job"].slots == ["a", "a"]
+    assert [e[1] for e in events] == ["PlanFallback"]
+    assert "planned node v no longer fits" in events[0][2]
+    for i in (0, 1):
+        out = svc.filter(planned_member(i, plan, 2), NODES)
+        assert out.passed == ["a"]
+        assert svc.bind("ns", f"job-{i}", "u", "a") == ""
+    assert sorted(n for n, _ in rec.bound.values() if n == "a") == ["a", "a"]
+
+
+def test_a_planned_gang_that_fits_nowhere_holds_nothing() -> None:
+    svc = service(Recorder())
+    plan = [("a", (0, 1, 2, 3, 4, 5)), ("a", (6, 7, 0, 1, 2, 3))]  # overlaps itself
+    out = svc.filter(planned_member(0, plan, 6), NODES)
+    assert out.passed == []
+    assert "only 1 can be placed now" in out.failed["a"]
+    assert svc.filter(pod("other", gpus=8), ["a"]).passed == ["a"]  # nothing left held
+
+
+def test_a_bad_gang_plan_is_named() -> None:
+    p = planned_member(0, [("a", (0,)), ("v", (0,))], 1)
+    p["metadata"]["annotations"][PLANNED_GANG_ANNOTATION] = "a=0;v=x"
+    out = service(Recorder()).filter(p, NODES)
+    assert PLANNED_GANG_ANNOTATION in out.unresolvable["a"]

@@ -17,7 +17,7 @@ from chronotope.controllers.trainingjob import reconcile
 from chronotope.extender.service import ExtenderService
 from chronotope.sharing.assignment import BindRequest
 from chronotope.workloads.capacity import NodeCapacity, cluster_capacity, take
-from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
+from chronotope.workloads.podreq import PLANNED_GANG_ANNOTATION, PLANNED_NODE_ANNOTATION
 from tests.unit.controllers.test_reconcile import FakeOps
 from tests.unit.workloads.test_backfill import busy_pod, node, tjob
 
@@ -62,6 +62,8 @@ def test_every_started_gang_passes_the_extender_on_the_node_the_pass_counted() -
     }
     # the gang best-fits the node that holds it whole (n1: 4 free); big gets the empty n2
     assert planned == {"gang-g0-0": "n1", "gang-g0-1": "n1", "big-g0-0": "n2"}
+    gang_plans = {p["metadata"]["annotations"].get(PLANNED_GANG_ANNOTATION) for p in ops.started}
+    assert gang_plans == {"n1=4,5;n1=6,7", None}  # the whole gang's plan on each member
 
     bound: list[BindRequest] = []
     svc = _extender(nodes, busy)
