@@ -17,8 +17,15 @@ written their status, and the extender's watch has seen it) and then
 saturating this machine's cores, the figure is the share of filters the
 extender answered within 10 ms (its own histogram), printed beside it.
 
+With `--rounds N` (N > 1) the two runs alternate N times on the same cluster
+(default, chronotope, default, ...; each round's pods stay bound), and each
+round's ratio is printed with their median: the default scheduler's own rate
+moves by tens of percent between runs on this shared machine, so one pair is
+a noisy figure.
+
 Figures only; nothing here gates. Usage:
     .venv/bin/python bench/extender_throughput.py [--spec SPEC.yaml] [--pods 500] [--mix mixed]
+                                                  [--rounds 1]
 """
 
 from __future__ import annotations
@@ -187,6 +194,9 @@ def main() -> int:
         help="seconds to wait after the run's pods are all Running, before the latency probe",
     )
     parser.add_argument("--mix", choices=("whole", "mixed"), default="whole")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="alternate the two runs this many times"
+    )
     parser.add_argument("--policy", default="chronotope", help="the extender's online policy")
     parser.add_argument(
         "--percentage-of-nodes-to-score",
@@ -233,8 +243,17 @@ def main() -> int:
                     core, "bench-chronotope", "chronotope", args.pods, args.mix == "mixed"
                 )
                 cpu2 = _cpu_seconds(procs)
+                rounds = [(alone, ours)]
+                for r in range(1, args.rounds):
+                    again = _throughput(core, f"bench-default-{r}", "default-scheduler", args.pods)
+                    mine = _throughput(
+                        core, f"bench-chronotope-{r}", "chronotope", args.pods, args.mix == "mixed"
+                    )
+                    rounds.append((again, mine))
+                    ratio = mine / again
+                    print(f"round {r + 1}: {again:.1f} / {mine:.1f} pods/s, ratio {ratio:.2f}")
                 run10 = _server_within(calls0["filter"], _server_buckets(port, tls, "filter"), 0.01)
-                calls = {
+                calls = {  # the chronotope runs of every round
                     v: int(
                         _server_buckets(port, tls, v).get(float("inf"), 0.0)
                         - b.get(float("inf"), 0.0)
@@ -242,7 +261,8 @@ def main() -> int:
                     for v, b in calls0.items()
                 }
                 nodes = [n.metadata.name for n in core.list_node().items]
-                settle = _wait_running(core, "bench-chronotope", args.pods)
+                last = "bench-chronotope" + (f"-{args.rounds - 1}" if args.rounds > 1 else "")
+                settle = _wait_running(core, last, args.pods)
                 time.sleep(args.quiet)
             hist0 = _server_buckets(port, tls, "filter")
             f50, f99 = _latency(port, tls, "filter", nodes, args.samples)
@@ -259,6 +279,13 @@ def main() -> int:
     print(f"{'kube-scheduler alone (pods/s)':<44}{alone:>12.1f}")
     print(f"{'kube-scheduler + chronotope extender (pods/s)':<44}{ours:>12.1f}")
     print(f"{'ratio (goal >= 0.7)':<44}{ours / alone:>12.2f}")
+    if len(rounds) > 1:
+        ratios = [b / a for a, b in rounds]
+        listed = ", ".join(f"{r:.2f}" for r in ratios)
+        print(f"{f'ratio per round ({len(rounds)} rounds)':<44}{listed:>12}")
+        print(f"{'ratio, median of the rounds':<44}{statistics.median(ratios):>12.2f}")
+        pooled = sum(b for _, b in rounds) / sum(a for a, _ in rounds)
+        print(f"{'ratio of the rounds mean rates':<44}{pooled:>12.2f}")
     print(f"{f'filter p50 / p99 ms ({len(nodes)} nodes)':<44}{f50:>6.2f} / {f99:.2f}")
     print(f"{f'prioritize p50 / p99 ms ({len(nodes)} nodes)':<44}{p50:>6.2f} / {p99:.2f}")
     print(f"{'filters within 10 ms, server side, probe':<44}{server10:>12.1%}")

@@ -173,6 +173,9 @@ def apiserver_metrics(api: client.ApiClient) -> str:
     return str(response.data.decode())
 
 
+GANG_EVENTS = ("PlanFallback",)
+"""Pod events that say a gang did not go where the scheduling pass planned it."""
+
 WRITES = (
     ("create a worker pod", ('verb="POST"', 'resource="pods"')),
     ("create a gang's service", ('verb="POST"', 'resource="services"')),
@@ -357,6 +360,17 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             print(
                 f"  scheduling passes: {passes}, p50 {pass50:.2f} s, p99 {pass99:.2f} s "
                 "(each decides every waiting job; not part of a reconcile)"
+            )
+            events = Counter(
+                e.reason
+                for e in client.CoreV1Api(api)
+                .list_event_for_all_namespaces(field_selector="involvedObject.kind=Pod")
+                .items
+                if e.reason in GANG_EVENTS
+            )
+            print(
+                f"  pod events of gangs placed off the pass's plan: {dict(events) or 'none'} "
+                "(PlanFallback: the planned GPUs no longer fit)"
             )
             print(
                 f"  ramp ({ramp_s:.0f} s): operator {ramp_cpu / ramp_s:.2f} cores, "
