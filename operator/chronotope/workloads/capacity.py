@@ -140,8 +140,7 @@ def _hold_planned(cache: ClusterCache, key: str, pod: Mapping[str, Any]) -> bool
         return False
     if plan is None or plan.node not in cache.nodes:
         return False
-    gpus = plan.gpus or None
-    return not isinstance(cache.assume(key, plan.node, req, 0.0, gpus), Reason)
+    return not isinstance(cache.assume(key, plan.node, req, 0.0, plan.gpus), Reason)
 
 
 def take(

@@ -33,7 +33,7 @@ from chronotope.solver.model import (
     PodRequest,
     Workload,
 )
-from chronotope.workloads.capacity import Capacity
+from chronotope.workloads.capacity import Capacity, Placements
 from chronotope.workloads.podreq import PodRequestError, pod_resources
 from chronotope.workloads.training import Action, Decision
 
@@ -61,7 +61,7 @@ class JointOutcome:
     starts: bool
     gpu_type: str | None
     reason: str
-    placements: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    placements: Placements = ()
     """Per member, in member order: the plan's node and GPUs (when it starts now)."""
 
 

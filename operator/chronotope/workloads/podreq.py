@@ -237,16 +237,20 @@ def planned(pod: Mapping[str, Any]) -> PlannedPlacement | None:
     node = annotations.get(PLANNED_NODE_ANNOTATION, "").strip()
     if not node:
         return None
-    raw = annotations.get(PLANNED_GPUS_ANNOTATION, "").strip()
-    if not raw:
-        return PlannedPlacement(node, None)
+    raw = annotations.get(PLANNED_GPUS_ANNOTATION, "")
+    return PlannedPlacement(node, _indices(raw, PLANNED_GPUS_ANNOTATION))
+
+
+def _indices(raw: str, annotation: str) -> tuple[int, ...] | None:
+    """GPU indices written as `0,1,...` (None when empty); PodRequestError names `annotation`."""
+    if not raw.strip():
+        return None
     try:
-        gpus = tuple(int(part) for part in raw.split(","))
+        return tuple(int(part) for part in raw.split(","))
     except ValueError:
         raise PodRequestError(
-            f"metadata.annotations[{PLANNED_GPUS_ANNOTATION}]: {raw!r} is not a list of indices"
+            f"metadata.annotations[{annotation}]: {raw.strip()!r} is not a list of indices"
         ) from None
-    return PlannedPlacement(node, gpus)
 
 
 def planned_gang(pod: Mapping[str, Any]) -> tuple[PlannedPlacement, ...] | None:
@@ -258,15 +262,11 @@ def planned_gang(pod: Mapping[str, Any]) -> tuple[PlannedPlacement, ...] | None:
     slots = []
     for part in raw.split(";"):
         node, eq, gpus = part.partition("=")
-        try:
-            indices = tuple(int(g) for g in gpus.split(",")) if gpus.strip() else None
-        except ValueError:
-            indices = ()
-        if not eq or not node.strip() or indices == ():
+        if not eq or not node.strip():
             raise PodRequestError(
                 f"metadata.annotations[{PLANNED_GANG_ANNOTATION}]: {part!r} is not node=i,j,..."
             )
-        slots.append(PlannedPlacement(node.strip(), indices))
+        slots.append(PlannedPlacement(node.strip(), _indices(gpus, PLANNED_GANG_ANNOTATION)))
     return tuple(slots)
 
 

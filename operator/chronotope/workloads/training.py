@@ -26,7 +26,7 @@ from chronotope.api.v1alpha1.trainingjob import (
     UtilityFunction,
 )
 from chronotope.solver.model import Reason
-from chronotope.workloads.capacity import Capacity, NodeCapacity
+from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements
 from chronotope.workloads.parallelism import Degrees
 
 if TYPE_CHECKING:
@@ -66,8 +66,9 @@ class Decision:
     planner_note: str = ""
     cause: str = ""
     """A CamelCase condition reason for a job that does not start (see `why`)."""
-    placements: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    """Per worker (rank order): the node and GPUs a joint plan put it on; empty otherwise."""
+    placements: Placements = ()
+    """Per worker (rank order): the node and GPUs a joint plan or the scheduling pass put
+    it on; empty otherwise."""
     start: datetime | None = None
     """A WAIT: when the plan-ahead expects it to start (its GPUs or its quota free up)."""
 
