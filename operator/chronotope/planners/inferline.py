@@ -62,6 +62,7 @@ __all__ = [
     "simulate_pipeline",
     "simulate_schedules",
     "stage_share",
+    "stage_visits",
     "table_need",
     "tune",
     "whole_gpus",
@@ -166,7 +167,7 @@ def cost_per_hour(model: PipelineModel, config: Config) -> float:
     )
 
 
-def _visits(model: PipelineModel, n: int, seed: int) -> BoolArray:
+def stage_visits(model: PipelineModel, n: int, seed: int) -> BoolArray:
     """[stage, query]: which queries visit which stages (entry always; edges drawn once)."""
     rng = np.random.default_rng(seed)
     visited = np.zeros((len(model.stages), n), dtype=np.bool_)
@@ -296,7 +297,7 @@ def simulate_schedules(
     seed: int = 0,
 ) -> FloatArray:
     """End-to-end latency of every query when each stage's replicas follow a schedule."""
-    visits = _visits(model, len(arrivals), seed)
+    visits = stage_visits(model, len(arrivals), seed)
     parents = _parents(model)
     finish: list[FloatArray] = []
     for i, (stage, c) in enumerate(zip(model.stages, config, strict=True)):
@@ -318,7 +319,7 @@ class _Estimator:
     def __init__(self, model: PipelineModel, arrivals: FloatArray, seed: int) -> None:
         self.model = model
         self.arrivals = np.sort(np.asarray(arrivals, dtype=np.float64))
-        self.visits = _visits(model, len(self.arrivals), seed)
+        self.visits = stage_visits(model, len(self.arrivals), seed)
         self.parents = _parents(model)
         self._cache: dict[tuple[int, tuple[StageConfig, ...]], FloatArray] = {}
         self.evaluations = 0

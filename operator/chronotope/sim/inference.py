@@ -47,6 +47,7 @@ from chronotope.planners.inferline import (
     PipelineModel,
     Schedule,
     StageConfig,
+    StageModel,
     TunerInput,
     busiest_count,
     envelope,
@@ -55,6 +56,7 @@ from chronotope.planners.inferline import (
     scaling_table,
     service_time,
     simulate_schedules,
+    stage_visits,
     tune,
     whole_gpus,
 )
@@ -65,6 +67,7 @@ __all__ = [
     "TraceRequests",
     "TunerSettings",
     "cost_floor",
+    "deadline_floor",
     "load_arrivals",
     "load_requests",
     "rescale",
@@ -324,12 +327,97 @@ def cost_floor(model: PipelineModel, serving: FloatArray, *, served_share: float
     rate = served_share * len(serving) / end
     floor = 0.0
     for stage, visits in zip(model.stages, model.scale_factors(), strict=True):
-        prices = {g: model.prices.get(g, 0.0) * stage.share for g in stage.profiles}
-        per_qps = min(
-            prices[g] / stage.throughput(g, b) for g in stage.profiles for b in stage.batches(g)
-        )
-        floor += max(rate * visits * per_qps, max(stage.min_replicas, 1) * min(prices.values()))
+        per_qps, floor_price = _cheapest(model, stage)
+        floor += max(rate * visits * per_qps, max(stage.min_replicas, 1) * floor_price)
     return floor
+
+
+def _cheapest(model: PipelineModel, stage: StageModel) -> tuple[float, float]:
+    """A stage's least cost per query/s served, and its cheapest replica's price.
+
+    The first is price x share over full-batch throughput, at the best profile.
+    """
+    prices = {g: model.prices.get(g, 0.0) * stage.share for g in stage.profiles}
+    per_qps = min(
+        prices[g] / stage.throughput(g, b) for g in stage.profiles for b in stage.batches(g)
+    )
+    return per_qps, min(prices.values())
+
+
+def _earliest_reach(model: PipelineModel) -> list[float]:
+    """Seconds before a query can reach each stage at the earliest.
+
+    The shortest path of batch-1 latencies on the fastest GPU types from the
+    entry, the stage itself excluded.
+    """
+    own = [min(s.latency(g, 1) for g in s.profiles) for s in model.stages]
+    reach = [0.0] + [math.inf] * (len(own) - 1)
+    for src, dst, _ in sorted(model.edges, key=lambda e: e[1]):
+        reach[dst] = min(reach[dst], reach[src] + own[src])
+    return reach
+
+
+def deadline_floor(
+    model: PipelineModel, serving: FloatArray, *, seed: int, served_share: float = 0.99
+) -> float:
+    """A lower bound on the cost per hour of any policy that keeps `served_share` in the SLO.
+
+    Tighter than `cost_floor`: capacity must be there when the queries are.
+
+    Each stage is bounded alone, on the queries that visit it (the simulator's own visit
+    draws for `seed`). A query that arrives at `t` cannot reach stage s before `t + r_s`
+    (`r_s`: the shortest path of the fastest batch-1 latencies before it) and misses the
+    SLO unless s has served it by `t + slo`. Time is cut into slots of `slo - r_s`, so a
+    query reaching s in slot k is served in slot k or k + 1. Serving it takes at least
+    1/throughput of a replica's time on the stage's cheapest profile, and every slot
+    holds at least the stage's minimum replicas. A linear programme (GLOP) chooses which
+    slot serves what and which queries to drop (at most `1 - served_share` of all queries
+    per stage) at least cost. Replicas are fractional within a slot and may change at any
+    instant, queues are free, and slots that end after the last arrival (the end of the
+    billed span) cost nothing, so no policy costs less. (The simulator lets a retired
+    replica finish its batch unbilled; that work is billed here.)
+    """
+    from ortools.linear_solver import pywraplp
+
+    end = float(serving[-1]) if len(serving) else 0.0
+    if end <= 0:
+        return 0.0
+    visited = stage_visits(model, len(serving), seed)
+    reach = _earliest_reach(model)
+    drops = math.floor((1 - served_share) * len(serving))
+    total = 0.0
+    for i, stage in enumerate(model.stages):
+        per_qps, floor_price = _cheapest(model, stage)
+        hold = max(stage.min_replicas, 1) * floor_price
+        slot = model.slo_s - reach[i]
+        if slot <= 0:
+            raise ValueError(f"stage {stage.name} cannot be reached within the SLO")
+        times = serving[visited[i]] + reach[i]
+        slots = math.floor(float(times.max(initial=0.0)) / slot) + 2
+        arrived = np.bincount(np.floor(times / slot).astype(np.int64), minlength=slots)
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        if solver is None:  # pragma: no cover - GLOP ships with ortools
+            raise RuntimeError("the GLOP LP solver is not available")
+        now = [solver.NumVar(0, float(a), "") for a in arrived]
+        later = [solver.NumVar(0, float(a), "") for a in arrived]
+        dropped = [solver.NumVar(0, float(a), "") for a in arrived]
+        for k, a in enumerate(arrived):
+            solver.Add(now[k] + later[k] + dropped[k] == float(a))
+        solver.Add(solver.Sum(dropped) <= drops)
+        cost = []
+        for j in range(slots):
+            billed = min(max(end - j * slot, 0.0), slot)  # seconds of this slot before `end`
+            if billed < slot:
+                continue  # straddles or follows the end: free (the bound stays valid)
+            rate = solver.NumVar(hold, solver.infinity(), "")  # cost per hour in this slot
+            served = now[j] + (later[j - 1] if j > 0 else 0)
+            solver.Add(rate >= served * (per_qps / slot))
+            cost.append(rate * slot)
+        solver.Minimize(solver.Sum(cost))
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:  # pragma: no cover - always feasible
+            raise RuntimeError(f"the deadline floor of stage {stage.name} did not solve")
+        total += solver.Objective().Value() / end
+    return total
 
 
 def _gpu_hours(

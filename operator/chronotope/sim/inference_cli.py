@@ -70,6 +70,7 @@ def _handle(args: argparse.Namespace) -> int:
         INFERENCE_POLICIES,
         TunerSettings,
         cost_floor,
+        deadline_floor,
         load_arrivals,
         rescale,
         run_policy,
@@ -118,12 +119,15 @@ def _handle(args: argparse.Namespace) -> int:
             }
         )
         print(", ".join(f"{k}={v}" for k, v in rows[-1].items()))
-    floor = cost_floor(model, serving)
-    line = f"cost floor: {floor:.3f}/h (no policy that serves 99 % of the trace costs less)"
     peak = next((r for r in runs if r.policy == "peak"), None)
-    if peak is not None and peak.cost_per_hour > 0:
-        line += f"; {floor / peak.cost_per_hour:.2f}x the peak row"
-    print(line)
+    for label, floor in (
+        ("cost floor", cost_floor(model, serving)),
+        ("deadline floor", deadline_floor(model, serving, seed=args.seed)),
+    ):
+        line = f"{label}: {floor:.3f}/h (no policy that serves 99 % of the trace costs less)"
+        if peak is not None and peak.cost_per_hour > 0:
+            line += f"; {floor / peak.cost_per_hour:.2f}x the peak row"
+        print(line)
     with (args.out / "summary.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=SUMMARY)
         writer.writeheader()
