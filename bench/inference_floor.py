@@ -24,6 +24,7 @@ from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
 from chronotope.paths import REPO_ROOT
 from chronotope.planners.inferline import Infeasible, model_from_spec
 from chronotope.sim.inference import (
+    TunerSettings,
     cost_floor,
     deadline_floor,
     load_arrivals,
@@ -44,6 +45,12 @@ def main() -> None:
     p.add_argument("--rates", default=",".join(str(q) for q in RATES), help="comma-separated")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--planning-share", type=float, default=0.25)
+    p.add_argument(
+        "--tuner-envelope-s",
+        type=float,
+        default=TunerSettings().envelope_s,
+        help="the chronotope tuner's longest envelope window (5: the one 5 s rate)",
+    )
     p.add_argument("--out", type=Path, help="also write the rows to this CSV")
     args = p.parse_args()
     doc = yaml.safe_load(args.pipeline.read_text())
@@ -61,7 +68,8 @@ def main() -> None:
         planning, serving = arrivals[:cut], arrivals[cut:] - arrivals[cut]
         peak = run_policy("peak", model, planning, serving, seed=args.seed)
         line = run_policy("inferline", model, planning, serving, seed=args.seed)
-        ours = run_policy("chronotope", model, planning, serving, seed=args.seed)
+        tuner = TunerSettings(envelope_s=args.tuner_envelope_s)
+        ours = run_policy("chronotope", model, planning, serving, seed=args.seed, tuner=tuner)
         if any(isinstance(r, Infeasible) for r in (peak, line, ours)):
             print(f"{q:5.0f} infeasible")
             continue

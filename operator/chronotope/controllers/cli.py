@@ -45,6 +45,14 @@ def add_parser(sub: Any) -> None:
         help="an InferencePipeline stage scales down only this long after its last change",
     )
     parser.add_argument(
+        "--tuner-envelope-s",
+        type=float,
+        default=60.0,
+        help="the InferencePipeline tuner also reads the traffic query over windows doubling "
+        "from its own up to this many seconds (InferLine's envelope; no longer than the "
+        "query's own window: that one rate only)",
+    )
+    parser.add_argument(
         "--replan-period-s",
         type=float,
         default=600.0,
@@ -240,7 +248,9 @@ def _run(args: argparse.Namespace) -> int:
         metrics=metrics,
         pipeline_ops=KubePipelineOps(api, cache, prometheus=args.prometheus),
         tuner=TunerSettings(
-            down_delay_s=args.tuner_down_delay_s, replan_period_s=args.replan_period_s
+            down_delay_s=args.tuner_down_delay_s,
+            replan_period_s=args.replan_period_s,
+            envelope_s=args.tuner_envelope_s,
         ),
         variant_ops=KubeVariantOps(api, cache, prometheus=args.prometheus),
         memo=GroupMemo(refresh_s=args.variant_refresh_s),

@@ -26,11 +26,13 @@ from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Tra
 from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.planners.inferline import (
+    ENVELOPE_LARGEST_S,
     ScalingStep,
     StageModel,
     TunerInput,
     cost_per_hour,
     envelope,
+    envelope_windows,
     model_from_spec,
     scaling_table,
     tune,
@@ -51,6 +53,7 @@ from chronotope.workloads.pipeline import (
     sample_arrivals,
     stage_deployment_name,
     stage_objects,
+    with_rate_window,
     with_replicas,
 )
 from chronotope.workloads.replan import parse_time
@@ -119,6 +122,9 @@ class TunerSettings:
     down_delay_s: float = 60.0
     replan_period_s: float = 600.0
     """A pipeline on Prometheus traffic is planned again on the live rate this often."""
+    envelope_s: float = ENVELOPE_LARGEST_S
+    """The longest window of the live traffic envelope: the query is also asked over
+    windows doubling from its own up to this (no longer than its own: the one rate)."""
 
 
 def gpu_types(nodes: list[dict[str, Any]]) -> set[str]:
@@ -234,7 +240,7 @@ def reconcile(
     tuned: tuple[dict[str, Any], dict[str, Any] | None] | None = None
     if spec.traffic.prometheus is not None:
         envelope_pts = _envelope_points(spec, sample, plan) if sample is not None else None
-        table_rows = _scaling_rows(spec, sample, plan) if sample is not None else None
+        table_rows = _scaling_rows(spec, sample, plan, settings) if sample is not None else None
         current, tuned = _tune(
             ops,
             spec,
@@ -471,26 +477,56 @@ def _envelope_points(
     return points
 
 
+def _windows(query: str, settings: TunerSettings) -> list[float]:
+    """The windows the tuner asks the traffic query over: its own, doubling to the longest.
+
+    A query without a range selector (a recording rule, say) is asked as it is.
+    """
+    window = rate_window_s(query)
+    if with_rate_window(query, 2 * window) == query:  # no window of its own to change
+        return [window]
+    return envelope_windows(window, max(window, settings.envelope_s))
+
+
 def _scaling_rows(
-    spec: InferencePipelineSpec, sample: list[float], plan: PipelinePlan
+    spec: InferencePipelineSpec, sample: list[float], plan: PipelinePlan, settings: TunerSettings
 ) -> list[dict[str, Any]]:
     """The plan's scaling table (`planners.inferline.scaling_table`) as status rows."""
     model = model_from_spec(spec.model_copy(update={"stages": list(plan.stages)}), {})
     source = spec.traffic.prometheus
-    window = rate_window_s(source.query) if source is not None else DEFAULT_RATE_WINDOW_S
+    windows = _windows(source.query, settings) if source is not None else [DEFAULT_RATE_WINDOW_S]
+    table = scaling_table(
+        model, plan.outcome.config, sample, window_s=windows[0], largest_s=windows[-1]
+    )
     return [
-        {"rateQPS": round(row.rate_qps, 3), "replicas": list(row.replicas)}
-        for row in scaling_table(model, plan.outcome.config, sample, window_s=window)
+        {
+            "rateQPS": round(row.rate_qps, 3),
+            "replicas": list(row.replicas),
+            "envelope": [{"windowSeconds": w, "rateQPS": round(r, 3)} for w, r in row.envelope[1:]],
+        }
+        for row in table
     ]
 
 
 def _table(rows: Sequence[Mapping[str, Any]], stages: int) -> tuple[ScalingStep, ...]:
-    """Status rows back to a scaling table; none if any row does not fit the stages."""
+    """Status rows back to a scaling table; none if any row does not fit the stages.
+
+    A row's `envelope` holds its longer windows; its first window is `rateQPS`'s.
+    A row recorded before envelopes has none: it is compared on its rate alone.
+    """
     try:
         out = tuple(
-            ScalingStep(float(r["rateQPS"]), tuple(int(k) for k in r["replicas"])) for r in rows
+            ScalingStep(
+                float(r["rateQPS"]),
+                tuple(int(k) for k in r["replicas"]),
+                tuple(
+                    (float(p["windowSeconds"]), float(p["rateQPS"]))
+                    for p in r.get("envelope") or []
+                ),
+            )
+            for r in rows
         )
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return ()
     return out if all(len(r.replicas) == stages for r in out) else ()
 
@@ -520,8 +556,14 @@ def _tune(
     last = old_tuner.get("lastScaleTime")
     last_s = parse_time(last).timestamp() if last else None  # type: ignore[union-attr]
     delay = settings.down_delay_s
-    rate = ops.query_rate(source.address, source.query)
-    recent = ops.query_rate(source.address, f"max_over_time(({source.query})[{delay:.0f}s:])")
+    windows = _windows(source.query, settings)
+    # the live envelope: the query over each window now, and each one's most over the delay
+    asked = [source.query] + [with_rate_window(source.query, w) for w in windows[1:]]
+    now_rates = [ops.query_rate(source.address, q) for q in asked]
+    recents = [
+        ops.query_rate(source.address, f"max_over_time(({q})[{delay:.0f}s:])") for q in asked
+    ]
+    rate, recent = now_rates[0], recents[0]
     # a new plan, or a due re-plan that could not be made (the running plan stays and is
     # not tried again on every pass): the period starts again now
     fresh = new_table is not None or checked
@@ -534,8 +576,9 @@ def _tune(
         "scalingTable": table_rows,
         "observedEnvelope": old_tuner.get("observedEnvelope") or [],
     }
-    if isinstance(rate, str) or isinstance(recent, str):
-        why = rate if isinstance(rate, str) else str(recent)
+    failed = [r for r in (*now_rates, *recents) if isinstance(r, str)]
+    if failed:
+        why = str(failed[0])
         message = f"holding {sum(current)} replica(s) on the last plan: {why}"
         risk = condition(
             "SLOAtRisk", True, "PrometheusUnreachable", message, now=now, generation=None
@@ -545,20 +588,31 @@ def _tune(
     if envelope_pts:
         widest = envelope_pts[-1]
         anchor = float(widest["maxQueries"]) / float(widest["windowSeconds"])
+    assert not isinstance(rate, str)
+    assert not isinstance(recent, str)
+    longer = [float(r) for r in now_rates[1:]]
+    longer_recent = [float(r) for r in recents[1:]]
     decision = tune(
         stages,
         planned,
         current,
-        TunerInput(rate_qps=rate, recent_max_qps=recent, now_s=now.timestamp()),
+        TunerInput(
+            rate_qps=rate,
+            recent_max_qps=recent,
+            now_s=now.timestamp(),
+            envelope_qps=tuple(zip(windows[1:], longer, strict=True)),
+            recent_envelope_qps=tuple(zip(windows[1:], longer_recent, strict=True)),
+        ),
         anchor_qps=anchor or rate,
         last_scale_s=last_s,
         down_delay_s=delay,
         table=_table(table_rows, len(stages)),
     )
     status["mode"] = decision.mode
+    # the most queries in a window of each length over the last delay, as Prometheus saw them
     status["observedEnvelope"] = [
-        {"windowSeconds": 1.0, "maxQueries": round(rate)},
-        {"windowSeconds": delay, "maxQueries": round(recent * delay)},
+        {"windowSeconds": w, "maxQueries": round(r * w)}
+        for w, r in zip(windows, [recent, *longer_recent], strict=True)
     ]
     if decision.changed:
         status["lastScaleTime"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")

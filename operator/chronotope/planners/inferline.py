@@ -40,7 +40,9 @@ import numpy.typing as npt
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Stage
 
 __all__ = [
+    "ENVELOPE_LARGEST_S",
     "SCALING_FACTORS",
+    "Envelope",
     "Infeasible",
     "PipelineModel",
     "PlanOutcome",
@@ -52,6 +54,7 @@ __all__ = [
     "TunerInput",
     "busiest_count",
     "envelope",
+    "envelope_windows",
     "minimum_service_time",
     "model_from_spec",
     "plan_chronotope",
@@ -591,12 +594,23 @@ SCALING_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
 """Multiples of the sample's mean rate that `scaling_table` sizes the plan for."""
 
 
+Envelope = tuple[tuple[float, float], ...]
+"""(window seconds, queries per second) per window length, the shortest first."""
+
+ENVELOPE_LARGEST_S = 60.0
+"""The longest window of the tuner's traffic envelope (InferLine: doubling up to 60 s)."""
+
+
 @dataclass(frozen=True)
 class ScalingStep:
     """Replicas per stage that meet the SLO up to a rate (one row of the tuner's table)."""
 
     rate_qps: float
     replicas: tuple[int, ...]
+    envelope: Envelope = ()
+    """The busiest rate in each window length of the sample this row was sized on
+    (`envelope_windows` from the tuner's rate window, up to half the sample's span).
+    The first window is `rate_qps`'s. Empty: only `rate_qps` is known (older rows)."""
 
 
 def scaling_table(
@@ -606,6 +620,7 @@ def scaling_table(
     *,
     seed: int = 0,
     window_s: float = 5.0,
+    largest_s: float = ENVELOPE_LARGEST_S,
     factors: Sequence[float] = SCALING_FACTORS,
 ) -> tuple[ScalingStep, ...]:
     """Replicas per stage that meet the SLO at multiples of the sample's rate.
@@ -617,6 +632,10 @@ def scaling_table(
     A row's rate is the busiest `window_s` of its squeezed sample: the tuner
     reads the live rate over that window, so a live rate at or below a row's
     has been served within the SLO by that row's replicas, bursts included.
+    Each row also keeps its sample's envelope: the busiest rate over windows
+    doubling from `window_s` to `largest_s` (those no longer than half its
+    span), so sustained traffic that the short window alone would call covered
+    is not (`table_need`).
     Rows are monotone: a higher rate never needs fewer replicas. The table ends
     at the first rate that no replica count within the stages' maximums serves.
     """
@@ -628,8 +647,13 @@ def scaling_table(
     scale = model.scale_factors()
     rows: list[ScalingStep] = []
     floor = [0] * len(config)
+    windows = envelope_windows(window_s, max(window_s, largest_s))
     for f in sorted(factors):
         squeezed = a / f
+        # windows up to half the squeezed span: a window as long as the sample holds one
+        # reading, its mean, which live traffic at the same rate exceeds half the time
+        half = float(squeezed[-1]) / 2
+        own = tuple((w, _busiest_rate(squeezed, w)) for w in windows if w == window_s or w <= half)
         est = _Estimator(model, squeezed, seed)
         start = tuple(
             replace(c, replicas=max(lo, _replicas_for(st, c.gpu_type, c.batch, mean * f * sc)))
@@ -639,7 +663,7 @@ def scaling_table(
         if sized is None:
             break
         floor = [c.replicas for c in sized]
-        rows.append(ScalingStep(_busiest_rate(squeezed, window_s), tuple(floor)))
+        rows.append(ScalingStep(own[0][1], tuple(floor), own))
     return tuple(rows)
 
 
@@ -657,28 +681,49 @@ def busiest_count(arrivals: FloatArray, window_s: float) -> int:
     return int((ends - np.arange(len(arrivals))).max(initial=0))
 
 
-def table_need(table: Sequence[ScalingStep], rate: float) -> tuple[int, ...]:
-    """Replicas per stage for `rate` from a scaling table (past its end: the last row, scaled)."""
+def _excess(row: ScalingStep, rate: float, live: Envelope) -> float:
+    """How far live traffic goes past what a row was sized on (<= 1: the row covers it).
+
+    The largest ratio of a live rate to the row's, over `rate` and every window
+    both have.
+    """
+    mine = dict(row.envelope)
+    ratios = [rate / max(row.rate_qps, 1e-9)]
+    ratios += [r / max(mine[w], 1e-9) for w, r in live if w in mine]
+    return max(ratios)
+
+
+def table_need(table: Sequence[ScalingStep], rate: float, live: Envelope = ()) -> tuple[int, ...]:
+    """Replicas per stage for live traffic from a scaling table.
+
+    The first row that covers it: `rate` (over the row's first window) at or
+    below the row's, and the live rate over every longer window the row was
+    sized on at or below its busiest there (InferLine's envelope test: no
+    window's live rate exceeds the sample's). Past the end: the last row, scaled
+    by how far the traffic goes past it.
+    """
     for row in table:
-        if row.rate_qps >= rate:
+        if _excess(row, rate, live) <= 1.0:
             return row.replicas
     last = table[-1]
-    grow = rate / max(last.rate_qps, 1e-9)
+    grow = _excess(last, rate, live)
     return tuple(math.ceil(k * grow - 1e-9) for k in last.replicas)
 
 
+def envelope_windows(smallest_s: float, largest_s: float = ENVELOPE_LARGEST_S) -> list[float]:
+    """Window lengths doubling from `smallest_s`, the last one `largest_s`."""
+    out = [max(smallest_s, 1e-3)]
+    while out[-1] < largest_s:
+        out.append(min(2 * out[-1], largest_s))
+    return out
+
+
 def envelope(
-    arrivals: Arrivals, smallest_s: float, largest_s: float = 60.0
+    arrivals: Arrivals, smallest_s: float, largest_s: float = ENVELOPE_LARGEST_S
 ) -> list[tuple[float, int]]:
     """Most queries in any window of each length, lengths doubling from `smallest_s`."""
     a = np.sort(np.asarray(arrivals, dtype=np.float64))
-    out: list[tuple[float, int]] = []
-    w = max(smallest_s, 1e-3)
-    while True:
-        out.append((w, busiest_count(a, w)))
-        if w >= largest_s:
-            return out
-        w = min(2 * w, largest_s)
+    return [(w, busiest_count(a, w)) for w in envelope_windows(smallest_s, largest_s)]
 
 
 def stage_share(stage: Stage) -> float:
@@ -729,6 +774,10 @@ class TunerInput:
     """The most queries per second over the last `down_delay_s`."""
     now_s: float
     """Seconds since an epoch (the controller's clock)."""
+    envelope_qps: Envelope = ()
+    """The live rate over the last window of each longer length (`envelope_windows`)."""
+    recent_envelope_qps: Envelope = ()
+    """The most of each of those over the last `down_delay_s`."""
 
 
 @dataclass(frozen=True)
@@ -756,8 +805,9 @@ def tune(
     """Scale stages to the live rate: up at once, down only after a delay (never flapping).
 
     With a scaling table (`scaling_table`, made with the plan), each stage needs
-    the replicas of the first row whose rate covers the live rate: what the
-    planner's estimator found meets the SLO at that rate. Without one, it needs
+    the replicas of the first row that covers the live traffic, its rate and
+    its envelope (`table_need`): what the planner's estimator found meets the
+    SLO at that rate. Without one, it needs
     the planner's replicas times the live rate over the rate the plan was made
     for (`anchor_qps`). Either way within its min and max. A stage scales up
     as soon as the rate now needs more; it scales down only to what the most
@@ -766,7 +816,10 @@ def tune(
     """
     up_need, down_need = [], []
     by_table = (
-        (table_need(table, reading.rate_qps), table_need(table, reading.recent_max_qps))
+        (
+            table_need(table, reading.rate_qps, reading.envelope_qps),
+            table_need(table, reading.recent_max_qps, reading.recent_envelope_qps),
+        )
         if table
         else None
     )

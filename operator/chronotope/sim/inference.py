@@ -51,6 +51,7 @@ from chronotope.planners.inferline import (
     TunerInput,
     busiest_count,
     envelope,
+    envelope_windows,
     plan_chronotope,
     plan_inferline,
     scaling_table,
@@ -154,6 +155,8 @@ class TunerSettings:
     max_window_s: float = 60.0
     rate_window_s: float = 5.0
     """The operator's tuner reads rates over this window (as `rate(x[5s])`)."""
+    envelope_s: float = 60.0
+    """... and over windows doubling from it up to this (the operator's --tuner-envelope-s)."""
 
 
 @dataclass(frozen=True)
@@ -279,24 +282,44 @@ def operator_tuner(
     With the scaling table the operator makes with each plan
     (`planners.inferline.scaling_table` on the planning trace). Each period it
     reads what Prometheus would give it: the rate over the last `rate_window_s`
-    (as `rate(x[5s])`) and that rate's most over the delay.
+    (as `rate(x[5s])`) and over windows doubling from it to `envelope_s` (the
+    query with each window), and each one's most over the delay.
     """
     anchor = len(planning) / max(float(planning[-1] - planning[0]), 1e-9)
-    table = scaling_table(model, config, planning, seed=seed, window_s=settings.rate_window_s)
+    table = scaling_table(
+        model,
+        config,
+        planning,
+        seed=seed,
+        window_s=settings.rate_window_s,
+        largest_s=max(settings.rate_window_s, settings.envelope_s),
+    )
+    windows = envelope_windows(
+        settings.rate_window_s, max(settings.rate_window_s, settings.envelope_s)
+    )
     planned = [c.replicas for c in config]
     current = list(planned)
     scheds: list[Schedule] = [[(0.0, k)] for k in current]
-    history: list[tuple[float, float]] = []
+    history: list[tuple[float, tuple[float, ...]]] = []
     last: float | None = None
     t = settings.period_s
     while t < end:
-        rate = _counts(arrivals, t, settings.rate_window_s) / settings.rate_window_s
-        history = [(ht, r) for ht, r in history if ht > t - settings.down_delay_s] + [(t, rate)]
+        # what Prometheus answers for the query with each window, and each one's most
+        # over the delay (`max_over_time`)
+        rates = tuple(_counts(arrivals, t, w) / w for w in windows)
+        history = [(ht, r) for ht, r in history if ht > t - settings.down_delay_s] + [(t, rates)]
+        recent = tuple(max(r[i] for _, r in history) for i in range(len(windows)))
         decision = tune(
             model.stages,
             planned,
             current,
-            TunerInput(rate_qps=rate, recent_max_qps=max(r for _, r in history), now_s=t),
+            TunerInput(
+                rate_qps=rates[0],
+                recent_max_qps=recent[0],
+                now_s=t,
+                envelope_qps=tuple(zip(windows[1:], rates[1:], strict=True)),
+                recent_envelope_qps=tuple(zip(windows[1:], recent[1:], strict=True)),
+            ),
             anchor_qps=anchor,
             last_scale_s=last,
             down_delay_s=settings.down_delay_s,

@@ -46,6 +46,13 @@ def add_parser(traces: Any) -> None:
         help="the chronotope tuner reads the rate over this window, as rate(x[5s]) would",
     )
     p.add_argument(
+        "--tuner-envelope-s",
+        type=float,
+        default=60.0,
+        help="the chronotope tuner also reads rates over windows doubling from the rate window "
+        "up to this (the operator's --tuner-envelope-s; no longer than the rate window: one rate)",
+    )
+    p.add_argument(
         "--tuner-down-delay-s",
         type=float,
         default=60.0,
@@ -99,7 +106,9 @@ def _handle(args: argparse.Namespace) -> int:
             seed=args.seed,
             cold_start_s=args.cold_start_s,
             tuner=TunerSettings(
-                rate_window_s=args.rate_window_s, down_delay_s=args.tuner_down_delay_s
+                rate_window_s=args.rate_window_s,
+                down_delay_s=args.tuner_down_delay_s,
+                envelope_s=args.tuner_envelope_s,
             ),
         )
         if isinstance(run, Infeasible):

@@ -65,6 +65,7 @@ __all__ = [
     "sample_arrivals",
     "stage_deployment_name",
     "stage_objects",
+    "with_rate_window",
     "with_replicas",
 ]
 
@@ -111,6 +112,24 @@ def rate_window_s(query: str) -> float:
     if found is None:
         return DEFAULT_RATE_WINDOW_S
     return float(found.group(1)) * _UNIT_S[found.group(2)]
+
+
+def with_rate_window(query: str, window_s: float) -> str:
+    """The traffic query over `window_s` instead of its own window.
+
+    Every range selector as long as its first one is replaced; a query with
+    none stays as it is.
+    """
+    found = _RANGE.search(query)
+    if found is None:
+        return query
+    first = float(found.group(1)) * _UNIT_S[found.group(2)]
+
+    def swap(m: re.Match[str]) -> str:
+        same = float(m.group(1)) * _UNIT_S[m.group(2)] == first
+        return f"[{window_s:g}s]" if same else m.group(0)
+
+    return _RANGE.sub(swap, query)
 
 
 def sample_arrivals(rate_qps: float, seed: int = 0) -> list[float]:

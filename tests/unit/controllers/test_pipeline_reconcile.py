@@ -569,3 +569,58 @@ def test_a_serving_pipeline_grows_as_far_as_its_queue_quota_admits() -> None:
     assert grown.status["quotaHeld"].startswith("queue serving:")
     assert [e[1] for e in grown.events] == ["QuotaExceeded"]
     assert grown.events[0][2].startswith("scaling up only as far as its queue's quota admits")
+
+
+def test_the_tuner_reads_the_live_envelope_and_scales_up_on_sustained_traffic() -> None:
+    from datetime import timedelta
+
+    from chronotope.controllers.inferencepipeline import TunerSettings
+    from chronotope.workloads.pipeline import rate_window_s
+
+    ops, obj = _ops(), _prometheus_pipeline()
+    by_window: dict[float, float] = {}  # queries/s Prometheus answers per window; else 150
+    asked: list[str] = []
+
+    def answer(address: str | None, q: str) -> float | str:
+        asked.append(q)
+        return by_window.get(rate_window_s(q), 150.0)
+
+    ops.query_rate = answer  # type: ignore[method-assign]
+    settings = TunerSettings(down_delay_s=30)
+    first = reconcile(obj, ops, NOW, settings)
+    rows = first.status["tuner"]["scalingTable"]
+    # the rows keep the longer windows of their samples' envelopes (the 60 s sample: 10, 20 s)
+    assert [p["windowSeconds"] for p in rows[3]["envelope"]] == [10.0, 20.0]
+    # the query over 5 s (its own), 10, 20, 40 and 60 s, now and at most over the delay
+    assert "rate(requests_total[20s])" in asked
+    assert "max_over_time((rate(requests_total[60s]))[30s:])" in asked
+    assert len(asked) == 1 + 10  # (the first: the rate the plan is made for)
+    observed = first.status["tuner"]["observedEnvelope"]
+    assert [p["windowSeconds"] for p in observed] == [5.0, 10.0, 20.0, 40.0, 60.0]
+    assert [p["maxQueries"] for p in observed] == [750, 1500, 3000, 6000, 9000]
+    base = [s["replicas"] for s in first.status["stages"]]
+
+    def step(status: dict[str, Any], seconds: float) -> Any:
+        return reconcile(obj | {"status": status}, ops, NOW + timedelta(seconds=seconds), settings)
+
+    # the 5 s rate stays at the plan's, but 165 queries/s has held for 20 s: more than the
+    # busiest 10 and 20 s of the sample the planned row was sized on
+    planned_row = next(r for r in rows if r["rateQPS"] >= 150.0)
+    assert all(p["rateQPS"] < 165.0 for p in planned_row["envelope"])
+    by_window.update({10.0: 165.0, 20.0: 165.0})
+    up = step(first.status, 2)
+    assert up.status["tuner"]["mode"] == "ScalingUp"
+    assert up.status["stages"][0]["replicas"] > base[0]
+    # on the 5 s rate alone the planned row would have held
+    by_window.clear()
+    assert step(first.status, 2).status["stages"][0]["replicas"] == base[0]
+    # one window Prometheus cannot answer: the tuner holds what runs and says so
+    ops.query_rate = lambda address, q: (  # type: ignore[method-assign]
+        "Prometheus did not answer" if "[40s]" in q else 40.0
+    )
+    held = step(up.status, 4)
+    assert [s["replicas"] for s in held.status["stages"]] == [
+        s["replicas"] for s in up.status["stages"]
+    ]
+    risk = next(c for c in held.status["conditions"] if c["type"] == "SLOAtRisk")
+    assert risk["reason"] == "PrometheusUnreachable"

@@ -19,8 +19,10 @@ from chronotope.planners.inferline import (
     StageConfig,
     StageModel,
     TunerInput,
+    busiest_count,
     cost_per_hour,
     envelope,
+    envelope_windows,
     minimum_service_time,
     model_from_spec,
     plan_chronotope,
@@ -215,3 +217,49 @@ def test_the_tuner_sizes_stages_from_the_table_when_it_has_one() -> None:
     assert (down.mode, down.replicas) == ("ScalingDown", (2, 1))
     capped = run(5000.0, 5000.0, (5, 9), None)
     assert capped.replicas == (10, 10)  # past the table, within maxReplicas
+
+
+def test_a_row_covers_live_traffic_only_if_no_window_of_its_envelope_is_exceeded() -> None:
+    # rows sized on bursty samples: busiest 5 s well above the busiest 20 s
+    table = (
+        ScalingStep(100.0, (1, 1), ((5.0, 100.0), (10.0, 70.0), (20.0, 50.0))),
+        ScalingStep(200.0, (2, 1), ((5.0, 200.0), (10.0, 140.0), (20.0, 100.0))),
+        ScalingStep(400.0, (3, 2), ((5.0, 400.0), (10.0, 280.0))),
+    )
+    assert table_need(table, 90.0, ((10.0, 70.0), (20.0, 50.0))) == (1, 1)
+    # the same 5 s rate, sustained: 90 queries/s over 20 s was never in the first sample
+    assert table_need(table, 90.0, ((10.0, 90.0), (20.0, 90.0))) == (2, 1)
+    # a window the row was not sized on is not compared (the third row has no 20 s)
+    assert table_need(table, 300.0, ((10.0, 250.0), (20.0, 250.0))) == (3, 2)
+    # past the end: the last row, scaled by the window that goes furthest past it
+    assert table_need(table, 400.0, ((10.0, 560.0),)) == (6, 4)
+    # a row from before envelopes compares the rate alone
+    assert table_need((ScalingStep(100.0, (1,)),), 90.0, ((20.0, 500.0),)) == (1,)
+
+
+def test_scaling_table_rows_carry_their_sample_s_envelope_up_to_half_its_span() -> None:
+    model = _sample()
+    trace = _poisson(300, 6300)  # 21 s at 300 queries/s
+    plan = plan_chronotope(model, trace)
+    assert isinstance(plan, PlanOutcome)
+    table = scaling_table(model, plan.config, trace, factors=(0.25, 1.0, 2.0))
+    squeezed = {0.25: trace / 0.25, 1.0: trace, 2.0: trace / 2.0}
+    for row, f in zip(table, (0.25, 1.0, 2.0), strict=True):
+        windows = [w for w, _ in row.envelope]
+        assert windows[0] == 5.0
+        assert row.rate_qps == row.envelope[0][1]
+        span = float(squeezed[f][-1] - squeezed[f][0])
+        assert all(w <= span / 2 for w in windows[1:])
+        for w, r in row.envelope:
+            assert r == pytest.approx(
+                busiest_count(squeezed[f] - squeezed[f][0], w) / w
+                if span > w
+                else len(trace) / span
+            )
+    # 84 s at a quarter of the rate: 5, 10, 20 and 40 s; 21 s: 5 and 10 s; 10.5 s: 5 s
+    assert [[w for w, _ in row.envelope] for row in table] == [
+        [5.0, 10.0, 20.0, 40.0],
+        [5.0, 10.0],
+        [5.0],
+    ]
+    assert envelope_windows(5.0, 60.0) == [5.0, 10.0, 20.0, 40.0, 60.0]

@@ -53,6 +53,7 @@ __all__ = [
     "Traffic",
     "TunerMode",
     "TunerState",
+    "WindowRate",
 ]
 
 MAX_STAGES = 16
@@ -366,12 +367,26 @@ class EnvelopePoint(ApiModel):
     max_queries: int = Field(ge=0, description="Most queries in any window of that length.")
 
 
+class WindowRate(ApiModel):
+    """The busiest rate over windows of one length."""
+
+    window_seconds: float = Field(gt=0, description="Window length.")
+    rate_qps: float = Field(ge=0, description="Queries per second in the busiest such window.")
+
+
 class ScalingRow(ApiModel):
     """Replicas per stage (in stage order) that meet the SLO up to this rate."""
 
     rate_qps: float = Field(ge=0, description="Queries per second this row covers.")
     replicas: list[int] = Field(
         max_length=MAX_STAGES, description="Replicas per stage, in the order of spec.stages."
+    )
+    envelope: list[WindowRate] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The envelope of the sample this row was sized on: the busiest rate over "
+        "windows doubling from the traffic query's up to 60 s. The row covers live traffic "
+        "whose rate over each of these windows is at most this.",
     )
 
 
