@@ -233,9 +233,10 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
             "from its checkpoint with a new plan"
         )
         out.events.append(("Warning", "WorkersLost", restart_why))
-    elif _stuck(current, plan, c.now):
+    elif (bound := _stuck(current, plan, c.now)) is not None:
+        placed = "could not be placed" if bound == 0 else f"was bound {bound} of {len(current)}"
         restart_why = (
-            f"the gang could not be placed within {STUCK_AFTER_S:.0f}s "
+            f"the gang {placed} within {STUCK_AFTER_S:.0f}s "
             "(another workload took the GPUs); re-planning"
         )
         out.events.append(("Normal", "Replanning", restart_why))
@@ -332,16 +333,24 @@ def _others_queued(c: _Cycle, jobs: Sequence[Mapping[str, Any]]) -> bool:
     return False
 
 
-def _stuck(current: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], now: datetime) -> bool:
-    """No worker bound long after the start: the plan raced with another placement."""
-    if any((p.get("spec") or {}).get("nodeName") for p in current):
-        return False
+def _stuck(
+    current: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], now: datetime
+) -> int | None:
+    """How many workers are bound if the gang is not whole long after its start, else None.
+
+    None bound: the plan raced with another placement. Some bound: the extender lost
+    the rest's reservation (a restart between two members' binds) and their GPUs
+    went to other pods; the bound part holds GPUs for nothing, so it is re-planned too.
+    """
+    bound = sum(1 for p in current if (p.get("spec") or {}).get("nodeName"))
+    if bound == len(current):
+        return None
     started = plan.get("startTime")
     if not started:
-        return False
+        return None
     since = parse_time(started)
     assert since is not None
-    return (now - since).total_seconds() > STUCK_AFTER_S
+    return bound if (now - since).total_seconds() > STUCK_AFTER_S else None
 
 
 def _restart(

@@ -143,17 +143,22 @@ class GangBook:
         *,
         plan: Sequence[PlannedPlacement],
     ) -> str | None:
-        """Reserve every member's planned node and GPUs, or nothing; returns why not, or None.
+        """Reserve every unbound member's planned node and GPUs, or nothing; why not, or None.
 
-        Only a whole gang's plan for a gang none of whose members is bound yet.
+        Members already bound (an extender restarted between two members' binds, and
+        lost the rest's reservation) take their own entries of the plan off it: the
+        rest of the plan is what is reserved.
         """
-        if self.members_bound.get(gang.key):
-            return f"members of gang {gang.key} are bound already"
         if len(plan) != gang.size:
             return f"the plan names {len(plan)} member(s), gang {gang.key} has {gang.size}"
+        rest = _unbound_part(cache, plan, self.members_bound.get(gang.key, set()))
+        if rest is None:
+            return f"the members of gang {gang.key} already bound are not where the plan put them"
+        if not rest:
+            return None  # every member is bound: nothing to hold
         res = Reservation(gang, [], expires_at=now + self.ttl_s)
         offered = set(candidates)
-        for i, slot in enumerate(plan):
+        for i, slot in enumerate(rest):
             if slot.node not in offered:
                 self._release(cache, res)
                 return f"kube-scheduler ruled out the planned node {slot.node}"
@@ -246,6 +251,29 @@ class GangBook:
         for i in range(len(res.slots)):
             if i not in res.claimed.values():
                 cache.forget(res.slot_key(i))
+
+
+def _unbound_part(
+    cache: ClusterCache, plan: Sequence[PlannedPlacement], bound: set[str]
+) -> list[PlannedPlacement] | None:
+    """The plan without the entries bound members hold, or None if one holds no entry."""
+    rest = list(plan)
+    for key in sorted(bound):
+        held = cache.holdings.get(key)
+        match = None
+        if held is not None:
+            match = next(
+                (
+                    i
+                    for i, p in enumerate(rest)
+                    if p.node == held.node and p.gpus in (None, held.gpu_indices)
+                ),
+                None,
+            )
+        if match is None:
+            return None
+        del rest[match]
+    return rest
 
 
 def hold_for_reservation(cache: ClusterCache, res: Reservation) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chronotope.controllers.trainingjob import ClusterOps, reconcile
+from chronotope.controllers.trainingjob import STUCK_AFTER_S, ClusterOps, reconcile
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import (
     GENERATION_ANNOTATION,
@@ -234,3 +234,35 @@ def test_a_gang_whose_start_was_never_recorded_is_restarted_not_lost() -> None:
     assert out.status["phase"] == "Resizing"
     assert out.annotations[GENERATION_ANNOTATION] == "1"
     assert [e[1] for e in out.events] == ["Replanning"]
+
+
+def test_a_gang_left_partly_bound_is_re_planned_after_the_stuck_bound() -> None:
+    # an extender restart between two members' binds loses the second's reservation;
+    # if other pods take its GPUs, the bound member would hold its node for nothing
+    me = job("a", workers=2)
+    ops = FakeOps([node("h-0"), node("h-1")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    first = next(p for p in ops._pods if p["metadata"]["name"] == "a-g0-0")
+    first["spec"]["nodeName"] = "h-0"
+    first["status"] = {"phase": "Running"}
+    soon = reconcile(me, ops, NOW + timedelta(seconds=STUCK_AFTER_S - 1))
+    assert soon.status["phase"] == "Starting"
+    assert ops.stopped == []
+    late = reconcile(me, ops, NOW + timedelta(seconds=STUCK_AFTER_S + 1))
+    assert late.status["phase"] == "Resizing"
+    assert sorted(ops.stopped) == ["a-g0-0", "a-g0-1"]
+    assert late.annotations[GENERATION_ANNOTATION] == "1"
+    assert [e[1] for e in late.events] == ["Replanning"]
+    assert "was bound 1 of 2 within 45s" in late.events[0][2]
+
+
+def test_a_whole_gang_still_starting_is_not_re_planned() -> None:
+    me = job("a", workers=2)
+    ops = FakeOps([node("h-0"), node("h-1")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    for i, pod in enumerate(ops._pods):
+        pod["spec"]["nodeName"] = f"h-{i}"
+        pod["status"] = {"phase": "Pending"}  # bound, its container not up yet
+    out = reconcile(me, ops, NOW + timedelta(seconds=10 * STUCK_AFTER_S))
+    assert out.status["phase"] == "Starting"
+    assert ops.stopped == []

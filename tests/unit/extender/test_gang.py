@@ -150,3 +150,48 @@ def test_a_bad_gang_plan_is_named() -> None:
     p["metadata"]["annotations"][PLANNED_GANG_ANNOTATION] = "a=0;v=x"
     out = service(Recorder()).filter(p, NODES)
     assert PLANNED_GANG_ANNOTATION in out.unresolvable["a"]
+
+
+def test_a_restarted_extender_reserves_the_rest_of_a_partly_bound_gang_on_its_plan() -> None:
+    """The extender died between two members' binds: the second still goes where planned.
+
+    Before, the restarted extender saw a bound member, refused the plan, and placed
+    the rest by the gang rule (here beside member 0 on a), off the operator's plan;
+    with the slot's GPUs taken, the gang stayed half bound.
+    """
+    rec = Recorder()
+    svc = service(rec)
+    plan = [("a", (0, 1)), ("v", (2, 3))]
+    assert svc.filter(planned_member(0, plan, 2), NODES).passed == ["a"]
+    assert svc.bind("ns", "job-0", "u", "a") == ""
+    first = planned_member(0, plan, 2)
+    assignment = rec.bound["ns/job-0"][1]
+    assert assignment is not None
+    first["spec"]["nodeName"] = "a"
+    first["metadata"]["annotations"] |= assignment.to_annotations()
+    events: list[tuple[str, str, str]] = []
+    fresh = service(Recorder())  # restarted: the reservation of job-1's slot is gone
+    fresh.event_fn = lambda *e: events.append(e)
+    fresh.sync_pods([first])
+    out = fresh.filter(planned_member(1, plan, 2), NODES)
+    assert out.passed == ["v"]
+    assert events == []
+    # the slot is held: a plain pod cannot take member 1's planned GPUs meanwhile
+    assert fresh.filter(pod("thief", gpus=4, model="V100"), ["v"]).passed == []
+    assert fresh.bind("ns", "job-1", "u", "v") == ""
+    assert fresh.gangs.reservations == {}
+
+
+def test_a_partly_bound_gang_off_its_plan_falls_back_to_the_rule() -> None:
+    rec = Recorder()
+    plan = [("v", (0, 1)), ("a", (2, 3))]
+    fresh = service(rec)
+    elsewhere = planned_member(0, plan, 2)
+    elsewhere["spec"]["nodeName"] = "a"  # not v: on a's first free GPUs, 0 and 1
+    fresh.sync_pods([elsewhere])
+    events: list[tuple[str, str, str]] = []
+    fresh.event_fn = lambda *e: events.append(e)
+    out = fresh.filter(planned_member(1, plan, 2), NODES)
+    assert out.passed  # placed by the rule, whole
+    assert [e[1] for e in events] == ["PlanFallback"]
+    assert "not where the plan put them" in events[0][2]
