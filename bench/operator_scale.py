@@ -176,6 +176,17 @@ def apiserver_metrics(api: client.ApiClient) -> str:
 GANG_EVENTS = ("PlanFallback",)
 """Pod events that say a gang did not go where the scheduling pass planned it."""
 
+JOB_RESTART_EVENTS = ("Replanning",)
+"""TrainingJob events of a gang stopped and re-planned (the stuck rule, or a better plan)."""
+
+
+def _restart_kind(message: str) -> str:
+    """'could not be placed' / 'was bound 1 of 2' for the stuck rule; 'other' otherwise."""
+    if message.startswith("the gang ") and " within " in message:
+        return message.removeprefix("the gang ").split(" within ")[0]
+    return "other"
+
+
 WRITES = (
     ("create a worker pod", ('verb="POST"', 'resource="pods"')),
     ("create a gang's service", ('verb="POST"', 'resource="services"')),
@@ -362,7 +373,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 "(each decides every waiting job; not part of a reconcile)"
             )
             events = Counter(
-                e.reason
+                f"{e.reason} ({'gang' if 'gang ' in (e.message or '') else 'pod'})"
                 for e in client.CoreV1Api(api)
                 .list_event_for_all_namespaces(field_selector="involvedObject.kind=Pod")
                 .items
@@ -370,7 +381,19 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             )
             print(
                 f"  pod events of gangs placed off the pass's plan: {dict(events) or 'none'} "
-                "(PlanFallback: the planned GPUs no longer fit)"
+                "(PlanFallback: the planned GPUs no longer fit; of a gang, or of a one-worker "
+                "job's pod)"
+            )
+            restarts = Counter(
+                _restart_kind(e.message or "")
+                for e in client.CoreV1Api(api)
+                .list_event_for_all_namespaces(field_selector="involvedObject.kind=TrainingJob")
+                .items
+                if e.reason in JOB_RESTART_EVENTS
+            )
+            print(
+                f"  TrainingJob gangs stopped and re-planned: {dict(restarts) or 'none'} "
+                "(the stuck rule: not wholly bound 45 s after the start)"
             )
             print(
                 f"  ramp ({ramp_s:.0f} s): operator {ramp_cpu / ramp_s:.2f} cores, "

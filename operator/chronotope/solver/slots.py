@@ -50,12 +50,8 @@ def next_slot(
         if again:
             return max(again, key=lambda f: (f[1], f[0]))[0]
         holds = [f for f in fitting if f[1] >= rest]
-        if holds:
-            return min(holds, key=lambda f: (f[1], _desc(f[0])))[0]
+        if holds:  # the fewest free GPUs that hold the rest; of those, the larger name
+            least = min(free for _, free in holds)
+            return max(name for name, free in holds if free == least)
         return max(fitting, key=lambda f: (f[1], f[0]))[0]
     return max(fitting, key=lambda f: (f[0] not in used, f[1], f[0]))[0]
-
-
-def _desc(name: str) -> tuple[int, ...]:
-    """A key that orders names descending under `min` (ties go to the larger name)."""
-    return (*(-ord(c) for c in name), 1)
