@@ -24,7 +24,7 @@ cycle. Nothing here talks to the API server.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
@@ -82,8 +82,8 @@ MAX_CONTENDERS = 8
 ProfileLookup = Callable[[str, str], "ModelProfile | str"]
 """(namespace, ConfigMap name) -> the model profile, or why it cannot be used."""
 
-PodsOf = Callable[[str, str], list[dict[str, Any]]]
-"""(namespace, label selector) -> the pods."""
+PodsOf = Callable[[str | None, str | None], list[dict[str, Any]]]
+"""(namespace, label selector; None: all) -> the pods."""
 
 
 def job_key(job: Mapping[str, Any]) -> str:
@@ -109,6 +109,7 @@ class Decider:
             tuple[Any, ...],
             tuple[Capacity, Sequence[Mapping[str, Any]], BandPlan, frozenset[str]],
         ] = {}
+        self._gangs: set[tuple[str, str, str]] | None = None
 
     def band(self, cycle: Cycle, priority: int) -> tuple[BandPlan, frozenset[str]]:
         """The fleet policy's plan for the band of `priority`, and the band's jobs; once a cycle.
@@ -184,14 +185,28 @@ class Decider:
         return decision
 
     def has_gang(self, job: Mapping[str, Any]) -> bool:
-        """The job has live workers of its current gang (it started, whatever its status says)."""
+        """The job has live workers of its current gang (it started, whatever its status says).
+
+        The pods are read once a cycle (`live_gangs`): a pass asks this of every job.
+        """
         meta = job.get("metadata") or {}
         gen = str((meta.get("annotations") or {}).get(GENERATION_ANNOTATION, "0"))
-        return any(
-            not p["metadata"].get("deletionTimestamp")
-            and (p["metadata"].get("labels") or {}).get(GENERATION_LABEL) == gen
-            for p in self._pods(str(meta.get("namespace")), f"{JOB_LABEL}={meta.get('name')}")
-        )
+        if self._gangs is None:
+            self._gangs = live_gangs(self._pods(None, None))
+        return (str(meta.get("namespace")), str(meta.get("name")), gen) in self._gangs
+
+
+def live_gangs(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
+    """(namespace, job, gang generation) of every TrainingJob worker pod not being deleted."""
+    out = set()
+    for p in pods:
+        meta = p.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        job = labels.get(JOB_LABEL)
+        if job is None or meta.get("deletionTimestamp"):
+            continue
+        out.add((str(meta.get("namespace")), str(job), str(labels.get(GENERATION_LABEL))))
+    return out
 
 
 @dataclass(frozen=True)

@@ -312,7 +312,7 @@ def test_a_head_whose_workers_exist_already_holds_nothing_back() -> None:
             "labels": {JOB_LABEL: "head", "chronotope.dev/gang-generation": "0"},
         }
     }
-    d = one_pass([head, me], capacity(5), lambda _ns, sel: [worker] if "head" in sel else [])
+    d = one_pass([head, me], capacity(5), lambda *_: [worker])
     assert "head" not in d  # decided already: its GPUs are in the capacity
     assert d["me"].action is Action.START
 

@@ -8,8 +8,9 @@ from typing import Any, ClassVar
 import pytest
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.sharing.labels import GENERATION_ANNOTATION
 from chronotope.workloads.capacity import NodeCapacity, cluster_capacity
-from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
 from chronotope.workloads.gates import (
     Cycle,
     Decider,
@@ -247,3 +248,35 @@ def test_frees_at_is_the_earliest_predicted_finish_per_type() -> None:
     jobs = [running("a", "2030-01-01T15:00:00Z"), running("b", "2030-01-01T13:00:00Z")]
     assert frees_at(jobs, "ns/me") == {"H100": datetime(2030, 1, 1, 13, 0, tzinfo=UTC)}
     assert frees_at(jobs, "ns/b") == {"H100": datetime(2030, 1, 1, 15, 0, tzinfo=UTC)}
+
+
+def test_has_gang_reads_the_pods_once_a_cycle_and_counts_live_workers_of_the_current_gang() -> None:
+    def worker(ns: str, job: str, gen: str, deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "name": f"{job}-g{gen}-0",
+            "namespace": ns,
+            "labels": {JOB_LABEL: job, GENERATION_LABEL: gen},
+        }
+        if deleting:
+            meta["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+        return {"metadata": meta}
+
+    pods = [worker("a", "old", "0"), worker("a", "now", "1"), worker("a", "gone", "0", True)]
+    reads: list[tuple[str | None, str | None]] = []
+
+    def read(ns: str | None = None, selector: str | None = None) -> list[dict[str, Any]]:
+        reads.append((ns, selector))
+        return pods
+
+    def job(ns: str, name: str, gen: str) -> dict[str, Any]:
+        return {
+            "metadata": {"namespace": ns, "name": name, "annotations": {GENERATION_ANNOTATION: gen}}
+        }
+
+    d = Decider(no_profile, read)
+    assert d.has_gang(job("a", "now", "1"))
+    assert not d.has_gang(job("a", "old", "1"))  # its workers are of an older generation
+    assert not d.has_gang(job("a", "gone", "0"))  # being deleted
+    assert not d.has_gang(job("b", "now", "1"))  # another namespace's job of that name
+    assert d.has_gang(job("a", "old", "0"))
+    assert reads == [(None, None)]
