@@ -43,6 +43,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,18 @@ def _restart_kind(message: str) -> str:
     if message.startswith("the gang ") and " within " in message:
         return message.removeprefix("the gang ").split(" within ")[0]
     return "other"
+
+
+def count_events(
+    api: client.ApiClient, kind: str, reasons: tuple[str, ...], label: Callable[[Any], str]
+) -> Counter[str]:
+    """Events about objects of `kind` with one of `reasons`, counted by `label(event)`."""
+    items = (
+        client.CoreV1Api(api)
+        .list_event_for_all_namespaces(field_selector=f"involvedObject.kind={kind}")
+        .items
+    )
+    return Counter(label(e) for e in items if e.reason in reasons)
 
 
 WRITES = (
@@ -372,24 +385,19 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 f"  scheduling passes: {passes}, p50 {pass50:.2f} s, p99 {pass99:.2f} s "
                 "(each decides every waiting job; not part of a reconcile)"
             )
-            events = Counter(
-                f"{e.reason} ({'gang' if 'gang ' in (e.message or '') else 'pod'})"
-                for e in client.CoreV1Api(api)
-                .list_event_for_all_namespaces(field_selector="involvedObject.kind=Pod")
-                .items
-                if e.reason in GANG_EVENTS
+            events = count_events(
+                api,
+                "Pod",
+                GANG_EVENTS,
+                lambda e: f"{e.reason} ({'gang' if 'gang ' in (e.message or '') else 'pod'})",
             )
             print(
                 f"  pod events of gangs placed off the pass's plan: {dict(events) or 'none'} "
                 "(PlanFallback: the planned GPUs no longer fit; of a gang, or of a one-worker "
                 "job's pod)"
             )
-            restarts = Counter(
-                _restart_kind(e.message or "")
-                for e in client.CoreV1Api(api)
-                .list_event_for_all_namespaces(field_selector="involvedObject.kind=TrainingJob")
-                .items
-                if e.reason in JOB_RESTART_EVENTS
+            restarts = count_events(
+                api, "TrainingJob", JOB_RESTART_EVENTS, lambda e: _restart_kind(e.message or "")
             )
             print(
                 f"  TrainingJob gangs stopped and re-planned: {dict(restarts) or 'none'} "
