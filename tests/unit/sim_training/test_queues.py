@@ -251,3 +251,35 @@ def test_cli_without_queues_is_unchanged_and_with_queues_writes_queues_csv(
     assert {r["gpu_util_no_queues_pct"] for r in rows if r["policy"] == "fifo+queues"} == {
         str(plain[0]["gpu_util_pct"])
     }
+
+
+class _WantsV100:
+    """A wish that puts every active job on v100 (more than the quota allows)."""
+
+    name = "wants-v100"
+    preemptive = True
+
+    def allocate(self, now: float, active: object, capacity: object) -> dict[int, str]:
+        return {js.job.job_id: "v100" for js in active}  # type: ignore[attr-defined]
+
+
+def test_a_job_denied_its_wished_type_moves_to_the_fastest_admissible_one() -> None:
+    # b holds one GPU of each type. Job 1 keeps b's v100; job 0, wished onto v100 too,
+    # is denied it and must fall back: to p100 (3x its k80 speed), not stay on the k80
+    # it holds. Seen in the Philly run: an 8-GPU job sat 18 h on K80s at 0.2x speed.
+    from chronotope.workloads.training_policy import JobState
+
+    setup = QueueSetup(
+        {
+            "b": QueueSpec.model_validate(
+                {"quotas": [{"gpuType": g, "gpus": 1} for g in ("k80", "p100", "v100")]}
+            )
+        },
+        {"b": 1.0},
+    )
+    speeds = {"k80": 0.2, "p100": 0.6, "v100": 1.0}
+    slow = JobState(Job(0, 0, 1, 1000, "t", speeds), 1000, gpu_type="k80")
+    kept = JobState(Job(1, 0, 1, 1000, "t", speeds), 1000, gpu_type="v100")
+    wrapped = QuotaPolicy(_WantsV100(), setup, {0: "b", 1: "b"})  # type: ignore[arg-type]
+    alloc = wrapped.allocate(0.0, [slow, kept], {"k80": 1, "p100": 1, "v100": 1})
+    assert alloc == {0: "p100", 1: "v100"}

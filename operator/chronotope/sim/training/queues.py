@@ -266,7 +266,7 @@ class QuotaPolicy:
 
     def _alternatives(self, js: JobState, first: Sequence[str | None]) -> tuple[Demand, ...]:
         types = self._types[self.job_queue[js.job.job_id]]
-        by_speed = sorted(types, key=lambda g: (-js.job.speed[g], g))
+        by_speed = sorted(types, key=lambda g: (-js.job.speed[g], g != js.gpu_type, g))
         order = dict.fromkeys([g for g in first if g in types] + by_speed)
         return tuple(Demand(g, gpus=js.job.num_gpus) for g in order)
 
@@ -305,7 +305,7 @@ class QuotaPolicy:
                 str(jid),
                 self.job_queue[jid],
                 LOCAL_QUEUE,
-                self._alternatives(by_id[jid], (wish[jid], by_id[jid].gpu_type)),
+                self._alternatives(by_id[jid], (wish[jid],)),
             )
             for jid in moved
         ] + [
@@ -313,7 +313,7 @@ class QuotaPolicy:
                 str(js.job.job_id),
                 self.job_queue[js.job.job_id],
                 LOCAL_QUEUE,
-                self._alternatives(js, (js.gpu_type,)),
+                self._alternatives(js, ()),
             )
             for js in rest
         ]
