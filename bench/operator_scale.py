@@ -39,6 +39,7 @@ import math
 import os
 import random
 import re
+import ssl
 import tempfile
 import time
 import urllib.request
@@ -55,6 +56,7 @@ from chronotope.devcluster.settings import ClusterSettings
 from chronotope.kube.client import api_client
 from chronotope.paths import REPO_ROOT
 from chronotope.sim.clusterspec import ClusterSpec, load_spec
+from chronotope.workloads.gang import JOB_LABEL
 
 GROUP, VERSION = "chronotope.dev", "v1alpha1"
 SPEEDS = {"G3": 1.6, "G2": 1.3, "V100M32": 1.2, "V100M16": 1.0, "T4": 0.5, "P100": 0.6, "A10": 0.8}
@@ -111,6 +113,71 @@ def scrape(port: int) -> str:
         return str(resp.read().decode())
 
 
+def scrape_https(port: int) -> str:
+    """The extender's /metrics text (HTTPS with a self-signed certificate; the path is open)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    url = f"https://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10, context=context) as resp:
+        return str(resp.read().decode())
+
+
+def _stamp(value: Any) -> float:
+    """A Kubernetes timestamp (datetime) as seconds since the epoch."""
+    return float(value.timestamp())
+
+
+def stages(api: client.ApiClient, t0_wall: float) -> dict[str, list[float]]:
+    """Each bound worker pod's way from its job's creation to bound, in seconds.
+
+    `decided`: job created -> its pod created (the operator); `bound`: pod created ->
+    PodScheduled (kube-scheduler and the extender); `created_at` / `bound_at`: when, from
+    the first submit. Timestamps are the API server's, to the second.
+    """
+    custom = client.CustomObjectsApi(api)
+    created = {
+        (j["metadata"]["namespace"], j["metadata"]["name"]): j["metadata"]["creationTimestamp"]
+        for j in custom.list_cluster_custom_object(GROUP, VERSION, "trainingjobs")["items"]
+    }
+    out: dict[str, list[float]] = {"decided": [], "bound": [], "created_at": [], "bound_at": []}
+    for pod in client.CoreV1Api(api).list_pod_for_all_namespaces().items:
+        job = (pod.metadata.labels or {}).get(JOB_LABEL)
+        when = created.get((pod.metadata.namespace, job)) if job else None
+        scheduled = next(
+            (
+                c.last_transition_time
+                for c in (pod.status.conditions or [])
+                if c.type == "PodScheduled" and c.status == "True"
+            ),
+            None,
+        )
+        if when is None or scheduled is None:
+            continue
+        job_at = _parse_time(when)
+        pod_at, bound_at = _stamp(pod.metadata.creation_timestamp), _stamp(scheduled)
+        out["decided"].append(pod_at - job_at)
+        out["bound"].append(bound_at - pod_at)
+        out["created_at"].append(pod_at - t0_wall)
+        out["bound_at"].append(bound_at - t0_wall)
+    return out
+
+
+def _parse_time(text: str) -> float:
+    """An RFC 3339 timestamp of a custom object as seconds since the epoch."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def quantiles(values: list[float], qs: tuple[float, ...]) -> list[float]:
+    """Nearest-rank quantiles of `values` (nan when empty)."""
+    if not values:
+        return [math.nan for _ in qs]
+    ordered = sorted(values)
+    return [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in qs]
+
+
 def requests_total(text: str) -> float:
     """All requests the operator's API client made so far."""
     return sum(
@@ -124,13 +191,14 @@ def histogram_quantiles(
 ) -> tuple[list[float], int]:
     """Quantiles of histogram `name`, the label sets that contain every `label="value"` of
     `where` summed (all when empty; Prometheus' linear interpolation), and its count."""
-    buckets: Counter[float] = Counter()
+    buckets: dict[float, float] = {}
     for m in re.finditer(rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$", text, re.M):
         if not all(w in m.group(1) for w in where):
             continue
         le = re.search(r'le="([^"]+)"', m.group(1))
         assert le is not None
-        buckets[math.inf if le.group(1) == "+Inf" else float(le.group(1))] += float(m.group(2))
+        edge = math.inf if le.group(1) == "+Inf" else float(le.group(1))
+        buckets[edge] = buckets.get(edge, 0.0) + float(m.group(2))
     edges = sorted(buckets)
     count = int(buckets[math.inf]) if edges else 0
     out = []
@@ -277,7 +345,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
         flush=True,
     )
     try:
-        cluster.start_chronotope_scheduler()
+        extender_port = cluster.start_chronotope_scheduler()
         cluster.start_operator(webhook=False)
         record = cluster.load_state()
         assert record is not None
@@ -293,7 +361,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 for i in range(args.jobs)
             ]
             cpu0, req0 = cpu_seconds(pid), requests_total(scrape(port))
-            t0 = time.monotonic()
+            t0, t0_wall = time.monotonic(), time.time()
             with ThreadPoolExecutor(max_workers=args.submitters) as pool:
                 # several teams submit at once (one client each); list() raises any error
                 list(
@@ -381,6 +449,18 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 f"{math.ceil(slow / 2)} of the {count} reconciles ({slow / 2 / max(count, 1):.1%}) "
                 "took over 100 ms: a p99 under 100 ms needs that under 1 %"
             )
+            stale = Counter(
+                {
+                    f"{m.group(2)} {m.group(1)}": int(float(m.group(3)))
+                    for m in re.finditer(
+                        r'^chronotope_trainingjob_pass_invalidations_total\{event="([^"]*)",'
+                        r'kind="([^"]*)"\} (\S+)$',
+                        text,
+                        re.M,
+                    )
+                }
+            )
+            print(f"  watch events that made the pass stale: {dict(stale.most_common())}")
             print(
                 f"  scheduling passes: {passes}, p50 {pass50:.2f} s, p99 {pass99:.2f} s "
                 "(each decides every waiting job; not part of a reconcile)"
@@ -403,6 +483,36 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 f"  TrainingJob gangs stopped and re-planned: {dict(restarts) or 'none'} "
                 "(the stuck rule: not wholly bound 45 s after the start)"
             )
+            ext = scrape_https(extender_port)
+            for verb in ("filter", "prioritize", "bind"):
+                (e50, e99), n = histogram_quantiles(
+                    ext, "chronotope_extender_request_seconds", (0.5, 0.99), (f'verb="{verb}"',)
+                )
+                busy = sum(
+                    float(m.group(1))
+                    for m in re.finditer(
+                        rf'^chronotope_extender_request_seconds_sum\{{verb="{verb}"\}} (\S+)$',
+                        ext,
+                        re.M,
+                    )
+                )
+                print(
+                    f"  extender {verb}: {n} calls, p50 {e50 * 1000:.1f} ms, "
+                    f"p99 {e99 * 1000:.1f} ms, {busy:.1f} s in all"
+                )
+            way = stages(api, t0_wall)
+            for key, what in (
+                ("decided", "job created -> its pod created (operator)"),
+                ("bound", "pod created -> bound (kube-scheduler + extender)"),
+                ("created_at", "pod created, from the first submit"),
+                ("bound_at", "pod bound, from the first submit"),
+            ):
+                q50, q90, q99 = quantiles(way[key], (0.5, 0.9, 0.99))
+                top = max(way[key], default=math.nan)
+                print(
+                    f"  {what}: p50 {q50:.0f} s, p90 {q90:.0f} s, p99 {q99:.0f} s, "
+                    f"max {top:.0f} s over {len(way[key])} bound pods"
+                )
             print(
                 f"  ramp ({ramp_s:.0f} s): operator {ramp_cpu / ramp_s:.2f} cores, "
                 f"{ramp_req / ramp_s:.1f} API requests/s"

@@ -8,6 +8,9 @@
 * `chronotope_trainingjob_schedule_pass_seconds` (histogram): one scheduling
   pass, every waiting TrainingJob decided at once (`workloads.training_pass`)
 * `chronotope_trainingjob_schedule_pass_jobs`: jobs the latest pass decided
+* `chronotope_trainingjob_pass_invalidations_total{kind,event}`: watch events
+  that made the latest scheduling pass stale (something it did not predict:
+  `trainingjob_loop.TrainingJobLoop._predicted`), by resource and event type
 * `chronotope_trainingjob_events_total{reason}`: every decision posted as an
   event (Started, Waiting, Unschedulable, Preempting, Replanning, ...)
 * `chronotope_trainingjobs{phase}`: jobs by phase, from the latest reconcile
@@ -281,6 +284,12 @@ class OperatorMetrics:
         self.pass_jobs = Gauge(
             "chronotope_trainingjob_schedule_pass_jobs",
             "Jobs the latest scheduling pass decided",
+            registry=self.registry,
+        )
+        self.pass_invalidations = Counter(
+            "chronotope_trainingjob_pass_invalidations_total",
+            "Watch events that made the latest scheduling pass stale",
+            ["kind", "event"],
             registry=self.registry,
         )
         self.events = Counter(

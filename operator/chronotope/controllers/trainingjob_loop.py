@@ -50,8 +50,10 @@ from chronotope.controllers.trainingjob import (
     merged_status,
     reconcile,
 )
+from chronotope.sharing.assignment import ASSIGNED_GPUS
 from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.podreq import PodRequestError, planned
 from chronotope.workloads.training_status import condition
 
 __all__ = [
@@ -262,6 +264,26 @@ def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) 
     return Wake()
 
 
+def bound_as_planned(pod: Mapping[str, Any]) -> bool:
+    """The pod is on the node and GPUs its scheduling pass planned (`podreq.planned`)."""
+    spec = pod.get("spec") or {}
+    if (pod.get("status") or {}).get("phase") in _DONE or (pod.get("metadata") or {}).get(
+        "deletionTimestamp"
+    ):
+        return False
+    try:
+        plan = planned(pod)
+    except PodRequestError:
+        return False
+    if plan is None or not spec.get("nodeName") or plan.node != spec["nodeName"]:
+        return False
+    if plan.gpus is None:
+        return True
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    held = [g.strip() for g in str(annotations.get(ASSIGNED_GPUS, "")).split(",") if g.strip()]
+    return sorted(held) == sorted(str(g) for g in plan.gpus)
+
+
 def requeue_after(status: Mapping[str, Any]) -> float | None:
     """When a job in `status` must be looked at again though nothing changes, or None."""
     phase = status.get("phase")
@@ -355,25 +377,36 @@ class TrainingJobLoop:
             self._add(key)
         if wake.all_jobs or wake.open_jobs:  # coalesced: the run loop wakes them in a moment
             self.passes.invalidate()  # and makes the next scheduling pass
+            self.metrics.pass_invalidations.labels(kind, event).inc()
             with self._lock:
                 self._scope_all = self._scope_all or wake.all_jobs
             self._poke.set()
 
     def _predicted(self, kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) -> bool:
-        """The event is a job's own write of the verdict the current pass gave it.
+        """The event is one the current pass already counted: its verdicts still hold.
 
-        A waiting job's status moving to the phase of its verdict, or a started
-        job's planned-for annotation and status (two patches): the pass, and
-        every other waiting job's verdict in it, still hold.
+        A waiting job's status moving to the phase of its verdict, a started
+        job's planned-for annotation and status (two patches), a started job
+        going from Starting to Running, or a worker pod bound to the node and
+        GPUs the pass planned for it (it held them in the pass's capacity since
+        it was created: `capacity._hold_planned`).
         """
-        if kind != "trainingjobs" or event != "MODIFIED" or seen is None:
+        if event != "MODIFIED" or seen is None:
+            return False
+        if kind == "pods":
+            return not seen[0] and bound_as_planned(obj)
+        if kind != "trainingjobs":
             return False
         meta = obj.get("metadata") or {}
-        expected = self.passes.phase_of(f"{meta.get('namespace')}/{meta.get('name')}")
         mark = mark_of(kind, obj)
-        if expected is None or (mark[0], mark[2]) != (seen[0], seen[2]):
+        if (mark[0], mark[2]) != (seen[0], seen[2]):
             return False
         changed = dict(set(mark[1]) ^ set(seen[1]))
+        if (seen[3], mark[3]) == ("Starting", "Running") and not changed:
+            return True  # its gang came up where it was counted since it started
+        expected = self.passes.phase_of(f"{meta.get('namespace')}/{meta.get('name')}")
+        if expected is None:
+            return False
         if expected == "Starting":
             return set(changed) <= {PLANNED_FOR_ANNOTATION} and mark[3] in (seen[3], expected)
         return not changed and mark[3] == expected
