@@ -41,6 +41,7 @@ import random
 import re
 import ssl
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -49,8 +50,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 
+from chronotope.controllers.trainingjob_loop import mark_of
 from chronotope.devcluster.cluster import LocalCluster
 from chronotope.devcluster.settings import ClusterSettings
 from chronotope.kube.client import api_client
@@ -176,6 +178,57 @@ def quantiles(values: list[float], qs: tuple[float, ...]) -> list[float]:
         return [math.nan for _ in qs]
     ordered = sorted(values)
     return [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in qs]
+
+
+NODE_FIELDS = ("labels", "unschedulable", "taints", "allocatable", "Ready")
+"""What of a node the operator's loop looks at (`trainingjob_loop.mark_of`), in its order."""
+
+
+class NodeChanges:
+    """Counts, per field of `NODE_FIELDS`, the node watch events that changed it."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        """Start watching every node through `api` (a daemon thread) until `stop`."""
+        self.api = api
+        self.changed: Counter[str] = Counter()
+        self.samples: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        listed = core.list_node()
+        seen = {
+            n.metadata.name: mark_of("nodes", self.api.sanitize_for_serialization(n))
+            for n in listed.items
+        }
+        version = listed.metadata.resource_version
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(
+                core.list_node, resource_version=version, timeout_seconds=30
+            )
+            try:
+                for event in stream:
+                    obj = self.api.sanitize_for_serialization(event["object"])
+                    version = obj["metadata"]["resourceVersion"]
+                    name, mark = obj["metadata"]["name"], mark_of("nodes", obj)
+                    old = seen.get(name)
+                    for i, what in enumerate(NODE_FIELDS):
+                        if old is not None and old[i] != mark[i]:
+                            self.changed[what] += 1
+                            if len(self.samples) < 3:
+                                self.samples.append(f"{name} {what}: {old[i]} -> {mark[i]}")
+                    seen[name] = mark
+                    if self._stop.is_set():
+                        return
+            except Exception:  # an expired resourceVersion: list again
+                listed = core.list_node()
+                version = listed.metadata.resource_version
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self._stop.set()
 
 
 def requests_total(text: str) -> float:
@@ -360,6 +413,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 (teams[i % len(teams)], make_job(f"j{i:04d}", rng, widest))
                 for i in range(args.jobs)
             ]
+            nodes_seen = NodeChanges(api)
             cpu0, req0 = cpu_seconds(pid), requests_total(scrape(port))
             t0, t0_wall = time.monotonic(), time.time()
             with ThreadPoolExecutor(max_workers=args.submitters) as pool:
@@ -461,6 +515,11 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 }
             )
             print(f"  watch events that made the pass stale: {dict(stale.most_common())}")
+            nodes_seen.stop()
+            print(
+                f"  node changes the loop sees, by field: {dict(nodes_seen.changed) or 'none'}; "
+                f"e.g. {nodes_seen.samples[:3]}"
+            )
             print(
                 f"  scheduling passes: {passes}, p50 {pass50:.2f} s, p99 {pass99:.2f} s "
                 "(each decides every waiting job; not part of a reconcile)"

@@ -249,7 +249,7 @@ class LocalCluster:
             ),
             (
                 "kwok",
-                components.kwok_argv(b.kwok, kubeconfig, ports),
+                components.kwok_argv(b.kwok, kubeconfig, ports, self.settings.kwok_stages),
                 f"http://127.0.0.1:{ports.kwok}/healthz",
             ),
         )

@@ -127,11 +127,17 @@ def scheduler_argv(binary: Path, config: Path, kubeconfig: Path, ports: Ports) -
     ]
 
 
-def kwok_argv(binary: Path, kubeconfig: Path, ports: Ports) -> list[str]:
-    """The kwok command line: it fakes the kubelets of nodes annotated for kwok."""
+def kwok_argv(binary: Path, kubeconfig: Path, ports: Ports, stages: Path) -> list[str]:
+    """The kwok command line: it fakes the kubelets of nodes annotated for kwok.
+
+    `stages` holds the node Stages it plays (manifests/kwok/node-stages.yaml: a node
+    status report every 5-10 minutes, as a kubelet with a Lease; kwok v0.7.0's own
+    choice writes every node's status every 20-45 s). Pod stages are kwok's own.
+    """
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
+        f"--config={stages}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
         f"--cidr={POD_CIDR}",

@@ -31,6 +31,9 @@ class ClusterSettings:
     chronotope_scheduler_config: Path = field(
         default_factory=lambda: REPO_ROOT / "manifests/scheduler/chronotope-scheduler-config.yaml"
     )
+    kwok_stages: Path = field(
+        default_factory=lambda: REPO_ROOT / "manifests" / "kwok" / "node-stages.yaml"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterSettings:
