@@ -50,10 +50,8 @@ from chronotope.controllers.trainingjob import (
     merged_status,
     reconcile,
 )
-from chronotope.sharing.assignment import ASSIGNED_GPUS
 from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.podreq import PodRequestError, planned
 from chronotope.workloads.training_status import condition
 
 __all__ = [
@@ -264,26 +262,6 @@ def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) 
     return Wake()
 
 
-def bound_as_planned(pod: Mapping[str, Any]) -> bool:
-    """The pod is on the node and GPUs its scheduling pass planned (`podreq.planned`)."""
-    spec = pod.get("spec") or {}
-    if (pod.get("status") or {}).get("phase") in _DONE or (pod.get("metadata") or {}).get(
-        "deletionTimestamp"
-    ):
-        return False
-    try:
-        plan = planned(pod)
-    except PodRequestError:
-        return False
-    if plan is None or not spec.get("nodeName") or plan.node != spec["nodeName"]:
-        return False
-    if plan.gpus is None:
-        return True
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    held = [g.strip() for g in str(annotations.get(ASSIGNED_GPUS, "")).split(",") if g.strip()]
-    return sorted(held) == sorted(str(g) for g in plan.gpus)
-
-
 def requeue_after(status: Mapping[str, Any]) -> float | None:
     """When a job in `status` must be looked at again though nothing changes, or None."""
     phase = status.get("phase")
@@ -386,16 +364,13 @@ class TrainingJobLoop:
         """The event is one the current pass already counted: its verdicts still hold.
 
         A waiting job's status moving to the phase of its verdict, a started
-        job's planned-for annotation and status (two patches), a started job
-        going from Starting to Running, or a worker pod bound to the node and
-        GPUs the pass planned for it (it held them in the pass's capacity since
-        it was created: `capacity._hold_planned`).
+        job's planned-for annotation and status (two patches), or a started job
+        going from Starting to Running. A worker's bind is not: it changes what
+        other decisions read from the pass (an elastic gang started below its
+        size grows only once a pass shows the GPUs it left free; a bind that the
+        pass had counted already still made that pass stale in e2e resizes).
         """
-        if event != "MODIFIED" or seen is None:
-            return False
-        if kind == "pods":
-            return not seen[0] and bound_as_planned(obj)
-        if kind != "trainingjobs":
+        if kind != "trainingjobs" or event != "MODIFIED" or seen is None:
             return False
         meta = obj.get("metadata") or {}
         mark = mark_of(kind, obj)

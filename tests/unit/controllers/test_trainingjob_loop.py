@@ -256,9 +256,9 @@ def test_one_pass_serves_every_waiting_job_until_something_unpredicted_changes()
     assert "queued behind" not in jobs[2]["status"]["whyWaiting"]
 
 
-def test_a_gang_bound_and_running_where_the_pass_planned_it_needs_no_new_pass() -> None:
-    # the pass counted each started worker on its planned node and GPUs from the moment it
-    # was created, so the bind there and the job going Running change no verdict
+def test_a_started_job_going_running_needs_no_new_pass() -> None:
+    # the pass counted a started job's gang from its start: Starting -> Running (its own
+    # status write once its workers run) changes no verdict; a worker's bind still does
     jobs = [job(n) for n in ("a", "b", "c")]
     for i, j in enumerate(jobs):
         j["metadata"]["creationTimestamp"] = f"2030-01-01T00:00:0{i}Z"
@@ -272,39 +272,17 @@ def test_a_gang_bound_and_running_where_the_pass_planned_it_needs_no_new_pass() 
         loop.reconcile_key(key)
         written = ops.training_job(*key.split("/"))
         loop.on_change("trainingjobs", "MODIFIED", copy.deepcopy(written))
-    a_pod, b_pod = ops._pods
-    for pod in (a_pod, b_pod):
-        loop.on_change("pods", "ADDED", copy.deepcopy(pod))
-
-    def bound(pod: dict[str, Any], node_name: str, gpus: str) -> dict[str, Any]:
-        out = copy.deepcopy(pod)
-        out["spec"]["nodeName"] = node_name
-        out["metadata"]["annotations"]["chronotope.dev/assigned-gpus"] = gpus
-        return out
-
-    planned = a_pod["metadata"]["annotations"]
-    loop.queue = WorkQueue(loop.clock)
-    loop.on_change(
-        "pods",
-        "MODIFIED",
-        bound(
-            a_pod, planned["chronotope.dev/planned-node"], planned["chronotope.dev/planned-gpus"]
-        ),
-    )
-    assert set(loop.queue._due) == {"ns/a"}  # its own job, to write its status
     a = ops.training_job("ns", "a")
     assert a is not None
-    starting = copy.deepcopy(a)
+    assert a["status"]["phase"] == "Starting"
     a["status"]["phase"] = "Running"
     loop.on_change("trainingjobs", "MODIFIED", copy.deepcopy(a))
     loop.schedule()
-    assert passes == [3]  # neither the bind nor Running made a new pass
-    assert starting["status"]["phase"] == "Starting"
-    # b's worker bound on other GPUs than planned: the pass did not count that
-    b_plan = b_pod["metadata"]["annotations"]
-    loop.on_change("pods", "MODIFIED", bound(b_pod, b_plan["chronotope.dev/planned-node"], "0"))
+    assert passes == [3]
+    a["status"]["phase"] = "Resizing"  # anything else about a started job is a change
+    loop.on_change("trainingjobs", "MODIFIED", copy.deepcopy(a))
     loop.schedule()
-    assert passes == [3, 1]
+    assert passes == [3, 1]  # c, the one job left waiting (a has its gang)
 
 
 def test_a_new_pass_waits_for_the_verdicts_being_enacted() -> None:
