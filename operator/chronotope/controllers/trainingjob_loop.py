@@ -365,10 +365,10 @@ class TrainingJobLoop:
 
         A waiting job's status moving to the phase of its verdict, a started
         job's planned-for annotation and status (two patches), or a started job
-        going from Starting to Running. A worker's bind is not: it changes what
-        other decisions read from the pass (an elastic gang started below its
-        size grows only once a pass shows the GPUs it left free; a bind that the
-        pass had counted already still made that pass stale in e2e resizes).
+        going from Starting to Running. A worker's bind is not, even on the GPUs
+        the pass planned for it: other decisions wait for the pass it triggers
+        (an elastic gang started below its size grows once a pass shows the GPUs
+        the old gang left; docs/trainingjob.md, "Scale").
         """
         if kind != "trainingjobs" or event != "MODIFIED" or seen is None:
             return False

@@ -131,7 +131,7 @@ def kwok_argv(binary: Path, kubeconfig: Path, ports: Ports, stages: Path) -> lis
     """The kwok command line: it fakes the kubelets of nodes annotated for kwok.
 
     `stages` holds the node Stages it plays (manifests/kwok/node-stages.yaml: a node
-    status report every 5-10 minutes, as a kubelet with a Lease; kwok v0.7.0's own
+    status report every 5-10.5 minutes, as a kubelet with a Lease; kwok v0.7.0's own
     choice writes every node's status every 20-45 s). Pod stages are kwok's own.
     """
     return [
