@@ -51,14 +51,16 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
+from prometheus_client.parser import text_string_to_metric_families
 
-from chronotope.controllers.trainingjob_loop import mark_of
+from chronotope.controllers.trainingjob_loop import NODE_MARK_FIELDS, mark_of
 from chronotope.devcluster.cluster import LocalCluster
 from chronotope.devcluster.settings import ClusterSettings
 from chronotope.kube.client import api_client
 from chronotope.paths import REPO_ROOT
 from chronotope.sim.clusterspec import ClusterSpec, load_spec
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.replan import parse_time
 
 GROUP, VERSION = "chronotope.dev", "v1alpha1"
 SPEEDS = {"G3": 1.6, "G2": 1.3, "V100M32": 1.2, "V100M16": 1.0, "T4": 0.5, "P100": 0.6, "A10": 0.8}
@@ -156,20 +158,15 @@ def stages(api: client.ApiClient, t0_wall: float) -> dict[str, list[float]]:
         )
         if when is None or scheduled is None:
             continue
-        job_at = _parse_time(when)
+        created_at = parse_time(when)
+        assert created_at is not None
+        job_at = created_at.timestamp()
         pod_at, bound_at = _stamp(pod.metadata.creation_timestamp), _stamp(scheduled)
         out["decided"].append(pod_at - job_at)
         out["bound"].append(bound_at - pod_at)
         out["created_at"].append(pod_at - t0_wall)
         out["bound_at"].append(bound_at - t0_wall)
     return out
-
-
-def _parse_time(text: str) -> float:
-    """An RFC 3339 timestamp of a custom object as seconds since the epoch."""
-    from datetime import datetime
-
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def quantiles(values: list[float], qs: tuple[float, ...]) -> list[float]:
@@ -180,12 +177,8 @@ def quantiles(values: list[float], qs: tuple[float, ...]) -> list[float]:
     return [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in qs]
 
 
-NODE_FIELDS = ("labels", "unschedulable", "taints", "allocatable", "Ready")
-"""What of a node the operator's loop looks at (`trainingjob_loop.mark_of`), in its order."""
-
-
 class NodeChanges:
-    """Counts, per field of `NODE_FIELDS`, the node watch events that changed it."""
+    """Counts, per field of `NODE_MARK_FIELDS`, the node watch events that changed it."""
 
     def __init__(self, api: client.ApiClient) -> None:
         """Start watching every node through `api` (a daemon thread) until `stop`."""
@@ -214,7 +207,7 @@ class NodeChanges:
                     version = obj["metadata"]["resourceVersion"]
                     name, mark = obj["metadata"]["name"], mark_of("nodes", obj)
                     old = seen.get(name)
-                    for i, what in enumerate(NODE_FIELDS):
+                    for i, what in enumerate(NODE_MARK_FIELDS):
                         if old is not None and old[i] != mark[i]:
                             self.changed[what] += 1
                             if len(self.samples) < 3:
@@ -505,13 +498,11 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             )
             stale = Counter(
                 {
-                    f"{m.group(2)} {m.group(1)}": int(float(m.group(3)))
-                    for m in re.finditer(
-                        r'^chronotope_trainingjob_pass_invalidations_total\{event="([^"]*)",'
-                        r'kind="([^"]*)"\} (\S+)$',
-                        text,
-                        re.M,
-                    )
+                    f"{sample.labels['kind']} {sample.labels['event']}": int(sample.value)
+                    for family in text_string_to_metric_families(text)
+                    if family.name == "chronotope_trainingjob_pass_invalidations"
+                    for sample in family.samples
+                    if sample.name.endswith("_total")
                 }
             )
             print(f"  watch events that made the pass stale: {dict(stale.most_common())}")

@@ -55,6 +55,7 @@ from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.training_status import condition
 
 __all__ = [
+    "NODE_MARK_FIELDS",
     "RETRY_S",
     "JobLoopOps",
     "TrainingJobLoop",
@@ -181,6 +182,10 @@ class Wake:
 
 
 _Seen = tuple[Any, ...]
+
+
+NODE_MARK_FIELDS = ("labels", "unschedulable", "taints", "allocatable", "Ready")
+"""What `mark_of` keeps of a node, in its tuple's order."""
 
 
 def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:

@@ -220,8 +220,11 @@ def test_a_deleted_job_is_left_alone() -> None:
     assert ops.writes == []
 
 
-def test_one_pass_serves_every_waiting_job_until_something_unpredicted_changes() -> None:
-    # three one-node jobs on two nodes: one pass decides all three (two start, one waits)
+def _three_jobs_decided() -> tuple[list[dict[str, Any]], LoopOps, TrainingJobLoop, list[int]]:
+    """Three one-node jobs on two nodes, each reconciled once and its own write fed back.
+
+    Returns the jobs, the ops, the loop and the sizes of the passes it made.
+    """
     jobs = [job(n) for n in ("a", "b", "c")]
     for i, j in enumerate(jobs):
         j["metadata"]["creationTimestamp"] = f"2030-01-01T00:00:0{i}Z"
@@ -237,6 +240,12 @@ def test_one_pass_serves_every_waiting_job_until_something_unpredicted_changes()
         assert written is not None
         # the job's own write of its verdict comes back as an event: the pass still holds
         loop.on_change("trainingjobs", "MODIFIED", copy.deepcopy(written))
+    return jobs, ops, loop, passes
+
+
+def test_one_pass_serves_every_waiting_job_until_something_unpredicted_changes() -> None:
+    # three one-node jobs on two nodes: one pass decides all three (two start, one waits)
+    jobs, ops, loop, passes = _three_jobs_decided()
     assert passes == [3]
     assert [j["status"]["phase"] for j in jobs] == ["Starting", "Starting", "Waiting"]
     assert "queued behind ns/a" in jobs[2]["status"]["whyWaiting"]
@@ -259,19 +268,7 @@ def test_one_pass_serves_every_waiting_job_until_something_unpredicted_changes()
 def test_a_started_job_going_running_needs_no_new_pass() -> None:
     # the pass counted a started job's gang from its start: Starting -> Running (its own
     # status write once its workers run) changes no verdict; a worker's bind still does
-    jobs = [job(n) for n in ("a", "b", "c")]
-    for i, j in enumerate(jobs):
-        j["metadata"]["creationTimestamp"] = f"2030-01-01T00:00:0{i}Z"
-    ops = LoopOps([node("h-0"), node("h-1")], jobs)
-    passes: list[int] = []
-    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
-    loop.passes.on_pass = lambda _s, n: passes.append(n)
-    for j in jobs:
-        loop.on_change("trainingjobs", "ADDED", copy.deepcopy(j))
-    for key in ("ns/a", "ns/b", "ns/c"):
-        loop.reconcile_key(key)
-        written = ops.training_job(*key.split("/"))
-        loop.on_change("trainingjobs", "MODIFIED", copy.deepcopy(written))
+    _, ops, loop, passes = _three_jobs_decided()
     a = ops.training_job("ns", "a")
     assert a is not None
     assert a["status"]["phase"] == "Starting"
