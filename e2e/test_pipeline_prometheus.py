@@ -220,6 +220,9 @@ def test_the_tuner_follows_live_traffic_from_prometheus(
         # the events are posted after the Deployment patch: give them a moment
         wait_for(lambda: {"Planned", "ScaledUp", "ScaledDown"} <= reasons(), 30, "tuner events")
         assert len(status()["tuner"]["scalingTable"]) >= 3
+        # the current-replicas gauge is read from status.stages, which the operator writes at
+        # the reconcile after the Deployment scaled down: wait for that write, then read
+        wait_for(lambda: status()["stages"][0].get("replicas") == base, 30, "status at the plan")
         metrics = operator_metrics(kube_cluster)
         for reason in ("Planned", "ScaledUp", "ScaledDown"):
             assert f'chronotope_pipeline_events_total{{reason="{reason}"}}' in metrics
