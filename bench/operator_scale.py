@@ -3,7 +3,7 @@
 Usage: python bench/operator_scale.py [--jobs 2000] [--queues 10] [--seed 0]
                                       [--cluster manifests/clusters/openb.yaml]
                                       [--settle 30] [--until 900] [--steady 60]
-                                      [--submitters 8]
+                                      [--submitters 8] [--node-lease-s 40]
 
 Starts a fresh local cluster from the cluster spec (default: the 1,213 GPU
 nodes of the openb trace, as kwok nodes), the Chronotope scheduler
@@ -378,7 +378,11 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
     """One fresh cluster, the jobs, the figures."""
     base = ClusterSettings.from_env()
     settings = ClusterSettings(  # 1,213 kwok nodes take minutes to become Ready on 2 cores
-        cache_dir=base.cache_dir, state_root=state_root, bin_dir=base.bin_dir, ready_timeout=900.0
+        cache_dir=base.cache_dir,
+        state_root=state_root,
+        bin_dir=base.bin_dir,
+        ready_timeout=900.0,
+        node_lease_s=args.node_lease_s,
     )
     spec = load_spec(Path(args.cluster))
     total, widest = per_type(spec)
@@ -387,7 +391,8 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
     state = cluster.up(spec)
     print(
         f"cluster up: {len(spec.pools)} pools, {sum(total.values())} GPUs "
-        f"({time.monotonic() - t_up:.0f} s)",
+        f"({time.monotonic() - t_up:.0f} s); node Leases of {settings.node_lease_s} s, renewed "
+        f"every {settings.node_lease_s / 4:.0f} s, grace {settings.node_grace_s} s",
         flush=True,
     )
     try:
@@ -586,6 +591,12 @@ def main() -> int:
     ap.add_argument("--steady", type=int, default=60, help="seconds of steady-state sampling")
     ap.add_argument(
         "--submitters", type=int, default=8, help="clients creating the jobs side by side"
+    )
+    ap.add_argument(
+        "--node-lease-s",
+        type=int,
+        default=40,
+        help="kwok nodes' Lease duration (a kubelet's default: 40; renewed every quarter)",
     )
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")

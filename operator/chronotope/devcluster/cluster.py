@@ -238,7 +238,7 @@ class LocalCluster:
             (
                 "kube-controller-manager",
                 components.controller_manager_argv(
-                    b.kube_controller_manager, kubeconfig, pki, ports
+                    b.kube_controller_manager, kubeconfig, pki, ports, self.settings.node_grace_s
                 ),
                 f"https://127.0.0.1:{ports.controller_manager}/healthz",
             ),
@@ -249,7 +249,9 @@ class LocalCluster:
             ),
             (
                 "kwok",
-                components.kwok_argv(b.kwok, kubeconfig, ports, self.settings.kwok_stages),
+                components.kwok_argv(
+                    b.kwok, kubeconfig, ports, self.settings.kwok_stages, self.settings.node_lease_s
+                ),
                 f"http://127.0.0.1:{ports.kwok}/healthz",
             ),
         )

@@ -89,8 +89,13 @@ def apiserver_argv(binary: Path, pki: Pki, ports: Ports, audit_dir: Path) -> lis
     ]
 
 
-def controller_manager_argv(binary: Path, kubeconfig: Path, pki: Pki, ports: Ports) -> list[str]:
-    """The kube-controller-manager command line, without the cloud and network controllers."""
+def controller_manager_argv(
+    binary: Path, kubeconfig: Path, pki: Pki, ports: Ports, node_grace_s: int = 50
+) -> list[str]:
+    """The kube-controller-manager command line, without the cloud and network controllers.
+
+    `node_grace_s`: how long a node's Lease may go unrenewed before it is Unknown.
+    """
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -110,6 +115,7 @@ def controller_manager_argv(binary: Path, kubeconfig: Path, pki: Pki, ports: Por
         "--kube-api-burst=400",
         "--concurrent-deployment-syncs=10",
         "--concurrent-replicaset-syncs=10",
+        f"--node-monitor-grace-period={node_grace_s}s",
         "--v=1",
     ]
 
@@ -127,12 +133,15 @@ def scheduler_argv(binary: Path, config: Path, kubeconfig: Path, ports: Ports) -
     ]
 
 
-def kwok_argv(binary: Path, kubeconfig: Path, ports: Ports, stages: Path) -> list[str]:
+def kwok_argv(
+    binary: Path, kubeconfig: Path, ports: Ports, stages: Path, lease_s: int = 40
+) -> list[str]:
     """The kwok command line: it fakes the kubelets of nodes annotated for kwok.
 
     `stages` holds the node Stages it plays (manifests/kwok/node-stages.yaml: a node
     status report every 5-10.5 minutes, as a kubelet with a Lease; kwok v0.7.0's own
     choice writes every node's status every 20-45 s). Pod stages are kwok's own.
+    `lease_s`: each node's Lease duration; kwok renews it every quarter of that.
     """
     return [
         str(binary),
@@ -145,6 +154,6 @@ def kwok_argv(binary: Path, kubeconfig: Path, ports: Ports, stages: Path) -> lis
         # renew a Lease per node, as a kubelet does: the node lifecycle controller reads
         # it as the heartbeat (without it, every node went Unknown after the 50 s grace
         # period and every pod NotReady for good)
-        "--node-lease-duration-seconds=40",
+        f"--node-lease-duration-seconds={lease_s}",
         f"--server-address=127.0.0.1:{ports.kwok}",
     ]

@@ -34,6 +34,15 @@ class ClusterSettings:
     kwok_stages: Path = field(
         default_factory=lambda: REPO_ROOT / "manifests" / "kwok" / "node-stages.yaml"
     )
+    node_lease_s: int = 40
+    """How long a kwok node's Lease lasts (a kubelet's `nodeLeaseDurationSeconds`, 40 by
+    default). kwok renews it every quarter of that, and the node lifecycle controller
+    calls a node Unknown after `node_grace_s` without a renewal."""
+
+    @property
+    def node_grace_s(self) -> int:
+        """The controller-manager's `--node-monitor-grace-period`: five renewals (50 s at 40 s)."""
+        return self.node_lease_s * 5 // 4
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterSettings:
