@@ -31,7 +31,7 @@ from chronotope.solver.slots import next_slot
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 from chronotope.workloads.podreq import PodRequestError, planned, pod_request
 
-__all__ = ["Capacity", "NodeCapacity", "Placements", "cluster_capacity", "take"]
+__all__ = ["Capacity", "NodeCapacity", "Placements", "cluster_capacity", "of_type", "take"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,46 @@ Capacity: TypeAlias = Sequence[NodeCapacity]
 """The cluster's GPU nodes as the TrainingJob decisions see them (`cluster_capacity`)."""
 
 
+@dataclass(frozen=True)
+class _Index:
+    """Where each GPU model's nodes are in one capacity, and those nodes."""
+
+    positions: dict[str, tuple[int, ...]]
+    nodes: dict[str, tuple[NodeCapacity, ...]]
+
+
+class _Memo:
+    last: tuple[Capacity, _Index] | None = None
+    """The index of the capacity last asked about (a pass asks about one capacity per job)."""
+
+
+def _index(capacity: Capacity) -> _Index:
+    """`capacity`'s nodes by GPU model; remembered for a tuple, which cannot change."""
+    last = _Memo.last
+    if last is not None and last[0] is capacity:
+        return last[1]
+    positions: dict[str, list[int]] = {}
+    for i, n in enumerate(capacity):
+        positions.setdefault(n.gpu_model, []).append(i)
+    index = _Index(
+        {g: tuple(p) for g, p in positions.items()},
+        {g: tuple(capacity[i] for i in p) for g, p in positions.items()},
+    )
+    if isinstance(capacity, tuple):
+        _Memo.last = (capacity, index)
+    return index
+
+
+def of_type(capacity: Capacity, gpu_type: str) -> Sequence[NodeCapacity]:
+    """The nodes of `capacity` with `gpu_type` GPUs, in its order.
+
+    The scheduling pass asks this of one capacity for every waiting job and GPU
+    type, so the capacities it builds (`cluster_capacity`, `take`) are tuples and
+    each is indexed once.
+    """
+    return _index(capacity).nodes.get(gpu_type, ())
+
+
 def _gpu_count(pod: Mapping[str, Any]) -> int:
     total = 0
     for c in (pod.get("spec") or {}).get("containers") or []:
@@ -70,7 +110,7 @@ def cluster_capacity(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     ignore_pods: frozenset[str] = frozenset(),
-) -> list[NodeCapacity]:
+) -> tuple[NodeCapacity, ...]:
     """Per GPU node: model, total and free whole GPUs. `ignore_pods` ("ns/name") count as free."""
     nodes = list(nodes)
     cache = ClusterCache()
@@ -124,7 +164,7 @@ def cluster_capacity(
                 memory_free_mib=max(0, int(state.mem_left[i])),
             )
         )
-    return _minus_promised(out, promised)
+    return tuple(_minus_promised(out, promised))
 
 
 Placements: TypeAlias = tuple[tuple[str, tuple[int, ...]], ...]
@@ -151,7 +191,7 @@ def take(
     *,
     strategy: PlacementStrategy = PlacementStrategy.PACK,
     placements: Sequence[tuple[str, Sequence[int]]] = (),
-) -> tuple[list[NodeCapacity], Placements]:
+) -> tuple[tuple[NodeCapacity, ...], Placements]:
     """`capacity` after a gang starts, and where its workers go.
 
     With `placements` (node, GPU indices per worker, from a joint plan) those
@@ -163,8 +203,8 @@ def take(
     workers' GPUs are taken by count, from the largest free nodes first.
     """
     nodes = list(capacity)
-    where = {n.name: i for i, n in enumerate(nodes)}
     if placements:
+        where = {n.name: i for i, n in enumerate(nodes)}
         for name, gpus in placements:
             i = where.get(name)
             if i is None:
@@ -172,15 +212,18 @@ def take(
             n = nodes[i]
             rest = tuple(g for g in n.free_gpus if g not in set(gpus))
             nodes[i] = replace(n, free=max(0, n.free - len(gpus)), free_gpus=rest)
-        return nodes, tuple((name, tuple(gpus)) for name, gpus in placements)
+        return tuple(nodes), tuple((name, tuple(gpus)) for name, gpus in placements)
+    index = _index(capacity)
+    mine = index.positions.get(gpu_type, ())
+    where = {nodes[i].name: i for i in mine}
     used: set[str] = set()
     placed: list[tuple[str, tuple[int, ...]]] = []
     unplaced = 0
     for w in range(workers):
         fitting = [
-            (n.name, n.free)
-            for n in nodes
-            if n.gpu_model == gpu_type and n.schedulable and n.free >= per_worker
+            (nodes[i].name, nodes[i].free)
+            for i in mine
+            if nodes[i].schedulable and nodes[i].free >= per_worker
         ]
         slot = next_slot(fitting, used, strategy, (workers - w) * per_worker)
         if slot is None:
@@ -193,8 +236,14 @@ def take(
         nodes[i] = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
         placed.append((slot, gpus))
     if unplaced:
-        return _minus_promised(nodes, {gpu_type: unplaced * per_worker}), ()
-    return nodes, tuple(placed)
+        return tuple(_minus_promised(nodes, {gpu_type: unplaced * per_worker})), ()
+    out = tuple(nodes)
+    if isinstance(capacity, tuple):  # only this type's nodes changed, in place
+        _Memo.last = (
+            out,
+            _Index(index.positions, index.nodes | {gpu_type: tuple(out[i] for i in mine)}),
+        )
+    return out, tuple(placed)
 
 
 def _minus_promised(nodes: list[NodeCapacity], promised: dict[str, int]) -> list[NodeCapacity]:
@@ -203,7 +252,9 @@ def _minus_promised(nodes: list[NodeCapacity], promised: dict[str, int]) -> list
     left = dict(promised)
     for node in sorted(nodes, key=lambda n: -n.free):
         take = min(node.free, left.get(node.gpu_model, 0))
-        if take:
-            left[node.gpu_model] -= take
+        if not take:
+            result.append(node)
+            continue
+        left[node.gpu_model] -= take
         result.append(replace(node, free=node.free - take, free_gpus=node.free_gpus[take:]))
     return result

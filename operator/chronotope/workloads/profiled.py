@@ -24,7 +24,7 @@ from chronotope.api.v1alpha1.trainingjob import GpuTypeOption, PlanObjective, Tr
 from chronotope.planners.elastic import ElasticPlan, PlannerSettings, plan_elastic
 from chronotope.planners.profile import ModelProfile
 from chronotope.solver.model import Node
-from chronotope.workloads.capacity import Capacity, NodeCapacity
+from chronotope.workloads.capacity import Capacity, NodeCapacity, of_type
 from chronotope.workloads.parallelism import Degrees
 
 __all__ = ["GangPlan", "ProfilePlanner"]
@@ -157,7 +157,7 @@ class ProfilePlanner:
         """
         ref = self.spec.estimate.reference_gpu_type
         want = self.spec.replicas
-        nodes = [n for n in capacity if n.gpu_model == ref]
+        nodes: Sequence[NodeCapacity] = of_type(capacity, ref)
         if not nodes:
             option = self._option(ref)
             per_worker = self.spec.gpu.count or 1

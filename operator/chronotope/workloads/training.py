@@ -26,7 +26,7 @@ from chronotope.api.v1alpha1.trainingjob import (
     UtilityFunction,
 )
 from chronotope.solver.model import Reason
-from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements
+from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, of_type
 from chronotope.workloads.parallelism import Degrees
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ def decide(
     waits: list[Decision] = []
     why_not: list[str] = []
     for option in spec.gpu_types:
-        nodes = [n for n in capacity if n.gpu_model == option.name]
+        nodes = of_type(capacity, option.name)
         start, wait, why = _on_type(est, option.name, nodes, now, frees_at or {})
         starts += start
         waits += wait

@@ -16,7 +16,7 @@ from typing import Any
 from chronotope.controllers.trainingjob import reconcile
 from chronotope.extender.service import ExtenderService
 from chronotope.sharing.assignment import BindRequest
-from chronotope.workloads.capacity import NodeCapacity, cluster_capacity, take
+from chronotope.workloads.capacity import NodeCapacity, cluster_capacity, of_type, take
 from chronotope.workloads.podreq import PLANNED_GANG_ANNOTATION, PLANNED_NODE_ANNOTATION
 from tests.unit.controllers.test_reconcile import FakeOps
 from tests.unit.workloads.test_backfill import busy_pod, node, tjob
@@ -98,3 +98,24 @@ def test_a_joint_plans_placements_are_kept() -> None:
     left, placements = take(capacity, "L4", 1, 2, placements=[("a", (2, 3))])
     assert placements == (("a", (2, 3)),)
     assert left[0].free_gpus == (0, 1)
+
+
+def test_the_nodes_of_a_type_follow_each_take() -> None:
+    # the pass asks for one type's nodes of every capacity it builds; the index it keeps
+    # per capacity must show what each take left, and a hand-built list is read afresh
+    capacity = (
+        NodeCapacity("a", "L4", 4, 4, True, free_gpus=(0, 1, 2, 3)),
+        NodeCapacity("h", "H100", 8, 8, True, free_gpus=tuple(range(8))),
+        NodeCapacity("b", "L4", 2, 2, True, free_gpus=(0, 1)),
+    )
+    assert [n.name for n in of_type(capacity, "L4")] == ["a", "b"]
+    left, placements = take(capacity, "L4", 1, 2)
+    assert placements == (("b", (0, 1)),)  # the least free node that fits
+    assert [(n.name, n.free) for n in of_type(left, "L4")] == [("a", 4), ("b", 0)]
+    assert of_type(left, "H100") == (capacity[1],)
+    again, _ = take(left, "L4", 1, 4)
+    assert [(n.name, n.free) for n in of_type(again, "L4")] == [("a", 0), ("b", 0)]
+    assert [(n.name, n.free) for n in of_type(left, "L4")] == [("a", 4), ("b", 0)]
+    listed = list(left)
+    listed[0] = NodeCapacity("a", "L4", 4, 1, True, free_gpus=(3,))
+    assert [(n.name, n.free) for n in of_type(listed, "L4")] == [("a", 1), ("b", 0)]
