@@ -505,6 +505,7 @@ class PassCache:
         self._current: SchedulingPass | None = None
         self._made = 0.0
         self._stale = True
+        self._to_start: set[str] = set()
 
     @property
     def latest(self) -> SchedulingPass | None:
@@ -543,6 +544,9 @@ class PassCache:
             current = fresh_pass(ops, now, include)
             self.last_seconds = time.perf_counter() - started
             self._current, self._made = current, self.clock()
+            self._to_start = {
+                k for k, v in current.verdicts.items() if v.decision.action is Action.START
+            }
         finally:
             with self._gate:
                 self._making = False
@@ -594,6 +598,16 @@ class PassCache:
                 with self._gate:
                     self._enacting -= 1
                     self._gate.notify_all()
+
+    def starts_left(self) -> int:
+        """Starts of the latest pass that no reconcile has finished enacting yet."""
+        with self._gate:
+            return len(self._to_start)
+
+    def settled(self, key: str) -> None:
+        """Job `key` was reconciled (not deferred) or is gone: it enacts no start of this pass."""
+        with self._gate:
+            self._to_start.discard(key)
 
     def deferred(self) -> set[str]:
         """The jobs that deferred a start while the latest pass was made (each given once)."""

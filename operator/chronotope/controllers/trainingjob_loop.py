@@ -24,7 +24,10 @@ being reconciled is reconciled again after); a key reconciled less than
 `min_gap_s` ago waits out the gap, so a burst of pod events costs each job
 one reconcile, not one per event. Passes are spaced by at least their own
 duration, so the workers enacting one get at least as long as the pass
-took (a new pass waits for the starts being enacted). Decisions stay in
+took (a new pass waits for the starts being enacted), and a new pass is not
+made while starts of the latest remain to be enacted (up to `hold_s`): like a
+scheduling cycle of KAI's, a pass commits its decisions before the next
+snapshot, so the starts are not enacted a few between passes. Decisions stay in
 `controllers.trainingjob.reconcile` and the pass; this module only decides
 *when*.
 """
@@ -316,6 +319,7 @@ class TrainingJobLoop:
         recheck_s: float = 10.0,
         min_gap_s: float = 0.5,
         workers: int = 16,
+        hold_s: float = 20.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Reconcile through `ops`; `jobs` lists every job (for waking all or the open ones)."""
@@ -327,6 +331,8 @@ class TrainingJobLoop:
         """How often a pass is made again while a job waits for its model profile ConfigMap."""
         self.min_gap_s = min_gap_s
         self.workers = workers
+        self.hold_s = hold_s
+        """The longest the next pass waits for the latest pass's starts to be enacted."""
         self.clock = clock
         self.queue = WorkQueue(clock)
         self._seen: dict[str, _Seen] = {}
@@ -459,12 +465,20 @@ class TrainingJobLoop:
                     stop.wait(self.min_gap_s)  # let a burst of events settle into one wake
                     self._wake_scope()
                     self.schedule()
-                    # leave the workers enacting it at least as long before the next
+                    # leave the workers enacting it at least as long before the next,
+                    # and until they have enacted its starts
                     stop.wait(self.passes.last_seconds)
+                    self._hold(stop)
         finally:
             self.queue.close()
             for thread in threads:
                 thread.join(timeout=30)
+
+    def _hold(self, stop: threading.Event) -> None:
+        """Wait until every start of the latest pass is enacted, or `hold_s` at most."""
+        until = self.clock() + self.hold_s
+        while self.passes.starts_left() and self.clock() < until and not stop.is_set():
+            stop.wait(0.1)
 
     def _resync(self) -> None:
         self.passes.invalidate()
@@ -484,6 +498,7 @@ class TrainingJobLoop:
             except Exception:
                 log.exception("reconciling TrainingJob %s failed; retrying in %.0fs", key, RETRY_S)
                 again = RETRY_S
+                self.passes.settled(key)  # its retry need not hold the next pass back
             finally:
                 with self._lock:
                     self._last[key] = self.clock()
@@ -494,6 +509,7 @@ class TrainingJobLoop:
         namespace, name = key.split("/", 1)
         job = self.ops.training_job(namespace, name)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+            self.passes.settled(key)
             return None
         job = plain(job)
         now = datetime.now(UTC)
@@ -518,6 +534,7 @@ class TrainingJobLoop:
         for _kind, reason, message in outcome.events:
             self.metrics.events.labels(reason).inc()
             log.info("%s %s: %s", key, reason, message)
+        self.passes.settled(key)  # enacted and written: the next pass sees it
         return requeue_after({**old, **new})
 
 

@@ -282,6 +282,56 @@ def test_a_started_job_going_running_needs_no_new_pass() -> None:
     assert passes == [3, 1]  # c, the one job left waiting (a has its gang)
 
 
+class TickingStop(threading.Event):
+    """A stop event whose waits advance a fake clock instead of sleeping."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.clock.t += timeout or 0.0
+        return self.is_set()
+
+
+def test_the_next_pass_waits_until_the_latest_passs_starts_are_enacted() -> None:
+    # two of three jobs start in the first pass; the loop makes no new pass before both
+    # are enacted and written (a scheduling cycle commits its decisions), however many
+    # events come meanwhile, and it waits `hold_s` at most for a start nobody enacts
+    jobs = [job(n) for n in ("a", "b", "c")]
+    for i, j in enumerate(jobs):
+        j["metadata"]["creationTimestamp"] = f"2030-01-01T00:00:0{i}Z"
+    ops = LoopOps([node("h-0"), node("h-1")], jobs)
+    clock = Clock()
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics(), hold_s=5.0, clock=clock)
+    loop.schedule()
+    assert loop.passes.starts_left() == 2
+    loop.reconcile_key("ns/c")  # it waits: enacting its verdict is not a start
+    assert loop.passes.starts_left() == 2
+    loop.reconcile_key("ns/a")
+    assert loop.passes.starts_left() == 1
+    stop = TickingStop(clock)
+    loop._hold(stop)
+    assert clock.t >= 5.0  # b was never reconciled: the hold gave up after hold_s
+    assert loop.passes.starts_left() == 1
+    loop.reconcile_key("ns/b")
+    assert loop.passes.starts_left() == 0
+    before = clock.t
+    loop._hold(stop)
+    assert clock.t == before  # nothing left to enact: no wait at all
+    assert [j["status"]["phase"] for j in ops._jobs] == ["Starting", "Starting", "Waiting"]
+
+
+def test_a_start_of_a_deleted_job_holds_nothing_back() -> None:
+    ops = LoopOps([node("h-0")], [job("a")])
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    loop.schedule()
+    assert loop.passes.starts_left() == 1
+    ops._jobs.clear()
+    assert loop.reconcile_key("ns/a") is None
+    assert loop.passes.starts_left() == 0
+
+
 def test_a_new_pass_waits_for_the_verdicts_being_enacted() -> None:
     ops = LoopOps([node("h-0")], [job("a")])
     passes = PassCache()
