@@ -8,9 +8,11 @@ their resourceVersion changes.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client
@@ -29,6 +31,11 @@ __all__ = ["PROFILE_TTL_S", "KubeClusterOps"]
 
 PROFILE_TTL_S = 5.0
 """How long a model profile read is reused (one reconcile plans many jobs)."""
+
+EVENT_POSTERS = 4
+"""Threads posting the jobs' events, off the reconciling workers (as client-go's recorder)."""
+
+log = logging.getLogger(__name__)
 
 _NOT_FOUND = 404
 
@@ -56,6 +63,7 @@ class KubeClusterOps(KubeReads):
         self._profile_reads: dict[tuple[str, str], tuple[float, ModelProfile | str]] = {}
         self._same_event = RepeatLimiter(EVENT_WINDOW_S, clock=clock)
         """An identical event on one job at most once per EVENT_WINDOW_S (a reason that flaps)."""
+        self._posters = ThreadPoolExecutor(EVENT_POSTERS, thread_name_prefix="trainingjob-events")
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
@@ -126,7 +134,9 @@ class KubeClusterOps(KubeReads):
 
         The patched object goes into the cache at once, so the next reconcile reads
         what was just written (the watch event may still be coming). A job deleted
-        meanwhile is left alone.
+        meanwhile is left alone. The events are posted by a thread pool of their own
+        (`EVENT_POSTERS`), each write's in order, as client-go's event recorder posts
+        in the background: a start's reconcile does not wait for them.
         """
         meta = job["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
@@ -161,12 +171,23 @@ class KubeClusterOps(KubeReads):
             "uid": meta.get("uid"),
         }
         job_id = meta.get("uid") or f"{namespace}/{name}"
-        for kind, reason, message in events:
-            if self._same_event.admit((job_id, kind, reason, message)) is None:
-                continue  # said already, moments ago (a reason that flaps back and forth)
-            post_event(
-                self.api, involved, reason, message, type_=kind, component="chronotope-operator"
-            )
+        fresh = [
+            (kind, reason, message)
+            for kind, reason, message in events
+            # said already, moments ago (a reason that flaps back and forth)
+            if self._same_event.admit((job_id, kind, reason, message)) is not None
+        ]
+        if fresh:  # posted in the background, in order: the worker goes on to the next job
+            self._posters.submit(self._post, involved, fresh)
+
+    def _post(self, involved: Mapping[str, Any], events: Sequence[tuple[str, str, str]]) -> None:
+        try:
+            for kind, reason, message in events:
+                post_event(
+                    self.api, involved, reason, message, type_=kind, component="chronotope-operator"
+                )
+        except Exception:  # an event is best effort; the status says the same
+            log.exception("posting events on TrainingJob %s failed", involved.get("name"))
 
     def write_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
         """Patch Queue `name`'s status subresource (a Queue deleted meanwhile is left alone)."""
