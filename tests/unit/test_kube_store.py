@@ -34,6 +34,29 @@ def test_own_writes_count_until_the_watch_delivers_the_real_object() -> None:
     assert s.list("a", "job=x")[0]["spec"] == {"nodeName": "n1"}
 
 
+def _job(rv: str, uid: str = "u1", **status: str) -> dict[str, object]:
+    meta = {"name": "j", "namespace": "a", "uid": uid, "resourceVersion": rv}
+    return {"metadata": meta, "status": status}
+
+
+def test_a_watch_event_older_than_the_operators_own_write_is_dropped() -> None:
+    # the operator patches annotations (rv 11), then status (rv 12), and stores what the
+    # second patch returned; the watch then delivers rv 11, which has no status yet
+    s = Store()
+    s.on_event("ADDED", _job("10"))
+    assert s.on_event("MODIFIED", _job("12", phase="Starting"))
+    assert not s.on_event("MODIFIED", _job("11"))
+    assert s.get("a", "j") == _job("12", phase="Starting")
+    assert s.on_event("MODIFIED", _job("12", phase="Starting"))  # its own event: kept
+    assert s.on_event("MODIFIED", _job("13", phase="Running"))
+    assert s.get("a", "j") == _job("13", phase="Running")
+    assert s.on_event("ADDED", _job("5", uid="u2"))  # deleted and created again: a new object
+    assert s.get("a", "j") == _job("5", uid="u2")
+    assert s.on_event("MODIFIED", _job("abc", uid="u2", phase="x"))  # not a number: applied
+    assert s.on_event("DELETED", _job("1", uid="u2"))
+    assert s.get("a", "j") is None
+
+
 def test_selector_parsing() -> None:
     assert parse_selector("a=b, c=d") == {"a": "b", "c": "d"}
     assert parse_selector(None) == {}

@@ -30,6 +30,19 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name')}"
 
 
+def _older(obj: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
+    """`obj` is an earlier version of the same object than `than` (same uid, lower resourceVersion).
+
+    resourceVersions are etcd revisions here, integers; one that is not (another
+    storage) is never called older, and neither is an object recreated (new uid).
+    """
+    a, b = obj.get("metadata") or {}, than.get("metadata") or {}
+    if a.get("uid") != b.get("uid"):
+        return False
+    mine, theirs = str(a.get("resourceVersion") or ""), str(b.get("resourceVersion") or "")
+    return mine.isdigit() and theirs.isdigit() and int(mine) < int(theirs)
+
+
 def parse_selector(selector: str | None) -> dict[str, str]:
     """`a=b,c=d` (equality only, as the operator writes them) -> {a: b, c: d}."""
     out: dict[str, str] = {}
@@ -58,14 +71,24 @@ class Store:
     def _namespace(obj: Mapping[str, Any]) -> str:
         return str((obj.get("metadata") or {}).get("namespace") or "")
 
-    def on_event(self, kind: str, obj: Obj) -> None:
-        """Apply one watch event: DELETED removes the object, anything else stores it."""
+    def on_event(self, kind: str, obj: Obj) -> bool:
+        """Apply one watch event: DELETED removes the object, anything else stores it.
+
+        An event older than what the store holds is dropped (returns False): the
+        operator stores the object each of its writes returns at once, and the watch
+        may still deliver the version of an earlier write after it (a job's annotation
+        patch after its status patch), which would make a started job look unstarted.
+        """
         with self._lock:
             bucket = self._items.setdefault(self._namespace(obj), {})
             if kind == "DELETED":
                 bucket.pop(_key(obj), None)
-            else:
-                bucket[_key(obj)] = obj
+                return True
+            held = bucket.get(_key(obj))
+            if held is not None and _older(obj, held):
+                return False
+            bucket[_key(obj)] = obj
+            return True
 
     def on_sync(self, objs: list[Obj]) -> None:
         """Replace the whole store with a fresh list."""
@@ -154,7 +177,8 @@ class OperatorCache:
         self, plural: str, store: Store
     ) -> tuple[Callable[[str, Obj], None], Callable[[list[Obj]], None]]:
         def on_event(kind: str, obj: Obj) -> None:
-            store.on_event(kind, obj)
+            if not store.on_event(kind, obj):
+                return  # older than the operator's own write the store holds: nothing new
             for listener in list(self._listeners):
                 listener(plural, kind, obj)
 
