@@ -296,10 +296,10 @@ JOB_RESTART_EVENTS = ("Replanning",)
 
 
 def _restart_kind(message: str) -> str:
-    """'could not be placed' / 'was bound 1 of 2' for the stuck rule; 'other' otherwise."""
+    """'could not be placed' / 'was bound 1 of 2' for the stuck rule; else the message's start."""
     if message.startswith("the gang ") and " within " in message:
         return message.removeprefix("the gang ").split(" within ")[0]
-    return "other"
+    return f"other: {message[:70]}"
 
 
 def count_events(
@@ -536,7 +536,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             )
             print(
                 f"  TrainingJob gangs stopped and re-planned: {dict(restarts) or 'none'} "
-                "(the stuck rule: not wholly bound 45 s after the start)"
+                "(the stuck rule: not wholly bound 45 s after the start; other reasons by message)"
             )
             ext = scrape_https(extender_port)
             for verb in ("filter", "prioritize", "bind"):
