@@ -1,0 +1,100 @@
+"""One scheduling pass in process: the operator scale benchmark's jobs on the openb nodes.
+
+Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
+
+Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
+round-robin over `--queues` team namespaces, each queue an equal share of every
+GPU type in one cohort) and the openb cluster's 1,213 GPU nodes as Node objects
+(`sim.clusterspec.node_manifests`), and times `workloads.training_pass.schedule`
+over all of them with no pods yet: the pass the operator makes when the jobs
+arrive. No API server: the figure is the pass's own cost, to compare code
+changes (`git stash` and run again); prints each run's seconds, the starts and
+waits, and a hash of the verdicts so two versions can be checked to decide the
+same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from chronotope.paths import REPO_ROOT
+from chronotope.sim.clusterspec import load_spec, node_manifests
+from chronotope.workloads.gates import Decider
+from chronotope.workloads.training import Action
+from chronotope.workloads.training_pass import schedule
+from chronotope.workloads.training_quota import QuotaView
+
+sys.path.insert(0, str(Path(__file__).parent))
+from operator_scale import make_job, per_type
+
+NOW = datetime(2030, 1, 1, 11, 0, tzinfo=UTC)
+
+
+def ready_nodes(spec_path: Path) -> list[dict[str, Any]]:
+    """The spec's nodes as Ready Node objects with their capacity allocatable."""
+    nodes = node_manifests(load_spec(spec_path))
+    for n in nodes:
+        status = n.setdefault("status", {})
+        status["conditions"] = [{"type": "Ready", "status": "True"}]
+        status["allocatable"] = status.get("allocatable") or status.get("capacity")
+    return nodes
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--queues", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
+    args = ap.parse_args()
+    spec_path = Path(args.cluster)
+    total, widest = per_type(load_spec(spec_path))
+    nodes = ready_nodes(spec_path)
+    teams = [f"team-{i}" for i in range(args.queues)]
+    quotas = [{"gpuType": g, "gpus": c // args.queues} for g, c in sorted(total.items())]
+    view = QuotaView.parse(
+        [{"metadata": {"name": t}, "spec": {"cohort": "all", "quotas": quotas}} for t in teams],
+        [{"metadata": {"name": "default", "namespace": t}, "spec": {"queue": t}} for t in teams],
+    )
+    rng = random.Random(args.seed)
+    jobs = []
+    for i in range(args.jobs):
+        job = make_job(f"j{i:04d}", rng, widest)
+        job["metadata"].update(
+            namespace=teams[i % len(teams)],
+            creationTimestamp=f"2030-01-01T10:{i // 60 % 60:02d}:{i % 60:02d}Z",
+            uid=f"uid-{i}",
+            generation=1,
+            resourceVersion=str(i + 1),
+        )
+        jobs.append(job)
+    seconds = []
+    for _ in range(args.runs):
+        decider = Decider(lambda _ns, name: f"no profile {name}", lambda *_: [])
+        started = time.perf_counter()
+        done = schedule(jobs, nodes, [], view, decider=decider, now=NOW)
+        seconds.append(time.perf_counter() - started)
+    verdicts = sorted(
+        (k, v.decision.action.value, v.decision.gpu_type, v.decision.reason)
+        for k, v in done.verdicts.items()
+    )
+    starts = sum(v.decision.action is Action.START for v in done.verdicts.values())
+    digest = hashlib.sha1(repr(verdicts).encode()).hexdigest()[:12]
+    print(
+        f"{len(jobs)} jobs on {len(nodes)} nodes: pass {', '.join(f'{s:.2f}' for s in seconds)} s "
+        f"(best {min(seconds):.2f} s); {starts} starts, {len(verdicts) - starts} waits; "
+        f"verdicts {digest}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
