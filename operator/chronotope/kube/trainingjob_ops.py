@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from kubernetes import client
@@ -64,6 +64,8 @@ class KubeClusterOps(KubeReads):
         self._same_event = RepeatLimiter(EVENT_WINDOW_S, clock=clock)
         """An identical event on one job at most once per EVENT_WINDOW_S (a reason that flaps)."""
         self._posters = ThreadPoolExecutor(EVENT_POSTERS, thread_name_prefix="trainingjob-events")
+        self._posting: set[Future[None]] = set()
+        self._posting_lock = threading.Lock()
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
@@ -178,7 +180,20 @@ class KubeClusterOps(KubeReads):
             if self._same_event.admit((job_id, kind, reason, message)) is not None
         ]
         if fresh:  # posted in the background, in order: the worker goes on to the next job
-            self._posters.submit(self._post, involved, fresh)
+            future = self._posters.submit(self._post, involved, fresh)
+            with self._posting_lock:
+                self._posting.add(future)
+            future.add_done_callback(self._posted)
+
+    def _posted(self, future: Future[None]) -> None:
+        with self._posting_lock:
+            self._posting.discard(future)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the events written so far are posted; False if `timeout` ran out first."""
+        with self._posting_lock:
+            pending = set(self._posting)
+        return not wait(pending, timeout=timeout).not_done
 
     def _post(self, involved: Mapping[str, Any], events: Sequence[tuple[str, str, str]]) -> None:
         try:
