@@ -90,7 +90,7 @@ def apiserver_argv(binary: Path, pki: Pki, ports: Ports, audit_dir: Path) -> lis
 
 
 def controller_manager_argv(
-    binary: Path, kubeconfig: Path, pki: Pki, ports: Ports, node_grace_s: int = 50
+    binary: Path, kubeconfig: Path, pki: Pki, ports: Ports, node_grace_s: int
 ) -> list[str]:
     """The kube-controller-manager command line, without the cloud and network controllers.
 
@@ -134,7 +134,7 @@ def scheduler_argv(binary: Path, config: Path, kubeconfig: Path, ports: Ports) -
 
 
 def kwok_argv(
-    binary: Path, kubeconfig: Path, ports: Ports, stages: Path, lease_s: int = 40
+    binary: Path, kubeconfig: Path, ports: Ports, stages: Path, lease_s: int
 ) -> list[str]:
     """The kwok command line: it fakes the kubelets of nodes annotated for kwok.
 
