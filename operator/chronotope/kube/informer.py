@@ -76,6 +76,8 @@ class Informer:
                 version = self._relist(res)
                 self._watch(res, version)
             except Exception:  # a broken stream or API hiccup: relist after a pause
+                if self._stop.is_set():
+                    return  # asked to stop: a stream the shutdown broke is no news
                 log.warning("watch %s broke; relisting", res.name, exc_info=True)
                 self._stop.wait(1.0)
 
