@@ -41,7 +41,6 @@ import random
 import re
 import ssl
 import tempfile
-import threading
 import time
 import urllib.request
 from collections import Counter
@@ -50,13 +49,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from chronotope.controllers.trainingjob_loop import NODE_MARK_FIELDS, mark_of
 from chronotope.devcluster.cluster import LocalCluster
 from chronotope.devcluster.settings import ClusterSettings
 from chronotope.kube.client import api_client
+from chronotope.kube.informer import Informer, Resource
 from chronotope.paths import REPO_ROOT
 from chronotope.sim.clusterspec import ClusterSpec, load_spec
 from chronotope.workloads.gang import JOB_LABEL
@@ -178,50 +178,44 @@ def quantiles(values: list[float], qs: tuple[float, ...]) -> list[float]:
 
 
 class NodeChanges:
-    """Counts, per field of `NODE_MARK_FIELDS`, the node watch events that changed it."""
+    """Counts, per field of `NODE_MARK_FIELDS`, the node watch events that changed it.
+
+    Watches through the operator's own `Informer` (list, watch, relist), on a thread of
+    its own, until `stop`.
+    """
 
     def __init__(self, api: client.ApiClient) -> None:
-        """Start watching every node through `api` (a daemon thread) until `stop`."""
-        self.api = api
+        """List every node through `api` (waits for the list), then follow their changes."""
         self.changed: Counter[str] = Counter()
         self.samples: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._seen: dict[str, tuple[Any, ...]] = {}
+        self._informer = Informer(
+            api, [Resource("nodes", client.CoreV1Api(api).list_node, self._on_event, self._on_sync)]
+        )
+        self._informer.start()
+        self._informer.wait_synced(120)
 
-    def _run(self) -> None:
-        core = client.CoreV1Api(self.api)
-        listed = core.list_node()
-        seen = {
-            n.metadata.name: mark_of("nodes", self.api.sanitize_for_serialization(n))
-            for n in listed.items
-        }
-        version = listed.metadata.resource_version
-        while not self._stop.is_set():
-            stream = watch.Watch().stream(
-                core.list_node, resource_version=version, timeout_seconds=30
-            )
-            try:
-                for event in stream:
-                    obj = self.api.sanitize_for_serialization(event["object"])
-                    version = obj["metadata"]["resourceVersion"]
-                    name, mark = obj["metadata"]["name"], mark_of("nodes", obj)
-                    old = seen.get(name)
-                    for i, what in enumerate(NODE_MARK_FIELDS):
-                        if old is not None and old[i] != mark[i]:
-                            self.changed[what] += 1
-                            if len(self.samples) < 3:
-                                self.samples.append(f"{name} {what}: {old[i]} -> {mark[i]}")
-                    seen[name] = mark
-                    if self._stop.is_set():
-                        return
-            except Exception:  # an expired resourceVersion: list again
-                listed = core.list_node()
-                version = listed.metadata.resource_version
+    def _on_sync(self, nodes: list[dict[str, Any]]) -> None:
+        for node in nodes:
+            self._note(node)
+
+    def _on_event(self, kind: str, node: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            self._note(node)
+
+    def _note(self, node: dict[str, Any]) -> None:
+        name, mark = node["metadata"]["name"], mark_of("nodes", node)
+        old = self._seen.get(name)
+        for i, what in enumerate(NODE_MARK_FIELDS):
+            if old is not None and old[i] != mark[i]:
+                self.changed[what] += 1
+                if len(self.samples) < 3:
+                    self.samples.append(f"{name} {what}: {old[i]} -> {mark[i]}")
+        self._seen[name] = mark
 
     def stop(self) -> None:
         """Stop watching."""
-        self._stop.set()
+        self._informer.stop()
 
 
 def requests_total(text: str) -> float:
@@ -344,24 +338,37 @@ def snapshot(custom: client.CustomObjectsApi) -> tuple[Counter[str], Counter[str
     return phases, reasons, each
 
 
-def setup_queues(api: client.ApiClient, n: int, total: dict[str, int]) -> list[str]:
-    """`n` Queues in cohort `all`, each an equal share of every type, and their namespaces."""
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    names = []
+def queue_objects(n: int, total: dict[str, int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """`n` Queues in cohort `all`, each an equal share of every type, each with the LocalQueue
+    `default` of its namespace (named as the queue)."""
+    out = []
     for i in range(n):
         team = f"team-{i}"
         quotas = [{"gpuType": t, "gpus": c // n} for t, c in sorted(total.items())]
-        queue = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": team}}
-        custom.create_cluster_custom_object(
-            GROUP, VERSION, "queues", queue | {"spec": {"cohort": "all", "quotas": quotas}}
-        )
-        core.create_namespace({"metadata": {"name": team}})
+        queue = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Queue",
+            "metadata": {"name": team},
+            "spec": {"cohort": "all", "quotas": quotas},
+        }
         local = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "LocalQueue",
             "metadata": {"name": "default", "namespace": team},
             "spec": {"queue": team},
         }
+        out.append((queue, local))
+    return out
+
+
+def setup_queues(api: client.ApiClient, n: int, total: dict[str, int]) -> list[str]:
+    """Create `queue_objects` and their namespaces; the namespaces' names."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    names = []
+    for queue, local in queue_objects(n, total):
+        team = local["metadata"]["namespace"]
+        custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue)
+        core.create_namespace({"metadata": {"name": team}})
         custom.create_namespaced_custom_object(GROUP, VERSION, team, "localqueues", local)
         names.append(team)
     for team in names:  # the ServiceAccount admission plugin needs the default account

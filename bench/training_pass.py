@@ -32,18 +32,16 @@ from chronotope.workloads.training_pass import schedule
 from chronotope.workloads.training_quota import QuotaView
 
 sys.path.insert(0, str(Path(__file__).parent))
-from operator_scale import make_job, per_type
+from operator_scale import make_job, per_type, queue_objects
 
 NOW = datetime(2030, 1, 1, 11, 0, tzinfo=UTC)
 
 
 def ready_nodes(spec_path: Path) -> list[dict[str, Any]]:
-    """The spec's nodes as Ready Node objects with their capacity allocatable."""
+    """The spec's nodes as Node objects that are Ready (as kwok marks them)."""
     nodes = node_manifests(load_spec(spec_path))
     for n in nodes:
-        status = n.setdefault("status", {})
-        status["conditions"] = [{"type": "Ready", "status": "True"}]
-        status["allocatable"] = status.get("allocatable") or status.get("capacity")
+        n["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     return nodes
 
 
@@ -58,12 +56,9 @@ def main() -> int:
     spec_path = Path(args.cluster)
     total, widest = per_type(load_spec(spec_path))
     nodes = ready_nodes(spec_path)
-    teams = [f"team-{i}" for i in range(args.queues)]
-    quotas = [{"gpuType": g, "gpus": c // args.queues} for g, c in sorted(total.items())]
-    view = QuotaView.parse(
-        [{"metadata": {"name": t}, "spec": {"cohort": "all", "quotas": quotas}} for t in teams],
-        [{"metadata": {"name": "default", "namespace": t}, "spec": {"queue": t}} for t in teams],
-    )
+    queues = queue_objects(args.queues, total)
+    teams = [local["metadata"]["namespace"] for _, local in queues]
+    view = QuotaView.parse([q for q, _ in queues], [local for _, local in queues])
     rng = random.Random(args.seed)
     jobs = []
     for i in range(args.jobs):
