@@ -177,11 +177,16 @@ class WorkQueue:
 
 @dataclass(frozen=True)
 class Wake:
-    """Whom one watch event wakes: named jobs, and whether every open (or every) job."""
+    """Whom one watch event wakes: named jobs, whether every open (or every) job, nodes.
+
+    `nodes`: nodes that changed; they wake the started jobs they concern
+    (`concerned_by_nodes`) and make the next scheduling pass.
+    """
 
     keys: tuple[str, ...] = ()
     open_jobs: bool = False
     all_jobs: bool = False
+    nodes: tuple[str, ...] = ()
 
 
 _Seen = tuple[Any, ...]
@@ -264,10 +269,45 @@ def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) 
         )
         return Wake(keys, open_jobs=bool(node) and holds_changed)
     if kind == "nodes":
-        return Wake(all_jobs=True)
+        return Wake(nodes=(str(meta.get("name")),))
     if kind in ("queues", "localqueues"):
         return Wake(open_jobs=True)
     return Wake()
+
+
+def concerned_by_nodes(
+    changed: Iterable[str],
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+) -> set[str]:
+    """The started jobs (Starting, Running) that a change of the `changed` nodes concerns.
+
+    A running gang's reconcile reads the nodes for three things only: a worker
+    whose node is gone, a worker on a cordoned node, and a gang below its wanted
+    size that may grow or move onto GPUs that freed up (`trainingjob._running`).
+    So a node change concerns the jobs with a worker on one of the nodes, and
+    every started gang below its size; the others' reconciles would change
+    nothing. Waiting jobs are woken by the scheduling pass the change makes.
+    """
+    names = set(changed)
+    keys = {
+        f"{(p.get('metadata') or {}).get('namespace')}/{job}"
+        for p in pods
+        if ((p.get("spec") or {}).get("nodeName") or "") in names
+        and (job := ((p.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL))
+    }
+    started: set[str] = set()
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        status = job.get("status") or {}
+        if status.get("phase") in _DONE or status.get("phase") in _OPEN:
+            continue
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        started.add(key)
+        workers = int((status.get("plan") or {}).get("workers") or 0)
+        if workers < int((job.get("spec") or {}).get("replicas") or 1):
+            keys.add(key)
+    return keys & started
 
 
 def requeue_after(status: Mapping[str, Any]) -> float | None:
@@ -340,6 +380,7 @@ class TrainingJobLoop:
         self._lock = threading.Lock()
         self._poke = threading.Event()
         self._scope_all = False
+        self._nodes_changed: set[str] = set()
         self.passes = PassCache(clock=clock, on_pass=metrics.observe_pass)
 
     # -- waking -------------------------------------------------------------------------
@@ -364,11 +405,13 @@ class TrainingJobLoop:
             wake = replace(wake, open_jobs=False)
         for key in wake.keys:
             self._add(key)
-        if wake.all_jobs or wake.open_jobs:  # coalesced: the run loop wakes them in a moment
-            self.passes.invalidate()  # and makes the next scheduling pass
+        if wake.all_jobs or wake.open_jobs or wake.nodes:
+            # coalesced: the run loop wakes them in a moment and makes the next pass
+            self.passes.invalidate()
             self.metrics.pass_invalidations.labels(kind, event).inc()
             with self._lock:
                 self._scope_all = self._scope_all or wake.all_jobs
+                self._nodes_changed.update(wake.nodes)
             self._poke.set()
 
     def _predicted(self, kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) -> bool:
@@ -398,20 +441,23 @@ class TrainingJobLoop:
         return not changed and mark[3] == expected
 
     def _wake_scope(self) -> None:
-        """Wake every live job after an event that concerns them all (a node changed).
+        """Wake the started jobs after a relist (all of them) or node changes (those concerned).
 
         Waiting jobs are woken by `schedule` instead, when their verdict changes.
         """
         with self._lock:
             everyone, self._scope_all = self._scope_all, False
+            changed, self._nodes_changed = self._nodes_changed, set()
             self._poke.clear()
-        if not everyone:
-            return
-        for job in self.jobs():
-            phase = (job.get("status") or {}).get("phase")
-            if phase not in _DONE and phase not in _OPEN:
-                meta = job.get("metadata") or {}
-                self._add(f"{meta.get('namespace')}/{meta.get('name')}")
+        if everyone:
+            for job in self.jobs():
+                phase = (job.get("status") or {}).get("phase")
+                if phase not in _DONE and phase not in _OPEN:
+                    meta = job.get("metadata") or {}
+                    self._add(f"{meta.get('namespace')}/{meta.get('name')}")
+        elif changed:
+            for key in sorted(concerned_by_nodes(changed, self.jobs(), self.ops.pods())):
+                self._add(key)
 
     def schedule(self) -> None:
         """Make the next scheduling pass if the latest is stale; wake jobs whose verdict changed.

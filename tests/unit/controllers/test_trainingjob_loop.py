@@ -16,11 +16,13 @@ from chronotope.controllers.trainingjob_loop import (
     TrainingJobLoop,
     Wake,
     WorkQueue,
+    concerned_by_nodes,
     mark_of,
     requeue_after,
     wake_for,
 )
 from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
+from chronotope.workloads.gang import JOB_LABEL
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reconcile import NOW, FakeOps, job, node
@@ -128,16 +130,52 @@ def _node(ready: str = "True", heartbeat: str = "t0", gpus: str = "8") -> dict[s
     }
 
 
-def test_a_node_heartbeat_wakes_nobody_but_a_change_wakes_every_job() -> None:
+def test_a_node_heartbeat_wakes_nobody_but_a_change_names_the_node() -> None:
     seen = mark_of("nodes", _node())
     assert wake_for("nodes", "MODIFIED", _node(heartbeat="t1"), seen) == Wake()
-    assert wake_for("nodes", "MODIFIED", _node(ready="False"), seen).all_jobs
-    assert wake_for("nodes", "MODIFIED", _node(gpus="4"), seen).all_jobs
-    assert wake_for("nodes", "ADDED", _node(), None).all_jobs
+    assert wake_for("nodes", "MODIFIED", _node(ready="False"), seen) == Wake(nodes=("n1",))
+    assert wake_for("nodes", "MODIFIED", _node(gpus="4"), seen) == Wake(nodes=("n1",))
+    assert wake_for("nodes", "ADDED", _node(), None) == Wake(nodes=("n1",))
+    assert wake_for("nodes", "DELETED", _node(), seen) == Wake(nodes=("n1",))
     assert wake_for(
         "queues", "MODIFIED", {"metadata": {"name": "q", "generation": 2}}, None
     ).open_jobs
     assert wake_for("pods", "SYNC", {}, None).all_jobs
+
+
+def _started(name: str, phase: str, workers: int, replicas: int) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": name},
+        "spec": {"replicas": replicas},
+        "status": {"phase": phase, "plan": {"workers": workers}},
+    }
+
+
+def _worker(job_name: str, node_name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": f"{job_name}-0", "labels": {JOB_LABEL: job_name}},
+        "spec": {"nodeName": node_name},
+    }
+
+
+def test_a_node_change_concerns_the_gangs_on_it_and_those_below_their_size() -> None:
+    jobs = [
+        _started("on-n1", "Running", 1, 1),
+        _started("elsewhere", "Running", 1, 1),
+        _started("small", "Running", 1, 2),  # may grow onto what freed up
+        _started("starting", "Starting", 2, 2),
+        _started("waiting", "Waiting", 0, 1),  # the pass decides for it
+        _started("done", "Succeeded", 1, 1),
+    ]
+    pods = [
+        _worker("on-n1", "n1"),
+        _worker("elsewhere", "n2"),
+        _worker("starting", "n1"),
+        _worker("done", "n1"),
+        {"metadata": {"namespace": "ns", "name": "other"}, "spec": {"nodeName": "n1"}},
+    ]
+    assert concerned_by_nodes(["n1"], jobs, pods) == {"ns/on-n1", "ns/small", "ns/starting"}
+    assert concerned_by_nodes(["n3"], jobs, pods) == {"ns/small"}
 
 
 def test_only_starting_and_resizing_jobs_look_again_by_themselves() -> None:
@@ -280,6 +318,27 @@ def test_a_started_job_going_running_needs_no_new_pass() -> None:
     loop.on_change("trainingjobs", "MODIFIED", copy.deepcopy(a))
     loop.schedule()
     assert passes == [3, 1]  # c, the one job left waiting (a has its gang)
+
+
+def test_a_node_change_wakes_the_job_on_it_and_makes_a_new_pass() -> None:
+    # a and b started on h-0 and h-1, c waits: h-0 going NotReady wakes a only (its
+    # reconcile checks its workers); b's reconcile would change nothing; c is the pass's
+    _, ops, loop, passes = _three_jobs_decided()
+    for pod, where in zip(ops._pods, ("h-0", "h-1"), strict=True):
+        pod["spec"]["nodeName"] = where
+    h0 = ops._nodes[0]
+    loop.on_change("nodes", "ADDED", copy.deepcopy(h0))
+    loop.queue = WorkQueue(loop.clock)
+    h0["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    loop.on_change("nodes", "MODIFIED", copy.deepcopy(h0))
+    loop._wake_scope()
+    assert set(loop.queue._due) == {"ns/a"}
+    loop.schedule()
+    assert passes == [3, 1]  # the node change made the pass stale: c is decided again
+    loop.queue = WorkQueue(loop.clock)
+    loop.on_change("pods", "SYNC", {})  # a relist still wakes every started job
+    loop._wake_scope()
+    assert set(loop.queue._due) == {"ns/a", "ns/b"}
 
 
 class TickingStop(threading.Event):
