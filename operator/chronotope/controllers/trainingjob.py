@@ -204,7 +204,10 @@ def reconcile(
 def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) -> Outcome:
     meta = c.job["metadata"]
     out = c.out
-    planned_for = int((meta.get("annotations") or {}).get(PLANNED_FOR_ANNOTATION, c.spec.replicas))
+    planned_for = plan.get("plannedForReplicas")
+    if planned_for is None:  # started by an earlier operator: it kept this in an annotation
+        planned_for = (meta.get("annotations") or {}).get(PLANNED_FOR_ANNOTATION, c.spec.replicas)
+    planned_for = int(planned_for)
     cluster_nodes = c.ops.nodes()
     nodes = {n["metadata"]["name"] for n in cluster_nodes}
     failed = [
@@ -444,8 +447,10 @@ def _enact(
         headless_service(c.job),
         worker_pods(c.job, c.spec, decision, c.gen, degrees),
     )
-    out.annotations[PLANNED_FOR_ANNOTATION] = str(c.spec.replicas)
-    out.status = started_status(c.name, decision, degrees, c.now, c.generation)
+    # one status patch: the plan records the spec.replicas it is for
+    out.status = started_status(
+        c.name, decision, degrees, c.now, c.generation, replicas=c.spec.replicas
+    )
     out.events.append(("Normal", "Started", decision.reason))
     if degrees.note:
         out.events.append(("Warning", "ParallelismHints", degrees.note))

@@ -418,7 +418,7 @@ class TrainingJobLoop:
         """The event is one the current pass already counted: its verdicts still hold.
 
         A waiting job's status moving to the phase of its verdict, a started
-        job's planned-for annotation and status (two patches), or a started job
+        job's status (and, under an older CRD, its planned-for annotation), or a started job
         going from Starting to Running. A worker's bind is not, even on the GPUs
         the pass planned for it: other decisions wait for the pass it triggers
         (an elastic gang started below its size grows once a pass shows the GPUs

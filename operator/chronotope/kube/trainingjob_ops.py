@@ -24,7 +24,7 @@ from chronotope.kube.reads import LOCALQUEUES, QUEUES, TRAININGJOBS, KubeReads
 from chronotope.kube.store import OperatorCache
 from chronotope.planners.profile import ModelProfile, profile_from_data
 from chronotope.ratelimit import EVENT_WINDOW_S, RepeatLimiter
-from chronotope.sharing.labels import PREEMPTED_BY_ANNOTATION
+from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION, PREEMPTED_BY_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
 
 __all__ = ["PROFILE_TTL_S", "KubeClusterOps"]
@@ -66,6 +66,7 @@ class KubeClusterOps(KubeReads):
         self._posters = ThreadPoolExecutor(EVENT_POSTERS, thread_name_prefix="trainingjob-events")
         self._posting: set[Future[None]] = set()
         self._posting_lock = threading.Lock()
+        self._warned_old_crd = False
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
@@ -159,6 +160,15 @@ class KubeClusterOps(KubeReads):
                 written = custom.patch_namespaced_custom_object_status(
                     group, version, namespace, plural, name, {"status": dict(status)}
                 )
+                if (kept := self._planned_for_pruned(status, written)) is not None:
+                    written = custom.patch_namespaced_custom_object(
+                        group,
+                        version,
+                        namespace,
+                        plural,
+                        name,
+                        {"metadata": {"annotations": {PLANNED_FOR_ANNOTATION: kept}}},
+                    )
         except ApiException as exc:
             if exc.status == _NOT_FOUND:
                 return
@@ -184,6 +194,31 @@ class KubeClusterOps(KubeReads):
             with self._posting_lock:
                 self._posting.add(future)
             future.add_done_callback(self._posted)
+
+    def _planned_for_pruned(
+        self, status: Mapping[str, Any], written: Mapping[str, Any] | None
+    ) -> str | None:
+        """The plan's replicas, when the API server pruned them from the written status.
+
+        An upgrade with Helm leaves the CRDs as they were (Helm never upgrades a
+        chart's crds/): a TrainingJob CRD older than the operator has no
+        `status.plan.plannedForReplicas` and prunes it. The reconcile then reads the
+        replicas from the annotation older operators wrote, so a resize is still seen.
+        """
+        planned = (status.get("plan") or {}).get("plannedForReplicas")
+        if planned is None or written is None:
+            return None
+        if ((written.get("status") or {}).get("plan") or {}).get("plannedForReplicas") is not None:
+            return None
+        if not self._warned_old_crd:
+            self._warned_old_crd = True
+            log.warning(
+                "the TrainingJob CRD prunes status.plan.plannedForReplicas: it is older than "
+                "this operator; apply the chart's CRDs (kubectl apply --server-side -f crds/). "
+                "Until then the operator also writes the annotation %s",
+                PLANNED_FOR_ANNOTATION,
+            )
+        return str(planned)
 
     def _posted(self, future: Future[None]) -> None:
         with self._posting_lock:

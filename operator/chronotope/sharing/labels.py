@@ -47,6 +47,7 @@ DONE_PHASES = ("Succeeded", "Failed")
 GENERATION_ANNOTATION = "chronotope.dev/gang-generation"
 """TrainingJob annotation: the generation of its current gang (bumped on every restart)."""
 PLANNED_FOR_ANNOTATION = "chronotope.dev/planned-for-replicas"
-"""TrainingJob annotation: the `replicas` its current gang was planned for."""
+"""TrainingJob annotation: the `replicas` its gang was planned for, read only for jobs
+started by operators that wrote no `status.plan.plannedForReplicas`."""
 PREEMPTED_BY_ANNOTATION = "chronotope.dev/preempted-by"
 """TrainingJob annotation: the job that preempted it ("namespace/name"; empty once re-queued)."""

@@ -177,9 +177,18 @@ def _degrees_text(d: Degrees) -> str:
 
 
 def started_status(
-    name: str, decision: Decision, degrees: Degrees, now: datetime, generation: int | None
+    name: str,
+    decision: Decision,
+    degrees: Degrees,
+    now: datetime,
+    generation: int | None,
+    *,
+    replicas: int,
 ) -> dict[str, Any]:
-    """Status of job `name` whose gang was just created for `decision` (a START)."""
+    """Status of job `name` whose gang was just created for `decision` (a START).
+
+    `replicas` is the spec.replicas the plan is for (`plannedForReplicas`).
+    """
     assert decision.finish is not None
     return {
         "phase": decided_phase(decision),
@@ -189,6 +198,7 @@ def started_status(
         "plan": {
             "gpuType": decision.gpu_type,
             "workers": decision.workers,
+            "plannedForReplicas": replicas,
             "totalGpus": decision.workers * decision.gpus_per_worker,
             "parallelism": _parallelism(degrees),
             "startTime": _iso(now),

@@ -114,7 +114,8 @@ def test_a_job_that_fits_starts_its_gang() -> None:
     assert out.status["phase"] == "Starting"
     assert out.status["plan"]["gpuType"] == "H100"
     assert out.status["plan"]["workers"] == 2
-    assert out.annotations[PLANNED_FOR_ANNOTATION] == "2"
+    assert out.status["plan"]["plannedForReplicas"] == 2
+    assert out.annotations == {}  # one status patch starts it
     assert [p["metadata"]["name"] for p in ops.started] == ["a-g0-0", "a-g0-1"]
     assert [e[1] for e in out.events] == ["Started"]
 
@@ -155,6 +156,37 @@ def test_a_running_gang_that_lost_its_node_restarts_from_its_checkpoint() -> Non
     assert out.annotations[PREEMPTED_BY_ANNOTATION] == ""
     assert ops.stopped == ["a-g0-0"]
     assert out.events[0][:2] == ("Warning", "WorkersLost")
+
+
+def test_kubectl_scale_of_a_running_job_restarts_its_gang_at_the_new_size() -> None:
+    me = job("a")
+    ops = FakeOps([node("h-0"), node("h-1")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    for pod in ops._pods:
+        pod["spec"]["nodeName"] = "h-0"
+        pod["status"] = {"phase": "Running"}
+    assert reconcile(me, ops, NOW).status["phase"] == "Running"
+    me["spec"]["replicas"] = 2  # kubectl scale trainingjob/a --replicas=2
+    out = reconcile(me, ops, NOW)
+    assert out.status["phase"] == "Resizing"
+    assert out.events[0][1] == "Resizing"
+    assert "resizing from 1 to 2 worker(s)" in out.events[0][2]
+    assert ops.stopped == ["a-g0-0"]
+
+
+def test_a_job_started_before_the_plan_recorded_its_replicas_uses_the_annotation() -> None:
+    # an operator upgraded under a running job: the plan has no plannedForReplicas
+    me = job("a")
+    ops = FakeOps([node("h-0"), node("h-1")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    del me["status"]["plan"]["plannedForReplicas"]
+    me["metadata"]["annotations"][PLANNED_FOR_ANNOTATION] = "1"
+    for pod in ops._pods:
+        pod["spec"]["nodeName"] = "h-0"
+        pod["status"] = {"phase": "Running"}
+    assert reconcile(me, ops, NOW).status["phase"] == "Running"
+    me["spec"]["replicas"] = 2
+    assert reconcile(me, ops, NOW).status["phase"] == "Resizing"
 
 
 def test_a_gang_whose_workers_all_succeeded_is_done() -> None:

@@ -21,7 +21,6 @@ from chronotope.controllers.trainingjob_loop import (
     requeue_after,
     wake_for,
 )
-from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -224,7 +223,8 @@ def test_a_reconcile_writes_what_changed_once_then_stays_quiet() -> None:
     loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
     again = loop.reconcile_key("ns/a")
     ((status, annotations, events),) = ops.writes
-    assert annotations[PLANNED_FOR_ANNOTATION] == "1"
+    assert annotations == {}
+    assert status["plan"]["plannedForReplicas"] == 1
     assert status["phase"] == "Starting"
     assert [e[1] for e in events] == ["Started"]
     assert again is not None  # a starting gang is checked for being stuck

@@ -381,10 +381,10 @@ def test_no_status_leaves_a_condition_of_an_earlier_phase_behind() -> None:
     status: dict[str, Any] = {}
     for new in (
         waiting_status(wait, NOW, 1),
-        started_status("j", go, degrees, NOW, 1),
+        started_status("j", go, degrees, NOW, 1, replicas=1),
         resizing_status({}, "the gang could not be placed within 45s; re-planning", NOW, 1),
         waiting_status(wait, NOW, 1),
-        started_status("j", go, degrees, NOW, 1),
+        started_status("j", go, degrees, NOW, 1, replicas=1),
         pods_status([], {"workers": 1, "gpuType": "V100"}, NOW, 1),
     ):
         status = status | merged_status(status, new)

@@ -504,6 +504,12 @@ class TrainingPlan(ApiModel):
 
     gpu_type: str = Field(max_length=63, description="Chosen GPU type.")
     workers: int = Field(ge=0, description="Chosen number of workers.")
+    planned_for_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="spec.replicas when the plan was made; a different spec.replicas "
+        "(kubectl scale) is a resize.",
+    )
     total_gpus: float = Field(
         ge=0, description="GPUs held by the whole gang (shares count as fractions)."
     )
