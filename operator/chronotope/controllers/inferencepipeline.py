@@ -41,6 +41,7 @@ from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
 from chronotope.workloads.pipeline import (
     DEFAULT_RATE_WINDOW_S,
+    QUOTA_WAIT,
     PipelinePlan,
     failed_status,
     grow_within,
@@ -58,7 +59,11 @@ from chronotope.workloads.pipeline import (
 )
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
-from chronotope.workloads.training_quota import QuotaView, serving_admission
+from chronotope.workloads.training_quota import (
+    QuotaView,
+    serving_admission,
+    serving_room,
+)
 from chronotope.workloads.training_status import condition
 from chronotope.workloads.variants import group_name
 
@@ -261,7 +266,7 @@ def reconcile(
     held, waiting = _apply_within_quota(ops, obj, spec, running, groups)
     if held is not None and old.get("quotaHeld") != held:
         text = (
-            f"waiting for quota: {held}"
+            f"{QUOTA_WAIT}{held}"
             if waiting
             else f"scaling up only as far as its queue's quota admits: {held}"
         )
@@ -274,7 +279,7 @@ def reconcile(
     out.status = pipeline_status(obj, running, deployments, now, planned, groups=groups)
     out.status["quotaHeld"] = held
     if waiting:  # nothing of it runs: it waits for its queue's quota (the plan is kept)
-        out.status |= {"phase": "Pending", "whyWaiting": f"waiting for quota: {held}"}
+        out.status |= {"phase": "Pending", "whyWaiting": f"{QUOTA_WAIT}{held}"}
     out.status["costPerHour"] = round(cost_per_hour(model, running.outcome.config), 3)
     if tuned is not None:
         out.status["tuner"] = tuned[0]
@@ -419,12 +424,13 @@ def _plan(
     meta = obj["metadata"]
     namespace = meta["namespace"]
     types = gpu_types(ops.nodes())
+    room = serving_room(QuotaView.parse(ops.queues(), ops.local_queues()), namespace, spec.queue)
     if old.get("observedGeneration") == meta.get("generation"):
-        recorded = plan_from_status(spec, old, types)
+        recorded = plan_from_status(spec, old, types, room)
         if recorded is not None and not replan:
             return recorded, None
     arrivals = _arrivals(ops, namespace, spec.traffic)
-    plan = arrivals if isinstance(arrivals, Reason) else plan_pipeline(spec, arrivals, types)
+    plan = arrivals if isinstance(arrivals, Reason) else plan_pipeline(spec, arrivals, types, room)
     if isinstance(plan, PipelinePlan):
         rows = [
             (r.get("name"), r.get("gpuType"), r.get("batchSize"), r.get("plannedReplicas"))

@@ -23,12 +23,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from chronotope.api.v1alpha1.inferencepipeline import (
     MAX_P99_HISTORY,
+    GpuProfile,
     InferencePipelineSpec,
     Stage,
 )
@@ -49,8 +50,10 @@ from chronotope.workloads.training_status import condition
 __all__ = [
     "DEFAULT_RATE_WINDOW_S",
     "PIPELINE_LABEL",
+    "QUOTA_WAIT",
     "STAGE_LABEL",
     "PipelinePlan",
+    "QueueRoom",
     "SloObservation",
     "append_history",
     "failed_status",
@@ -141,21 +144,72 @@ def sample_arrivals(rate_qps: float, seed: int = 0) -> list[float]:
     return [float(x) for x in (gaps - gaps[0]) * ((n - 1) / rate_qps) / (gaps[-1] - gaps[0])]
 
 
+QUOTA_WAIT = "waiting for quota: "
+"""How `whyWaiting` starts for a pipeline its queue's quota holds back."""
+
+
+class QueueRoom(Protocol):
+    """What a pipeline's queue could ever hold (`training_quota.ServingRoom`)."""
+
+    @property
+    def queue(self) -> str:
+        """The Queue's name."""
+        ...
+
+    def holds(
+        self, gpu_type: str, limits: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> bool:
+        """Whether one pod with GPU `limits` and share `annotations` could ever be admitted."""
+        ...
+
+
+def _usable(stage: Stage, gpu_types: set[str] | None, room: QueueRoom | None) -> list[GpuProfile]:
+    """The stage's profiles on `gpu_types` (all if None) where its queue could hold a replica.
+
+    A stage that a ModelVariant serving group serves is planned on any type: the
+    group's pods are not the pipeline's.
+    """
+    usable = [p for p in stage.profiles if gpu_types is None or p.gpu_type in gpu_types]
+    if room is None or stage.model.variant:
+        return usable
+    gpu = stage.gpu
+    limits, annotations = gpu_resources(
+        gpu.shared if gpu is not None else None, (gpu.count if gpu else None) or 1
+    )
+    return [p for p in usable if room.holds(p.gpu_type, limits, annotations)]
+
+
 def plan_pipeline(
-    spec: InferencePipelineSpec, arrivals: Sequence[float], gpu_types: set[str]
+    spec: InferencePipelineSpec,
+    arrivals: Sequence[float],
+    gpu_types: set[str],
+    room: QueueRoom | None = None,
 ) -> PipelinePlan | Reason:
-    """Plan on the GPU types the cluster has, or say why the pipeline cannot be planned."""
+    """Plan on the GPU types the cluster has, or say why the pipeline cannot be planned.
+
+    `room`: what the pipeline's queue could ever hold (`training_quota.serving_room`);
+    the stages it deploys itself go only on types where a replica could be admitted
+    (a stage a ModelVariant serving group serves is that group's).
+    """
     stages = []
     for stage in spec.stages:
-        usable = [p for p in stage.profiles if p.gpu_type in gpu_types]
-        if not usable:
+        offered = ", ".join(p.gpu_type for p in stage.profiles)
+        if not [p for p in stage.profiles if p.gpu_type in gpu_types]:
             known = ", ".join(sorted(gpu_types)) or "none"
-            offered = ", ".join(p.gpu_type for p in stage.profiles)
             return Reason(
                 code="NoProfiledGpuType",
                 message=f"stage {stage.name} has profiles for {offered}, but the cluster's "
                 f"schedulable GPU types are {known}",
                 unresolvable=True,
+            )
+        usable = _usable(stage, gpu_types, room)
+        if not usable:
+            assert room is not None
+            return Reason(
+                code="QuotaExceeded",
+                message=f"{QUOTA_WAIT}queue {room.queue}: stage {stage.name} has "
+                f"profiles for {offered}, and the queue's quota (nominal, and what it may "
+                "borrow in its cohort) holds no replica of it on any of them",
             )
         stages.append(stage.model_copy(update={"profiles": usable}))
     spec = spec.model_copy(update={"stages": stages})
@@ -354,10 +408,12 @@ def pipeline_status(
 def failed_status(pipeline: Mapping[str, Any], why: Reason, now: datetime) -> dict[str, Any]:
     """Status of a pipeline that cannot be planned (nothing is created for it)."""
     generation = pipeline["metadata"].get("generation")
+    quota = why.message.removeprefix(QUOTA_WAIT) if why.code == "QuotaExceeded" else None
     return {
         "phase": "Failed" if why.unresolvable else "Pending",
         "observedGeneration": generation,
         "whyWaiting": why.message,
+        "quotaHeld": quota,
         "conditions": [
             condition("Planned", False, why.code, why.message, now=now, generation=generation),
         ],
@@ -401,11 +457,15 @@ def with_replicas(plan: PipelinePlan, replicas: Sequence[int]) -> PipelinePlan:
 
 
 def plan_from_status(
-    spec: InferencePipelineSpec, status: Mapping[str, Any], gpu_types: set[str] | None
+    spec: InferencePipelineSpec,
+    status: Mapping[str, Any],
+    gpu_types: set[str] | None,
+    room: QueueRoom | None = None,
 ) -> PipelinePlan | None:
-    """The plan recorded in `status`, if it still fits the spec and the cluster's GPU types.
+    """The plan recorded in `status`, if it still fits the spec, the cluster and the quota.
 
-    With `gpu_types` None the recorded plan is returned whatever is schedulable now.
+    With `gpu_types` None the recorded plan is returned whatever is schedulable now
+    (and whatever `room`, the queue's, could hold).
     """
     from chronotope.planners.inferline import StageConfig
 
@@ -413,9 +473,11 @@ def plan_from_status(
     configs, stages = [], []
     for stage in spec.stages:
         row = rows.get(stage.name)
-        if row is None or (gpu_types is not None and row.get("gpuType") not in gpu_types):
+        if row is None:
             return None
-        usable = [p for p in stage.profiles if gpu_types is None or p.gpu_type in gpu_types]
+        usable = _usable(stage, gpu_types, room if gpu_types is not None else None)
+        if gpu_types is not None and row.get("gpuType") not in {p.gpu_type for p in usable}:
+            return None
         stages.append(stage.model_copy(update={"profiles": usable}))
         planned = row.get("plannedReplicas")
         replicas = int(planned) if planned is not None else int(row["replicas"])

@@ -254,6 +254,22 @@ class QuotaBook:
         """The queues that share quota with `queue` (itself alone without a cohort)."""
         return self._members.get(queue.name) or [queue]
 
+    def ceiling(self, queue: QueueQuota, pool: Resource) -> int:
+        """The most of `pool` the queue could ever hold: its nominal quota and what it may borrow.
+
+        0 for a pool its Queue does not list (work may use only the listed types).
+        It may borrow up to its borrowing limit of what the other queues of its cohort
+        have as nominal quota.
+        """
+        if pool not in queue.nominal:
+            return 0
+        own = queue.nominal[pool]
+        if queue.cohort is None:
+            return own
+        others = self._pool_nominal[(self._group(queue), pool)] - own
+        limit = queue.borrowing_limit.get(pool)
+        return own + (others if limit is None else min(limit, others))
+
     def used(self, queue: str, pool: Resource) -> int:
         """What the queue's admitted workloads hold of `pool`."""
         return self.usage[queue][pool]

@@ -33,7 +33,7 @@ from typing import Any
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
 from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus, QuotaRelease
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.sharing.labels import DONE_PHASES, QUEUE_LABEL
+from chronotope.sharing.labels import DONE_PHASES, GPU_PRODUCT_LABEL, QUEUE_LABEL
 from chronotope.solver.model import MILLI
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.pipeline import PIPELINE_LABEL
@@ -64,11 +64,13 @@ __all__ = [
     "HOLDING",
     "SERVING_OWNERS",
     "QuotaView",
+    "ServingRoom",
     "local_queue_report",
     "queue_report",
     "quota_admissions",
     "quota_wait",
     "serving_admission",
+    "serving_room",
     "serving_workloads",
 ]
 
@@ -241,6 +243,50 @@ def serving_admission(
         for t in sorted({pool[0] for pool in wanted})
     ]
     return fits_now(book, queue, key, demands)
+
+
+@dataclass(frozen=True)
+class ServingRoom:
+    """The most a serving workload's queue could ever hold, per pool (`QuotaBook.ceiling`)."""
+
+    queue: str
+    ceilings: Mapping[Resource, int]
+
+    def holds(
+        self, gpu_type: str, limits: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> bool:
+        """Whether one pod asking `limits` (and share `annotations`) on `gpu_type` could ever fit.
+
+        The pod is read as admission reads a serving pod (`_pod_quota`); one
+        that asks for no GPU always fits.
+        """
+        pod = {
+            "metadata": {"annotations": dict(annotations)},
+            "spec": {
+                "nodeSelector": {GPU_PRODUCT_LABEL: gpu_type},
+                "containers": [{"name": "server", "resources": {"limits": dict(limits)}}],
+            },
+        }
+        held = _pod_quota(pod)
+        return held is None or held[1] <= self.ceilings.get(held[0], 0)
+
+
+def serving_room(view: QuotaView, namespace: str, local_queue: str) -> ServingRoom | None:
+    """What the queue of LocalQueue `namespace/local_queue` could ever hold, or None.
+
+    A replica on a pool its Queue does not list, or whose nominal quota and what it
+    may borrow in its cohort are below one replica, is never admitted: a pipeline
+    planned on it would wait for quota that cannot come. None: no limit (quotas
+    off), or the LocalQueue or its Queue is missing (admission reports that).
+    """
+    if not view.on:
+        return None
+    local = view.local_queues.get((namespace, local_queue))
+    if local is None or local.queue not in view.queues:
+        return None
+    book = QuotaBook(view.queues, view.local_queues)
+    queue = book.queues[local.queue]
+    return ServingRoom(queue.name, {pool: book.ceiling(queue, pool) for pool in queue.nominal})
 
 
 def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> AdmittedWorkload | None:

@@ -492,7 +492,11 @@ def _quota(ops: FakeOps, whole: int, shares_milli: int) -> None:
 
 def test_a_pipeline_over_its_queue_quota_waits_and_builds_nothing() -> None:
     ops, obj = _ops(), _sample()
-    _quota(ops, whole=0, shares_milli=0)
+    # one A100 and T4 shares: room for detect on the A100 and pose on a T4 share, but
+    # another pipeline of the queue holds the A100
+    _quota(ops, whole=1, shares_milli=500)
+    ops.queue_objs[0]["spec"]["quotas"][1]["gpus"] = 0
+    ops.pods = [_quota_pod("other", "A100-SXM4-80GB")]
     out = reconcile(obj, ops, NOW)
     assert ops.applied == {}
     assert out.status["phase"] == "Pending"
@@ -503,11 +507,55 @@ def test_a_pipeline_over_its_queue_quota_waits_and_builds_nothing() -> None:
     again = reconcile(obj | {"status": out.status}, ops, NOW)
     assert again.events == []
     assert ops.applied == {}
-    # the quota is raised: it is built
-    _quota(ops, whole=8, shares_milli=8000)
+    # the other workload ends: it is built
+    ops.pods = []
     built = reconcile(obj | {"status": again.status}, ops, NOW)
     assert built.status["phase"] == "Serving"
     assert set(ops.applied) == {"video-analytics-detect", "video-analytics-pose"}
+
+
+def _quota_pod(name: str, gpu_type: str) -> dict[str, Any]:
+    """A running pod of another pipeline of the same queue holding one whole GPU."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": {"chronotope.dev/pipeline": "other", "chronotope.dev/queue": "default"},
+        },
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": gpu_type},
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_pipeline_is_planned_only_on_types_its_queue_could_ever_hold() -> None:
+    # detect would go on a whole T4; its queue has T4 shares only (pose's), and A100s
+    ops, obj = _ops(), _sample()
+    _quota(ops, whole=8, shares_milli=8000)
+    ops.queue_objs[0]["spec"]["quotas"][1]["gpus"] = 0
+    out = reconcile(obj, ops, NOW)
+    assert out.status["phase"] == "Serving"
+    types = {s["name"]: s["gpuType"] for s in out.status["stages"]}
+    assert types == {"detect": "A100-SXM4-80GB", "pose": "T4", "ocr": "A100-SXM4-80GB"}
+    assert out.status.get("quotaHeld") is None
+    # the recorded plan holds while the quota does; a quota that could never hold any
+    # replica of a stage leaves it waiting for quota, with nothing built
+    again = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert again.events == []
+    ops2, obj2 = _ops(), _sample()
+    _quota(ops2, whole=0, shares_milli=0)
+    held = reconcile(obj2, ops2, NOW)
+    assert held.status["phase"] == "Pending"
+    assert held.status["quotaHeld"].startswith("queue serving: stage detect has profiles for")
+    assert [e[1] for e in held.events] == ["QuotaExceeded"]
+    assert ops2.applied == {}
+    assert reconcile(obj2 | {"status": held.status}, ops2, NOW).events == []
+    _quota(ops2, whole=8, shares_milli=8000)  # kubectl edit queue
+    built = reconcile(obj2 | {"status": held.status}, ops2, NOW)
+    assert built.status["phase"] == "Serving"
+    assert built.status["quotaHeld"] is None
 
 
 def test_a_pipeline_within_its_queue_quota_is_built_and_its_pods_hold_the_quota() -> None:

@@ -152,6 +152,23 @@ def test_admission_rules(
         assert out.demand is not None
 
 
+def test_the_ceiling_is_nominal_plus_what_the_cohort_lends_up_to_the_limit() -> None:
+    book = _book(
+        {
+            "a": _queue((A100, 4, 2), (L4, 0)),
+            "b": _queue((A100, 8), (L4, 0)),
+            "alone": _queue((A100, 3), cohort=None),
+        }
+    )
+    a, b, alone = book.queues["a"], book.queues["b"], book.queues["alone"]
+    assert book.ceiling(a, (A100, GPUS)) == 4 + 2  # its limit, below b's 8
+    assert book.ceiling(b, (A100, GPUS)) == 8 + 4  # no limit: all a has
+    assert book.ceiling(a, (L4, GPUS)) == 0  # nobody has L4 quota to lend
+    assert book.ceiling(a, ("H100", GPUS)) == 0  # not listed: never
+    assert book.ceiling(alone, (A100, GPUS)) == 3  # no cohort: its own only
+    assert book.ceiling(a, (A100, Unit.SHARE_MILLI)) == 0  # nobody has shares of it to lend
+
+
 def test_borrowed_amount_is_what_lies_above_nominal() -> None:
     book = _book({"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8))}, [("r", "team-a", 6)])
     out = admit(book, [_job("j", "team-a", (A100, 4))])["j"]

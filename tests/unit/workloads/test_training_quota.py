@@ -13,6 +13,7 @@ from chronotope.workloads.training_quota import (
     queue_report,
     quota_admissions,
     quota_wait,
+    serving_room,
     serving_workloads,
 )
 from chronotope.workloads.training_status import waiting_status
@@ -183,3 +184,24 @@ def test_serving_pods_hold_their_queues_quota_and_are_never_reclaimed() -> None:
     start3 = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=3)
     got = quota_admissions(_view(), [a1], {"a/a1": start3}, NOW, serving=serving)["a/a1"]
     assert got.verdict is Verdict.WAIT
+
+
+def test_the_serving_room_is_what_the_queue_could_ever_hold_of_one_replica() -> None:
+    view = _view()  # team-a: 4 L4 of its own and 4 it may borrow from team-b; no shares
+    room = serving_room(view, "a", "default")
+    assert room is not None
+    assert room.queue == "team-a"
+    assert room.holds("L4", {"nvidia.com/gpu": "8"}, {})
+    assert not room.holds("L4", {"nvidia.com/gpu": "9"}, {})
+    assert not room.holds("T4", {"nvidia.com/gpu": "1"}, {})  # not a type it lists
+    share = {"chronotope.dev/gpu-compute-percent": "50", "chronotope.dev/gpu-memory-mib": "1024"}
+    assert not room.holds("L4", {"chronotope.dev/gpu-share": "1"}, share)  # no share quota
+    assert room.holds("L4", {}, {})  # a pod without GPUs takes no quota
+    assert serving_room(_view(cohort=False), "a", "default") is not None
+    assert not serving_room(_view(cohort=False), "a", "default").holds(  # type: ignore[union-attr]
+        "L4", {"nvidia.com/gpu": "5"}, {}
+    )
+    # no limit known: quotas off, or a LocalQueue (or its Queue) missing
+    assert serving_room(QuotaView.parse([], []), "a", "default") is None
+    assert serving_room(view, "nowhere", "default") is None
+    assert serving_room(view, "z", "default") is None
