@@ -160,7 +160,8 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
             )
             status = _status(custom, namespace, "quota")
             assert status["phase"] == "Pending"
-            assert status["whyWaiting"].startswith(f"waiting for quota: queue {queue}:")
+            # no quota for any of its types: not even planned (nothing could be admitted)
+            assert status["whyWaiting"].startswith(f"waiting for quota: queue {queue}: stage")
             assert not apps.list_namespaced_deployment(namespace).items
             # the platform team gives the queue room: it is built and serves
             custom.patch_cluster_custom_object(
@@ -171,7 +172,8 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
                 120,
                 "pipeline serving within its quota",
             )
-            assert not _status(custom, namespace, "quota").get("quotaHeld")
+            status = _status(custom, namespace, "quota")
+            assert not status.get("quotaHeld")
 
             def l4_used() -> int:
                 got = custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)
