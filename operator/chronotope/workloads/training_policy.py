@@ -11,8 +11,9 @@ Each decision (arrival, completion, lease round):
    below `urgency` times that run time (or two rounds) go first, earliest
    deadline first. Everyone else follows by remaining GPU-time on their best
    type (`num_gpus * remaining / best speed`, shortest first). A job already
-   holding GPUs gets a `lease_discount` on its key so that near-ties do not
-   preempt (lease renewal, no restart cost). Jobs that can no longer make
+   holding GPUs may get a `lease_discount` on its key (none by default: the
+   plan's `switch_s` below already keeps near-ties from preempting, and a
+   discount on top only delays short jobs behind long ones). Jobs that can no longer make
    their deadline are treated as ordinary jobs, so they cannot starve others.
 2. Plan. The ordered jobs are list-scheduled ahead of time on each type's
    GPUs (a TetriSched-style plan): each job, in order, takes the type and the
@@ -31,7 +32,8 @@ Each decision (arrival, completion, lease round):
    not bounce jobs between types and the queue, each bounce costing a restart.
    Jobs planned to start now get their GPUs.
 3. Backfill. GPUs still idle go to jobs waiting for a planned later slot,
-   those that run best on that type relative to their fastest type first: a
+   those that run best on that type relative to their fastest type first (the
+   type a job holds counts `1 / backfill_keep` times as good: lease renewal): a
    waiting job makes progress until its slot comes, then moves (one restart,
    which starting there would cost anyway). No GPU idles while a waiting job
    fits on it.
@@ -150,7 +152,8 @@ class ChronotopePolicy:
         round_s: float,
         *,
         urgency: float = 0.5,
-        lease_discount: float = 0.8,
+        lease_discount: float = 1.0,
+        backfill_keep: float = 0.8,
         restart_s: float = 30.0,
         congestion: float = 1.0,
         passes: int = 2,
@@ -169,6 +172,7 @@ class ChronotopePolicy:
         self.round_s = round_s
         self.urgency = urgency
         self.lease_discount = lease_discount
+        self.backfill_keep = backfill_keep
         self.restart_s = restart_s
         self.congestion = congestion
         self.passes = passes
@@ -370,7 +374,7 @@ class ChronotopePolicy:
                     continue
                 eff = js.job.speed[g] / best
                 if js.gpu_type == g:
-                    eff /= self.lease_discount
+                    eff /= self.backfill_keep
                 cands.append((-eff, rank, js.job.job_id, g))
         cands.sort()
         for _, _, jid, g in cands:
