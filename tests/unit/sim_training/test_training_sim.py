@@ -191,3 +191,25 @@ def test_the_shipped_throughputs_give_the_full_files_speeds() -> None:
         pytest.skip("../shared/data is not beside the repository")
     types = ["k80", "p100", "v100"]
     assert load_gavel_speeds(DEFAULT_GAVEL, types) == load_gavel_speeds(full, types)
+
+
+def test_chronotope_orders_a_held_job_by_its_remaining_work_alone() -> None:
+    # No lease discount in the order: B (900 s) goes before A (1000 s, running), which
+    # finishes both sooner (930 + 1960 s against 1000 + 1930 s); a 0.8 discount kept A.
+    a = _state(0, 1000, {"v100": 1.0}, "v100")
+    b = _state(1, 900, {"v100": 1.0})
+    assert ChronotopePolicy(round_s=360.0).allocate(0.0, [a, b], {"v100": 1}) == {1: "v100"}
+    discounted = ChronotopePolicy(round_s=360.0, lease_discount=0.8)
+    assert discounted.allocate(0.0, [a, b], {"v100": 1}) == {0: "v100"}
+
+
+def test_chronotope_backfill_keeps_a_waiting_job_on_the_type_it_holds() -> None:
+    # J waits for the V100 (X holds it for 100 s more) and is backfilled meanwhile on an
+    # idle type, a or b, equally fast: it stays on b, which it holds (no restart)
+    speed = {"a": 0.5, "b": 0.5, "v100": 1.0}
+    x = _state(0, 100, speed, "v100")
+    j = _state(1, 1000, speed, "b")
+    cap = {"a": 1, "b": 1, "v100": 1}
+    assert ChronotopePolicy(round_s=360.0).allocate(0.0, [x, j], cap) == {0: "v100", 1: "b"}
+    loose = ChronotopePolicy(round_s=360.0, backfill_keep=1.0)
+    assert loose.allocate(0.0, [x, j], cap) == {0: "v100", 1: "a"}
