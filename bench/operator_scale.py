@@ -460,10 +460,22 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                     break
             ramp_cpu, ramp_req = cpu_seconds(pid) - cpu0, requests_total(scrape(port)) - req0
             ramp_s = time.monotonic() - t0
-            cpu1, req1, s0 = cpu_seconds(pid), requests_total(scrape(port)), time.monotonic()
+            before = scrape(port)
+            cpu1, req1, s0 = cpu_seconds(pid), requests_total(before), time.monotonic()
+            flips0 = sum(nodes_seen.changed.values())
             time.sleep(args.steady)
             text = scrape(port)
             dt = time.monotonic() - s0
+            # what the operator did in the window: passes, reconciles, node changes it saw
+            in_window = {
+                what: histogram_quantiles(text, name, (0.5,))[1]
+                - histogram_quantiles(before, name, (0.5,))[1]
+                for what, name in (
+                    ("passes", "chronotope_trainingjob_schedule_pass_seconds"),
+                    ("reconciles", "chronotope_trainingjob_reconcile_seconds"),
+                )
+            }
+            in_window["node changes"] = sum(nodes_seen.changed.values()) - flips0
             steady_cpu, steady_req = (
                 (cpu_seconds(pid) - cpu1) / dt,
                 (requests_total(text) - req1) / dt,
@@ -581,7 +593,8 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             )
             print(
                 f"  steady state ({dt:.0f} s, nothing changing): operator {steady_cpu:.3f} cores "
-                f"(goal < 0.5), {steady_req:.2f} API requests/s, RSS {rss_mib(pid):.0f} MiB"
+                f"(goal < 0.5), {steady_req:.2f} API requests/s, RSS {rss_mib(pid):.0f} MiB; "
+                f"in it: {', '.join(f'{n} {what}' for what, n in in_window.items())}"
             )
     finally:
         cluster.down()
