@@ -218,6 +218,19 @@ class NodeChanges:
         self._informer.stop()
 
 
+def stale_by(text: str) -> Counter[str]:
+    """The operator's watch events that made its pass stale so far, by "kind event"."""
+    return Counter(
+        {
+            f"{sample.labels['kind']} {sample.labels['event']}": int(sample.value)
+            for family in text_string_to_metric_families(text)
+            if family.name == "chronotope_trainingjob_pass_invalidations"
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        }
+    )
+
+
 def requests_total(text: str) -> float:
     """All requests the operator's API client made so far."""
     return sum(
@@ -476,6 +489,8 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 )
             }
             in_window["node changes"] = sum(nodes_seen.changed.values()) - flips0
+            window_stale = stale_by(text)
+            window_stale.subtract(stale_by(before))
             steady_cpu, steady_req = (
                 (cpu_seconds(pid) - cpu1) / dt,
                 (requests_total(text) - req1) / dt,
@@ -520,15 +535,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 f"{math.ceil(slow / 2)} of the {count} reconciles ({slow / 2 / max(count, 1):.1%}) "
                 "took over 100 ms: a p99 under 100 ms needs that under 1 %"
             )
-            stale = Counter(
-                {
-                    f"{sample.labels['kind']} {sample.labels['event']}": int(sample.value)
-                    for family in text_string_to_metric_families(text)
-                    if family.name == "chronotope_trainingjob_pass_invalidations"
-                    for sample in family.samples
-                    if sample.name.endswith("_total")
-                }
-            )
+            stale = stale_by(text)
             print(f"  watch events that made the pass stale: {dict(stale.most_common())}")
             nodes_seen.stop()
             print(
@@ -594,7 +601,8 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             print(
                 f"  steady state ({dt:.0f} s, nothing changing): operator {steady_cpu:.3f} cores "
                 f"(goal < 0.5), {steady_req:.2f} API requests/s, RSS {rss_mib(pid):.0f} MiB; "
-                f"in it: {', '.join(f'{n} {what}' for what, n in in_window.items())}"
+                f"in it: {', '.join(f'{n} {what}' for what, n in in_window.items())}; "
+                f"watch events that made the pass stale: {dict(+window_stale) or 'none'}"
             )
     finally:
         cluster.down()

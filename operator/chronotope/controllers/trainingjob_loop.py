@@ -346,6 +346,15 @@ def invalid_outcome(job: Mapping[str, Any], exc: ValueError, now: datetime) -> O
     return out
 
 
+SEEDED = ("trainingjobs", "pods", "nodes", "queues", "localqueues")
+"""The kinds whose objects the loop marks (`mark_of`) from the cache, not only from events."""
+
+
+def _ident(kind: str, obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{kind}:{meta.get('namespace') or ''}/{meta.get('name')}"
+
+
 class TrainingJobLoop:
     """Workers that reconcile TrainingJobs as `WorkQueue` hands out their keys."""
 
@@ -385,10 +394,35 @@ class TrainingJobLoop:
 
     # -- waking -------------------------------------------------------------------------
 
+    def seed(self, kinds: Iterable[str] = SEEDED) -> None:
+        """Record what the loop cares about of every object of `kinds` the cache holds now.
+
+        So the first watch event of an object after the loop starts, or after a
+        relist, is compared with what it was; without a mark every such event
+        (a node's first status re-report, say) would look like a change and make
+        a pass. A relist itself wakes everyone (`wake_for`), so nothing is missed.
+        """
+        sources: dict[str, Callable[[], Iterable[Mapping[str, Any]]]] = {
+            "trainingjobs": self.jobs,
+            "pods": self.ops.pods,
+            "nodes": self.ops.nodes,
+            "queues": self.ops.queues,
+            "localqueues": self.ops.local_queues,
+        }
+        for kind in kinds:
+            marks = {_ident(kind, obj): mark_of(kind, obj) for obj in sources[kind]()}
+            with self._lock:
+                for ident in [i for i in self._seen if i.startswith(f"{kind}:")]:
+                    if ident not in marks:
+                        del self._seen[ident]
+                self._seen.update(marks)
+
     def on_change(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         """A cache listener: queue the jobs this event concerns."""
         meta = obj.get("metadata") or {}
-        ident = f"{kind}:{meta.get('namespace') or ''}/{meta.get('name')}"
+        ident = _ident(kind, obj)
+        if event == "SYNC" and kind in SEEDED:
+            self.seed((kind,))  # the store holds the relisted objects now
         with self._lock:
             seen = self._seen.get(ident)
             if event == "DELETED":
@@ -492,6 +526,7 @@ class TrainingJobLoop:
 
     def run(self, stop: threading.Event) -> None:
         """Reconcile until `stop` is set: every job once now, then on events and resyncs."""
+        self.seed()
         threads = [
             threading.Thread(target=self._work, args=(stop,), name=f"trainingjob-{i}", daemon=True)
             for i in range(self.workers)

@@ -341,6 +341,31 @@ def test_a_node_change_wakes_the_job_on_it_and_makes_a_new_pass() -> None:
     assert set(loop.queue._due) == {"ns/a", "ns/b"}
 
 
+def test_a_first_event_after_the_start_or_a_relist_is_compared_with_the_cache() -> None:
+    # the loop marks what the cache holds when it starts (and after each relist), so the
+    # first heartbeat of a node it has seen no event of yet makes no pass
+    _, ops, loop, passes = _three_jobs_decided()
+    h1 = ops._nodes[1]
+    h1["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "t9"}]
+    loop.seed()
+    loop.on_change("nodes", "MODIFIED", copy.deepcopy(h1))
+    loop.schedule()
+    assert passes == [3]
+    # unseeded, the same kind of event is taken for a change
+    fresh = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    fresh.on_change("nodes", "MODIFIED", copy.deepcopy(h1))
+    assert fresh._nodes_changed == {"h-1"}
+    # after a relist the loop marks the relisted objects: a later heartbeat is no change
+    h1["metadata"]["labels"] = {"nvidia.com/gpu.product": "H100", "zone": "b"}
+    loop.on_change("nodes", "SYNC", {})  # the store holds the relisted node
+    loop._wake_scope()
+    loop.schedule()
+    assert passes == [3, 1]  # a relist makes a pass
+    loop.on_change("nodes", "MODIFIED", copy.deepcopy(h1))
+    loop.schedule()
+    assert passes == [3, 1]
+
+
 class TickingStop(threading.Event):
     """A stop event whose waits advance a fake clock instead of sleeping."""
 
