@@ -146,29 +146,21 @@ class KubeClusterOps(KubeReads):
         group, version, plural = TRAININGJOBS
         custom = client.CustomObjectsApi(self.api)
         written: dict[str, Any] | None = None
+
+        def annotate(values: Mapping[str, str]) -> dict[str, Any]:
+            return custom.patch_namespaced_custom_object(  # type: ignore[no-any-return]
+                group, version, namespace, plural, name, {"metadata": {"annotations": dict(values)}}
+            )
+
         try:
             if annotations:
-                written = custom.patch_namespaced_custom_object(
-                    group,
-                    version,
-                    namespace,
-                    plural,
-                    name,
-                    {"metadata": {"annotations": dict(annotations)}},
-                )
+                written = annotate(annotations)
             if status:
                 written = custom.patch_namespaced_custom_object_status(
                     group, version, namespace, plural, name, {"status": dict(status)}
                 )
                 if (kept := self._planned_for_pruned(status, written)) is not None:
-                    written = custom.patch_namespaced_custom_object(
-                        group,
-                        version,
-                        namespace,
-                        plural,
-                        name,
-                        {"metadata": {"annotations": {PLANNED_FOR_ANNOTATION: kept}}},
-                    )
+                    written = annotate({PLANNED_FOR_ANNOTATION: kept})
         except ApiException as exc:
             if exc.status == _NOT_FOUND:
                 return
