@@ -218,10 +218,11 @@ def reconcile(
     out = Outcome()
     groups = _variant_groups(ops, namespace, spec)
     due = _replan_due(spec, old, meta.get("generation"), now, settings)
+    view = QuotaView.parse(ops.queues(), ops.local_queues())  # planning and admission
     plan, sample = (
         (groups, None)
         if isinstance(groups, Reason)
-        else _plan(ops, obj, spec, old, out, replan=due)
+        else _plan(ops, obj, spec, old, out, view=view, replan=due)
     )
     if isinstance(plan, Reason):
         out.status = failed_status(obj, plan, now)
@@ -263,7 +264,7 @@ def reconcile(
         )
     assert not isinstance(groups, Reason)
     running = with_replicas(plan, current)
-    held, waiting = _apply_within_quota(ops, obj, spec, running, groups)
+    held, waiting = _apply_within_quota(ops, obj, spec, running, groups, view=view)
     if held is not None and old.get("quotaHeld") != held:
         text = (
             f"{QUOTA_WAIT}{held}"
@@ -295,6 +296,8 @@ def _apply_within_quota(
     spec: InferencePipelineSpec,
     running: PipelinePlan,
     groups: Mapping[str, str],
+    *,
+    view: QuotaView,
 ) -> tuple[str | None, bool]:
     """Apply the stages' Deployments and Services as far as the pipeline's queue quota admits.
 
@@ -307,7 +310,6 @@ def _apply_within_quota(
     (`training_quota.serving_admission`).
     """
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    view = QuotaView.parse(ops.queues(), ops.local_queues())
     target = [c.replicas for c in running.outcome.config]
 
     def objects(replicas: Sequence[int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -413,6 +415,7 @@ def _plan(
     old: Mapping[str, Any],
     out: Outcome,
     *,
+    view: QuotaView,
     replan: bool = False,
 ) -> tuple[PipelinePlan | Reason, list[float] | None]:
     """The recorded plan if it still holds, else a new one (and its sample), else why not.
@@ -424,7 +427,7 @@ def _plan(
     meta = obj["metadata"]
     namespace = meta["namespace"]
     types = gpu_types(ops.nodes())
-    room = serving_room(QuotaView.parse(ops.queues(), ops.local_queues()), namespace, spec.queue)
+    room = serving_room(view, namespace, spec.queue)
     if old.get("observedGeneration") == meta.get("generation"):
         recorded = plan_from_status(spec, old, types, room)
         if recorded is not None and not replan:
