@@ -233,9 +233,19 @@ def stale_by(text: str) -> Counter[str]:
 
 def requests_total(text: str) -> float:
     """All requests the operator's API client made so far."""
-    return sum(
-        float(m.group(1))
-        for m in re.finditer(r"^chronotope_operator_api_requests_total\{[^}]*\} (\S+)$", text, re.M)
+    return sum(requests_by(text).values())
+
+
+def requests_by(text: str) -> Counter[str]:
+    """The requests the operator's API client made so far, by "VERB resource"."""
+    return Counter(
+        {
+            f"{sample.labels['verb']} {sample.labels.get('resource', '?')}": int(sample.value)
+            for family in text_string_to_metric_families(text)
+            if family.name == "chronotope_operator_api_requests"
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        }
     )
 
 
@@ -432,7 +442,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 for i in range(args.jobs)
             ]
             nodes_seen = NodeChanges(api)
-            cpu0, req0 = cpu_seconds(pid), requests_total(scrape(port))
+            cpu0, by0 = cpu_seconds(pid), requests_by(scrape(port))
             t0, t0_wall = time.monotonic(), time.time()
             with ThreadPoolExecutor(max_workers=args.submitters) as pool:
                 # several teams submit at once (one client each); list() raises any error
@@ -471,7 +481,9 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 if time.monotonic() - changed_at >= args.settle and not unsettled:
                     settled_at = changed_at - t0
                     break
-            ramp_cpu, ramp_req = cpu_seconds(pid) - cpu0, requests_total(scrape(port)) - req0
+            by_ramp = requests_by(scrape(port))
+            by_ramp.subtract(by0)
+            ramp_cpu, ramp_req = cpu_seconds(pid) - cpu0, sum(by_ramp.values())
             ramp_s = time.monotonic() - t0
             before = scrape(port)
             cpu1, req1, s0 = cpu_seconds(pid), requests_total(before), time.monotonic()
@@ -596,7 +608,8 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 )
             print(
                 f"  ramp ({ramp_s:.0f} s): operator {ramp_cpu / ramp_s:.2f} cores, "
-                f"{ramp_req / ramp_s:.1f} API requests/s"
+                f"{ramp_req / ramp_s:.1f} API requests/s: "
+                + ", ".join(f"{n} {what}" for what, n in (+by_ramp).most_common(8))
             )
             print(
                 f"  steady state ({dt:.0f} s, nothing changing): operator {steady_cpu:.3f} cores "

@@ -67,15 +67,23 @@ def test_selector_parsing() -> None:
 def test_count_requests_names_each_verb_and_watches() -> None:
     from kubernetes import client
 
-    from chronotope.kube.client import count_requests
+    from chronotope.kube.client import count_requests, resource_of
 
     api = client.ApiClient(configuration=client.Configuration())
     sent: list[str] = []
     api.rest_client.request = lambda method, url, *a, **kw: sent.append(method)  # type: ignore[method-assign]
-    verbs: list[str] = []
-    count_requests(api, verbs.append)
-    api.rest_client.request("GET", "/api/v1/pods", query_params=[("watch", True)])
-    api.rest_client.request("GET", "/api/v1/pods", query_params=[])
+    verbs: list[tuple[str, str]] = []
+    count_requests(api, lambda verb, resource: verbs.append((verb, resource)))
+    api.rest_client.request("GET", "https://h:6443/api/v1/pods", query_params=[("watch", True)])
+    api.rest_client.request("GET", "/api/v1/pods?limit=5", query_params=[])
     api.rest_client.request("PATCH", "/apis/x")
-    assert verbs == ["WATCH", "GET", "PATCH"]
+    assert verbs == [("WATCH", "pods"), ("GET", "pods"), ("PATCH", "other")]
     assert sent == ["GET", "GET", "PATCH"]  # every request still goes out
+    assert resource_of("/api/v1/namespaces/ns/pods/p/status") == "pods"
+    assert resource_of("/apis/chronotope.dev/v1alpha1/namespaces/a/trainingjobs/j") == (
+        "trainingjobs"
+    )
+    assert resource_of("/apis/chronotope.dev/v1alpha1/queues/q") == "queues"
+    assert resource_of("/api/v1/namespaces/ns") == "namespaces"
+    assert resource_of("/api/v1/namespaces/ns/events") == "events"
+    assert resource_of("/version") == "other"

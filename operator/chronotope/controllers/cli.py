@@ -219,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
         group_stale_after_s=max(120.0, 4 * args.variant_refresh_s),
     )
     api = connect(args.kubeconfig)
-    count_requests(api, lambda verb: metrics.api_requests.labels(verb).inc())
+    count_requests(api, lambda verb, resource: metrics.api_requests.labels(verb, resource).inc())
     cache = OperatorCache(api)
     if not cache.start(args.sync_timeout):
         logging.getLogger(__name__).error(

@@ -36,8 +36,9 @@
   whole GPUs `nominal`, `used`, `borrowed` and `lent` (`kind` with a
   `_share_milli` suffix: the same for GPU shares, in thousandths of a GPU)
 * `chronotope_queue_workloads{queue,state}`: `admitted` and `pending` jobs
-* `chronotope_operator_api_requests_total{verb}`: requests the operator's
-  API client made (GET, WATCH, POST, PATCH, PUT, DELETE); kopf's own client
+* `chronotope_operator_api_requests_total{verb,resource}`: requests the
+  operator's API client made (GET, WATCH, POST, PATCH, PUT, DELETE), by the
+  resource each names (pods, trainingjobs, events, ...); kopf's own client
   (the timers of the other kinds) is not counted
 * `chronotope_operator_leader`: 1 while this process runs the controllers
   (holds the leader Lease, or runs without `--leader-elect`), 0 while it
@@ -320,8 +321,8 @@ class OperatorMetrics:
         )
         self.api_requests = Counter(
             "chronotope_operator_api_requests_total",
-            "Requests the operator's API client made, by verb (WATCH: a watch opened)",
-            ["verb"],
+            "Requests the operator's API client made, by verb (WATCH: a watch opened) and resource",
+            ["verb", "resource"],
             registry=self.registry,
         )
         self.leader = Gauge(

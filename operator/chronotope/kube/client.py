@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from kubernetes import client, config
@@ -30,18 +31,43 @@ def connect(kubeconfig: Path | None, *, qps_connections: int = 32) -> client.Api
     return client.ApiClient(configuration=cfg)
 
 
-def count_requests(api: client.ApiClient, counted: Callable[[str], None]) -> None:
-    """Call `counted(verb)` for every request `api` makes (GET, WATCH, POST, PATCH, ...)."""
+def count_requests(api: client.ApiClient, counted: Callable[[str, str], None]) -> None:
+    """Call `counted(verb, resource)` for every request `api` makes.
+
+    The verb is GET, WATCH (a watch opened), POST, PATCH, PUT or DELETE; the resource is
+    the plural its URL names (`pods`, `trainingjobs`, `events`, ...; see `resource_of`).
+    """
     rest = api.rest_client
     send = rest.request
 
     def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         query = kwargs.get("query_params") or (args[0] if args else None) or []
         watch = any(k == "watch" and str(v).lower() == "true" for k, v in query)
-        counted("WATCH" if watch else str(method).upper())
+        counted("WATCH" if watch else str(method).upper(), resource_of(url))
         return send(method, url, *args, **kwargs)
 
     rest.request = request
+
+
+def resource_of(url: str) -> str:
+    """The resource (plural) a Kubernetes API URL names; `other` for anything else.
+
+    `/api/v1/namespaces/ns/pods/p/status` -> `pods`, `/apis/g/v/queues` -> `queues`,
+    `/api/v1/namespaces/ns` -> `namespaces`.
+    """
+    path = urlsplit(url).path.strip("/").split("/")
+    if path[:1] == ["api"]:
+        rest = path[2:]
+    elif path[:1] == ["apis"]:
+        rest = path[3:]
+    else:
+        return "other"
+    match rest:
+        case ["namespaces", _, resource, *_]:
+            return resource
+        case [resource, *_] if resource:
+            return resource
+    return "other"
 
 
 def core_v1(api: client.ApiClient) -> client.CoreV1Api:
