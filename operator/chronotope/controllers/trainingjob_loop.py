@@ -20,7 +20,8 @@ No busy timers (issue 18, part 7). A job is reconciled when:
 
 Keys go through `WorkQueue` (client-go's workqueue: a key is queued at most
 once, never reconciled by two workers at once, and a key added while it is
-being reconciled is reconciled again after); a key reconciled less than
+being reconciled is reconciled again after; unlike it, a pass's starts and a
+started gang's pod events go ahead of the waiting jobs' status writes); a key reconciled less than
 `min_gap_s` ago waits out the gap, so a burst of pod events costs each job
 one reconcile, not one per event. Passes are spaced by at least their own
 duration, so the workers enacting one get at least as long as the pass
@@ -55,6 +56,7 @@ from chronotope.controllers.trainingjob import (
 )
 from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.training import Action
 from chronotope.workloads.training_status import condition
 
 __all__ = [
@@ -99,31 +101,48 @@ class JobLoopOps(ClusterOps, Protocol):
         ...
 
 
+def _merge(a: tuple[float, bool], b: tuple[float, bool]) -> tuple[float, bool]:
+    """Two queuings of one key: the earlier due time, first if either was."""
+    return min(a[0], b[0]), a[1] or b[1]
+
+
 class WorkQueue:
-    """Keys to reconcile, each queued at most once, each due no earlier than its time."""
+    """Keys to reconcile, each queued at most once, each due no earlier than its time.
+
+    A key added `first` goes ahead of every due key that was not: a scheduling pass's
+    starts and the pod events of started gangs are enacted before the pass's waiting
+    jobs have their status written (client-go's workqueue has no classes; KAI commits
+    a cycle's allocations before anything else). Within a class, earliest due first.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         """An empty queue on `clock` (seconds)."""
         self._clock = clock
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, str]] = []
-        self._due: dict[str, float] = {}
+        self._heaps: dict[bool, list[tuple[float, int, str]]] = {True: [], False: []}
+        self._due: dict[str, tuple[float, bool]] = {}
         self._processing: set[str] = set()
-        self._again: dict[str, float] = {}
+        self._again: dict[str, tuple[float, bool]] = {}
         self._seq = itertools.count()
         self._closed = False
 
-    def add(self, key: str, delay: float = 0.0) -> None:
-        """Queue `key` to be due in `delay` seconds (an earlier due time already queued wins)."""
+    def add(self, key: str, delay: float = 0.0, *, first: bool = False) -> None:
+        """Queue `key` to be due in `delay` seconds.
+
+        An earlier due time already queued wins, and so does `first` once given.
+        """
         due = self._clock() + delay
         with self._cond:
             if key in self._processing:
-                self._again[key] = min(due, self._again.get(key, due))
+                was = self._again.get(key)
+                self._again[key] = (due, first) if was is None else _merge(was, (due, first))
                 return
-            if key in self._due and self._due[key] <= due:
+            was = self._due.get(key)
+            now = (due, first) if was is None else _merge(was, (due, first))
+            if now == was:
                 return
-            self._due[key] = due
-            heapq.heappush(self._heap, (due, next(self._seq), key))
+            self._due[key] = now
+            heapq.heappush(self._heaps[now[1]], (now[0], next(self._seq), key))
             self._cond.notify()
 
     def add_all(self, keys: Iterable[str], delay: float = 0.0) -> None:
@@ -136,15 +155,15 @@ class WorkQueue:
         deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
             while not self._closed:
-                while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
-                    heapq.heappop(self._heap)  # superseded by an earlier due time
+                heads = [self._head(first) for first in (True, False)]
                 now = self._clock()
-                if self._heap and self._heap[0][0] <= now:
-                    _, _, key = heapq.heappop(self._heap)
-                    del self._due[key]
-                    self._processing.add(key)
-                    return key
-                wait = self._heap[0][0] - now if self._heap else None
+                for first, head in zip((True, False), heads, strict=True):
+                    if head is not None and head <= now:
+                        _, _, key = heapq.heappop(self._heaps[first])
+                        del self._due[key]
+                        self._processing.add(key)
+                        return key
+                wait = min((h - now for h in heads if h is not None), default=None)
                 if deadline is not None:
                     left = deadline - now
                     if left <= 0:
@@ -153,13 +172,20 @@ class WorkQueue:
                 self._cond.wait(wait)
             return None
 
+    def _head(self, first: bool) -> float | None:
+        """The due time of the class's next key, dropping entries superseded since."""
+        heap = self._heaps[first]
+        while heap and self._due.get(heap[0][2]) != (heap[0][0], first):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
     def done(self, key: str, requeue_in: float | None = None) -> None:
         """`key` is processed; queue it again if it was added meanwhile or `requeue_in` is set."""
         with self._cond:
             self._processing.discard(key)
             again = self._again.pop(key, None)
         if again is not None:
-            self.add(key, max(0.0, again - self._clock()))
+            self.add(key, max(0.0, again[0] - self._clock()), first=again[1])
         if requeue_in is not None:
             self.add(key, requeue_in)
 
@@ -437,8 +463,8 @@ class TrainingJobLoop:
         wake = wake_for(kind, event, obj, seen)
         if wake.open_jobs and self._predicted(kind, event, obj, seen):
             wake = replace(wake, open_jobs=False)
-        for key in wake.keys:
-            self._add(key)
+        for key in wake.keys:  # a started gang's pod goes first: it may come up or be lost
+            self._add(key, first=kind == "pods")
         if wake.all_jobs or wake.open_jobs or wake.nodes:
             # coalesced: the run loop wakes them in a moment and makes the next pass
             self.passes.invalidate()
@@ -505,22 +531,29 @@ class TrainingJobLoop:
         if made is None:
             return
         old = before.verdicts if before is not None else {}
-        for key in self.passes.deferred():  # starts deferred while the pass was made
-            self._add(key)
+
+        def starts(key: str) -> bool:
+            verdict = made.verdicts.get(key)
+            return verdict is not None and verdict.decision.action is Action.START
+
+        # the starts are enacted first: the next pass waits for them (`_hold`), and a
+        # waiting job's status can be written after
+        for key in self.passes.deferred():  # jobs that deferred while the pass was made
+            self._add(key, first=starts(key))
         for key, verdict in made.verdicts.items():
             was = old.get(key)
             if was is None or (was.decision.action, was.decision.reason) != (
                 verdict.decision.action,
                 verdict.decision.reason,
             ):
-                self._add(key)
+                self._add(key, first=starts(key))
 
-    def _add(self, key: str, delay: float = 0.0) -> None:
+    def _add(self, key: str, delay: float = 0.0, *, first: bool = False) -> None:
         with self._lock:
             last = self._last.get(key)
         if last is not None:
             delay = max(delay, last + self.min_gap_s - self.clock())
-        self.queue.add(key, delay)
+        self.queue.add(key, delay, first=first)
 
     # -- running ------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from chronotope.controllers.metrics import OperatorMetrics
@@ -22,6 +23,7 @@ from chronotope.controllers.trainingjob_loop import (
     wake_for,
 )
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.training import Action
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reconcile import NOW, FakeOps, job, node
@@ -60,6 +62,34 @@ def test_a_key_added_while_processing_comes_back_after_done() -> None:
     q.done("a", requeue_in=3.0)
     clock.t = 3.0
     assert q.get(timeout=0) == "a"
+
+
+def test_a_key_added_first_goes_ahead_of_the_others_that_are_due() -> None:
+    clock = Clock()
+    q = WorkQueue(clock)
+    q.add("wait-1")
+    q.add("wait-2")
+    q.add("start", first=True)
+    q.add("later-start", 5.0, first=True)  # not due: it holds nobody back
+    q.add("wait-1", first=True)  # promoted, and still queued once
+    q.add("start")  # a plain add keeps it first
+    assert len(q) == 4
+    assert [q.get(timeout=0) for _ in range(4)] == ["start", "wait-1", "wait-2", None]
+    clock.t = 5.0
+    assert q.get(timeout=0) == "later-start"
+
+
+def test_a_key_added_first_while_processing_comes_back_first() -> None:
+    clock = Clock()
+    q = WorkQueue(clock)
+    q.add("a")
+    assert q.get(timeout=0) == "a"
+    q.add("b")
+    q.add("a", first=True)  # its pod came up during the reconcile
+    q.add("a")
+    q.done("a")
+    assert q.get(timeout=0) == "a"
+    assert q.get(timeout=0) == "b"
 
 
 def test_close_releases_a_waiting_worker() -> None:
@@ -478,6 +508,31 @@ def test_a_start_while_the_next_pass_is_made_is_deferred_then_woken_by_that_pass
     ops.training_jobs = original  # type: ignore[method-assign]
     loop.reconcile_key("ns/a")
     assert ops.writes[-1][0]["phase"] == "Starting"
+
+
+def test_a_passs_starts_are_queued_ahead_of_its_waits() -> None:
+    # the next pass waits for the latest's starts (`_hold`), so they are enacted first,
+    # whatever order the pass decided them in; a started gang's pod events go first too
+    ops = LoopOps([node("h-0")], [])
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+
+    def verdict(action: Action) -> Any:
+        return SimpleNamespace(decision=SimpleNamespace(action=action, reason=str(action)))
+
+    made = SimpleNamespace(
+        verdicts={
+            "ns/w1": verdict(Action.WAIT),
+            "ns/s1": verdict(Action.START),
+            "ns/w2": verdict(Action.WAIT),
+            "ns/s2": verdict(Action.START),
+        }
+    )
+    loop.passes.refresh = lambda *_: made  # type: ignore[method-assign,assignment,return-value]
+    loop.schedule()
+    pod = {"metadata": {"namespace": "ns", "name": "r-0", "labels": {JOB_LABEL: "r"}}}
+    loop.on_change("pods", "ADDED", pod)
+    order = [loop.queue.get(timeout=0) for _ in range(6)]
+    assert order == ["ns/s1", "ns/s2", "ns/r", "ns/w1", "ns/w2", None]
 
 
 def test_a_job_waiting_for_its_profile_configmap_is_decided_again_after_a_while() -> None:
