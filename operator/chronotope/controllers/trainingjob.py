@@ -100,8 +100,10 @@ class ClusterOps(Protocol):
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
         ...
 
-    def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        """Create a gang: its headless `service` and its worker `pods`."""
+    def start(
+        self, namespace: str, service: dict[str, Any] | None, pods: list[dict[str, Any]]
+    ) -> None:
+        """Create a gang: its headless `service` (None: a one-worker gang has none) and pods."""
         ...
 
     def stop(self, namespace: str, names: Sequence[str]) -> None:
@@ -442,11 +444,9 @@ def _enact(
     degrees = decision.degrees or choose_degrees(
         c.spec.parallelism, decision.workers, decision.gpus_per_worker
     )
-    c.ops.start(
-        c.namespace,
-        headless_service(c.job),
-        worker_pods(c.job, c.spec, decision, c.gen, degrees),
-    )
+    pods = worker_pods(c.job, c.spec, decision, c.gen, degrees)
+    # a one-worker gang has no rendezvous to resolve: no Service (one API write less)
+    c.ops.start(c.namespace, headless_service(c.job) if len(pods) > 1 else None, pods)
     # one status patch: the plan records the spec.replicas it is for
     out.status = started_status(
         c.name, decision, degrees, c.now, c.generation, replicas=c.spec.replicas

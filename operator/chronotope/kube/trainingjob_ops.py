@@ -102,8 +102,10 @@ class KubeClusterOps(KubeReads):
         """The pods in `namespace` (all namespaces if None) matching the label `selector`."""
         return self.pods_matching(namespace, selector)
 
-    def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        """Create the gang's headless service and worker pods (both idempotent)."""
+    def start(
+        self, namespace: str, service: dict[str, Any] | None, pods: list[dict[str, Any]]
+    ) -> None:
+        """Create the gang's headless service (if any) and worker pods (both idempotent)."""
         kw.create_gang(self.api, namespace, service, pods)
         if self.cache is not None:  # the next decision must count them (watch may lag)
             self.cache.pods.put(pods)

@@ -98,10 +98,18 @@ def create_pods(api: client.ApiClient, pods: Iterable[Obj]) -> int:
     return sum(_all([(_create_pod, api, pod) for pod in pods]))
 
 
-def create_gang(api: client.ApiClient, namespace: str, service: Obj, pods: Iterable[Obj]) -> int:
-    """`ensure_service` and `create_pods` at once: one API write of latency for the gang."""
-    done = _all([(ensure_service, api, namespace, service), *((_create_pod, api, p) for p in pods)])
-    return sum(done[1:])
+def create_gang(
+    api: client.ApiClient, namespace: str, service: Obj | None, pods: Iterable[Obj]
+) -> int:
+    """`ensure_service` (unless `service` is None) and `create_pods` at once.
+
+    One API write of latency for the gang. Returns the pods created (AlreadyExists
+    is not new).
+    """
+    creates = [(_create_pod, api, p) for p in pods]
+    if service is None:
+        return sum(_all(creates))
+    return sum(_all([(ensure_service, api, namespace, service), *creates])[1:])
 
 
 def _all(calls: list[tuple[Any, ...]]) -> list[Any]:

@@ -59,7 +59,11 @@ def _owner(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def headless_service(job: Mapping[str, Any]) -> dict[str, Any]:
-    """The headless Service that gives the gang's workers stable DNS names for rendezvous."""
+    """The headless Service that gives the gang's workers stable DNS names for rendezvous.
+
+    Only a gang of two or more workers gets one; a one-worker gang's MASTER_ADDR is
+    localhost.
+    """
     name = job["metadata"]["name"]
     return {
         "apiVersion": "v1",
@@ -92,6 +96,8 @@ def worker_pods(
     if degrees is None:
         degrees = choose_degrees(spec.parallelism, decision.workers, decision.gpus_per_worker)
     gang = f"{name}-g{generation}"
+    # rank 0's DNS name through the gang's headless Service; a one-worker gang has none
+    master = f"{name}-0.{name}.{namespace}.svc" if decision.workers > 1 else "localhost"
     pods = []
     for rank in range(decision.workers):
         spec_copy = copy.deepcopy(pod_spec)
@@ -107,7 +113,7 @@ def worker_pods(
         annotations = user | gpu_annotations
         env = [e for e in container.get("env", []) if e.get("name") not in _ENV_NAMES]
         env += [
-            {"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{namespace}.svc"},
+            {"name": "MASTER_ADDR", "value": master},
             {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
             {"name": "WORLD_SIZE", "value": str(decision.workers)},
             {"name": "RANK", "value": str(rank)},

@@ -28,6 +28,7 @@ class FakeOps:
         self._pods: list[dict[str, Any]] = []
         self._jobs = jobs
         self.started: list[dict[str, Any]] = []
+        self.services: list[dict[str, Any] | None] = []
         self.stopped: list[str] = []
         self.preempted: list[tuple[str, str]] = []
         self.queue_objs: list[dict[str, Any]] = []
@@ -53,7 +54,10 @@ class FakeOps:
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         return f"model profile {name} not found"
 
-    def start(self, namespace: str, service: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+    def start(
+        self, namespace: str, service: dict[str, Any] | None, pods: list[dict[str, Any]]
+    ) -> None:
+        self.services.append(service)
         self.started += pods
         self._pods += pods
 
@@ -118,6 +122,17 @@ def test_a_job_that_fits_starts_its_gang() -> None:
     assert out.annotations == {}  # one status patch starts it
     assert [p["metadata"]["name"] for p in ops.started] == ["a-g0-0", "a-g0-1"]
     assert [e[1] for e in out.events] == ["Started"]
+    assert [s["metadata"]["name"] for s in ops.services if s] == ["a"]  # its rendezvous
+
+
+def test_a_one_worker_gang_has_no_service_and_rendezvous_on_localhost() -> None:
+    me = job("solo")
+    ops = FakeOps([node("h-0")], [me])
+    out = reconcile(me, ops, NOW)
+    assert out.status["phase"] == "Starting"
+    assert ops.services == [None]
+    env = {e["name"]: e["value"] for e in ops.started[0]["spec"]["containers"][0]["env"]}
+    assert (env["MASTER_ADDR"], env["WORLD_SIZE"], env["RANK"]) == ("localhost", "1", "0")
 
 
 def test_a_job_that_cannot_fit_says_why_once() -> None:
