@@ -331,6 +331,48 @@ def count_events(
     return Counter(label(e) for e in items if e.reason in reasons)
 
 
+def unplaced_story(api: client.ApiClient, most: int = 3) -> list[str]:
+    """What the scheduler and extender said about the pods of gangs the stuck rule re-planned.
+
+    For up to `most` such jobs: each of its pods' FailedScheduling and PlanFallback
+    events, in time order (the pods are gone; their events stay).
+    """
+    core = client.CoreV1Api(api)
+    stuck = [
+        e.involved_object.name
+        for e in core.list_event_for_all_namespaces(
+            field_selector="involvedObject.kind=TrainingJob,reason=Replanning"
+        ).items
+        if (e.message or "").startswith("the gang ")
+    ][:most]
+    if not stuck:
+        return []
+    pods = core.list_event_for_all_namespaces(field_selector="involvedObject.kind=Pod").items
+    lines = []
+    for job in stuck:
+        mine = sorted(
+            (
+                e
+                for e in pods
+                if e.involved_object.name.startswith(f"{job}-g")
+                and e.reason in ("FailedScheduling", "PlanFallback", "Scheduled")
+            ),
+            key=lambda e: str(e.last_timestamp or e.event_time or ""),
+        )
+        lines.append(
+            f"{job}: "
+            + (
+                " | ".join(
+                    f"{e.last_timestamp or e.event_time} {e.involved_object.name} {e.reason}: "
+                    f"{(e.message or '')[:160]}"
+                    for e in mine
+                )
+                or "no pod events"
+            )
+        )
+    return lines
+
+
 WRITES = (
     ("create a worker pod", ('verb="POST"', 'resource="pods"')),
     ("create a gang's service", ('verb="POST"', 'resource="services"')),
@@ -576,6 +618,8 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 f"  TrainingJob gangs stopped and re-planned: {dict(restarts) or 'none'} "
                 "(the stuck rule: not wholly bound 45 s after the start; other reasons by message)"
             )
+            for line in unplaced_story(api):
+                print(f"    {line}")
             ext = scrape_https(extender_port)
             for verb in ("filter", "prioritize", "bind"):
                 (e50, e99), n = histogram_quantiles(

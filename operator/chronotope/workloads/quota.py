@@ -86,6 +86,12 @@ class QueueQuota:
     weight: float = 1.0
     reclaim: ReclaimPolicy = ReclaimPolicy.NEVER
     grace_seconds: int = 30
+    types: frozenset[str] = field(init=False, repr=False, compare=False)
+    """The GPU types `nominal` names (admission asks this of every alternative)."""
+
+    def __post_init__(self) -> None:
+        """Index the GPU types once."""
+        object.__setattr__(self, "types", frozenset(t for t, _ in self.nominal))
 
     @classmethod
     def from_spec(cls, name: str, spec: QueueSpec) -> QueueQuota:
@@ -110,7 +116,7 @@ class QueueQuota:
 
     def gpu_types(self) -> list[str]:
         """The GPU types the queue lists, sorted."""
-        return sorted({gpu_type for gpu_type, _ in self.nominal})
+        return sorted(self.types)
 
 
 @dataclass(frozen=True)
@@ -313,9 +319,14 @@ def _label(pool: Resource) -> str:
     return pool[0] if pool[1] is Unit.GPUS else f"{pool[0]} shares (milli)"
 
 
+def _head(queue: QueueQuota, pool: Resource, used: int, nominal: int) -> str:
+    """`queue Q: <pool> used/nominal in use`: a WAIT's message starts so."""
+    return f"queue {queue.name}: {_label(pool)} {used}/{nominal} in use"
+
+
 def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
     """Whether `demand` fits `queue` now: within nominal, by borrowing, by reclaiming, or not."""
-    if demand.gpu_type not in queue.gpu_types():
+    if demand.gpu_type not in queue.types:
         types = ", ".join(queue.gpu_types())
         text = f"queue {queue.name} has no quota for {demand.gpu_type} (its types: {types})"
         return _Fit(Verdict.WAIT, {}, text, WaitReason.NO_QUOTA_FOR_TYPE)
@@ -323,7 +334,6 @@ def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
     borrowed: dict[Resource, int] = {}
     for pool, amount in demand.pools().items():
         nominal, used = queue.nominal.get(pool, 0), book.used(queue.name, pool)
-        head = f"queue {queue.name}: {_label(pool)} {used}/{nominal} in use"
         free = book.cohort_free(queue, pool)
         over = used + amount - nominal
         if over <= 0:
@@ -333,16 +343,25 @@ def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
                 verdicts.append(Verdict.RECLAIM)
             else:
                 lent = amount - free
-                text = f"{head}, {lent} lent in cohort {queue.cohort}; reclaim policy Never waits"
-                return _Fit(Verdict.WAIT, {}, text + " for the borrowers to finish")
+                text = f"{lent} lent in cohort {queue.cohort}; reclaim policy Never waits"
+                text = f"{_head(queue, pool, used, nominal)}, {text} for the borrowers to finish"
+                return _Fit(Verdict.WAIT, {}, text)
             continue
         if queue.cohort is None:
-            return _Fit(Verdict.WAIT, {}, f"{head}, no cohort to borrow from")
+            return _Fit(
+                Verdict.WAIT, {}, f"{_head(queue, pool, used, nominal)}, no cohort to borrow from"
+            )
         limit = queue.borrowing_limit.get(pool)
         if limit is not None and over > limit:
-            return _Fit(Verdict.WAIT, {}, f"{head}, borrowing limit {limit}")
+            return _Fit(
+                Verdict.WAIT, {}, f"{_head(queue, pool, used, nominal)}, borrowing limit {limit}"
+            )
         if free < amount:
-            return _Fit(Verdict.WAIT, {}, f"{head}, cohort {queue.cohort} has {free} to lend")
+            return _Fit(
+                Verdict.WAIT,
+                {},
+                f"{_head(queue, pool, used, nominal)}, cohort {queue.cohort} has {free} to lend",
+            )
         verdicts.append(Verdict.BORROW)
         borrowed[pool] = over - book.borrowed(queue, pool)
     if Verdict.RECLAIM in verdicts and Verdict.BORROW in verdicts:
