@@ -6,12 +6,12 @@ failed decision.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -20,6 +20,9 @@ from chronotope.kube.client import raw_json
 __all__ = ["post_event"]
 
 log = logging.getLogger(__name__)
+
+TIMEOUT_S = 10.0
+"""A post that takes longer is given up, so a stalled connection cannot hold its poster."""
 
 
 def post_event(
@@ -47,7 +50,11 @@ def post_event(
         "lastTimestamp": now,
         "count": 1,
     }
-    with contextlib.suppress(ApiException):
+    try:
         raw_json(
-            client.CoreV1Api(api).create_namespaced_event(namespace, body, _preload_content=False)
+            client.CoreV1Api(api).create_namespaced_event(
+                namespace, body, _preload_content=False, _request_timeout=TIMEOUT_S
+            )
         )
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        log.debug("event %s on %s/%s not posted: %s", reason, namespace, involved["name"], exc)
