@@ -21,8 +21,7 @@ No busy timers (issue 18, part 7). A job is reconciled when:
 Keys go through `WorkQueue` (client-go's workqueue: a key is queued at most
 once, never reconciled by two workers at once, and a key added while it is
 being reconciled is reconciled again after; unlike it, a pass's starts and a
-started gang's worker coming up, ending or going away go ahead of the waiting
-jobs' status writes); a key reconciled less than
+started gang's pod events go ahead of the waiting jobs' status writes); a key reconciled less than
 `min_gap_s` ago waits out the gap, so a burst of pod events costs each job
 one reconcile, not one per event. Passes are spaced by at least their own
 duration, so the workers enacting one get at least as long as the pass
@@ -111,10 +110,9 @@ class WorkQueue:
     """Keys to reconcile, each queued at most once, each due no earlier than its time.
 
     A key added `first` goes ahead of every due key that was not: a scheduling pass's
-    starts, and a started gang whose worker came up, ended or went away, are reconciled
-    before the pass's waiting jobs have their status written (client-go's workqueue has
-    no classes; KAI commits a cycle's allocations before anything else). Within a
-    class, earliest due first.
+    starts and the pod events of started gangs are enacted before the pass's waiting
+    jobs have their status written (client-go's workqueue has no classes; KAI commits
+    a cycle's allocations before anything else). Within a class, earliest due first.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -303,22 +301,6 @@ def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) 
     return Wake()
 
 
-def _gang_turned(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) -> bool:
-    """A worker's event that moves its gang on: it came up, ended, failed or is going away.
-
-    Its job is reconciled ahead of the waiting jobs' status writes. A bind alone is not:
-    the worker's next phase follows in a moment, and one reconcile then writes both.
-    """
-    if kind != "pods":
-        return False
-    if event == "DELETED":
-        return True
-    if seen is None:
-        return False
-    mark = mark_of(kind, obj)
-    return (mark[1], mark[2]) != (seen[1], seen[2])  # phase, deletionTimestamp
-
-
 def concerned_by_nodes(
     changed: Iterable[str],
     jobs: Iterable[Mapping[str, Any]],
@@ -481,9 +463,8 @@ class TrainingJobLoop:
         wake = wake_for(kind, event, obj, seen)
         if wake.open_jobs and self._predicted(kind, event, obj, seen):
             wake = replace(wake, open_jobs=False)
-        first = _gang_turned(kind, event, obj, seen)
-        for key in wake.keys:
-            self._add(key, first=first)
+        for key in wake.keys:  # a started gang's pod goes first: it may come up or be lost
+            self._add(key, first=kind == "pods")
         if wake.all_jobs or wake.open_jobs or wake.nodes:
             # coalesced: the run loop wakes them in a moment and makes the next pass
             self.passes.invalidate()

@@ -512,8 +512,7 @@ def test_a_start_while_the_next_pass_is_made_is_deferred_then_woken_by_that_pass
 
 def test_a_passs_starts_are_queued_ahead_of_its_waits() -> None:
     # the next pass waits for the latest's starts (`_hold`), so they are enacted first,
-    # whatever order the pass decided them in; so is a gang whose worker came up (not one
-    # whose worker was only bound: its phase follows, and one reconcile writes both)
+    # whatever order the pass decided them in; a started gang's pod events go first too
     ops = LoopOps([node("h-0")], [])
     loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
 
@@ -530,16 +529,10 @@ def test_a_passs_starts_are_queued_ahead_of_its_waits() -> None:
     )
     loop.passes.refresh = lambda *_: made  # type: ignore[method-assign,assignment,return-value]
     loop.schedule()
-
-    def pod(job: str, **status: str) -> dict[str, Any]:
-        meta = {"namespace": "ns", "name": f"{job}-0", "labels": {JOB_LABEL: job}}
-        return {"metadata": meta, "spec": {"nodeName": "h-0"}, "status": status}
-
-    for job_name in ("up", "bound"):
-        loop.on_change("pods", "ADDED", pod(job_name, phase="Pending"))
-    loop.on_change("pods", "MODIFIED", pod("up", phase="Running"))  # its gang comes up
-    order = [loop.queue.get(timeout=0) for _ in range(8)]
-    assert order == ["ns/s1", "ns/s2", "ns/up", "ns/w1", "ns/w2", "ns/bound", None, None]
+    pod = {"metadata": {"namespace": "ns", "name": "r-0", "labels": {JOB_LABEL: "r"}}}
+    loop.on_change("pods", "ADDED", pod)
+    order = [loop.queue.get(timeout=0) for _ in range(6)]
+    assert order == ["ns/s1", "ns/s2", "ns/r", "ns/w1", "ns/w2", None]
 
 
 def test_a_job_waiting_for_its_profile_configmap_is_decided_again_after_a_while() -> None:
