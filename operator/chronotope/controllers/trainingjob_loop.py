@@ -21,8 +21,8 @@ No busy timers (issue 18, part 7). A job is reconciled when:
 Keys go through `WorkQueue` (client-go's workqueue: a key is queued at most
 once, never reconciled by two workers at once, and a key added while it is
 being reconciled is reconciled again after; unlike it, a pass's starts and a
-started gang's pod events go ahead of the waiting jobs' status writes); a key reconciled less than
-`min_gap_s` ago waits out the gap, so a burst of pod events costs each job
+started gang's pod events go ahead of the waiting jobs' status writes); a key
+reconciled less than `min_gap_s` ago waits out the gap, so a burst of pod events costs each job
 one reconcile, not one per event. Passes are spaced by at least their own
 duration, so the workers enacting one get at least as long as the pass
 took (a new pass waits for the starts being enacted), and a new pass is not
