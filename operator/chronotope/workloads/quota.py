@@ -319,11 +319,6 @@ def _label(pool: Resource) -> str:
     return pool[0] if pool[1] is Unit.GPUS else f"{pool[0]} shares (milli)"
 
 
-def _head(queue: QueueQuota, pool: Resource, used: int, nominal: int) -> str:
-    """`queue Q: <pool> used/nominal in use`: a WAIT's message starts so."""
-    return f"queue {queue.name}: {_label(pool)} {used}/{nominal} in use"
-
-
 def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
     """Whether `demand` fits `queue` now: within nominal, by borrowing, by reclaiming, or not."""
     if demand.gpu_type not in queue.types:
@@ -334,6 +329,7 @@ def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
     borrowed: dict[Resource, int] = {}
     for pool, amount in demand.pools().items():
         nominal, used = queue.nominal.get(pool, 0), book.used(queue.name, pool)
+        head = f"queue {queue.name}: {_label(pool)} {used}/{nominal} in use"
         free = book.cohort_free(queue, pool)
         over = used + amount - nominal
         if over <= 0:
@@ -343,25 +339,16 @@ def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
                 verdicts.append(Verdict.RECLAIM)
             else:
                 lent = amount - free
-                text = f"{lent} lent in cohort {queue.cohort}; reclaim policy Never waits"
-                text = f"{_head(queue, pool, used, nominal)}, {text} for the borrowers to finish"
-                return _Fit(Verdict.WAIT, {}, text)
+                text = f"{head}, {lent} lent in cohort {queue.cohort}; reclaim policy Never waits"
+                return _Fit(Verdict.WAIT, {}, text + " for the borrowers to finish")
             continue
         if queue.cohort is None:
-            return _Fit(
-                Verdict.WAIT, {}, f"{_head(queue, pool, used, nominal)}, no cohort to borrow from"
-            )
+            return _Fit(Verdict.WAIT, {}, f"{head}, no cohort to borrow from")
         limit = queue.borrowing_limit.get(pool)
         if limit is not None and over > limit:
-            return _Fit(
-                Verdict.WAIT, {}, f"{_head(queue, pool, used, nominal)}, borrowing limit {limit}"
-            )
+            return _Fit(Verdict.WAIT, {}, f"{head}, borrowing limit {limit}")
         if free < amount:
-            return _Fit(
-                Verdict.WAIT,
-                {},
-                f"{_head(queue, pool, used, nominal)}, cohort {queue.cohort} has {free} to lend",
-            )
+            return _Fit(Verdict.WAIT, {}, f"{head}, cohort {queue.cohort} has {free} to lend")
         verdicts.append(Verdict.BORROW)
         borrowed[pool] = over - book.borrowed(queue, pool)
     if Verdict.RECLAIM in verdicts and Verdict.BORROW in verdicts:
