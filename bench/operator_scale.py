@@ -218,17 +218,22 @@ class NodeChanges:
         self._informer.stop()
 
 
-def stale_by(text: str) -> Counter[str]:
-    """The operator's watch events that made its pass stale so far, by "kind event"."""
+def counted_by(text: str, family: str, labels: tuple[str, ...]) -> Counter[str]:
+    """A counter family of the operator's metrics so far, by its `labels` joined with spaces."""
     return Counter(
         {
-            f"{sample.labels['kind']} {sample.labels['event']}": int(sample.value)
-            for family in text_string_to_metric_families(text)
-            if family.name == "chronotope_trainingjob_pass_invalidations"
-            for sample in family.samples
+            " ".join(sample.labels.get(label, "?") for label in labels): int(sample.value)
+            for found in text_string_to_metric_families(text)
+            if found.name == family
+            for sample in found.samples
             if sample.name.endswith("_total")
         }
     )
+
+
+def stale_by(text: str) -> Counter[str]:
+    """The operator's watch events that made its pass stale so far, by "kind event"."""
+    return counted_by(text, "chronotope_trainingjob_pass_invalidations", ("kind", "event"))
 
 
 def requests_total(text: str) -> float:
@@ -238,15 +243,7 @@ def requests_total(text: str) -> float:
 
 def requests_by(text: str) -> Counter[str]:
     """The requests the operator's API client made so far, by "VERB resource"."""
-    return Counter(
-        {
-            f"{sample.labels['verb']} {sample.labels.get('resource', '?')}": int(sample.value)
-            for family in text_string_to_metric_families(text)
-            if family.name == "chronotope_operator_api_requests"
-            for sample in family.samples
-            if sample.name.endswith("_total")
-        }
-    )
+    return counted_by(text, "chronotope_operator_api_requests", ("verb", "resource"))
 
 
 def histogram_quantiles(
