@@ -239,6 +239,14 @@ class GangBook:
         if res is not None:
             res.claimed.pop(pod_key, None)
 
+    def drop(self, cache: ClusterCache, gang_key: str) -> None:
+        """The gang has no member left (its pods were deleted): release what it holds."""
+        res = self.reservations.pop(gang_key, None)
+        if res is not None:
+            for i in range(len(res.slots)):
+                cache.forget(res.slot_key(i))
+        self.members_bound.pop(gang_key, None)
+
     def expire(self, cache: ClusterCache, now: float) -> list[str]:
         """End reservations past their time, releasing unclaimed slots; returns the gang keys."""
         stale = [k for k, r in self.reservations.items() if r.expires_at <= now]

@@ -341,7 +341,8 @@ class ExtenderService:
         """Apply one pod watch event.
 
         A deleted or finished pod is forgotten: its holding, gang membership and
-        what its filter left. A pod on a node is recorded as bound there, and as a
+        what its filter left; once no member of its gang is left, so is the gang's
+        reservation. A pod on a node is recorded as bound there, and as a
         bound member of its gang; a pod not yet on a node changes nothing.
         """
         key = pod_key(pod)
@@ -358,6 +359,10 @@ class ExtenderService:
                 gang = self._gang_of.pop(key, None)
                 if gang is not None:
                     self.gangs.forget_member(self.cache, gang, key)
+                    if gang not in self._gang_of.values():
+                        # the last member known here left (a re-planned gang's pods are
+                        # deleted): its unclaimed slots would hold GPUs until they expire
+                        self.gangs.drop(self.cache, gang.key)
                 return
             node = spec.get("nodeName")
             if not node:

@@ -195,3 +195,16 @@ def test_a_partly_bound_gang_off_its_plan_falls_back_to_the_rule() -> None:
     assert out.passed  # placed by the rule, whole
     assert [e[1] for e in events] == ["PlanFallback"]
     assert "not where the plan put them" in events[0][2]
+
+
+def test_a_gang_whose_members_are_all_deleted_releases_its_reservation_at_once() -> None:
+    svc = service(Recorder())
+    svc.filter(member(0, 2, 4), ["a"])  # reserves 2 x 4 GPUs on a
+    svc.filter(member(1, 2, 4), ["a"])
+    assert svc.filter(pod("other", gpus=8), ["a"]).passed == []
+    svc.on_pod("DELETED", member(0, 2, 4))
+    # one member is still known: the rest of the reservation stays
+    assert svc.filter(pod("other", gpus=8), ["a"]).passed == []
+    svc.on_pod("DELETED", member(1, 2, 4))  # the re-planned gang's last pod: nothing left held
+    assert svc.gangs.reservations == {}
+    assert svc.filter(pod("other", gpus=8), ["a"]).passed == ["a"]
