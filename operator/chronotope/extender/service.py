@@ -48,7 +48,7 @@ from chronotope.solver.cache import ClusterCache, Holding
 from chronotope.solver.fragpack import Chronotope
 from chronotope.solver.model import MILLI, Placement, PodRequest, Reason
 from chronotope.solver.policies import Policy
-from chronotope.workloads.cluster_feed import node_info, pod_holding
+from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 from chronotope.workloads.podreq import (
     PlannedPlacement,
     planned,
@@ -61,6 +61,9 @@ from chronotope.workloads.podreq import (
 __all__ = ["BindFn", "EventFn", "ExtenderService", "FilterOutcome", "PodFetchFn"]
 
 log = logging.getLogger(__name__)
+
+_PLAN = "plan:"
+"""Cache key prefix of an unfiltered pod's planned GPUs (`ExtenderService._hold_plan`)."""
 
 BindFn = Callable[[BindRequest], None]
 """Enact a binding; raises on failure."""
@@ -110,6 +113,10 @@ class ExtenderService:
     """The last "fits no node" line logged per pod: the same line is not logged again."""
     _warned: set[str] = field(default_factory=set)
     """Pods whose profile fallback was already reported (once per pod)."""
+    _plan_held: dict[str, str] = field(default_factory=dict)
+    """Unfiltered pods whose plan holds their planned GPUs: pod key -> gang key ('' for none)."""
+    _plan_gangs: dict[str, set[str]] = field(default_factory=dict)
+    """The same by gang: gang key -> its members' pod keys."""
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], node_names: list[str]) -> FilterOutcome:
@@ -136,6 +143,7 @@ class ExtenderService:
             self.cache.expire(now)
             self.gangs.expire(self.cache, now)
             self.cache.observe(key, req)
+            self._release_plans(key, gang)
             if gang is not None:
                 self._gang_of[key] = gang
             if plan is not None:
@@ -150,6 +158,48 @@ class ExtenderService:
                     return outcome
             placed = self.cache.place(key, req, node_names, self.policy, now)
         return self._outcome(key, req, placed)
+
+    def _hold_plan(self, key: str, pod: Mapping[str, Any]) -> None:
+        """An unbound pod not yet filtered here: its plan holds its planned GPUs (lock held).
+
+        The operator's pass counts those GPUs taken (`workloads.capacity`) from the pod's
+        creation, so another pod's placement here (a fallback, a gang the rule places, a
+        pod without a plan) must not take them before the pod comes to be filtered.
+        """
+        if key in self._requests or key in self._plan_held:
+            return  # filtered: its own assumption or its gang's slots hold what it takes
+        if not hold_planned(self.cache, _PLAN + key, pod, self.clock()):
+            return
+        self.cache.confirm(_PLAN + key)  # held until the pod is filtered, bound or deleted
+        try:
+            gang = gang_of(pod)
+        except ValueError:
+            gang = None
+        self._plan_held[key] = "" if gang is None else gang.key
+        if gang is not None:
+            self._plan_gangs.setdefault(gang.key, set()).add(key)
+
+    def _release_plans(self, key: str, gang: Gang | None) -> None:
+        """The pod is filtered: its plan's hold, and those of its gang's members, end (lock held).
+
+        The first member's filter reserves the whole gang on its plan (or places it by
+        the gang rule), so no member's plan holds GPUs on its own any more.
+        """
+        self._drop_plan(key)
+        if gang is not None:
+            for other in list(self._plan_gangs.get(gang.key, ())):
+                self._drop_plan(other)
+
+    def _drop_plan(self, key: str) -> None:
+        gang_key = self._plan_held.pop(key, None)
+        if gang_key is None:
+            return
+        self.cache.forget(_PLAN + key)
+        members = self._plan_gangs.get(gang_key)
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self._plan_gangs[gang_key]
 
     def _warn_profile(self, key: str, pod: Mapping[str, Any]) -> None:
         """Log and post, once per pod, that its share's profile fell back to unknown."""
@@ -343,13 +393,15 @@ class ExtenderService:
         A deleted or finished pod is forgotten: its holding, gang membership and
         what its filter left; once no member of its gang is left, so is the gang's
         reservation. A pod on a node is recorded as bound there, and as a
-        bound member of its gang; a pod not yet on a node changes nothing.
+        bound member of its gang; a pod not yet on a node holds its plan's GPUs
+        until it is filtered (`_hold_plan`).
         """
         key = pod_key(pod)
         status = pod.get("status") or {}
         spec = pod.get("spec") or {}
         with self._lock:
             if event == "DELETED" or status.get("phase") in DONE_PHASES:
+                self._drop_plan(key)
                 self.cache.forget(key)
                 self._requests.pop(key, None)
                 self._said.pop(key, None)
@@ -366,7 +418,9 @@ class ExtenderService:
                 return
             node = spec.get("nodeName")
             if not node:
+                self._hold_plan(key, pod)
                 return
+            self._drop_plan(key)
             held = self.cache.holdings.get(key)
             if held is not None and held.bound and held.node == node:
                 return  # status updates of a pod already counted
@@ -382,9 +436,11 @@ class ExtenderService:
     def sync_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:
         """Match a full pod list: forget bound pods not in it, then apply each as ADDED.
 
-        Assumptions and gang slots are not pods and are kept.
+        Assumptions and gang slots are not pods and are kept; plans are held afresh.
         """
         with self._lock:
+            for key in list(self._plan_held):
+                self._drop_plan(key)
             present = {pod_key(p) for p in pods}
             for key, holding in list(self.cache.holdings.items()):
                 if holding.bound and key not in present and not key.startswith("gang:"):

@@ -26,10 +26,9 @@ from chronotope.sharing.labels import (
     ZONE_LABEL,
 )
 from chronotope.solver.cache import ClusterCache
-from chronotope.solver.model import UNBOUNDED, Reason
+from chronotope.solver.model import UNBOUNDED
 from chronotope.solver.slots import next_slot
-from chronotope.workloads.cluster_feed import node_info, pod_holding
-from chronotope.workloads.podreq import PodRequestError, planned, pod_request
+from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 
 __all__ = ["Capacity", "NodeCapacity", "Placements", "cluster_capacity", "of_type", "take"]
 
@@ -134,7 +133,7 @@ def cluster_capacity(
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
     for key, pod, model in waiting:  # after every bound pod: a plan holds what it names
-        if not _hold_planned(cache, key, pod):
+        if not hold_planned(cache, key, pod):
             promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
     state = cache.state()
     out: list[NodeCapacity] = []
@@ -169,18 +168,6 @@ def cluster_capacity(
 
 Placements: TypeAlias = tuple[tuple[str, tuple[int, ...]], ...]
 """(node, GPU indices) per worker of a gang, in rank order (empty indices: node only)."""
-
-
-def _hold_planned(cache: ClusterCache, key: str, pod: Mapping[str, Any]) -> bool:
-    """Hold an unbound pod's planned node and GPUs, if it has a plan that still fits."""
-    try:
-        plan = planned(pod)
-        req = pod_request(pod)
-    except PodRequestError:
-        return False
-    if plan is None or plan.node not in cache.nodes:
-        return False
-    return not isinstance(cache.assume(key, plan.node, req, 0.0, plan.gpus), Reason)
 
 
 def take(

@@ -7,7 +7,8 @@ its whole GPUs by count and its CPU and memory requests. Only the `chronotope`
 scheduler's pods have their assignment read (`scheduler_assignment`): the
 admission policy lets only the scheduler write assignments (docs/security.md),
 and a pod of any other scheduler holds whole GPUs by its requests whatever its
-annotations say. Pure: plain dicts in, cache updates out.
+annotations say. An unbound pod's plan (the operator's pass wrote it) holds the GPUs
+it names (`hold_planned`). Pure: plain dicts in, cache updates out.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from chronotope.sharing.labels import (
     SCHEDULER_NAME,
 )
 from chronotope.solver.cache import ClusterCache, Holding, NodeInfo
-from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
-from chronotope.workloads.podreq import PodRequestError, pod_request
+from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest, Reason
+from chronotope.workloads.podreq import PodRequestError, planned, pod_request
 
-__all__ = ["node_info", "pod_holding", "scheduler_assignment"]
+__all__ = ["hold_planned", "node_info", "pod_holding", "scheduler_assignment"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,22 @@ def pod_holding(cache: ClusterCache, key: str, pod: Mapping[str, Any], node: str
                 len(gpus),
             )
     return Holding(node, gpus, MILLI, 0, cpu, mem)
+
+
+def hold_planned(cache: ClusterCache, key: str, pod: Mapping[str, Any], now: float = 0.0) -> bool:
+    """Hold, as `key`, the node and GPUs an unbound pod's plan names, if they still fit.
+
+    A pod the operator's pass placed carries its plan; until it binds, those GPUs
+    are its own to the operator's next pass and to the extender's other placements.
+    """
+    try:
+        plan = planned(pod)
+        req = pod_request(pod)
+    except PodRequestError:
+        return False
+    if plan is None or plan.node not in cache.nodes:
+        return False
+    return not isinstance(cache.assume(key, plan.node, req, now, plan.gpus), Reason)
 
 
 def scheduler_assignment(pod: Mapping[str, Any], node: str) -> GpuAssignment | None:

@@ -11,7 +11,7 @@ from chronotope.workloads.podreq import (
     PLANNED_NODE_ANNOTATION,
     gang_plan_annotation,
 )
-from tests.unit.extender.test_service import Recorder, pod, service
+from tests.unit.extender.test_service import Recorder, bound, pod, service
 
 
 def member(
@@ -208,3 +208,71 @@ def test_a_gang_whose_members_are_all_deleted_releases_its_reservation_at_once()
     svc.on_pod("DELETED", member(1, 2, 4))  # the re-planned gang's last pod: nothing left held
     assert svc.gangs.reservations == {}
     assert svc.filter(pod("other", gpus=8), ["a"]).passed == ["a"]
+
+
+def planned_pod(name: str, node_name: str, gpus: tuple[int, ...], model: str) -> dict[str, Any]:
+    """A one-worker pod the operator's pass placed (watched before kube-scheduler filters it)."""
+    p = pod(name, gpus=len(gpus), model=model)
+    p["metadata"]["annotations"] |= {
+        PLANNED_NODE_ANNOTATION: node_name,
+        PLANNED_GPUS_ANNOTATION: ",".join(map(str, gpus)),
+    }
+    return p
+
+
+def test_a_gang_placed_by_the_rule_leaves_the_gpus_planned_for_pods_not_yet_filtered() -> None:
+    """The stolen-plan cascade: a gang off its plan took GPUs planned for another gang.
+
+    Before, the extender's cache held only what it had filtered, so the gang rule put
+    this gang on a's GPUs, planned for `next`, whose own filter then found them
+    taken. The operator counts a planned pod's GPUs from its creation; now so does
+    the extender.
+    """
+    events: list[tuple[str, str, str]] = []
+    svc = service(Recorder())
+    svc.event_fn = lambda *e: events.append(e)
+    nxt = planned_pod("next", "a", (0, 1, 2, 3, 4, 5), "A100")
+    svc.on_pod("ADDED", nxt)  # created by the pass; kube-scheduler has not filtered it yet
+    plan = [("v", (0, 1)), ("v", (2, 3))]
+    # kube-scheduler rules v out (a node flapping NotReady): the gang rule places the gang
+    out = svc.filter(planned_member(0, plan, 2), ["a"])
+    assert out.passed == []  # a has 2 GPUs free, the gang needs 4
+    assert "only 1 can be placed now" in out.failed["a"]
+    assert [e[1] for e in events] == ["PlanFallback"]
+    assert svc.filter(nxt, ["a", "v"]).passed == ["a"]  # its plan still fits
+    assert svc.bind("ns", "next", "u", "a") == ""
+
+
+def test_a_plan_holds_until_its_pod_is_filtered_bound_or_deleted() -> None:
+    svc = service(Recorder())
+    held = planned_pod("held", "a", (0, 1, 2, 3), "A100")
+    svc.on_pod("ADDED", held)
+    svc.on_pod("MODIFIED", held)  # kube-scheduler's status writes: still one hold
+    assert svc.filter(pod("plain", gpus=5, model="A100"), ["a"]).passed == []
+    svc.on_pod("DELETED", held)
+    assert svc.filter(pod("plain", gpus=5, model="A100"), ["a"]).passed == ["a"]
+    svc.on_pod("DELETED", pod("plain", gpus=5, model="A100"))
+    svc.on_pod("ADDED", held)
+    svc.sync_pods([held])  # a re-list holds it afresh, once
+    assert svc.filter(pod("plain", gpus=5, model="A100"), ["a"]).passed == []
+    svc.on_pod("DELETED", pod("plain", gpus=5, model="A100"))
+    assert svc.filter(held, ["a"]).passed == ["a"]  # its own filter takes the plan's GPUs
+    assert svc.bind("ns", "held", "u", "a") == ""
+    svc.on_pod("MODIFIED", bound(held, "a", None))
+    assert svc.filter(pod("plain", gpus=4, model="A100"), ["a"]).passed == ["a"]
+
+
+def test_a_planned_gangs_members_waiting_their_filter_do_not_block_its_reservation() -> None:
+    rec = Recorder()
+    svc = service(rec)
+    plan = [("a", (0, 1, 2, 3)), ("a", (4, 5, 6, 7))]
+    members = [planned_member(i, plan, 4) for i in (0, 1)]
+    for m in members:
+        svc.on_pod("ADDED", m)
+    assert svc.filter(pod("plain", gpus=1, model="A100"), ["a"]).passed == []
+    svc.on_pod("DELETED", pod("plain", gpus=1, model="A100"))
+    for i in (1, 0):
+        out = svc.filter(members[i], NODES)
+        assert out.passed == ["a"]
+        assert svc.bind("ns", f"job-{i}", "u", "a") == ""
+    assert [rec.bound[f"ns/job-{i}"][1].gpu_indices for i in (0, 1)] == [g for _, g in plan]  # type: ignore[union-attr]
