@@ -316,6 +316,14 @@ def _restart_kind(message: str) -> str:
     return f"other: {message[:70]}"
 
 
+def _fallback_kind(message: str) -> str:
+    """A PlanFallback's why, without node names and numbers (so like ones count together)."""
+    kind = "gang" if "gang " in message else "pod"
+    why = message.split(";", maxsplit=1)[0]
+    why = re.sub(r"\bnode \S+", "node N", why)
+    return f"{kind}: {re.sub(r'[0-9]+', 'k', why)}"
+
+
 def count_events(
     api: client.ApiClient, kind: str, reasons: tuple[str, ...], label: Callable[[Any], str]
 ) -> Counter[str]:
@@ -601,13 +609,15 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
                 api,
                 "Pod",
                 GANG_EVENTS,
-                lambda e: f"{e.reason} ({'gang' if 'gang ' in (e.message or '') else 'pod'})",
+                lambda e: _fallback_kind(e.message or ""),
             )
             print(
-                f"  pod events of gangs placed off the pass's plan: {dict(events) or 'none'} "
-                "(PlanFallback: the planned GPUs no longer fit; of a gang, or of a one-worker "
-                "job's pod)"
+                f"  pod events of gangs placed off the pass's plan: {sum(events.values())} "
+                "(PlanFallback: the planned GPUs no longer fit, or kube-scheduler ruled the "
+                "node out; of a gang, or of a one-worker job's pod), by why:"
             )
+            for why, n in events.most_common():
+                print(f"    {n:4d}  {why}")
             restarts = count_events(
                 api, "TrainingJob", JOB_RESTART_EVENTS, lambda e: _restart_kind(e.message or "")
             )

@@ -106,10 +106,10 @@ def hold_planned(cache: ClusterCache, key: str, pod: Mapping[str, Any], now: flo
     """
     try:
         plan = planned(pod)
+        if plan is None or plan.node not in cache.nodes:
+            return False  # most pods: no plan, and no request to read
         req = pod_request(pod)
     except PodRequestError:
-        return False
-    if plan is None or plan.node not in cache.nodes:
         return False
     return not isinstance(cache.assume(key, plan.node, req, now, plan.gpus), Reason)
 
