@@ -113,6 +113,8 @@ class ExtenderService:
     """The last "fits no node" line logged per pod: the same line is not logged again."""
     _warned: set[str] = field(default_factory=set)
     """Pods whose profile fallback was already reported (once per pod)."""
+    _members: dict[str, set[str]] = field(default_factory=dict)
+    """Gang key -> the pods known here of that gang (`_gang_of`, by gang)."""
     _plan_held: dict[str, str] = field(default_factory=dict)
     """Unfiltered pods whose plan holds their planned GPUs: pod key -> gang key ('' for none)."""
     _plan_gangs: dict[str, set[str]] = field(default_factory=dict)
@@ -145,7 +147,7 @@ class ExtenderService:
             self.cache.observe(key, req)
             self._release_plans(key, gang)
             if gang is not None:
-                self._gang_of[key] = gang
+                self._join(key, gang)
             if plan is not None:
                 self._plans[key] = plan
             if plan is not None and (gang is None or gang.size == 1):
@@ -158,6 +160,10 @@ class ExtenderService:
                     return outcome
             placed = self.cache.place(key, req, node_names, self.policy, now)
         return self._outcome(key, req, placed)
+
+    def _join(self, key: str, gang: Gang) -> None:
+        self._gang_of[key] = gang
+        self._members.setdefault(gang.key, set()).add(key)
 
     def _hold_plan(self, key: str, pod: Mapping[str, Any]) -> None:
         """An unbound pod not yet filtered here: its plan holds its planned GPUs (lock held).
@@ -411,14 +417,20 @@ class ExtenderService:
                 gang = self._gang_of.pop(key, None)
                 if gang is not None:
                     self.gangs.forget_member(self.cache, gang, key)
-                    if gang not in self._gang_of.values():
+                    members = self._members.get(gang.key, set())
+                    members.discard(key)
+                    if not members:
                         # the last member known here left (a re-planned gang's pods are
                         # deleted): its unclaimed slots would hold GPUs until they expire
+                        self._members.pop(gang.key, None)
                         self.gangs.drop(self.cache, gang.key)
                 return
             node = spec.get("nodeName")
             if not node:
-                self._hold_plan(key, pod)
+                if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    self._drop_plan(key)
+                else:
+                    self._hold_plan(key, pod)
                 return
             self._drop_plan(key)
             held = self.cache.holdings.get(key)
@@ -430,7 +442,7 @@ class ExtenderService:
             except ValueError:
                 gang = None
             if gang is not None:  # a restarted extender still knows who is bound
-                self._gang_of[key] = gang
+                self._join(key, gang)
                 self.gangs.bound(gang, key)
 
     def sync_pods(self, pods: Sequence[Mapping[str, Any]]) -> None:

@@ -103,7 +103,13 @@ def hold_planned(cache: ClusterCache, key: str, pod: Mapping[str, Any], now: flo
 
     A pod the operator's pass placed carries its plan; until it binds, those GPUs
     are its own to the operator's next pass and to the extender's other placements.
+    Only a pod of the `chronotope` scheduler that is not being deleted holds: no
+    other scheduler's pod ever reaches the extender to end its hold.
     """
+    if (pod.get("spec") or {}).get("schedulerName") != SCHEDULER_NAME:
+        return False
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
     try:
         plan = planned(pod)
         if plan is None or plan.node not in cache.nodes:

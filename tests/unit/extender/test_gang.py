@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
+from chronotope.sharing.labels import (
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    SCHEDULER_NAME,
+    STRATEGY_ANNOTATION,
+)
 from chronotope.workloads.podreq import (
     PLANNED_GANG_ANNOTATION,
     PLANNED_GPUS_ANNOTATION,
@@ -94,6 +99,7 @@ def planned_member(i: int, plan: list[tuple[str, tuple[int, ...]]], gpus: int) -
         PLANNED_GPUS_ANNOTATION: ",".join(map(str, indices)),
         PLANNED_GANG_ANNOTATION: gang_plan_annotation(plan),
     }
+    p["spec"]["schedulerName"] = SCHEDULER_NAME
     return p
 
 
@@ -217,6 +223,7 @@ def planned_pod(name: str, node_name: str, gpus: tuple[int, ...], model: str) ->
         PLANNED_NODE_ANNOTATION: node_name,
         PLANNED_GPUS_ANNOTATION: ",".join(map(str, gpus)),
     }
+    p["spec"]["schedulerName"] = SCHEDULER_NAME
     return p
 
 
@@ -276,3 +283,19 @@ def test_a_planned_gangs_members_waiting_their_filter_do_not_block_its_reservati
         assert out.passed == ["a"]
         assert svc.bind("ns", f"job-{i}", "u", "a") == ""
     assert [rec.bound[f"ns/job-{i}"][1].gpu_indices for i in (0, 1)] == [g for _, g in plan]  # type: ignore[union-attr]
+
+
+def test_a_plan_holds_nothing_on_a_pod_of_another_scheduler_or_one_being_deleted() -> None:
+    """Neither ever reaches the extender's filter, which is what would end the hold."""
+    svc = service(Recorder())
+    other = planned_pod("other-scheduler", "a", (0, 1, 2, 3, 4, 5, 6, 7), "A100")
+    other["spec"]["schedulerName"] = "default-scheduler"
+    svc.on_pod("ADDED", other)
+    going = planned_pod("going", "v", (0, 1, 2, 3), "V100")
+    svc.on_pod("ADDED", going)
+    assert svc.filter(pod("plain", gpus=1, model="V100"), ["v"]).passed == []
+    svc.on_pod("DELETED", pod("plain", gpus=1, model="V100"))
+    going["metadata"]["deletionTimestamp"] = "2026-12-03T00:00:00Z"
+    svc.on_pod("MODIFIED", going)
+    assert svc.filter(pod("plain", gpus=1, model="V100"), ["v"]).passed == ["v"]
+    assert svc.filter(pod("big", gpus=8, model="A100"), ["a"]).passed == ["a"]
