@@ -215,3 +215,53 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
                 wait_for(lambda: _usage(custom, team_a)[3:] == (2, 1), 30, "team A counts")
         finally:
             core.delete_namespace(ns_b)
+
+
+def test_a_higher_priority_job_preempts_lower_priority_work_of_its_queue(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, team = f"PRIO-{tag.upper()}", f"p{tag}"
+    ns = namespace
+    queue = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Queue",
+        "metadata": {"name": team},
+        "spec": {
+            "quotas": [{"gpuType": gpu_type, "gpus": 4}],
+            "reclaim": {"gracePeriodSeconds": 5, "withinQueue": "LowerPriority"},
+        },
+    }
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+
+        def submit(name: str, priority: int, preemptible: bool) -> None:
+            obj = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
+            obj["spec"] |= {"priority": priority, "preemptible": preemptible}
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, obj)
+
+        # 8 GPUs on the node, 4 in the quota: only quota holds the third job back
+        with _gpu_nodes(api, core, f"pn-{tag}", gpu_type, 1, per_node=8), _queues(custom, queue):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "localqueues", _local_queue(ns, team)
+            )
+            submit("low1", 0, True)
+            _running(custom, ns, "low1", 60, "low1 running")
+            submit("low2", 0, True)
+            _running(custom, ns, "low2", 60, "low2 running")
+            submit("high", 10, False)
+            _running(custom, ns, "high", 90, "high running after preempting within its queue")
+            events = core.list_namespaced_event(ns, field_selector="involvedObject.name=low2").items
+            preempted = [e.message for e in events if e.reason == "Preempted"]
+            assert preempted, "low2 (the newest lower-priority job) was not preempted"
+            assert f"{ns}/high (higher priority in queue {team})" in preempted[0]
+            assert _status(custom, ns, "low1")["phase"] == "Running"  # only as many as needed
+            wait_for(
+                lambda: _reason(_status(custom, ns, "low2")) == "QuotaExceeded",
+                30,
+                "low2 waits for quota",
+            )
+            # an equal priority never preempts: another priority-0 job waits
+            submit("low3", 0, True)
+            wait_for(lambda: _reason(_status(custom, ns, "low3")) == "QuotaExceeded", 30, "low3")
+            assert _status(custom, ns, "low1")["phase"] == "Running"

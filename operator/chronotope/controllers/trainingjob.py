@@ -424,7 +424,11 @@ def _enact(
             c.ops.preempt(
                 victim,
                 by=c.key,
-                why=f"reclaiming quota of queue {admission.queue}",
+                why=(
+                    f"higher priority in queue {admission.queue}"
+                    if admission.within_queue
+                    else f"reclaiming quota of queue {admission.queue}"
+                ),
                 grace_seconds=grace,
             )
     elif preempting and decision.action is Action.WAIT and not verdict.held_by_quota:

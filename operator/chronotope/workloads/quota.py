@@ -19,6 +19,10 @@ what it returns. The rules (docs/queues.md):
   dominant borrowed share (borrowed / cohort nominal, over GPU types),
   divided by its weight, would be lowest after admission goes first (DRF,
   pass 3);
+- under `withinQueue: LowerPriority`, a workload that still neither fits nor
+  may borrow preempts preemptible workloads of its own queue with a lower
+  priority, lowest priority and newest first, only as many as needed (pass 4,
+  Kueue's `withinClusterQueue: LowerPriority`);
 - everything else waits with a message naming the queue, the GPU type and
   the quota that blocks.
 
@@ -41,6 +45,7 @@ from chronotope.api.v1alpha1.queue import (
     QueueSpec,
     QueueStatus,
     ReclaimPolicy,
+    WithinQueuePolicy,
 )
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 
@@ -61,6 +66,7 @@ __all__ = [
     "queue_statuses",
     "quota_frees_at",
     "reclaim_victims",
+    "within_queue_victims",
 ]
 
 
@@ -86,6 +92,7 @@ class QueueQuota:
     weight: float = 1.0
     reclaim: ReclaimPolicy = ReclaimPolicy.NEVER
     grace_seconds: int = 30
+    within_queue: WithinQueuePolicy = WithinQueuePolicy.NEVER
     types: frozenset[str] = field(init=False, repr=False, compare=False)
     """The GPU types `nominal` names (admission asks this of every alternative)."""
 
@@ -112,6 +119,7 @@ class QueueQuota:
             weight=spec.weight,
             reclaim=spec.reclaim.policy,
             grace_seconds=spec.reclaim.grace_period_seconds,
+            within_queue=spec.reclaim.within_queue,
         )
 
     def gpu_types(self) -> list[str]:
@@ -154,6 +162,9 @@ class AdmittedWorkload:
     reclaimable: bool = True
     """False for serving workloads (InferencePipeline stages, serving groups): they hold
     quota, but reclaiming never stops them."""
+    priority: int = 0
+    preemptible: bool = False
+    """Whether a higher-priority workload of its own queue may stop it (`withinQueue`)."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +175,7 @@ class PendingWorkload:
     namespace: str
     local_queue: str
     alternatives: tuple[Demand, ...]
+    priority: int = 0
 
 
 class Verdict(StrEnum):
@@ -171,7 +183,7 @@ class Verdict(StrEnum):
 
     ADMIT = "Admit"  # within its queue's nominal quota
     BORROW = "Borrow"  # above nominal, on quota the cohort lends
-    RECLAIM = "Reclaim"  # within nominal once the `victims` (borrowers) have stopped
+    RECLAIM = "Reclaim"  # admitted once the `victims` have stopped (borrowers, or see below)
     WAIT = "Wait"
 
 
@@ -194,6 +206,8 @@ class Admission:
     demand: Demand | None = None  # the alternative chosen (None while waiting)
     borrowed: Mapping[Resource, int] = field(default_factory=dict)
     victims: tuple[str, ...] = ()  # RECLAIM: stop these (with grace_seconds) first
+    within_queue: bool = False
+    """RECLAIM: the victims are its own queue's lower-priority work, not borrowers."""
     grace_seconds: int | None = None
     reason: WaitReason | None = None
     message: str = ""
@@ -455,6 +469,54 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
     return tuple(w.key for w in chosen)
 
 
+def within_queue_victims(
+    book: QuotaBook, queue: QueueQuota, priority: int, demand: Demand
+) -> tuple[str, ...] | None:
+    """`queue`'s own lower-priority work to stop so `demand` fits now; None if not enough.
+
+    Candidates are the queue's preemptible workloads (never serving ones) with a
+    priority below `priority` that hold a pool `demand` needs: the lowest priority
+    first, the newest first among equals, until `demand` fits within nominal quota
+    or by borrowing; victims the others cover are spared. `book` is left as it was.
+    """
+    pools = demand.pools()
+    candidates = sorted(
+        (
+            w
+            for w in book.workloads.values()
+            if w.queue == queue.name
+            and w.reclaimable
+            and w.preemptible
+            and w.priority < priority
+            and any(w.usage.get(p) for p in pools)
+        ),
+        key=lambda w: (w.priority, -w.admitted_at, w.key),
+    )
+
+    def fits() -> bool:
+        return _fit(book, queue, demand).verdict in (Verdict.ADMIT, Verdict.BORROW)
+
+    chosen: list[AdmittedWorkload] = []
+    try:
+        for victim in candidates:
+            book.remove(victim.key)
+            chosen.append(victim)
+            if fits():
+                break
+        else:
+            return None
+        for victim in reversed(list(chosen)):  # spare any victim the others cover alone
+            book.add(victim)
+            if fits():
+                chosen.remove(victim)
+            else:
+                book.remove(victim.key)
+        return tuple(w.key for w in chosen)
+    finally:
+        for victim in chosen:
+            book.add(victim)
+
+
 def quota_frees_at(
     book: QuotaBook, pending: PendingWorkload, releases: Sequence[tuple[float, str]]
 ) -> tuple[float, str] | None:
@@ -516,12 +578,10 @@ def admit(
             decisions[p.key] = found
         else:
             resolved.append((p, found))
-    _within_nominal(book, resolved, decisions, now)
-    _reclaim(book, resolved, decisions, now)
-    # a victim may free more than its reclaimer needed: what now fits its nominal quota
-    # (waiting since pass 1) is admitted before anyone borrows
-    _within_nominal(book, resolved, decisions, now)
-    _borrow_by_fair_share(book, resolved, decisions, now)
+    _admit_passes(book, resolved, decisions, now)
+    if _preempt_lower_priority(book, resolved, decisions, now):
+        # its victims may free more than it needed: the passes admit what now fits
+        _admit_passes(book, resolved, decisions, now)
     for p, queue in resolved:
         if p.key not in decisions:
             decisions[p.key] = _wait(book, queue, p)
@@ -559,6 +619,57 @@ def _borrow_by_fair_share(
         _, _, p, queue, demand, fit = min(offers, key=lambda o: (o[0], o[1]))
         _apply(book, p.key, queue, demand, now)
         decisions[p.key] = Admission(p.key, Verdict.BORROW, queue.name, demand, fit.borrowed)
+
+
+def _admit_passes(
+    book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
+) -> None:
+    """Passes 1-3: within nominal quota, reclaim, borrow by fair share."""
+    _within_nominal(book, resolved, decisions, now)
+    _reclaim(book, resolved, decisions, now)
+    # a victim may free more than its reclaimer needed: what now fits its nominal quota
+    # (waiting since pass 1) is admitted before anyone borrows
+    _within_nominal(book, resolved, decisions, now)
+    _borrow_by_fair_share(book, resolved, decisions, now)
+
+
+def _preempt_lower_priority(
+    book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
+) -> bool:
+    """Pass 4: under `withinQueue: LowerPriority`, stop the queue's own lower-priority work.
+
+    True if it preempted anything.
+    """
+    preempted = False
+    for p, queue in resolved:
+        if p.key in decisions or queue.within_queue is not WithinQueuePolicy.LOWER_PRIORITY:
+            continue
+        for demand in p.alternatives:
+            victims = within_queue_victims(book, queue, p.priority, demand)
+            if victims is None:
+                continue
+            for key in victims:
+                book.remove(key)
+            fit = _fit(book, queue, demand)
+            _apply(book, p.key, queue, demand, now)
+            text = (
+                f"queue {queue.name}: {demand.gpu_type} quota is held by its own "
+                f"lower-priority work; priority {p.priority} preempts it"
+            )
+            decisions[p.key] = Admission(
+                p.key,
+                Verdict.RECLAIM,
+                queue.name,
+                demand,
+                fit.borrowed,
+                victims=victims,
+                within_queue=True,
+                grace_seconds=queue.grace_seconds,
+                message=text,
+            )
+            preempted = True
+            break
+    return preempted
 
 
 def _reclaim(

@@ -304,7 +304,12 @@ def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> Admitted
         demand = Demand(str(plan["gpuType"]), gpus=int(float(plan.get("totalGpus") or 0)))
     started = parse_time(plan.get("startTime"))
     return AdmittedWorkload(
-        _key(job), queue, demand.pools(), started.timestamp() if started else 0.0
+        _key(job),
+        queue,
+        demand.pools(),
+        started.timestamp() if started else 0.0,
+        priority=spec.priority,
+        preemptible=spec.preemptible,
     )
 
 
@@ -336,7 +341,9 @@ def _cycle(
         alternatives = demands_of(spec)
         if first is not None and key in first:
             alternatives = _decided_first(spec, first[key], alternatives)
-        pending.append(PendingWorkload(key, namespace, spec.queue, alternatives))
+        pending.append(
+            PendingWorkload(key, namespace, spec.queue, alternatives, priority=spec.priority)
+        )
     return QuotaBook(view.queues, view.local_queues, admitted), pending
 
 
@@ -466,11 +473,13 @@ def quota_wait(admission: Admission) -> Decision:
     """The WAIT decision that carries a quota verdict's reason (the job's condition)."""
     if admission.verdict is Verdict.RECLAIM:
         victims = ", ".join(admission.victims)
+        whose = "lower-priority preemptible" if admission.within_queue else "borrowed"
         text = (
-            f"{admission.message}: stopping borrowed {victims} "
+            f"{admission.message}: stopping {whose} {victims} "
             f"(checkpoint, grace {admission.grace_seconds}s), then it starts"
         )
-        return Decision(Action.WAIT, text, cause="ReclaimingQuota")
+        cause = "PreemptingWithinQueue" if admission.within_queue else "ReclaimingQuota"
+        return Decision(Action.WAIT, text, cause=cause)
     reason = admission.reason.value if admission.reason is not None else "QuotaExceeded"
     start = (
         datetime.fromtimestamp(admission.quota_frees_at, UTC)

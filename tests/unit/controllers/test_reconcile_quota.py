@@ -20,13 +20,14 @@ def queue(
     gpu_type: str = "H100",
     reclaim: str = "Never",
     limit: int | None = None,
+    within: str = "Never",
 ) -> dict[str, Any]:
     quota: dict[str, Any] = {"gpuType": gpu_type, "gpus": gpus}
     if limit is not None:
         quota["borrowingLimit"] = limit
     spec: dict[str, Any] = {
         "quotas": [quota],
-        "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5},
+        "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5, "withinQueue": within},
     }
     if cohort:
         spec["cohort"] = cohort
@@ -116,6 +117,30 @@ def test_a_lender_reclaims_its_quota_from_the_newest_borrower() -> None:
     assert _cond(out) == ("True", "ReclaimingQuota")
     assert "stopping borrowed a/a2 (checkpoint, grace 5s)" in out.status["whyWaiting"]
     assert [e[1] for e in out.events] == ["ReclaimingQuota"]
+
+
+def test_a_higher_priority_job_preempts_its_queues_lower_priority_work() -> None:
+    low = running(team_job("a1", "a"))
+    low["spec"]["preemptible"] = True
+    high = team_job("a2", "a", 1)
+    high["spec"]["priority"] = 10
+    ops = ops_with(1, [low, high], [queue("team-a", 8, within="LowerPriority")])
+    out = reconcile(high, ops, NOW)
+    assert ops.preempted == [("a/a1", "a/a2")]
+    assert ops.started == []
+    assert _cond(out) == ("True", "PreemptingWithinQueue")
+    assert out.status["whyWaiting"] == (
+        "queue team-a: H100 quota is held by its own lower-priority work; priority 10 "
+        "preempts it: stopping lower-priority preemptible a/a1 (checkpoint, grace 5s), "
+        "then it starts"
+    )
+    # without withinQueue, or with a victim that is not preemptible, it waits for quota
+    for within, preemptible in (("Never", True), ("LowerPriority", False)):
+        low["spec"]["preemptible"] = preemptible
+        ops = ops_with(1, [low, high], [queue("team-a", 8, within=within)])
+        out = reconcile(high, ops, NOW)
+        assert ops.preempted == []
+        assert _cond(out) == ("True", "QuotaExceeded")
 
 
 def test_without_reclaim_a_lender_waits_for_the_borrowers() -> None:

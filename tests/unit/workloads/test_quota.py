@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -36,6 +37,7 @@ def _queue(
     weight: float = 1.0,
     reclaim: str = "Never",
     share: int = 0,
+    within: str = "Never",
 ) -> QueueSpec:
     rows: list[dict[str, Any]] = []
     for q in quotas:
@@ -43,7 +45,11 @@ def _queue(
         if len(q) == 3:
             row["borrowingLimit"] = q[2]
         rows.append(row)
-    spec: dict[str, Any] = {"quotas": rows, "weight": weight, "reclaim": {"policy": reclaim}}
+    spec: dict[str, Any] = {
+        "quotas": rows,
+        "weight": weight,
+        "reclaim": {"policy": reclaim, "withinQueue": within},
+    }
     if cohort:
         spec["cohort"] = cohort
     return QueueSpec.model_validate(spec)
@@ -353,6 +359,87 @@ def test_demands_of_a_training_job() -> None:
     assert demands_of(share)[0] == Demand(A100, share_milli=1200)
 
 
+# --- preemption within a queue (withinQueue: LowerPriority) ---------------------------------
+
+
+def _ranked_book(
+    running: Sequence[tuple[str, int, int, bool]], *, within: str = "LowerPriority"
+) -> QuotaBook:
+    """team-a (8 A100, no cohort) running (key, GPUs, priority, preemptible), oldest first."""
+    queues = {"team-a": _queue((A100, 8), cohort=None, within=within)}
+    local = {("team-a", "default"): LocalQueueSpec(queue="team-a")}
+    admitted = [
+        AdmittedWorkload(
+            key, "team-a", {(A100, GPUS): n}, float(i), priority=prio, preemptible=preemptible
+        )
+        for i, (key, n, prio, preemptible) in enumerate(running)
+    ]
+    return QuotaBook(queues, local, admitted)
+
+
+def _urgent(key: str, n: int, priority: int) -> PendingWorkload:
+    return PendingWorkload(key, "team-a", "default", (Demand(A100, gpus=n),), priority=priority)
+
+
+def test_a_higher_priority_job_preempts_its_queues_lowest_priority_newest_work() -> None:
+    book = _ranked_book([("old", 4, 0, True), ("new", 2, 0, True), ("mid", 2, 5, True)])
+    out = admit(book, [_urgent("hi", 2, 10)])["hi"]
+    assert out.verdict is Verdict.RECLAIM
+    assert out.within_queue
+    assert out.victims == ("new",)  # priority 0 before 5; the newest of priority 0 first
+    assert out.grace_seconds == DEFAULT_RECLAIM_GRACE_SECONDS
+    assert "held by its own lower-priority work; priority 10 preempts it" in out.message
+    assert book.used("team-a", (A100, GPUS)) == 8  # hi counted, new no longer
+
+
+def test_preemption_within_a_queue_spares_a_victim_the_others_cover() -> None:
+    # need 3: new (2) is not enough, old (4) is, and alone
+    book = _ranked_book([("old", 4, 0, True), ("new", 2, 0, True), ("keep", 2, 9, False)])
+    assert admit(book, [_urgent("hi", 3, 10)])["hi"].victims == ("old",)
+
+
+def test_only_lower_priority_preemptible_work_is_stopped() -> None:
+    book = _ranked_book([("same", 4, 10, True), ("pinned", 4, 0, False)])
+    out = admit(book, [_urgent("hi", 2, 10)])["hi"]
+    assert out.verdict is Verdict.WAIT
+    assert out.message == "queue team-a: A100 8/8 in use, no cohort to borrow from"
+
+
+def test_too_little_to_preempt_stops_nobody() -> None:
+    book = _ranked_book([("low", 2, 0, True), ("pinned", 6, 0, False)])
+    out = admit(book, [_urgent("hi", 4, 10)])["hi"]
+    assert out.verdict is Verdict.WAIT
+    assert out.victims == ()
+    assert book.used("team-a", (A100, GPUS)) == 8  # the book is left as it was
+
+
+def test_within_queue_never_is_the_default_and_waits() -> None:
+    book = _ranked_book([("low", 8, 0, True)], within="Never")
+    assert admit(book, [_urgent("hi", 2, 10)])["hi"].verdict is Verdict.WAIT
+    spec = QueueSpec.model_validate({"quotas": [{"gpuType": A100, "gpus": 1}]})
+    assert spec.reclaim.within_queue == "Never"
+
+
+def test_borrowing_comes_before_preempting_within_the_queue() -> None:
+    queues = {
+        "team-a": _queue((A100, 4), within="LowerPriority"),
+        "team-b": _queue((A100, 4)),
+    }
+    local = {(n, "default"): LocalQueueSpec(queue=n) for n in queues}
+    low = AdmittedWorkload("low", "team-a", {(A100, GPUS): 4}, 0.0, priority=0, preemptible=True)
+    book = QuotaBook(queues, local, [low])
+    out = admit(book, [_urgent("hi", 2, 10)])["hi"]
+    assert out.verdict is Verdict.BORROW  # team-b's idle quota, nobody stopped
+    assert out.victims == ()
+
+
+def test_a_job_preempted_for_quota_is_not_picked_twice_in_a_cycle() -> None:
+    book = _ranked_book([("low1", 4, 0, True), ("low2", 4, 0, True)])
+    out = admit(book, [_urgent("hi1", 4, 10), _urgent("hi2", 4, 10), _urgent("hi3", 1, 10)])
+    assert {out["hi1"].victims, out["hi2"].victims} == {("low1",), ("low2",)}
+    assert out["hi3"].verdict is Verdict.WAIT  # the two new ones are not preemptible victims
+
+
 # --- invariants -----------------------------------------------------------------------------
 
 _queue_sizes = st.lists(
@@ -368,28 +455,45 @@ _queue_sizes = st.lists(
     running=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), max_size=8),
     jobs=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 6)), min_size=1, max_size=10),
     reclaim=st.booleans(),
+    within=st.booleans(),
+    ranks=st.lists(st.tuples(st.integers(0, 2), st.booleans()), min_size=18, max_size=18),
 )
 def test_invariants(
+    *,
     sizes: list[tuple[int, int | None, int]],
     running: list[tuple[int, int]],
     jobs: list[tuple[int, int]],
     reclaim: bool,
+    within: bool,
+    ranks: list[tuple[int, bool]],
 ) -> None:
     policy = "PreemptBorrowed" if reclaim else "Never"
     queues = {
         f"q{i}": _queue(
-            (A100, n, limit) if limit is not None else (A100, n), weight=w, reclaim=policy
+            (A100, n, limit) if limit is not None else (A100, n),
+            weight=w,
+            reclaim=policy,
+            within="LowerPriority" if within else "Never",
         )
         for i, (n, limit, w) in enumerate(sizes)
     }
     names = list(queues)
-    # start from a state the accounting itself admitted
+    # start from a state the accounting itself admitted, then rank what runs
     book = _book(queues)
     admit(
         book, [_job(f"r{i}", names[q % len(names)], (A100, n)) for i, (q, n) in enumerate(running)]
     )
-    before = {k: w.queue for k, w in book.workloads.items()}
-    pending = [_job(f"j{i}", names[q % len(names)], (A100, n)) for i, (q, n) in enumerate(jobs)]
+    for key in list(book.workloads):
+        prio, preemptible = ranks[int(key[1:])]
+        ranked = replace(book.workloads[key], priority=prio, preemptible=preemptible)
+        book.remove(key)
+        book.add(ranked)
+    before = dict(book.workloads)
+    pending = [
+        replace(_job(f"j{i}", names[q % len(names)], (A100, n)), priority=ranks[8 + i][0])
+        for i, (q, n) in enumerate(jobs)
+    ]
+    priority = {p.key: p.priority for p in pending}
     decisions = admit(book, pending)
     total_nominal = sum(q.nominal.get((A100, GPUS), 0) for q in book.queues.values())
     assert sum(book.used(n, (A100, GPUS)) for n in names) <= total_nominal
@@ -401,9 +505,14 @@ def test_invariants(
     for d in decisions.values():
         for victim in d.victims:
             assert victim in before  # never a workload admitted in the same cycle
-            assert before[victim] != d.queue  # only others' work
-        if d.victims:
-            assert reclaim
+            if d.within_queue:  # its own queue's lower-priority preemptible work
+                assert within
+                assert before[victim].queue == d.queue
+                assert before[victim].preemptible
+                assert before[victim].priority < priority[d.key]
+            else:
+                assert before[victim].queue != d.queue  # only others' work
+                assert reclaim
         # what lies within its nominal quota can always be reclaimed from the borrowers
         assert "too few borrowed workloads" not in d.message
     for name, status in queue_statuses(book, decisions).items():

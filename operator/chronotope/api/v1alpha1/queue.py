@@ -6,7 +6,9 @@ GPU), an optional cohort whose members lend each other their unused nominal
 quota (up to a per-type borrowing limit), a fair-share weight that orders
 borrowers (dominant-resource share divided by weight, lowest first), and a
 reclaim policy: whether the queue may preempt borrowed work, after a
-checkpoint grace period, when it needs its own quota back. Namespaces reach a
+checkpoint grace period, when it needs its own quota back, and whether a
+workload may preempt its own queue's lower-priority preemptible work when the
+queue's quota is full (Kueue's `withinClusterQueue`). Namespaces reach a
 Queue through a LocalQueue (`localqueue`). The accounting is
 `chronotope.workloads.quota`; docs/queues.md describes the rules.
 
@@ -35,6 +37,7 @@ __all__ = [
     "QueueSpec",
     "QueueStatus",
     "ReclaimPolicy",
+    "WithinQueuePolicy",
 ]
 
 MILLI_PER_GPU = 1000
@@ -89,6 +92,13 @@ class ReclaimPolicy(StrEnum):
     PREEMPT_BORROWED = "PreemptBorrowed"
 
 
+class WithinQueuePolicy(StrEnum):
+    """What a workload does when its own queue's quota is held by its own queue's work."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+
+
 class QueueReclaim(ApiModel):
     """How the queue takes back nominal quota that other queues of its cohort borrowed."""
 
@@ -104,6 +114,13 @@ class QueueReclaim(ApiModel):
         le=86_400,
         description="Seconds a preempted worker gets to checkpoint and exit after SIGTERM; "
         "the same default as any checkpointed stop of a TrainingJob.",
+    )
+    within_queue: WithinQueuePolicy = Field(
+        default=WithinQueuePolicy.NEVER,
+        description="Never: a workload waits while its queue's own work holds the quota. "
+        "LowerPriority: a workload that neither fits nor may borrow checkpoints and stops "
+        "preemptible workloads of the same queue with a lower priority (lowest priority "
+        "first, newest first, only as many as needed), with the grace period above.",
     )
 
 
@@ -148,7 +165,8 @@ class QueueSpec(ApiModel):
     )
     reclaim: QueueReclaim = Field(
         default_factory=QueueReclaim,
-        description="Whether the queue preempts borrowed work to get its quota back.",
+        description="Whether the queue preempts borrowed work to get its quota back, and its "
+        "own lower-priority work for higher-priority work.",
     )
 
 
@@ -236,6 +254,12 @@ KIND = KindInfo(
         PrinterColumn("Admitted", ".status.admittedWorkloads", "integer", "Workloads admitted"),
         PrinterColumn("Pending", ".status.pendingWorkloads", "integer", "Workloads waiting"),
         PrinterColumn("Reclaim", ".spec.reclaim.policy", description="Reclaim policy", priority=1),
+        PrinterColumn(
+            "WithinQueue",
+            ".spec.reclaim.withinQueue",
+            description="Preemption within the queue",
+            priority=1,
+        ),
         PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
     ),
     namespaced=False,
