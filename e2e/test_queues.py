@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, operator_metrics, wait_for
 from e2e.test_trainingjob import _gpu_nodes, job
 
 pytestmark = pytest.mark.cluster
@@ -179,12 +179,8 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
                 # team B wants its quota back: a2 (borrowed) is checkpointed and stopped
                 submit(ns_b, "b1")
                 running(ns_b, "b1", 90, "b1 running after reclaim")
-                events = core.list_namespaced_event(
-                    ns_a, field_selector="involvedObject.name=a2"
-                ).items
-                preempted = [e.message for e in events if e.reason == "Preempted"]
-                assert preempted, "a2 was not preempted"
-                assert f"{ns_b}/b1 (reclaiming quota of queue {team_b})" in preempted[0]
+                why = f"{ns_b}/b1 (reclaiming quota of queue {team_b})"
+                _was_preempted(kube_cluster, core, ns_a, "a2", why=why, counted=("Reclaim", team_b))
                 assert phase(ns_a, "a1") == "Running"  # within nominal: never touched
                 wait_for(lambda: phase(ns_a, "a2") == "Waiting", 30, "a2 re-queued")
                 # 2 of the 6 GPUs are idle, but the cohort's quota (4) is all in use
@@ -215,6 +211,25 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
                 wait_for(lambda: _usage(custom, team_a)[3:] == (2, 1), 30, "team A counts")
         finally:
             core.delete_namespace(ns_b)
+
+
+def _was_preempted(
+    cluster: KubeCluster,
+    core: client.CoreV1Api,
+    ns: str,
+    name: str,
+    *,
+    why: str,
+    counted: tuple[str, str],
+) -> None:
+    """`name`'s Preempted event says `why`; /metrics counts it once, as (cause, queue)."""
+    events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    preempted = [e.message for e in events if e.reason == "Preempted"]
+    assert preempted, f"{name} was not preempted"
+    assert why in preempted[0]
+    cause, queue = counted
+    line = f'chronotope_trainingjob_preemptions_total{{cause="{cause}",queue="{queue}"}} 1.0'
+    wait_for(lambda: line in operator_metrics(cluster), 30, f"metrics: {line}")
 
 
 def test_a_higher_priority_job_preempts_lower_priority_work_of_its_queue(
@@ -251,10 +266,9 @@ def test_a_higher_priority_job_preempts_lower_priority_work_of_its_queue(
             _running(custom, ns, "low2", 60, "low2 running")
             submit("high", 10, False)
             _running(custom, ns, "high", 90, "high running after preempting within its queue")
-            events = core.list_namespaced_event(ns, field_selector="involvedObject.name=low2").items
-            preempted = [e.message for e in events if e.reason == "Preempted"]
-            assert preempted, "low2 (the newest lower-priority job) was not preempted"
-            assert f"{ns}/high (higher priority in queue {team})" in preempted[0]
+            # low2, the newest lower-priority job, is the one preempted
+            why = f"{ns}/high (higher priority in queue {team})"
+            _was_preempted(kube_cluster, core, ns, "low2", why=why, counted=("WithinQueue", team))
             assert _status(custom, ns, "low1")["phase"] == "Running"  # only as many as needed
             wait_for(
                 lambda: _reason(_status(custom, ns, "low2")) == "QuotaExceeded",

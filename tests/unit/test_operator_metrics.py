@@ -22,6 +22,7 @@ def test_phases_and_waiting_demand() -> None:
     m.observe_job(running, {})  # nothing new in the outcome: the job's own phase counts
     m.observe_job(_job("d", 1, 1, "T4"), {})  # never reconciled to a phase yet
     m.events.labels("Started").inc()
+    m.preemptions.labels("Reclaim", "team-b").inc()
     text = generate_latest(m.registry).decode()
     assert 'chronotope_trainingjobs{phase="Waiting"} 1.0' in text
     assert 'chronotope_trainingjobs{phase="Pending"} 1.0' in text
@@ -29,6 +30,7 @@ def test_phases_and_waiting_demand() -> None:
     assert 'chronotope_trainingjobs{phase="New"} 1.0' in text
     assert 'chronotope_trainingjob_waiting_gpus{gpu_type="H100"} 16.0' in text
     assert 'chronotope_trainingjob_events_total{reason="Started"} 1.0' in text
+    assert 'chronotope_trainingjob_preemptions_total{cause="Reclaim",queue="team-b"} 1.0' in text
 
 
 def test_jobs_not_reconciled_lately_drop_out() -> None:

@@ -13,6 +13,12 @@
   `trainingjob_loop.TrainingJobLoop._predicted`), by resource and event type
 * `chronotope_trainingjob_events_total{reason}`: every decision posted as an
   event (Started, Waiting, Unschedulable, Preempting, Replanning, ...)
+* `chronotope_trainingjob_preemptions_total{cause,queue}`: TrainingJobs
+  checkpointed and stopped for another workload (Kueue's
+  `kueue_preempted_workloads_total`), counted once each, when the victim's
+  own reconcile re-queues it: `cause` `Reclaim` (`queue` reclaims the quota it
+  lent), `WithinQueue` (higher priority in its own `queue`) or `Priority`
+  (priority preemption for GPUs, `queue` empty)
 * `chronotope_trainingjobs{phase}`: jobs by phase, from the latest reconcile
   of each job seen in the last `stale_after_s` seconds (deleted jobs drop out)
 * `chronotope_trainingjob_waiting_gpus{gpu_type}`: GPUs that waiting jobs
@@ -297,6 +303,12 @@ class OperatorMetrics:
             "chronotope_trainingjob_events_total",
             "Decisions posted as events on TrainingJobs",
             ["reason"],
+            registry=self.registry,
+        )
+        self.preemptions = Counter(
+            "chronotope_trainingjob_preemptions_total",
+            "TrainingJobs checkpointed and stopped for another workload, by cause and the queue",
+            ["cause", "queue"],
             registry=self.registry,
         )
         self._jobs = _Jobs(stale_after_s, clock)

@@ -57,6 +57,7 @@ __all__ = [
     "PassCache",
     "fresh_pass",
     "merged_status",
+    "preemption_cause",
     "reconcile",
 ]
 
@@ -73,6 +74,30 @@ class Outcome:
     """(Normal | Warning, reason, message)"""
     deferred: bool = False
     """Nothing was decided: a start waits for the scheduling pass being made (`PassCache`)."""
+    preempted: tuple[str, str] | None = None
+    """This job was checkpointed and stopped for another: (cause, queue), `preemption_cause`."""
+
+
+_WITHIN_QUEUE = "higher priority in queue "
+_RECLAIM = "reclaiming quota of queue "
+_PRIORITY = "higher priority"
+
+
+def preemption_cause(preempted_by: str) -> tuple[str, str]:
+    """(cause, queue) of a preemption from the victim's `preempted-by` annotation.
+
+    The annotation is `NS/JOB (WHY)`, the WHY one of those `_enact` and
+    `_try_preempt` write: `WithinQueue` (higher priority in the queue named),
+    `Reclaim` (the queue named reclaims its lent quota), or `Priority`
+    (priority preemption for GPUs, no queue).
+    """
+    _, _, why = preempted_by.partition(" (")
+    why = why.removesuffix(")")
+    if why.startswith(_WITHIN_QUEUE):
+        return "WithinQueue", why.removeprefix(_WITHIN_QUEUE)
+    if why.startswith(_RECLAIM):
+        return "Reclaim", why.removeprefix(_RECLAIM)
+    return "Priority", ""
 
 
 class ClusterOps(Protocol):
@@ -199,6 +224,8 @@ def reconcile(
             if preempted_by
             else "all workers are gone (nodes deleted?); re-planning"
         )
+        if preempted_by:
+            cycle.out.preempted = preemption_cause(preempted_by)
         return _restart(cycle, [], why, "Preempted" if preempted_by else "GangLost")
     return _start_or_wait(cycle, passes)
 
@@ -424,11 +451,7 @@ def _enact(
             c.ops.preempt(
                 victim,
                 by=c.key,
-                why=(
-                    f"higher priority in queue {admission.queue}"
-                    if admission.within_queue
-                    else f"reclaiming quota of queue {admission.queue}"
-                ),
+                why=f"{_WITHIN_QUEUE if admission.within_queue else _RECLAIM}{admission.queue}",
                 grace_seconds=grace,
             )
     elif preempting and decision.action is Action.WAIT and not verdict.held_by_quota:
@@ -636,7 +659,7 @@ def _try_preempt(c: _Cycle, cycle: Cycle, decision: Decision) -> Decision:
     if preemption is None:
         return decision
     for victim in preemption.victims:
-        c.ops.preempt(victim, by=cycle.key, why="higher priority", grace_seconds=30)
+        c.ops.preempt(victim, by=cycle.key, why=_PRIORITY, grace_seconds=30)
     c.out.events.append(
         (
             "Normal",

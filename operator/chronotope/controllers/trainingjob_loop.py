@@ -645,6 +645,8 @@ class TrainingJobLoop:
         changed = {k: v for k, v in new.items() if old.get(k) != v}
         if changed or outcome.annotations or outcome.events:
             self.ops.write(job, changed, outcome.annotations, outcome.events)
+        if outcome.preempted is not None:
+            self.metrics.preemptions.labels(*outcome.preempted).inc()
         for _kind, reason, message in outcome.events:
             self.metrics.events.labels(reason).inc()
             log.info("%s %s: %s", key, reason, message)

@@ -31,6 +31,8 @@ class FakeOps:
         self.services: list[dict[str, Any] | None] = []
         self.stopped: list[str] = []
         self.preempted: list[tuple[str, str]] = []
+        self.annotated: dict[str, str] = {}
+        """job key -> the `preempted-by` annotation `preempt` wrote on it"""
         self.queue_objs: list[dict[str, Any]] = []
         self.local_queue_objs: list[dict[str, Any]] = []
 
@@ -73,6 +75,7 @@ class FakeOps:
 
     def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
         self.preempted.append((job_key, by))
+        self.annotated[job_key] = f"{by} ({why})"  # as `TrainingJobOps.preempt` writes it
 
 
 def _check_protocol(ops: FakeOps) -> ClusterOps:

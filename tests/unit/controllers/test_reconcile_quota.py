@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chronotope.controllers.trainingjob import reconcile
+from chronotope.controllers.trainingjob import preemption_cause, reconcile
+from chronotope.sharing.labels import PREEMPTED_BY_ANNOTATION
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reconcile import NOW, FakeOps, job, node
@@ -179,3 +180,44 @@ def test_a_job_that_can_never_run_takes_no_quota_from_the_jobs_behind_it() -> No
     out = reconcile(behind, ops, NOW)
     assert out.status["phase"] == "Starting"
     assert "queue team-a admits it within its nominal quota" in out.events[0][2]
+
+
+def _preempted(victim: dict[str, Any], ops: FakeOps) -> Any:
+    """The victim's own reconcile once its workers are gone: what it reports."""
+    key = f"{victim['metadata']['namespace']}/{victim['metadata']['name']}"
+    victim["metadata"]["annotations"] = {PREEMPTED_BY_ANNOTATION: ops.annotated[key]}
+    return reconcile(victim, ops, NOW)
+
+
+def test_a_victim_reports_the_cause_and_the_queue_it_was_preempted_for() -> None:
+    # reclaim: team-b takes back the quota a/a2 borrowed
+    a1 = running(team_job("a1", "a"), "2030-01-01T11:00:00Z")
+    a2 = running(team_job("a2", "a", 1), "2030-01-01T11:30:00Z")
+    b1 = team_job("b1", "b", 2)
+    queues = [
+        queue("team-a", 8, cohort="ml"),
+        queue("team-b", 8, cohort="ml", reclaim="PreemptBorrowed"),
+    ]
+    ops = ops_with(2, [a1, a2, b1], queues)
+    reconcile(b1, ops, NOW)
+    out = _preempted(a2, ops)
+    assert out.preempted == ("Reclaim", "team-b")
+    assert [e[1] for e in out.events] == ["Preempted"]
+    # within its queue: a higher-priority job of team-a stops a preemptible one
+    low = running(team_job("l1", "a"))
+    low["spec"]["preemptible"] = True
+    high = team_job("h1", "a", 1)
+    high["spec"]["priority"] = 10
+    ops = ops_with(1, [low, high], [queue("team-a", 8, within="LowerPriority")])
+    reconcile(high, ops, NOW)
+    assert _preempted(low, ops).preempted == ("WithinQueue", "team-a")
+    # a job that was not preempted (its gang is just gone) reports no preemption
+    lost = running(team_job("g1", "a"))
+    assert reconcile(lost, ops_with(1, [lost], []), NOW).preempted is None
+
+
+def test_preemption_cause_reads_each_why_the_preemptors_write() -> None:
+    assert preemption_cause("b/b1 (reclaiming quota of queue team-b)") == ("Reclaim", "team-b")
+    assert preemption_cause("a/h (higher priority in queue q-1)") == ("WithinQueue", "q-1")
+    assert preemption_cause("a/h (higher priority)") == ("Priority", "")
+    assert preemption_cause("a/h") == ("Priority", "")  # an older operator's annotation
