@@ -65,6 +65,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "con
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def metric_value(text: str, name: str, labels: str) -> float:
+    """The value of sample `name{labels}` in Prometheus text; 0 if absent."""
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{labels}}} "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def operator_metrics(cluster: KubeCluster) -> str:
     """The text of the operator's /metrics (the operator the tests started)."""
     import urllib.request

@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from chronotope.devcluster.process import free_port
-from e2e.kubetest import KubeCluster, kubectl_binary, wait_for
+from e2e.kubetest import KubeCluster, kubectl_binary, metric_value, wait_for
 from tests.fake_kubelet import fake_kubelet
 
 # a cold build (apt, debootstrap, PyPI downloads) takes minutes; the first test pays it
@@ -187,14 +187,6 @@ def _wait_http(docker: Docker, name: str, url: str, timeout: float = 120) -> Non
     wait_for(ready, timeout, f"{url} from container {name}")
 
 
-def _metric(text: str, name: str, labels: str) -> float:
-    """The value of sample `name{labels}` in Prometheus text; 0 if absent."""
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{labels}}} "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_the_image_lists_every_component_and_runs_as_non_root(docker: Docker) -> None:
     listed = docker.check("run", "--rm", IMAGE, "--help")
     for command in ("operator", "scheduler", "device-plugin"):
@@ -283,11 +275,12 @@ def test_the_operator_from_the_image_reconciles_a_trainingjob(
                     f"http://127.0.0.1:{metrics}/metrics", timeout=5
                 ) as resp:
                     text = resp.read().decode()
-                return text if _metric(text, "chronotope_trainingjobs", 'phase="Running"') else None
+                running = metric_value(text, "chronotope_trainingjobs", 'phase="Running"')
+                return text if running else None
 
             # the container's own metrics: it reconciled the job and saw it running
             text = wait_for(reconciled, 30, "the container's operator to see the job running")
-            ok = _metric(text, "chronotope_trainingjob_reconcile_seconds_count", 'result="ok"')
+            ok = metric_value(text, "chronotope_trainingjob_reconcile_seconds_count", 'result="ok"')
             assert ok >= 1, text
             if alone:
                 assert f"{namespace}/img Started" in _logs(docker, name), _logs(docker, name)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.kubetest import KubeCluster, operator_metrics, wait_for
+from e2e.kubetest import KubeCluster, metric_value, operator_metrics, wait_for
 from e2e.test_trainingjob import _gpu_nodes, job
 
 pytestmark = pytest.mark.cluster
@@ -209,6 +209,8 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
                 running(ns_a, "a2", 60, "a2 running on new quota")
                 assert phase(ns_a, "a3") == "Waiting"
                 wait_for(lambda: _usage(custom, team_a)[3:] == (2, 1), 30, "team A counts")
+                # admission waits by Queue: a1, a2, and a2 again after its reclaim; b1
+                _admission_waits(kube_cluster, {team_a: 3, team_b: 1})
         finally:
             core.delete_namespace(ns_b)
 
@@ -230,6 +232,17 @@ def _was_preempted(
     cause, queue = counted
     line = f'chronotope_trainingjob_preemptions_total{{cause="{cause}",queue="{queue}"}} 1.0'
     wait_for(lambda: line in operator_metrics(cluster), 30, f"metrics: {line}")
+
+
+def _admission_waits(cluster: KubeCluster, starts: dict[str, int]) -> None:
+    """/metrics has observed at least `starts[queue]` admission waits of each queue."""
+    count = "chronotope_trainingjob_admission_wait_seconds_count"
+
+    def observed() -> bool:
+        text = operator_metrics(cluster)
+        return all(metric_value(text, count, f'queue="{q}"') >= n for q, n in starts.items())
+
+    wait_for(observed, 30, f"admission waits {starts} in /metrics")
 
 
 def test_a_higher_priority_job_preempts_lower_priority_work_of_its_queue(

@@ -23,6 +23,7 @@ def test_phases_and_waiting_demand() -> None:
     m.observe_job(_job("d", 1, 1, "T4"), {})  # never reconciled to a phase yet
     m.events.labels("Started").inc()
     m.preemptions.labels("Reclaim", "team-b").inc()
+    m.admission_wait.labels("team-a").observe(42.0)
     text = generate_latest(m.registry).decode()
     assert 'chronotope_trainingjobs{phase="Waiting"} 1.0' in text
     assert 'chronotope_trainingjobs{phase="Pending"} 1.0' in text
@@ -31,6 +32,10 @@ def test_phases_and_waiting_demand() -> None:
     assert 'chronotope_trainingjob_waiting_gpus{gpu_type="H100"} 16.0' in text
     assert 'chronotope_trainingjob_events_total{reason="Started"} 1.0' in text
     assert 'chronotope_trainingjob_preemptions_total{cause="Reclaim",queue="team-b"} 1.0' in text
+    wait = "chronotope_trainingjob_admission_wait_seconds"
+    assert f'{wait}_count{{queue="team-a"}} 1.0' in text
+    assert f'{wait}_bucket{{le="60.0",queue="team-a"}} 1.0' in text
+    assert f'{wait}_bucket{{le="30.0",queue="team-a"}} 0.0' in text
 
 
 def test_jobs_not_reconciled_lately_drop_out() -> None:

@@ -19,6 +19,10 @@
   own reconcile re-queues it: `cause` `Reclaim` (`queue` reclaims the quota it
   lent), `WithinQueue` (higher priority in its own `queue`) or `Priority`
   (priority preemption for GPUs, `queue` empty)
+* `chronotope_trainingjob_admission_wait_seconds{queue}` (histogram): from a
+  job's creation, or from when it last stopped running (preempted, re-planned),
+  until its gang is created (Kueue's `kueue_admission_wait_time_seconds`),
+  by its Queue (empty without queues)
 * `chronotope_trainingjobs{phase}`: jobs by phase, from the latest reconcile
   of each job seen in the last `stale_after_s` seconds (deleted jobs drop out)
 * `chronotope_trainingjob_waiting_gpus{gpu_type}`: GPUs that waiting jobs
@@ -310,6 +314,13 @@ class OperatorMetrics:
             "TrainingJobs checkpointed and stopped for another workload, by cause and the queue",
             ["cause", "queue"],
             registry=self.registry,
+        )
+        self.admission_wait = Histogram(
+            "chronotope_trainingjob_admission_wait_seconds",
+            "Time from a TrainingJob's creation or last requeue until its gang is created",
+            ["queue"],
+            registry=self.registry,
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
         )
         self._jobs = _Jobs(stale_after_s, clock)
         self.registry.register(self._jobs)

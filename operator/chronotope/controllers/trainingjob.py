@@ -45,6 +45,7 @@ from chronotope.workloads.training_status import (
     decided_phase,
     merge_conditions,
     pods_status,
+    queued_since,
     resizing_status,
     started_status,
     waiting_status,
@@ -76,6 +77,8 @@ class Outcome:
     """Nothing was decided: a start waits for the scheduling pass being made (`PassCache`)."""
     preempted: tuple[str, str] | None = None
     """This job was checkpointed and stopped for another: (cause, queue), `preemption_cause`."""
+    admitted: tuple[str, float] | None = None
+    """This job's gang was created: (its Queue, or "" without queues; seconds it waited)."""
 
 
 _WITHIN_QUEUE = "higher priority in queue "
@@ -479,6 +482,9 @@ def _enact(
         c.name, decision, degrees, c.now, c.generation, replicas=c.spec.replicas
     )
     out.events.append(("Normal", "Started", decision.reason))
+    since = queued_since(c.job)
+    waited = max(0.0, (c.now - since).total_seconds()) if since is not None else 0.0
+    out.admitted = ((admission.queue or "") if admission is not None else "", waited)
     if degrees.note:
         out.events.append(("Warning", "ParallelismHints", degrees.note))
     return out

@@ -647,6 +647,9 @@ class TrainingJobLoop:
             self.ops.write(job, changed, outcome.annotations, outcome.events)
         if outcome.preempted is not None:
             self.metrics.preemptions.labels(*outcome.preempted).inc()
+        if outcome.admitted is not None:
+            queue, waited = outcome.admitted
+            self.metrics.admission_wait.labels(queue).observe(waited)
         for _kind, reason, message in outcome.events:
             self.metrics.events.labels(reason).inc()
             log.info("%s %s: %s", key, reason, message)

@@ -18,7 +18,7 @@ from typing import Any
 
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.parallelism import Degrees
-from chronotope.workloads.replan import completed_fraction
+from chronotope.workloads.replan import completed_fraction, parse_time
 from chronotope.workloads.training import Decision
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "decided_phase",
     "merge_conditions",
     "pods_status",
+    "queued_since",
     "resizing_status",
     "started_status",
     "waiting_status",
@@ -58,6 +59,22 @@ def merge_conditions(
             kept = cond | {"lastTransitionTime": prev.get("lastTransitionTime")}
         by_type[cond["type"]] = kept
     return [c for c in by_type.values() if c.get("type")]
+
+
+def queued_since(job: Mapping[str, Any]) -> datetime | None:
+    """When the job last joined the queue: when it last stopped running, else its creation.
+
+    That is the `Running` condition's `lastTransitionTime` while it is `False`
+    (set at the first waiting status, kept while the job does not run, moved
+    when a running gang is stopped), as Kueue measures admission wait from a
+    workload's creation or its last requeue.
+    """
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Running" and cond.get("status") == "False":
+            since = parse_time(cond.get("lastTransitionTime"))
+            if since is not None:
+                return since
+    return parse_time((job.get("metadata") or {}).get("creationTimestamp"))
 
 
 def decided_phase(decision: Decision) -> str:

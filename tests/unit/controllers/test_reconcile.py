@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chronotope.controllers.trainingjob import STUCK_AFTER_S, ClusterOps, reconcile
+from chronotope.controllers.trainingjob import STUCK_AFTER_S, ClusterOps, merged_status, reconcile
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import (
     GENERATION_ANNOTATION,
@@ -78,6 +78,13 @@ class FakeOps:
         self.annotated[job_key] = f"{by} ({why})"  # as `TrainingJobOps.preempt` writes it
 
 
+def _pods_are(ops: FakeOps, node_name: str, phase: str) -> None:
+    """Every worker `reconcile` created is bound to `node_name` and in `phase`."""
+    for pod in ops._pods:
+        pod["spec"]["nodeName"] = node_name
+        pod["status"] = {"phase": phase}
+
+
 def _check_protocol(ops: FakeOps) -> ClusterOps:
     return ops  # mypy checks the fake against the Protocol
 
@@ -128,6 +135,33 @@ def test_a_job_that_fits_starts_its_gang() -> None:
     assert [s["metadata"]["name"] for s in ops.services if s] == ["a"]  # its rendezvous
 
 
+def test_a_start_reports_how_long_the_job_waited_since_its_creation() -> None:
+    me = job("a")  # created at midnight, started at noon, never waited before
+    out = reconcile(me, FakeOps([node("h-0")], [me]), NOW)
+    assert out.admitted == ("", 12 * 3600.0)  # no Queues: no queue label
+
+
+def test_a_requeued_job_waits_from_when_it_last_stopped_running() -> None:
+    me = job("a")
+    ops = FakeOps([node("h-0")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    _pods_are(ops, "h-gone", "Running")
+    ops._nodes.append(node("h-gone"))
+    running = reconcile(me, ops, NOW + timedelta(minutes=1))
+    assert running.status["phase"] == "Running"
+    assert running.admitted is None
+    me["status"] |= merged_status(me["status"], running.status)  # as the patch lands
+    ops._pods.clear()  # its gang is gone: preempted
+    me["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION] = "ns/b (higher priority)"
+    stopped = reconcile(me, ops, NOW + timedelta(hours=1))
+    assert stopped.preempted == ("Priority", "")
+    me["status"] |= merged_status(me["status"], stopped.status)
+    me["metadata"]["annotations"].update(stopped.annotations)
+    again = reconcile(me, ops, NOW + timedelta(hours=1, seconds=90))
+    assert again.status["phase"] == "Starting"
+    assert again.admitted == ("", 90.0)  # from the stop, not from its creation
+
+
 def test_a_one_worker_gang_has_no_service_and_rendezvous_on_localhost() -> None:
     me = job("solo")
     ops = FakeOps([node("h-0")], [me])
@@ -164,9 +198,7 @@ def test_a_running_gang_that_lost_its_node_restarts_from_its_checkpoint() -> Non
     ops = FakeOps([node("h-0")], [me])
     started = reconcile(me, ops, NOW)
     me["status"] = started.status
-    for pod in ops._pods:
-        pod["spec"]["nodeName"] = "h-gone"
-        pod["status"] = {"phase": "Running"}
+    _pods_are(ops, "h-gone", "Running")
     out = reconcile(me, ops, NOW)
     assert out.status["phase"] == "Resizing"
     assert out.status["restarts"] == 1
@@ -180,9 +212,7 @@ def test_kubectl_scale_of_a_running_job_restarts_its_gang_at_the_new_size() -> N
     me = job("a")
     ops = FakeOps([node("h-0"), node("h-1")], [me])
     me["status"] = reconcile(me, ops, NOW).status
-    for pod in ops._pods:
-        pod["spec"]["nodeName"] = "h-0"
-        pod["status"] = {"phase": "Running"}
+    _pods_are(ops, "h-0", "Running")
     assert reconcile(me, ops, NOW).status["phase"] == "Running"
     me["spec"]["replicas"] = 2  # kubectl scale trainingjob/a --replicas=2
     out = reconcile(me, ops, NOW)
@@ -199,9 +229,7 @@ def test_a_job_started_before_the_plan_recorded_its_replicas_uses_the_annotation
     me["status"] = reconcile(me, ops, NOW).status
     del me["status"]["plan"]["plannedForReplicas"]
     me["metadata"]["annotations"][PLANNED_FOR_ANNOTATION] = "1"
-    for pod in ops._pods:
-        pod["spec"]["nodeName"] = "h-0"
-        pod["status"] = {"phase": "Running"}
+    _pods_are(ops, "h-0", "Running")
     assert reconcile(me, ops, NOW).status["phase"] == "Running"
     me["spec"]["replicas"] = 2
     assert reconcile(me, ops, NOW).status["phase"] == "Resizing"
@@ -211,9 +239,7 @@ def test_a_gang_whose_workers_all_succeeded_is_done() -> None:
     me = job("a")
     ops = FakeOps([node("h-0")], [me])
     me["status"] = reconcile(me, ops, NOW).status
-    for pod in ops._pods:
-        pod["spec"]["nodeName"] = "h-0"
-        pod["status"] = {"phase": "Succeeded"}
+    _pods_are(ops, "h-0", "Succeeded")
     out = reconcile(me, ops, NOW)
     assert out.status["phase"] == "Succeeded"
     assert reconcile(me | {"status": out.status}, ops, NOW).status == {}  # done: left alone
@@ -227,9 +253,7 @@ def test_a_job_that_ran_twice_its_predicted_time_records_an_estimate_ratio_of_tw
     plan = me["status"]["plan"]
     start = datetime.fromisoformat(plan["startTime"])
     span = datetime.fromisoformat(plan["predictedCompletionTime"]) - start
-    for pod in ops._pods:
-        pod["spec"]["nodeName"] = "h-0"
-        pod["status"] = {"phase": "Succeeded"}
+    _pods_are(ops, "h-0", "Succeeded")
     out = reconcile(me, ops, start + 2 * span)
     assert out.status["phase"] == "Succeeded"
     assert out.status["estimateRatio"] == 2.0
@@ -250,9 +274,7 @@ def _failed_worker(restart: dict[str, Any], restarts: int) -> tuple[Any, FakeOps
     me["spec"]["restart"] = restart
     ops = FakeOps([node("h-0")], [me])
     me["status"] = reconcile(me, ops, NOW).status | {"restarts": restarts}
-    for pod in ops._pods:
-        pod["spec"]["nodeName"] = "h-0"
-        pod["status"] = {"phase": "Failed"}
+    _pods_are(ops, "h-0", "Failed")
     return reconcile(me, ops, NOW), ops
 
 

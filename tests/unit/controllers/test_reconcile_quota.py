@@ -94,6 +94,7 @@ def test_a_job_borrows_idle_quota_of_its_cohort() -> None:
     out = reconcile(second, ops, NOW)
     assert out.status["phase"] == "Starting"
     assert "queue team-a borrows 8 H100 GPU(s) in its cohort" in out.events[0][2]
+    assert out.admitted == ("team-a", 12 * 3600.0 - 1)  # its wait, by the Queue admitting it
 
 
 def test_the_borrowing_limit_holds() -> None:
