@@ -414,7 +414,8 @@ def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Dem
                 f"borrowers in cohort {queue.cohort} give it back"
             )
         if fit.verdict is Verdict.WAIT:
-            return fit.blocked
+            asks = ", ".join(f"{n} {_label(p)}" for p, n in demand.pools().items())
+            return f"{fit.blocked}; it asks for {asks}"
         _apply(book, key, queue, demand, 0.0)
     return None
 

@@ -165,9 +165,7 @@ def _pod_quota(pod: Mapping[str, Any]) -> tuple[Resource, int] | None:
     return (req.gpu_models[0], Unit.SHARE_MILLI), req.gpu_milli
 
 
-def serving_workloads(
-    view: QuotaView, pods: Iterable[Mapping[str, Any]], skip: str | None = None
-) -> list[AdmittedWorkload]:
+def serving_workloads(view: QuotaView, pods: Iterable[Mapping[str, Any]]) -> list[AdmittedWorkload]:
     """Serving workloads as holders of quota, from their pods.
 
     Each InferencePipeline's and serving group's live GPU pods, summed per GPU
@@ -175,8 +173,7 @@ def serving_workloads(
     `chronotope.dev/queue` (`default` without it) in the pod's namespace. Pods
     whose LocalQueue or Queue does not exist count nowhere, as do pods without
     one GPU type. Keys are `namespace/pipeline:NAME` or
-    `namespace/serving-group:NAME`; `skip` leaves one out (the workload being
-    admitted). Reclaiming never stops them.
+    `namespace/serving-group:NAME`. Reclaiming never stops them.
     """
     usage: dict[tuple[str, str], Counter[Resource]] = {}
     for pod in pods:
@@ -190,7 +187,7 @@ def serving_workloads(
         namespace = str(meta.get("namespace"))
         key = f"{namespace}/{owner[0]}:{owner[1]}"
         local = view.local_queues.get((namespace, labels.get(QUEUE_LABEL, "default")))
-        if key == skip or local is None or local.queue not in view.queues:
+        if local is None or local.queue not in view.queues:
             continue
         held = _pod_quota(pod)
         if held is not None:
@@ -215,7 +212,9 @@ def serving_admission(
     `objects` are the workload's Deployments as it would apply them: their
     replicas times their pod template's GPUs are its demand, per GPU type; what
     it holds now (its own pods) does not count against it. None: quotas are off,
-    or the demand fits the queue of LocalQueue `local_queue` in its namespace.
+    the demand fits the queue of LocalQueue `local_queue` in its namespace, or
+    it is no more than the workload holds now on every pool (a shrink gives
+    back and takes nothing, even above a lowered quota).
     """
     if not view.on:
         return None
@@ -224,7 +223,12 @@ def serving_admission(
     if local is None:
         return f"no LocalQueue {local_queue} in namespace {namespace}"
     holding = [j for j in jobs if (j.get("status") or {}).get("phase") in HOLDING]
-    book, _ = _cycle(view, holding, serving=serving_workloads(view, pods, skip=key))
+    serving = serving_workloads(view, pods)
+    own: Counter[Resource] = Counter()
+    for w in serving:
+        if w.key == key:
+            own.update(w.usage)
+    book, _ = _cycle(view, holding, serving=[w for w in serving if w.key != key])
     queue = book.queues.get(local.queue)
     if queue is None:
         return (
@@ -238,6 +242,8 @@ def serving_admission(
         held = _pod_quota(pod | {"spec": template.get("spec") or {}})
         if held is not None:
             wanted[held[0]] += int(spec.get("replicas", 1)) * held[1]
+    if own and all(n <= own[pool] for pool, n in wanted.items()):
+        return None
     demands = [
         Demand(t, wanted[(t, Unit.GPUS)], wanted[(t, Unit.SHARE_MILLI)])
         for t in sorted({pool[0] for pool in wanted})

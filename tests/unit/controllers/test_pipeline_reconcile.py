@@ -583,12 +583,25 @@ def test_a_pipeline_within_its_queue_quota_is_built_and_its_pods_hold_the_quota(
     ops.pods = pods
     again = reconcile(obj | {"status": out.status}, ops, NOW)
     assert again.status.get("quotaHeld") is None
-    # the platform team shrinks the quota below what runs: it keeps serving, grows no further
+    # the platform team shrinks the quota below what runs: it keeps serving; its plan
+    # takes no more than it holds, so nothing is held back and nothing is said
     _quota(ops, whole=0, shares_milli=0)
     shrunk = reconcile(obj | {"status": out.status}, ops, NOW)
     assert shrunk.status["phase"] == "Serving"
-    assert shrunk.status["quotaHeld"].startswith("queue serving:")
-    assert [e[1] for e in shrunk.events] == ["QuotaExceeded"]
+    assert shrunk.status.get("quotaHeld") is None
+    assert shrunk.events == []
+    # above a lowered share quota (100 of the 500 milli it holds), the tuner's replica
+    # more is held back: it keeps what runs
+    _quota(ops, whole=1, shares_milli=100)
+    before = {k: d["spec"]["replicas"] for k, d in ops.applied.items()}
+    status = copy.deepcopy(out.status)
+    for row in status["stages"]:
+        if row["name"] == "pose":
+            row["replicas"] += 1
+    held = reconcile(obj | {"status": status}, ops, NOW)
+    assert held.status["quotaHeld"].startswith("queue serving: T4 shares (milli)")
+    assert [e[1] for e in held.events] == ["QuotaExceeded"]
+    assert {k: d["spec"]["replicas"] for k, d in ops.applied.items()} == before
 
 
 def test_a_serving_pipeline_grows_as_far_as_its_queue_quota_admits() -> None:

@@ -56,11 +56,13 @@ class FakeOps(QuotaInputs):
         return [p for pods in self._pods.values() for p in pods]
 
     def run_pods(self, group: str, *, ready: bool = True) -> None:
-        """The Deployment controller and scheduler: one bound pod per replica."""
-        replicas = self.applied["Deployment", group]["spec"]["replicas"]
-        self._pods[group] = [
-            pod(f"{group}-{i}", f"h100-{i % 2}", ready=ready, group=group) for i in range(replicas)
-        ]
+        """The Deployment controller and scheduler: one bound pod per replica, as templated."""
+        spec = self.applied["Deployment", group]["spec"]
+        self._pods[group] = []
+        for i in range(spec["replicas"]):
+            p = pod(f"{group}-{i}", f"h100-{i % 2}", ready=ready, group=group)
+            p["spec"] = copy.deepcopy(spec["template"]["spec"]) | p["spec"]  # its GPUs, its node
+            self._pods[group].append(p)
 
 
 def _protocol(ops: FakeOps) -> VariantOps:
@@ -208,14 +210,19 @@ def test_a_variant_being_deleted_is_left_alone_and_its_group_replans_without_it(
 GPU = "H100-SXM5-80GB"
 
 
-def test_a_new_serving_group_over_its_queue_quota_waits_and_builds_nothing() -> None:
-    ops, memo = _three(), GroupMemo()
+def _serving_queue(ops: FakeOps, gpus: int) -> None:
+    """Queue `serving` with `gpus` GPUs, namespace ns's LocalQueue `default` onto it."""
     ops.queue_objs = [
-        {"metadata": {"name": "serving"}, "spec": {"quotas": [{"gpuType": GPU, "gpus": 0}]}}
+        {"metadata": {"name": "serving"}, "spec": {"quotas": [{"gpuType": GPU, "gpus": gpus}]}}
     ]
     ops.local_queue_objs = [
         {"metadata": {"name": "default", "namespace": "ns"}, "spec": {"queue": "serving"}}
     ]
+
+
+def test_a_new_serving_group_over_its_queue_quota_waits_and_builds_nothing() -> None:
+    ops, memo = _three(), GroupMemo()
+    _serving_queue(ops, 0)
     out = _pass(ops, memo)
     assert ops.applies == 0
     for outcome in out.values():
@@ -231,12 +238,7 @@ def test_a_new_serving_group_over_its_queue_quota_waits_and_builds_nothing() -> 
 
 def test_a_running_serving_group_grows_only_as_far_as_its_queue_quota_admits() -> None:
     ops, memo = _three(), GroupMemo(refresh_s=30)
-    ops.queue_objs = [
-        {"metadata": {"name": "serving"}, "spec": {"quotas": [{"gpuType": GPU, "gpus": 16}]}}
-    ]
-    ops.local_queue_objs = [
-        {"metadata": {"name": "default", "namespace": "ns"}, "spec": {"queue": "serving"}}
-    ]
+    _serving_queue(ops, 16)
     _pass(ops, memo)
     ops.run_pods("llama")
     _pass(ops, memo)
@@ -266,3 +268,24 @@ def test_a_running_serving_group_grows_only_as_far_as_its_queue_quota_admits() -
     ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 16
     _pass(ops, memo, NOW + timedelta(seconds=80))
     assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 2
+
+
+def test_a_serving_group_above_a_lowered_quota_shrinks_but_does_not_grow_back() -> None:
+    ops, memo = FakeOps([variant("a", qps=20), variant("b"), variant("c")]), GroupMemo()
+    _serving_queue(ops, 16)
+    _pass(ops, memo)
+    ops.run_pods("llama")
+    _pass(ops, memo)
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 4  # 4 x 1 GPU
+    # the platform team lowers the quota to 2 GPUs; then a's traffic drops to 3 replicas' worth
+    ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 2
+    ops.objs["a"] = variant("a", qps=12, generation=2) | {"status": ops.objs["a"]["status"]}
+    shrunk = _pass(ops, memo, NOW + timedelta(seconds=1))
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 3  # it gives one back
+    assert all("QuotaExceeded" not in [e[1] for e in o.events] for o in shrunk.values())
+    ops.run_pods("llama")
+    # traffic is back: 4 replicas would be above the quota again, so it keeps its 3
+    ops.objs["a"] = variant("a", qps=20, generation=3) | {"status": ops.objs["a"]["status"]}
+    held = _pass(ops, memo, NOW + timedelta(seconds=2))
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 3
+    assert [e[1] for e in held["a"].events] == ["QuotaExceeded"]

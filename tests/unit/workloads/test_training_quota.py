@@ -13,6 +13,7 @@ from chronotope.workloads.training_quota import (
     queue_report,
     quota_admissions,
     quota_wait,
+    serving_admission,
     serving_room,
     serving_workloads,
 )
@@ -205,3 +206,36 @@ def test_the_serving_room_is_what_the_queue_could_ever_hold_of_one_replica() -> 
     assert serving_room(QuotaView.parse([], []), "a", "default") is None
     assert serving_room(view, "nowhere", "default") is None
     assert serving_room(view, "z", "default") is None
+
+
+def _deployment(replicas: int, gpus: int, gpu_type: str = "L4") -> dict[str, Any]:
+    pod = _serving_pod("x", "a", gpus)
+    pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": gpu_type}
+    template = {"metadata": {"labels": pod["metadata"]["labels"]}, "spec": pod["spec"]}
+    return {"kind": "Deployment", "spec": {"replicas": replicas, "template": template}}
+
+
+def test_a_serving_workload_above_a_lowered_quota_may_shrink_but_not_grow() -> None:
+    # team-a's web pipeline runs 4 pods x 2 L4 = 8: all of its 4 and team-b's 4
+    pods = [_serving_pod(f"web-{i}", "a", 2) for i in range(4)]
+    view = _view(cohort=False)  # then the cohort goes: team-a's quota is 4 L4, it holds 8
+
+    def admit(*objects: dict[str, Any]) -> str | None:
+        return serving_admission(
+            view, [], pods, key="a/pipeline:web", local_queue="default", objects=objects
+        )
+
+    assert admit(_deployment(3, 2)) is None  # 6 L4, above the quota: it gives 2 back
+    assert admit(_deployment(4, 2)) is None  # what it holds
+    assert admit(_deployment(5, 2)) == (
+        "queue team-a: L4 0/4 in use, no cohort to borrow from; it asks for 10 L4"
+    )
+    assert admit(_deployment(1, 2, "T4")) is not None  # a pool it holds nothing of
+    assert admit(_deployment(2, 2), _deployment(1, 2, "T4")) is not None
+    # a new workload of team-a (nothing of its own) is held to the quota, and it is full
+    assert (
+        serving_admission(
+            view, [], pods, key="a/pipeline:new", local_queue="default", objects=[_deployment(1, 2)]
+        )
+        == "queue team-a: L4 8/4 in use, no cohort to borrow from; it asks for 2 L4"
+    )
