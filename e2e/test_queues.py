@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from chronotope.workloads.gang import JOB_LABEL
 from e2e.kubetest import KubeCluster, metric_value, operator_metrics, wait_for
 from e2e.test_trainingjob import _gpu_nodes, job
 
@@ -36,6 +37,19 @@ def _queue(name: str, gpu_type: str, *, reclaim: str, limit: int | None = None) 
             "cohort": name.rsplit("-", 1)[0],
             "quotas": [quota],
             "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5},
+        },
+    }
+
+
+def _solo_queue(name: str, gpu_type: str, gpus: int, **reclaim: str) -> dict[str, Any]:
+    """A Queue with no cohort: `gpus` of `gpu_type`, a 5 s grace, and `reclaim` fields."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {
+            "quotas": [{"gpuType": gpu_type, "gpus": gpus}],
+            "reclaim": {"gracePeriodSeconds": 5, **reclaim},
         },
     }
 
@@ -251,15 +265,7 @@ def test_a_higher_priority_job_preempts_lower_priority_work_of_its_queue(
     tag = uuid.uuid4().hex[:6]
     gpu_type, team = f"PRIO-{tag.upper()}", f"p{tag}"
     ns = namespace
-    queue = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Queue",
-        "metadata": {"name": team},
-        "spec": {
-            "quotas": [{"gpuType": gpu_type, "gpus": 4}],
-            "reclaim": {"gracePeriodSeconds": 5, "withinQueue": "LowerPriority"},
-        },
-    }
+    queue = _solo_queue(team, gpu_type, 4, withinQueue="LowerPriority")
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
 
@@ -292,3 +298,54 @@ def test_a_higher_priority_job_preempts_lower_priority_work_of_its_queue(
             submit("low3", 0, True)
             wait_for(lambda: _reason(_status(custom, ns, "low3")) == "QuotaExceeded", 30, "low3")
             assert _status(custom, ns, "low1")["phase"] == "Running"
+
+
+def test_a_held_queue_admits_nothing_and_a_drained_one_stops_what_runs(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, team, ns = f"STOP-{tag.upper()}", f"s{tag}", namespace
+    queue = _solo_queue(team, gpu_type, 8)
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+
+        def submit(name: str) -> None:
+            _submit(custom, ns, name, gpu_type, "default")
+
+        def stop(policy: str) -> None:  # `kubectl edit queue`, as the platform team would
+            patch = {"spec": {"stopPolicy": policy}}
+            custom.patch_cluster_custom_object(GROUP, VERSION, "queues", team, patch)
+
+        def active() -> tuple[str, str]:
+            got = custom.get_cluster_custom_object(GROUP, VERSION, "queues", team)
+            (cond,) = (got.get("status") or {}).get("conditions") or [{}]
+            return str(cond.get("status")), str(cond.get("reason"))
+
+        with _gpu_nodes(api, core, f"sn-{tag}", gpu_type, 1, per_node=8), _queues(custom, queue):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "localqueues", _local_queue(ns, team)
+            )
+            submit("s1")
+            _running(custom, ns, "s1", 60, "s1 running")
+            # Hold: what runs keeps running, a new job waits though quota and GPUs are free
+            stop("Hold")
+            wait_for(lambda: active() == ("False", "Stopped"), 30, "the Queue inactive, Stopped")
+            submit("s2")
+            wait_for(lambda: _reason(_status(custom, ns, "s2")) == "QueueStopped", 30, "s2 held")
+            assert _status(custom, ns, "s2")["whyWaiting"].startswith(f"queue {team} is stopped")
+            assert _status(custom, ns, "s1")["phase"] == "Running"
+            # HoldAndDrain: s1 is checkpointed and stopped, and waits too
+            stop("HoldAndDrain")
+            why = f"Queue {team} (draining queue {team})"
+            wait_for(lambda: _reason(_status(custom, ns, "s1")) == "QueueStopped", 60, "s1 drained")
+            _was_preempted(kube_cluster, core, ns, "s1", why=why, counted=("Drain", team))
+            wait_for(
+                lambda: not core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}=s1").items,
+                60,
+                "s1's workers gone",
+            )
+            # the stop is lifted: both start
+            stop("None")
+            _running(custom, ns, "s1", 60, "s1 running again")
+            _running(custom, ns, "s2", 60, "s2 running")
+            wait_for(lambda: active() == ("True", "Ready"), 30, "the Queue active again")

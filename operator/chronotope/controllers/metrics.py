@@ -17,8 +17,9 @@
   checkpointed and stopped for another workload (Kueue's
   `kueue_preempted_workloads_total`), counted once each, when the victim's
   own reconcile re-queues it: `cause` `Reclaim` (`queue` reclaims the quota it
-  lent), `WithinQueue` (higher priority in its own `queue`) or `Priority`
-  (priority preemption for GPUs, `queue` empty)
+  lent), `WithinQueue` (higher priority in its own `queue`), `Drain` (its
+  `queue` is drained: `stopPolicy: HoldAndDrain`) or `Priority` (priority
+  preemption for GPUs, `queue` empty)
 * `chronotope_trainingjob_admission_wait_seconds{queue}` (histogram): from a
   job's creation, or from when it last stopped running (preempted, re-planned),
   until its gang is created (Kueue's `kueue_admission_wait_time_seconds`),

@@ -1,4 +1,6 @@
-"""Queue and LocalQueue status: usage, borrowed and lent GPUs, admitted and pending jobs.
+"""Queue and LocalQueue status, and the drain of queues under `stopPolicy: HoldAndDrain`.
+
+Status: usage, borrowed and lent GPUs, admitted and pending jobs.
 
 The accounting is `workloads.training_quota.queue_report` (the same reading of
 TrainingJobs the start decision uses); this edge only reads the objects through
@@ -16,10 +18,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from chronotope.api.v1alpha1.queue import QueueStatus, QuotaRelease
-from chronotope.controllers.trainingjob import ClusterOps, Outcome, merged_status
+from chronotope.api.v1alpha1.queue import QueueStatus, QuotaRelease, StopPolicy
+from chronotope.controllers.trainingjob import DRAINING, ClusterOps, Outcome, merged_status
 from chronotope.workloads.training_quota import (
     QuotaView,
+    drain_victims,
     local_queue_report,
     queue_report,
     serving_workloads,
@@ -30,6 +33,7 @@ __all__ = [
     "QueueObserver",
     "QueueOps",
     "Reports",
+    "drain",
     "reconcile_local_queue",
     "reconcile_queue",
     "run_status_loop",
@@ -115,7 +119,14 @@ def reconcile_queue(
             f"{_what(r)} at {r.at:%Y-%m-%d %H:%M} ({r.workload})" for r in status.forecast[:3]
         )
     gen = _generation(obj)
-    body["conditions"] = [condition("Active", True, "Ready", message, now=now, generation=gen)]
+    stop = str((obj.get("spec") or {}).get("stopPolicy") or "None")
+    if stop == "None":
+        active = condition("Active", True, "Ready", message, now=now, generation=gen)
+    else:
+        what = "draining: admits nothing" if stop == "HoldAndDrain" else "admits nothing new"
+        message = f"stopPolicy {stop}, {what}; {message}"
+        active = condition("Active", False, "Stopped", message, now=now, generation=gen)
+    body["conditions"] = [active]
     body["observedGeneration"] = gen
     if observe is not None:
         observe(name, obj.get("spec") or {}, body)
@@ -174,8 +185,30 @@ def _changed(obj: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
     return {k: v for k, v in new.items() if old.get(k) != v}
 
 
+def drain(ops: ClusterOps) -> list[str]:
+    """Checkpoint and stop the started TrainingJobs of queues under `stopPolicy: HoldAndDrain`.
+
+    Each victim is asked once (`training_quota.drain_victims`), with its queue's
+    reclaim grace period; its own reconcile posts `Preempted` ("preempted by
+    Queue Q (draining queue Q)") and re-queues it, and the stopped queue holds it.
+    Returns the victims' keys.
+    """
+    view = QuotaView.parse(ops.queues(), ops.local_queues())
+    if all(q.stop_policy is not StopPolicy.HOLD_AND_DRAIN for q in view.queues.values()):
+        return []  # the common case: no job to read
+    victims = drain_victims(view, ops.training_jobs())
+    for key, queue, grace in victims:
+        log.info("%s: draining queue %s: checkpointing and stopping it", key, queue)
+        ops.preempt(key, by=f"Queue {queue}", why=f"{DRAINING}{queue}", grace_seconds=grace)
+    return [key for key, _, _ in victims]
+
+
 def write_statuses(ops: QueueOps, now: datetime, observe: QueueObserver | None = None) -> int:
-    """One pass: every Queue's and LocalQueue's status, written where it changed; how many."""
+    """One pass: `drain`, then every Queue's and LocalQueue's status where it changed.
+
+    Returns how many statuses it wrote.
+    """
+    drain(ops)
     reports = Reports(ttl_s=float("inf"))  # one reading for the whole pass
     written = 0
     for obj in ops.queues():

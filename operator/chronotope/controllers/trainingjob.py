@@ -52,6 +52,7 @@ from chronotope.workloads.training_status import (
 )
 
 __all__ = [
+    "DRAINING",
     "UNWATCHED_CAUSES",
     "ClusterOps",
     "Outcome",
@@ -84,6 +85,8 @@ class Outcome:
 _WITHIN_QUEUE = "higher priority in queue "
 _RECLAIM = "reclaiming quota of queue "
 _PRIORITY = "higher priority"
+DRAINING = "draining queue "
+"""The why of a preemption by a queue under `stopPolicy: HoldAndDrain` (`controllers.queues`)."""
 
 
 def preemption_cause(preempted_by: str) -> tuple[str, str]:
@@ -91,15 +94,19 @@ def preemption_cause(preempted_by: str) -> tuple[str, str]:
 
     The annotation is `NS/JOB (WHY)`, the WHY one of those `_enact` and
     `_try_preempt` write: `WithinQueue` (higher priority in the queue named),
-    `Reclaim` (the queue named reclaims its lent quota), or `Priority`
-    (priority preemption for GPUs, no queue).
+    `Reclaim` (the queue named reclaims its lent quota), `Drain` (the queue
+    named is drained, `controllers.queues`), or `Priority` (priority
+    preemption for GPUs, no queue).
     """
     _, _, why = preempted_by.partition(" (")
     why = why.removesuffix(")")
-    if why.startswith(_WITHIN_QUEUE):
-        return "WithinQueue", why.removeprefix(_WITHIN_QUEUE)
-    if why.startswith(_RECLAIM):
-        return "Reclaim", why.removeprefix(_RECLAIM)
+    for prefix, cause in (
+        (_WITHIN_QUEUE, "WithinQueue"),
+        (_RECLAIM, "Reclaim"),
+        (DRAINING, "Drain"),
+    ):
+        if why.startswith(prefix):
+            return cause, why.removeprefix(prefix)
     return "Priority", ""
 
 

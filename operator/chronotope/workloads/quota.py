@@ -45,6 +45,7 @@ from chronotope.api.v1alpha1.queue import (
     QueueSpec,
     QueueStatus,
     ReclaimPolicy,
+    StopPolicy,
     WithinQueuePolicy,
 )
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
@@ -66,6 +67,7 @@ __all__ = [
     "queue_statuses",
     "quota_frees_at",
     "reclaim_victims",
+    "stopped",
     "within_queue_victims",
 ]
 
@@ -93,6 +95,7 @@ class QueueQuota:
     reclaim: ReclaimPolicy = ReclaimPolicy.NEVER
     grace_seconds: int = 30
     within_queue: WithinQueuePolicy = WithinQueuePolicy.NEVER
+    stop: StopPolicy = StopPolicy.NONE
     types: frozenset[str] = field(init=False, repr=False, compare=False)
     """The GPU types `nominal` names (admission asks this of every alternative)."""
 
@@ -120,6 +123,7 @@ class QueueQuota:
             reclaim=spec.reclaim.policy,
             grace_seconds=spec.reclaim.grace_period_seconds,
             within_queue=spec.reclaim.within_queue,
+            stop=spec.stop_policy,
         )
 
     def gpu_types(self) -> list[str]:
@@ -194,6 +198,7 @@ class WaitReason(StrEnum):
     QUEUE_MISSING = "QueueMissing"
     NO_QUOTA_FOR_TYPE = "NoQuotaForGpuType"
     QUOTA_EXCEEDED = "QuotaExceeded"
+    QUEUE_STOPPED = "QueueStopped"
 
 
 @dataclass(frozen=True)
@@ -396,7 +401,19 @@ def _resolve(book: QuotaBook, pending: PendingWorkload) -> QueueQuota | Admissio
         return Admission(
             pending.key, Verdict.WAIT, name, reason=WaitReason.QUEUE_MISSING, message=text
         )
+    if queue.stop is not StopPolicy.NONE:
+        return Admission(
+            pending.key, Verdict.WAIT, name, reason=WaitReason.QUEUE_STOPPED, message=stopped(queue)
+        )
     return queue
+
+
+def stopped(queue: QueueQuota) -> str:
+    """Why a stopped queue admits nothing (its waiting workloads' message)."""
+    return (
+        f"queue {queue.name} is stopped (stopPolicy {queue.stop.value}): it admits nothing "
+        "until its stopPolicy is None"
+    )
 
 
 def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Demand]) -> str | None:
@@ -406,6 +423,8 @@ def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Dem
     reclaiming lent quota does not fit (a serving workload reclaims nothing). The
     book counts what fits, so the next demand is checked on top of it.
     """
+    if queue.stop is not StopPolicy.NONE:
+        return stopped(queue)
     for demand in demands:
         fit = _fit(book, queue, demand)
         if fit.verdict is Verdict.RECLAIM:

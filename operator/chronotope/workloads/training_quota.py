@@ -31,9 +31,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
-from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus, QuotaRelease
+from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus, QuotaRelease, StopPolicy
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.sharing.labels import DONE_PHASES, GPU_PRODUCT_LABEL, QUEUE_LABEL
+from chronotope.sharing.labels import (
+    DONE_PHASES,
+    GPU_PRODUCT_LABEL,
+    PREEMPTED_BY_ANNOTATION,
+    QUEUE_LABEL,
+)
 from chronotope.solver.model import MILLI
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.pipeline import PIPELINE_LABEL
@@ -65,6 +70,7 @@ __all__ = [
     "SERVING_OWNERS",
     "QuotaView",
     "ServingRoom",
+    "drain_victims",
     "local_queue_report",
     "queue_report",
     "quota_admissions",
@@ -317,6 +323,29 @@ def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> Admitted
         priority=spec.priority,
         preemptible=spec.preemptible,
     )
+
+
+def drain_victims(view: QuotaView, jobs: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
+    """(job key, queue, grace seconds) of each started TrainingJob a draining queue stops.
+
+    A queue under `stopPolicy: HoldAndDrain` checkpoints and stops every TrainingJob
+    that holds its quota, with its reclaim grace period; a job already asked to stop
+    (its `preempted-by` annotation is set, until its own reconcile re-queues it) is
+    not asked again. Serving workloads are never stopped.
+    """
+    out = []
+    for job, spec in _live(jobs):
+        meta = job.get("metadata") or {}
+        local = view.local_queues.get((str(meta.get("namespace")), spec.queue))
+        queue = view.queues.get(local.queue) if local is not None else None
+        if queue is None or queue.stop_policy is not StopPolicy.HOLD_AND_DRAIN:
+            continue
+        if (meta.get("annotations") or {}).get(PREEMPTED_BY_ANNOTATION):
+            continue
+        assert local is not None
+        if _held(job, spec, local.queue) is not None:
+            out.append((_key(job), local.queue, queue.reclaim.grace_period_seconds))
+    return sorted(out)
 
 
 def _cycle(

@@ -62,6 +62,17 @@ def test_a_queue_reports_usage_borrowing_and_its_next_release() -> None:
     assert lender.status["gpus"][0]["lent"] == 4
 
 
+def test_a_stopped_queue_is_inactive_and_says_so() -> None:
+    ops = _ops()
+    ops.queue_objs[0]["spec"]["stopPolicy"] = "HoldAndDrain"
+    (active,) = reconcile_queue(ops.queue_objs[0], ops, NOW).status["conditions"]
+    assert (active["status"], active["reason"]) == ("False", "Stopped")
+    assert active["message"].startswith("stopPolicy HoldAndDrain, draining: admits nothing; ")
+    ops.queue_objs[0]["spec"]["stopPolicy"] = "Hold"
+    (active,) = reconcile_queue(ops.queue_objs[0], ops, NOW).status["conditions"]
+    assert active["message"].startswith("stopPolicy Hold, admits nothing new; 1 admitted")
+
+
 def test_a_local_queue_of_a_missing_queue_is_inactive() -> None:
     ops = _ops()
     out = reconcile_local_queue(ops.local_queue_objs[1], ops, NOW)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chronotope.controllers.queues import drain
 from chronotope.controllers.trainingjob import preemption_cause, reconcile
 from chronotope.sharing.labels import PREEMPTED_BY_ANNOTATION
 
@@ -220,5 +221,33 @@ def test_a_victim_reports_the_cause_and_the_queue_it_was_preempted_for() -> None
 def test_preemption_cause_reads_each_why_the_preemptors_write() -> None:
     assert preemption_cause("b/b1 (reclaiming quota of queue team-b)") == ("Reclaim", "team-b")
     assert preemption_cause("a/h (higher priority in queue q-1)") == ("WithinQueue", "q-1")
+    assert preemption_cause("Queue q (draining queue q)") == ("Drain", "q")
     assert preemption_cause("a/h (higher priority)") == ("Priority", "")
     assert preemption_cause("a/h") == ("Priority", "")  # an older operator's annotation
+
+
+def test_a_stopped_queue_holds_its_jobs_and_a_drained_one_stops_what_runs() -> None:
+    a1 = running(team_job("a1", "a"))
+    a2 = team_job("a2", "a", 1)
+    held = queue("team-a", 16)
+    held["spec"]["stopPolicy"] = "Hold"
+    ops = ops_with(2, [a1, a2], [held])
+    out = reconcile(a2, ops, NOW)  # 8 of 16 GPUs free, but the queue admits nothing
+    assert out.status["phase"] == "Waiting"
+    assert _cond(out) == ("True", "QueueStopped")
+    assert out.status["whyWaiting"].startswith("queue team-a is stopped (stopPolicy Hold)")
+    assert ops.started == []
+    assert drain(ops) == []  # Hold: a1 keeps running
+    held["spec"]["stopPolicy"] = "HoldAndDrain"
+    assert drain(ops) == ["a/a1"]
+    assert ops.annotated["a/a1"] == "Queue team-a (draining queue team-a)"
+    stopped = _preempted(a1, ops)
+    assert stopped.preempted == ("Drain", "team-a")
+    assert [e[1] for e in stopped.events] == ["Preempted"]
+    # once re-queued it waits for the queue too; the platform team lifts the stop: both start
+    a1["status"] = {"phase": "Waiting"}
+    a1["metadata"]["annotations"] = {}
+    assert reconcile(a1, ops, NOW).status["phase"] == "Waiting"
+    held["spec"]["stopPolicy"] = "None"
+    assert reconcile(a1, ops, NOW).status["phase"] == "Starting"
+    assert reconcile(a2, ops, NOW).status["phase"] == "Starting"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chronotope.api.v1alpha1 import LocalQueueSpec, QueueSpec, TrainingJobSpec
-from chronotope.api.v1alpha1.queue import DEFAULT_RECLAIM_GRACE_SECONDS
+from chronotope.api.v1alpha1.queue import DEFAULT_RECLAIM_GRACE_SECONDS, StopPolicy
 from chronotope.kube.workloads import delete_pods
 from chronotope.workloads.quota import (
     AdmittedWorkload,
@@ -135,6 +135,22 @@ CASES: list[tuple[str, dict[str, QueueSpec], list[tuple[str, str, int]], tuple[t
      [("b1", "team-b", 8), ("b2", "team-b", 8)], ((A100, 2),), Verdict.WAIT,
      "queue team-a: A100 0/8 in use, 2 lent in cohort ml; reclaim policy Never waits"),
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize("stop", ["Hold", "HoldAndDrain"])
+def test_a_stopped_queue_admits_nothing_and_still_lends(stop: str) -> None:
+    spec = _queue((A100, 8), reclaim="PreemptBorrowed").model_dump(by_alias=True)
+    held = QueueSpec.model_validate(spec | {"stopPolicy": stop})
+    book = _book({"team-a": held, "team-b": _queue((A100, 0))}, [("b1", "team-b", 6)])
+    out = admit(book, [_job("a1", "team-a", (A100, 1)), _job("b2", "team-b", (A100, 2))])
+    assert out["a1"].verdict is Verdict.WAIT
+    assert out["a1"].reason is WaitReason.QUEUE_STOPPED
+    assert out["a1"].victims == ()  # a stopped queue reclaims nothing, though b borrows 6
+    assert out["a1"].message == (
+        f"queue team-a is stopped (stopPolicy {stop}): it admits nothing until its "
+        "stopPolicy is None"
+    )
+    assert out["b2"].verdict is Verdict.BORROW  # its idle quota is still lent
 
 
 @pytest.mark.parametrize(
@@ -457,6 +473,7 @@ _queue_sizes = st.lists(
     reclaim=st.booleans(),
     within=st.booleans(),
     ranks=st.lists(st.tuples(st.integers(0, 2), st.booleans()), min_size=18, max_size=18),
+    stops=st.lists(st.booleans(), min_size=4, max_size=4),
 )
 def test_invariants(
     *,
@@ -466,6 +483,7 @@ def test_invariants(
     reclaim: bool,
     within: bool,
     ranks: list[tuple[int, bool]],
+    stops: list[bool],
 ) -> None:
     policy = "PreemptBorrowed" if reclaim else "Never"
     queues = {
@@ -489,6 +507,9 @@ def test_invariants(
         book.remove(key)
         book.add(ranked)
     before = dict(book.workloads)
+    stopped = {n for n, stop in zip(names, stops, strict=False) if stop}
+    for name in stopped:  # then the platform team holds some queues
+        book.queues[name] = replace(book.queues[name], stop=StopPolicy.HOLD)
     pending = [
         replace(_job(f"j{i}", names[q % len(names)], (A100, n)), priority=ranks[8 + i][0])
         for i, (q, n) in enumerate(jobs)
@@ -503,6 +524,9 @@ def test_invariants(
         if limit is not None:
             assert used <= queue.nominal[(A100, GPUS)] + limit  # never over nominal + borrowable
     for d in decisions.values():
+        if d.queue in stopped:  # a stopped queue admits, reclaims and preempts nothing
+            assert d.verdict is Verdict.WAIT
+            assert d.reason is WaitReason.QUEUE_STOPPED
         for victim in d.victims:
             assert victim in before  # never a workload admitted in the same cycle
             if d.within_queue:  # its own queue's lower-priority preemptible work

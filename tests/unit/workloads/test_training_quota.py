@@ -9,6 +9,7 @@ from chronotope.workloads.quota import Unit, Verdict
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_quota import (
     QuotaView,
+    drain_victims,
     local_queue_report,
     queue_report,
     quota_admissions,
@@ -238,4 +239,45 @@ def test_a_serving_workload_above_a_lowered_quota_may_shrink_but_not_grow() -> N
             view, [], pods, key="a/pipeline:new", local_queue="default", objects=[_deployment(1, 2)]
         )
         == "queue team-a: L4 8/4 in use, no cohort to borrow from; it asks for 2 L4"
+    )
+
+
+def _stopped_view(stop: str) -> QuotaView:
+    spec = {"quotas": [{"gpuType": "L4", "gpus": 4}], "stopPolicy": stop}
+    spec["reclaim"] = {"gracePeriodSeconds": 7}
+    return QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": spec}],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+
+
+def test_a_draining_queue_stops_its_started_jobs_once_each() -> None:
+    a1, a2 = _job("a1", "a", 2, "Running"), _job("a2", "a", 1, "Starting")
+    asked = _job("a3", "a", 1, "Running")
+    asked["metadata"]["annotations"] = {"chronotope.dev/preempted-by": "Queue team-a (...)"}
+    jobs = [a1, a2, asked, _job("w", "a", 1), _job("other", "b", 1, "Running")]
+    assert drain_victims(_stopped_view("HoldAndDrain"), jobs) == [
+        ("a/a1", "team-a", 7),
+        ("a/a2", "team-a", 7),
+    ]
+    assert drain_victims(_stopped_view("Hold"), jobs) == []  # Hold: what runs keeps running
+    assert drain_victims(_view(), jobs) == []
+
+
+def test_a_stopped_queue_admits_no_serving_growth_but_a_shrink() -> None:
+    pods = [_serving_pod(f"web-{i}", "a", 1) for i in range(2)]
+
+    def admit(replicas: int) -> str | None:
+        return serving_admission(
+            _stopped_view("Hold"),
+            [],
+            pods,
+            key="a/pipeline:web",
+            local_queue="default",
+            objects=[_deployment(replicas, 1)],
+        )
+
+    assert admit(1) is None  # gives one back
+    assert admit(3) == (
+        "queue team-a is stopped (stopPolicy Hold): it admits nothing until its stopPolicy is None"
     )

@@ -8,7 +8,9 @@ borrowers (dominant-resource share divided by weight, lowest first), and a
 reclaim policy: whether the queue may preempt borrowed work, after a
 checkpoint grace period, when it needs its own quota back, and whether a
 workload may preempt its own queue's lower-priority preemptible work when the
-queue's quota is full (Kueue's `withinClusterQueue`). Namespaces reach a
+queue's quota is full (Kueue's `withinClusterQueue`), and a stop policy that
+holds the queue (admits nothing new) or drains it (also checkpoints and stops
+what it admitted; Kueue's `stopPolicy`). Namespaces reach a
 Queue through a LocalQueue (`localqueue`). The accounting is
 `chronotope.workloads.quota`; docs/queues.md describes the rules.
 
@@ -37,6 +39,7 @@ __all__ = [
     "QueueSpec",
     "QueueStatus",
     "ReclaimPolicy",
+    "StopPolicy",
     "WithinQueuePolicy",
 ]
 
@@ -97,6 +100,14 @@ class WithinQueuePolicy(StrEnum):
 
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
+
+
+class StopPolicy(StrEnum):
+    """Whether the queue admits work (Kueue's ClusterQueue `stopPolicy`)."""
+
+    NONE = "None"
+    HOLD = "Hold"
+    HOLD_AND_DRAIN = "HoldAndDrain"
 
 
 class QueueReclaim(ApiModel):
@@ -167,6 +178,14 @@ class QueueSpec(ApiModel):
         default_factory=QueueReclaim,
         description="Whether the queue preempts borrowed work to get its quota back, and its "
         "own lower-priority work for higher-priority work.",
+    )
+    stop_policy: StopPolicy = Field(
+        default=StopPolicy.NONE,
+        description="None: the queue admits work. Hold: it admits nothing new (its waiting "
+        "workloads wait with reason QueueStopped); what it admitted keeps running. "
+        "HoldAndDrain: as Hold, and its running TrainingJobs are checkpointed and stopped "
+        "(with the reclaim grace period) and wait too; serving workloads keep what runs. "
+        "Its unused nominal quota is still lent to the cohort.",
     )
 
 
@@ -253,6 +272,7 @@ KIND = KindInfo(
         PrinterColumn("Weight", ".spec.weight", "number", "Fair-share weight"),
         PrinterColumn("Admitted", ".status.admittedWorkloads", "integer", "Workloads admitted"),
         PrinterColumn("Pending", ".status.pendingWorkloads", "integer", "Workloads waiting"),
+        PrinterColumn("Stop", ".spec.stopPolicy", description="Stop policy (Hold, HoldAndDrain)"),
         PrinterColumn("Reclaim", ".spec.reclaim.policy", description="Reclaim policy", priority=1),
         PrinterColumn(
             "WithinQueue",
