@@ -200,6 +200,11 @@ def test_sample_maps_product_names_to_sim_types() -> None:
             "spec: {quotas: [{gpuType: Tesla-V100, gpus: 40}]}\n",
             "nominal v100 quotas add up to 40 > 32",
         ),
+        (
+            "kind: Queue\napiVersion: chronotope.dev/v1alpha1\nmetadata: {name: a}\n"
+            "spec: {quotas: [{gpuType: Tesla-V100, gpus: 4}], stopPolicy: Hold}\n",
+            "Queue a: a stopPolicy is not simulated",
+        ),
     ],
 )
 def test_bad_queue_files(tmp_path: Path, text: str, error: str) -> None:

@@ -39,7 +39,7 @@ import yaml
 from pydantic import ValidationError
 
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
-from chronotope.api.v1alpha1.queue import Queue, QueueSpec
+from chronotope.api.v1alpha1.queue import Queue, QueueSpec, StopPolicy
 from chronotope.sim.training.workload import capacity_from_spec
 from chronotope.workloads.quota import (
     AdmittedWorkload,
@@ -101,6 +101,8 @@ def _read_queue(
     name = queue.metadata.name
     if not name:
         raise ValueError(f"{where}: Queue without metadata.name")
+    if queue.spec.stop_policy is not StopPolicy.NONE:  # its jobs would never run
+        raise ValueError(f"{where}: Queue {name}: a stopPolicy is not simulated (use None)")
     quotas = []
     for q in queue.spec.quotas:
         try:
