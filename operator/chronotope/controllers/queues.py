@@ -119,12 +119,13 @@ def reconcile_queue(
             f"{_what(r)} at {r.at:%Y-%m-%d %H:%M} ({r.workload})" for r in status.forecast[:3]
         )
     gen = _generation(obj)
-    stop = str((obj.get("spec") or {}).get("stopPolicy") or "None")
-    if stop == "None":
+    stop = StopPolicy((obj.get("spec") or {}).get("stopPolicy") or StopPolicy.NONE)
+    if stop is StopPolicy.NONE:
         active = condition("Active", True, "Ready", message, now=now, generation=gen)
     else:
-        what = "draining: admits nothing" if stop == "HoldAndDrain" else "admits nothing new"
-        message = f"stopPolicy {stop}, {what}; {message}"
+        drains = stop is StopPolicy.HOLD_AND_DRAIN
+        what = "draining: admits nothing" if drains else "admits nothing new"
+        message = f"stopPolicy {stop.value}, {what}; {message}"
         active = condition("Active", False, "Stopped", message, now=now, generation=gen)
     body["conditions"] = [active]
     body["observedGeneration"] = gen

@@ -333,18 +333,17 @@ def drain_victims(view: QuotaView, jobs: Iterable[Mapping[str, Any]]) -> list[tu
     (its `preempted-by` annotation is set, until its own reconcile re-queues it) is
     not asked again. Serving workloads are never stopped.
     """
+    draining = {n: q for n, q in view.queues.items() if q.stop_policy is StopPolicy.HOLD_AND_DRAIN}
     out = []
     for job, spec in _live(jobs):
         meta = job.get("metadata") or {}
         local = view.local_queues.get((str(meta.get("namespace")), spec.queue))
-        queue = view.queues.get(local.queue) if local is not None else None
-        if queue is None or queue.stop_policy is not StopPolicy.HOLD_AND_DRAIN:
+        name = local.queue if local is not None else ""
+        queue = draining.get(name)
+        if queue is None or (meta.get("annotations") or {}).get(PREEMPTED_BY_ANNOTATION):
             continue
-        if (meta.get("annotations") or {}).get(PREEMPTED_BY_ANNOTATION):
-            continue
-        assert local is not None
-        if _held(job, spec, local.queue) is not None:
-            out.append((_key(job), local.queue, queue.reclaim.grace_period_seconds))
+        if _held(job, spec, name) is not None:
+            out.append((_key(job), name, queue.reclaim.grace_period_seconds))
     return sorted(out)
 
 
