@@ -68,6 +68,27 @@ def _phase(api: Any, ns: str, name: str) -> str:
     return str((_get(api, ns, name).get("status") or {}).get("phase", ""))
 
 
+def _wait_job(api: Any, ns: str, name: str, check: Any, *, timeout: float, what: str) -> None:
+    """`wait_for(check)`; on a timeout the job's status, events and pods are in the failure."""
+    try:
+        wait_for(check, timeout, what)
+    except AssertionError as exc:
+        core = client.CoreV1Api(api)
+        status = _get(api, ns, name).get("status") or {}
+        shown = {k: status.get(k) for k in ("phase", "whyWaiting", "plan", "conditions")}
+        events = [
+            f"{e.reason}: {e.message}"
+            for e in core.list_namespaced_event(
+                ns, field_selector=f"involvedObject.name={name}"
+            ).items
+        ]
+        pods = [
+            (p.metadata.name, p.spec.node_name, p.status.phase, bool(p.metadata.deletion_timestamp))
+            for p in core.list_namespaced_pod(ns).items
+        ]
+        raise AssertionError(f"{exc}; status {shown}; events {events}; pods {pods}") from None
+
+
 def _run_elastic(
     api: Any,
     custom: client.CustomObjectsApi,
@@ -209,10 +230,11 @@ def test_kubectl_scale_resizes_an_elastic_job(
     kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/elastic", "--replicas=4")
 
     def resized() -> bool:
-        status = _get(api, namespace, "elastic").get("status") or {}
-        return status.get("phase") == "Running" and (status.get("plan") or {}).get("workers") == 4
+        return _running_with(api, namespace, "elastic", 4)
 
-    wait_for(resized, 90, "elastic job running with 4 workers")
+    _wait_job(
+        api, namespace, "elastic", resized, timeout=90, what="elastic job running with 4 workers"
+    )
     pods = [
         p for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp
     ]
@@ -345,6 +367,60 @@ def test_added_node_grows_and_cordon_moves_an_elastic_job(
                 namespace, field_selector="involvedObject.name=growy"
             ).items
             assert any("cordoned" in e.message for e in events)
+
+
+def test_an_elastic_job_grows_when_another_workload_frees_its_gpus(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # no node changes and none of the job's own pods do: another pod going away is
+    # what frees the GPUs the gang below its size grows onto
+    api, custom, core = jobs_api
+    model = f"FREED-{namespace[-6:].upper()}"
+    with _gpu_nodes(api, core, f"fr-{namespace[-6:]}", model, 1, per_node=4):
+        blocker = {
+            "metadata": {"name": "blocker"},
+            "spec": {
+                "schedulerName": "chronotope",
+                "nodeSelector": {"nvidia.com/gpu.product": model},
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+                ],
+            },
+        }
+        core.create_namespaced_pod(namespace, blocker)
+        wait_for(
+            lambda: core.read_namespaced_pod("blocker", namespace).spec.node_name,
+            60,
+            "the blocker pod bound",
+        )
+        elastic = job(
+            "freed",
+            4,
+            1,
+            [(model, 1.0)],
+            minReplicas=1,
+            maxReplicas=4,
+            checkpoint={"path": "/ckpt/freed"},
+        )
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, elastic)
+        wait_for(
+            lambda: _running_with(api, namespace, "freed", 2),
+            60,
+            "job running with the 2 workers that fit",
+        )
+        core.delete_namespaced_pod("blocker", namespace, grace_period_seconds=0)
+        _wait_job(
+            api,
+            namespace,
+            "freed",
+            lambda: _running_with(api, namespace, "freed", 4),
+            timeout=90,
+            what="job grown to 4 workers on the GPUs the blocker left",
+        )
+        events = core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=freed"
+        ).items
+        assert any(e.reason == "Replanning" and "free now" in e.message for e in events)
 
 
 def test_model_profile_missing_then_created_plans_from_the_profile(

@@ -206,13 +206,16 @@ class Wake:
     """Whom one watch event wakes: named jobs, whether every open (or every) job, nodes.
 
     `nodes`: nodes that changed; they wake the started jobs they concern
-    (`concerned_by_nodes`) and make the next scheduling pass.
+    (`concerned_by_nodes`) and make the next scheduling pass. `freed`: a pod gave
+    its node's resources back (deleted, being deleted, or done); that wakes the
+    started gangs below their wanted size, which may grow onto them.
     """
 
     keys: tuple[str, ...] = ()
     open_jobs: bool = False
     all_jobs: bool = False
     nodes: tuple[str, ...] = ()
+    freed: bool = False
 
 
 _Seen = tuple[Any, ...]
@@ -286,14 +289,12 @@ def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) 
         keys = (f"{meta.get('namespace')}/{job}",) if job else ()
         node, phase, deleting = mark[0], mark[1], mark[2]
         if event == "DELETED":
-            return Wake(keys, open_jobs=bool(node))
+            return Wake(keys, open_jobs=bool(node), freed=bool(node))
         before = seen or (None, None, None, None)
-        holds_changed = (
-            node != before[0]
-            or (phase in _DONE) != (before[1] in _DONE)
-            or bool(deleting) != bool(before[2])
-        )
-        return Wake(keys, open_jobs=bool(node) and holds_changed)
+        done, was_done = phase in _DONE, before[1] in _DONE
+        holds_changed = node != before[0] or done != was_done or bool(deleting) != bool(before[2])
+        freed = bool(node) and ((done and not was_done) or (bool(deleting) and not before[2]))
+        return Wake(keys, open_jobs=bool(node) and holds_changed, freed=freed)
     if kind == "nodes":
         return Wake(nodes=(str(meta.get("name")),))
     if kind in ("queues", "localqueues"):
@@ -314,6 +315,7 @@ def concerned_by_nodes(
     So a node change concerns the jobs with a worker on one of the nodes, and
     every started gang below its size; the others' reconciles would change
     nothing. Waiting jobs are woken by the scheduling pass the change makes.
+    With no nodes named: the started gangs below their size (a pod freed GPUs).
     """
     names = set(changed)
     keys = {
@@ -416,6 +418,7 @@ class TrainingJobLoop:
         self._poke = threading.Event()
         self._scope_all = False
         self._nodes_changed: set[str] = set()
+        self._freed = False
         self.passes = PassCache(clock=clock, on_pass=metrics.observe_pass)
 
     # -- waking -------------------------------------------------------------------------
@@ -465,13 +468,14 @@ class TrainingJobLoop:
             wake = replace(wake, open_jobs=False)
         for key in wake.keys:  # a started gang's pod goes first: it may come up or be lost
             self._add(key, first=kind == "pods")
-        if wake.all_jobs or wake.open_jobs or wake.nodes:
+        if wake.all_jobs or wake.open_jobs or wake.nodes or wake.freed:
             # coalesced: the run loop wakes them in a moment and makes the next pass
             self.passes.invalidate()
             self.metrics.pass_invalidations.labels(kind, event).inc()
             with self._lock:
                 self._scope_all = self._scope_all or wake.all_jobs
                 self._nodes_changed.update(wake.nodes)
+                self._freed = self._freed or wake.freed
             self._poke.set()
 
     def _predicted(self, kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) -> bool:
@@ -501,13 +505,16 @@ class TrainingJobLoop:
         return not changed and mark[3] == expected
 
     def _wake_scope(self) -> None:
-        """Wake the started jobs after a relist (all of them) or node changes (those concerned).
+        """Wake the started jobs that a relist, node changes or freed GPUs concern.
 
+        A relist wakes all of them, node changes those `concerned_by_nodes`, and a
+        pod freeing GPUs the gangs below their size (which may grow onto them).
         Waiting jobs are woken by `schedule` instead, when their verdict changes.
         """
         with self._lock:
             everyone, self._scope_all = self._scope_all, False
             changed, self._nodes_changed = self._nodes_changed, set()
+            freed, self._freed = self._freed, False
             self._poke.clear()
         if everyone:
             for job in self.jobs():
@@ -515,7 +522,7 @@ class TrainingJobLoop:
                 if phase not in _DONE and phase not in _OPEN:
                     meta = job.get("metadata") or {}
                     self._add(f"{meta.get('namespace')}/{meta.get('name')}")
-        elif changed:
+        elif changed or freed:
             for key in sorted(concerned_by_nodes(changed, self.jobs(), self.ops.pods())):
                 self._add(key)
 

@@ -142,8 +142,8 @@ def test_who_a_pod_event_wakes() -> None:
     same = mark_of("pods", _pod("n1", "Running"))
     assert wake_for("pods", "MODIFIED", _pod("n1", "Running"), same) == Wake()
     ended = wake_for("pods", "MODIFIED", _pod("n1", "Succeeded"), same)
-    assert ended == Wake(("ns/a",), open_jobs=True)
-    assert wake_for("pods", "DELETED", _pod("n1"), same).open_jobs
+    assert ended == Wake(("ns/a",), open_jobs=True, freed=True)  # its GPUs are free
+    assert wake_for("pods", "DELETED", _pod("n1"), same).freed
     other = {"metadata": {"namespace": "x", "name": "p"}, "spec": {}, "status": {}}
     assert wake_for("pods", "DELETED", other, None) == Wake()  # never held a GPU
 
@@ -205,6 +205,43 @@ def test_a_node_change_concerns_the_gangs_on_it_and_those_below_their_size() -> 
     ]
     assert concerned_by_nodes(["n1"], jobs, pods) == {"ns/on-n1", "ns/small", "ns/starting"}
     assert concerned_by_nodes(["n3"], jobs, pods) == {"ns/small"}
+
+
+def test_a_pod_that_frees_gpus_wakes_the_gangs_below_their_size() -> None:
+    # another workload's pod goes away: a gang started below its size may grow onto
+    # its GPUs, so it is reconciled (no node changed, and none of its own pods did)
+    jobs = [
+        _started("full", "Running", 1, 1),
+        _started("small", "Running", 1, 2),
+        _started("waiting", "Waiting", 0, 1),
+    ]
+    ops = LoopOps([node("n1"), node("n2")], jobs)
+    ops._pods = [_worker("full", "n1"), _worker("small", "n2")]
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    other = {"metadata": {"namespace": "x", "name": "other"}, "spec": {"nodeName": "n1"}}
+    for event, obj in (
+        ("ADDED", other),
+        ("MODIFIED", other | {"status": {"phase": "Running"}}),
+    ):
+        loop.on_change("pods", event, copy.deepcopy(obj))
+    loop._wake_scope()
+    assert not loop.queue._due  # a pod that binds or comes up frees nothing
+    for event, obj in (
+        ("MODIFIED", other | {"status": {"phase": "Succeeded"}}),
+        ("DELETED", other),
+    ):
+        loop.queue = WorkQueue(loop.clock)
+        loop.on_change("pods", event, copy.deepcopy(obj))
+        loop._wake_scope()
+        assert set(loop.queue._due) == {"ns/small"}, event
+    # a pod being deleted frees its GPUs too (the operator counts them free at once)
+    loop.queue = WorkQueue(loop.clock)
+    again = other | {"metadata": other["metadata"] | {"name": "again"}}
+    loop.on_change("pods", "ADDED", copy.deepcopy(again))
+    deleting = {**again["metadata"], "deletionTimestamp": "2030-01-01T00:00:00Z"}
+    loop.on_change("pods", "MODIFIED", again | {"metadata": deleting})
+    loop._wake_scope()
+    assert set(loop.queue._due) == {"ns/small"}
 
 
 def test_only_starting_and_resizing_jobs_look_again_by_themselves() -> None:
