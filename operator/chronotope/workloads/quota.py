@@ -14,9 +14,10 @@ what it returns. The rules (docs/queues.md):
   (pass 2, before anyone borrows more): under `PreemptBorrowed`, from the
   queues that borrowed most for their weight, newest workload first, only
   as many as needed; under `Never` it waits for the borrowers to finish;
-- then by borrowing the cohort's unused nominal quota, up to the queue's
-  borrowing limit; when several queues want to borrow, the one whose
-  dominant borrowed share (borrowed / cohort nominal, over GPU types),
+- then by borrowing the cohort's unused lendable quota (its nominal quota,
+  less what lending limits keep back as each queue's guaranteed part), up to
+  the queue's borrowing limit; when several queues want to borrow, the one whose
+  dominant borrowed share (borrowed / cohort lendable, over GPU types),
   divided by its weight, would be lowest after admission goes first (DRF,
   pass 3);
 - under `withinQueue: LowerPriority`, a workload that still neither fits nor
@@ -91,6 +92,8 @@ class QueueQuota:
     nominal: Mapping[Resource, int]
     borrowing_limit: Mapping[Resource, int]  # a pool absent here may borrow without limit
     cohort: str | None = None
+    lending_limit: Mapping[Resource, int] = field(default_factory=dict)
+    """Most of each pool's nominal quota lent to the cohort; a pool absent here lends all."""
     weight: float = 1.0
     reclaim: ReclaimPolicy = ReclaimPolicy.NEVER
     grace_seconds: int = 30
@@ -108,16 +111,21 @@ class QueueQuota:
         """The accounting view of a Queue's spec."""
         nominal: dict[Resource, int] = {}
         limit: dict[Resource, int] = {}
+        lend: dict[Resource, int] = {}
         for q in spec.quotas:
             nominal[(q.gpu_type, Unit.GPUS)] = q.gpus
             nominal[(q.gpu_type, Unit.SHARE_MILLI)] = q.share_milli
             if q.borrowing_limit is not None:
                 limit[(q.gpu_type, Unit.GPUS)] = q.borrowing_limit
                 limit[(q.gpu_type, Unit.SHARE_MILLI)] = q.borrowing_limit * MILLI_PER_GPU
+            if q.lending_limit is not None:
+                lend[(q.gpu_type, Unit.GPUS)] = q.lending_limit
+                lend[(q.gpu_type, Unit.SHARE_MILLI)] = q.lending_limit * MILLI_PER_GPU
         return cls(
             name=name,
             nominal=nominal,
             borrowing_limit=limit,
+            lending_limit=lend,
             cohort=spec.cohort,
             weight=spec.weight,
             reclaim=spec.reclaim.policy,
@@ -129,6 +137,16 @@ class QueueQuota:
     def gpu_types(self) -> list[str]:
         """The GPU types the queue lists, sorted."""
         return sorted(self.types)
+
+    def lendable(self, pool: Resource) -> int:
+        """The part of its nominal quota of `pool` the queue lends while it does not use it."""
+        nominal = self.nominal.get(pool, 0)
+        limit = self.lending_limit.get(pool)
+        return nominal if limit is None else min(nominal, limit)
+
+    def guaranteed(self, pool: Resource) -> int:
+        """The part of its nominal quota of `pool` that is its own alone (never lent)."""
+        return self.nominal.get(pool, 0) - self.lendable(pool)
 
 
 @dataclass(frozen=True)
@@ -238,10 +256,11 @@ class QuotaBook:
         self.usage: dict[str, Counter[Resource]] = {name: Counter() for name in self.queues}
         self.workloads: dict[str, AdmittedWorkload] = {}
         self._members: dict[str, list[QueueQuota]] = {}
-        self._pool_nominal: Counter[tuple[str, Resource]] = Counter()
-        """Per (cohort, or the lone queue's own name) and pool: the members' nominal quota."""
-        self._pool_used: Counter[tuple[str, Resource]] = Counter()
-        """Per (cohort, or the lone queue's own name) and pool: what the members use."""
+        self._pool_lendable: Counter[tuple[str, Resource]] = Counter()
+        """Per (cohort, or the lone queue's own name) and pool: the members' lendable quota."""
+        self._pool_over: Counter[tuple[str, Resource]] = Counter()
+        """Per (cohort, or the lone queue's own name) and pool: what the members use above
+        their guaranteed (never lent) quota, which is what they take of the lendable pool."""
         for q in self.queues.values():
             members = (
                 [q]
@@ -249,8 +268,8 @@ class QuotaBook:
                 else [m for m in self.queues.values() if m.cohort == q.cohort]
             )
             self._members[q.name] = members
-            for pool, n in q.nominal.items():
-                self._pool_nominal[(self._group(q), pool)] += n
+            for pool in q.nominal:
+                self._pool_lendable[(self._group(q), pool)] += q.lendable(pool)
         for workload in admitted:
             self.add(workload)
 
@@ -261,19 +280,22 @@ class QuotaBook:
     def add(self, workload: AdmittedWorkload) -> None:
         """Count a workload's usage (a workload of a deleted Queue counts nowhere)."""
         if workload.queue in self.usage:
-            self.usage[workload.queue].update(workload.usage)
             self.workloads[workload.key] = workload
-            group = self._group(self.queues[workload.queue])
-            for pool, n in workload.usage.items():
-                self._pool_used[(group, pool)] += n
+            self._count(workload, 1)
 
     def remove(self, key: str) -> None:
         """Stop counting an admitted workload (it is being preempted or has ended)."""
-        workload = self.workloads.pop(key)
-        self.usage[workload.queue].subtract(workload.usage)
-        group = self._group(self.queues[workload.queue])
+        self._count(self.workloads.pop(key), -1)
+
+    def _count(self, workload: AdmittedWorkload, sign: int) -> None:
+        queue = self.queues[workload.queue]
+        used = self.usage[queue.name]
+        group = self._group(queue)
         for pool, n in workload.usage.items():
-            self._pool_used[(group, pool)] -= n
+            floor = queue.guaranteed(pool)
+            before = max(0, used[pool] - floor)
+            used[pool] += sign * n
+            self._pool_over[(group, pool)] += max(0, used[pool] - floor) - before
 
     def members(self, queue: QueueQuota) -> list[QueueQuota]:
         """The queues that share quota with `queue` (itself alone without a cohort)."""
@@ -284,14 +306,14 @@ class QuotaBook:
 
         0 for a pool its Queue does not list (work may use only the listed types).
         It may borrow up to its borrowing limit of what the other queues of its cohort
-        have as nominal quota.
+        lend (their nominal quota, or their lending limit where they set one).
         """
         if pool not in queue.nominal:
             return 0
         own = queue.nominal[pool]
         if queue.cohort is None:
             return own
-        others = self._pool_nominal[(self._group(queue), pool)] - own
+        others = self._pool_lendable[(self._group(queue), pool)] - queue.lendable(pool)
         limit = queue.borrowing_limit.get(pool)
         return own + (others if limit is None else min(limit, others))
 
@@ -304,22 +326,27 @@ class QuotaBook:
         return max(0, self.used(queue.name, pool) - queue.nominal.get(pool, 0))
 
     def cohort_free(self, queue: QueueQuota, pool: Resource) -> int:
-        """Nominal quota of the cohort (or the lone queue) that nobody uses now."""
+        """What `queue` could take of `pool` now without anyone giving quota back.
+
+        Its own guaranteed quota that it does not use, plus the lendable quota of
+        its cohort (its own lendable part included) that nobody uses. Without
+        lending limits: the cohort's (or the lone queue's) unused nominal quota.
+        """
+        used = self.used(queue.name, pool) if queue.name in self.usage else 0
+        own = max(0, queue.guaranteed(pool) - used)
         if queue.name not in self._members:  # not one of the book's queues
-            members = [queue]
-            total = sum(q.nominal.get(pool, 0) for q in members)
-            return max(0, total - sum(self.used(q.name, pool) for q in members))
+            return own + max(0, queue.lendable(pool) - max(0, used - queue.guaranteed(pool)))
         key = (self._group(queue), pool)
-        return max(0, self._pool_nominal[key] - self._pool_used[key])
+        return own + max(0, self._pool_lendable[key] - self._pool_over[key])
 
     def dominant_share(
         self, queue: QueueQuota, extra: Mapping[Resource, int] | None = None
     ) -> float:
-        """Largest borrowed / cohort-nominal over pools (with `extra` added), over weight."""
+        """Largest borrowed / cohort-lendable over pools (with `extra` added), over weight."""
         extra = extra or {}
         share = 0.0
         for pool in set(queue.nominal) | set(extra):
-            total = self._pool_nominal[(self._group(queue), pool)]
+            total = self._pool_lendable[(self._group(queue), pool)]
             over = self.used(queue.name, pool) + extra.get(pool, 0) - queue.nominal.get(pool, 0)
             if total > 0 and over > 0:
                 share = max(share, over / total)
@@ -735,10 +762,14 @@ def _wait(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> Admis
 def _lent(book: QuotaBook, cohort: list[QueueQuota], pool: Resource) -> dict[str, int]:
     """The cohort's borrowed amount split over its lenders, in proportion to their idle quota.
 
-    A lender never lends more than its nominal quota minus what it uses; the
-    split rounds by largest remainder (ties by name), so the parts add up.
+    A lender never lends more than its lendable quota minus what it uses of it
+    (`QueueQuota.lendable`); the split rounds by largest remainder (ties by name),
+    so the parts add up.
     """
-    idle = {q.name: max(0, q.nominal.get(pool, 0) - book.used(q.name, pool)) for q in cohort}
+    idle = {
+        q.name: max(0, q.lendable(pool) - max(0, book.used(q.name, pool) - q.guaranteed(pool)))
+        for q in cohort
+    }
     borrowed = sum(book.borrowed(q, pool) for q in cohort)
     total_idle = sum(idle.values())
     out = min(borrowed, total_idle)

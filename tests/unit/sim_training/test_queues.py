@@ -150,6 +150,28 @@ def test_check_quotas_raises_on_a_breach() -> None:
         check_quotas({i: "v100" for i in range(4)}, jobs, dict.fromkeys(range(5), "a"), limited)
 
 
+def test_a_lending_limit_keeps_the_lenders_guaranteed_quota_in_the_simulator() -> None:
+    # b lends at most 1 of its 2 GPUs: a's four jobs hold 3 at most, and b's job starts at
+    # once on its guaranteed GPU at 100 though b reclaims nothing (Never)
+    specs = {
+        "a": QueueSpec.model_validate({"cohort": "c", "quotas": [{"gpuType": "v100", "gpus": 2}]}),
+        "b": QueueSpec.model_validate(
+            {"cohort": "c", "quotas": [{"gpuType": "v100", "gpus": 2, "lendingLimit": 1}]}
+        ),
+    }
+    setup = QueueSetup(specs, {"a": 1.0, "b": 1.0})
+    jobs = [_job(i, 0, 1000) for i in range(4)] + [_job(4, 100, 1000)]
+    job_queue = {0: "a", 1: "a", 2: "a", 3: "a", 4: "b"}
+    wrapped, finish = _run(jobs, job_queue, setup)
+    assert _held(wrapped, 0) == {"a": 3, "b": 0}
+    assert _held(wrapped, 100) == {"a": 3, "b": 1}
+    assert finish[4] == 1100.0
+    assert sorted(finish[i] for i in range(4)) == [1000.0, 1000.0, 1000.0, 2000.0]
+    many = {i: _job(i, 0, 10) for i in range(4)}
+    with pytest.raises(RuntimeError, match="queue a holds 4 v100 > nominal \\+ borrowable 3"):
+        check_quotas({i: "v100" for i in range(4)}, many, dict.fromkeys(range(4), "a"), setup)
+
+
 def test_jain_known_inputs() -> None:
     assert jain([1.0, 1.0, 1.0, 1.0]) == pytest.approx(1.0)
     assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)

@@ -38,12 +38,15 @@ def _queue(
     reclaim: str = "Never",
     share: int = 0,
     within: str = "Never",
+    lend: int | None = None,
 ) -> QueueSpec:
     rows: list[dict[str, Any]] = []
     for q in quotas:
         row: dict[str, Any] = {"gpuType": q[0], "gpus": q[1], "shareMilli": share}
         if len(q) == 3:
             row["borrowingLimit"] = q[2]
+        if lend is not None:  # a lending limit on every row, at most its nominal quota
+            row["lendingLimit"] = min(lend, q[1])
         rows.append(row)
     spec: dict[str, Any] = {
         "quotas": rows,
@@ -189,6 +192,47 @@ def test_the_ceiling_is_nominal_plus_what_the_cohort_lends_up_to_the_limit() -> 
     assert book.ceiling(a, ("H100", GPUS)) == 0  # not listed: never
     assert book.ceiling(alone, (A100, GPUS)) == 3  # no cohort: its own only
     assert book.ceiling(a, (A100, Unit.SHARE_MILLI)) == 0  # nobody has shares of it to lend
+
+
+def test_a_lending_limit_keeps_part_of_the_nominal_quota_from_the_cohort() -> None:
+    # team-a lends at most 2 of its 8 A100s: team-b may borrow 2, not 3, though 8 are idle
+    queues = {"team-a": _queue((A100, 8), lend=2), "team-b": _queue((A100, 0))}
+    book = _book(queues)
+    assert book.ceiling(book.queues["team-b"], (A100, GPUS)) == 2
+    big = admit(book, [_job("big", "team-b", (A100, 3))])["big"]
+    assert big.verdict is Verdict.WAIT
+    assert "cohort ml has 2 to lend" in big.message
+    assert admit(book, [_job("small", "team-b", (A100, 2))])["small"].verdict is Verdict.BORROW
+    assert queue_statuses(book)["team-a"].gpus[0].lent == 2
+
+
+def test_the_part_a_queue_does_not_lend_is_its_own_with_no_reclaim() -> None:
+    # team-b borrows the 2 team-a lends; team-a's other 6 need nobody stopped, even under
+    # Never, and only its lent 2 are reclaimed
+    queues = {
+        "team-a": _queue((A100, 8), lend=2, reclaim="PreemptBorrowed"),
+        "team-b": _queue((A100, 0)),
+    }
+    book = _book(queues, [("b0", "team-b", 2)])
+    out = admit(book, [_job("a6", "team-a", (A100, 6))])["a6"]
+    assert (out.verdict, out.victims) == (Verdict.ADMIT, ())
+    out = admit(book, [_job("a2", "team-a", (A100, 2))])["a2"]
+    assert (out.verdict, out.victims) == (Verdict.RECLAIM, ("b0",))
+    never = {"team-a": _queue((A100, 8), lend=2), "team-b": _queue((A100, 0))}
+    book = _book(never, [("b0", "team-b", 2)])
+    out = admit(book, [_job("a6", "team-a", (A100, 6)), _job("a1", "team-a", (A100, 1))])
+    assert out["a6"].verdict is Verdict.ADMIT
+    assert out["a1"].verdict is Verdict.WAIT  # the lent 2 come back when b0 ends
+    assert "lent in cohort ml; reclaim policy Never waits" in out["a1"].message
+
+
+def test_a_lending_limit_needs_a_cohort_and_at_most_the_nominal_quota() -> None:
+    with pytest.raises(ValueError, match="lendingLimit needs a cohort"):
+        _queue((A100, 8), lend=2, cohort=None)
+    with pytest.raises(ValueError, match="lendingLimit must not exceed gpus"):
+        QueueSpec.model_validate(
+            {"cohort": "ml", "quotas": [{"gpuType": A100, "gpus": 2, "lendingLimit": 3}]}
+        )
 
 
 def test_borrowed_amount_is_what_lies_above_nominal() -> None:
@@ -459,7 +503,12 @@ def test_a_job_preempted_for_quota_is_not_picked_twice_in_a_cycle() -> None:
 # --- invariants -----------------------------------------------------------------------------
 
 _queue_sizes = st.lists(
-    st.tuples(st.integers(0, 8), st.one_of(st.none(), st.integers(0, 6)), st.sampled_from([1, 2])),
+    st.tuples(
+        st.integers(0, 8),
+        st.one_of(st.none(), st.integers(0, 6)),
+        st.sampled_from([1, 2]),
+        st.one_of(st.none(), st.integers(0, 8)),
+    ),
     min_size=1,
     max_size=4,
 )
@@ -477,7 +526,7 @@ _queue_sizes = st.lists(
 )
 def test_invariants(
     *,
-    sizes: list[tuple[int, int | None, int]],
+    sizes: list[tuple[int, int | None, int, int | None]],
     running: list[tuple[int, int]],
     jobs: list[tuple[int, int]],
     reclaim: bool,
@@ -492,8 +541,9 @@ def test_invariants(
             weight=w,
             reclaim=policy,
             within="LowerPriority" if within else "Never",
+            lend=lend,
         )
-        for i, (n, limit, w) in enumerate(sizes)
+        for i, (n, limit, w, lend) in enumerate(sizes)
     }
     names = list(queues)
     # start from a state the accounting itself admitted, then rank what runs
@@ -518,6 +568,11 @@ def test_invariants(
     decisions = admit(book, pending)
     total_nominal = sum(q.nominal.get((A100, GPUS), 0) for q in book.queues.values())
     assert sum(book.used(n, (A100, GPUS)) for n in names) <= total_nominal
+    # what the queues hold above their guaranteed quota is never more than they lend:
+    # nobody borrows the part of a nominal quota that a lending limit keeps back
+    pool = (A100, GPUS)
+    above = sum(max(0, book.used(q.name, pool) - q.guaranteed(pool)) for q in book.queues.values())
+    assert above <= sum(q.lendable(pool) for q in book.queues.values())
     for queue in book.queues.values():
         limit = queue.borrowing_limit.get((A100, GPUS))
         used = book.used(queue.name, (A100, GPUS))
@@ -541,8 +596,10 @@ def test_invariants(
         assert "too few borrowed workloads" not in d.message
     for name, status in queue_statuses(book, decisions).items():
         row = status.gpus[0]
-        nominal = book.queues[name].nominal[(A100, GPUS)]
+        quota = book.queues[name]
+        nominal = quota.nominal[(A100, GPUS)]
         assert row.lent <= max(0, nominal - row.used)  # lending never goes below what it uses
+        assert row.lent <= quota.lendable((A100, GPUS))  # nor beyond its lending limit
         assert row.borrowed == max(0, row.used - nominal)
     lent = sum(s.gpus[0].lent for s in queue_statuses(book).values())
     assert lent == sum(s.gpus[0].borrowed for s in queue_statuses(book).values())

@@ -59,7 +59,16 @@ def _types_unique(quotas: list[GpuQuota]) -> bool:
 
 
 class GpuQuota(ApiModel):
-    """The queue's nominal quota of one GPU type, and how much more it may borrow."""
+    """The queue's nominal quota of one GPU type, how much more it may borrow, how much it lends."""
+
+    rules = (
+        Rule(
+            cel="!has(self.lendingLimit) || self.lendingLimit <= self.gpus",
+            message="lendingLimit must not exceed gpus (a queue lends only its nominal quota)",
+            check=lambda q: q.lending_limit is None or q.lending_limit <= q.gpus,
+            field=".lendingLimit",
+        ),
+    )
 
     gpu_type: GpuTypeName = Field(
         description="GPU product name as nodes label it (nvidia.com/gpu.product), as in a "
@@ -85,6 +94,15 @@ class GpuQuota(ApiModel):
         description="Most whole GPUs of this type the queue may borrow from its cohort above "
         "its nominal quota (and 1000 x this many share units); omit for no limit. Needs a "
         "cohort.",
+    )
+    lending_limit: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_QUOTA_GPUS,
+        description="Most whole GPUs of this type's nominal quota the queue lends to its "
+        "cohort while it does not use them (and 1000 x this many share units, at most its "
+        "shareMilli); the rest of its nominal quota is its own alone, never borrowed, so "
+        "never reclaimed. Omit to lend all of it. Needs a cohort (Kueue's lendingLimit).",
     )
 
 
@@ -151,6 +169,13 @@ class QueueSpec(ApiModel):
             check=lambda s: (
                 s.cohort is not None or all(q.borrowing_limit is None for q in s.quotas)
             ),
+            field=".quotas",
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel="has(self.cohort) || self.quotas.all(q, !has(q.lendingLimit))",
+            message="lendingLimit needs a cohort to lend to",
+            check=lambda s: s.cohort is not None or all(q.lending_limit is None for q in s.quotas),
             field=".quotas",
             reason="FieldValueForbidden",
         ),

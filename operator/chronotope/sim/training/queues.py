@@ -176,18 +176,14 @@ def assign_queues(jobs: Sequence[Job], setup: QueueSetup, seed: int) -> dict[int
 
 
 def max_gpus(setup: QueueSetup, queue: str) -> dict[str, int]:
-    """The most GPUs of each type the queue may ever hold (nominal + limit, within the cohort)."""
-    spec = setup.specs[queue]
-    members = [s for s in setup.specs.values() if spec.cohort and s.cohort == spec.cohort]
-    out = {}
-    for q in spec.quotas:
-        if spec.cohort is None:
-            out[q.gpu_type] = q.gpus
-            continue
-        cohort = sum(x.gpus for m in members for x in m.quotas if x.gpu_type == q.gpu_type)
-        limit = cohort if q.borrowing_limit is None else q.gpus + q.borrowing_limit
-        out[q.gpu_type] = min(cohort, limit)
-    return out
+    """The most GPUs of each type the queue may ever hold (`QuotaBook.ceiling`).
+
+    Its nominal quota plus what it may borrow: up to its borrowing limit of what the
+    other queues of its cohort lend (their nominal quota, or their lending limit).
+    """
+    book = QuotaBook(setup.specs, {})
+    quota = book.queues[queue]
+    return {t: book.ceiling(quota, (t, Unit.GPUS)) for t in quota.gpu_types()}
 
 
 def check_fit(jobs: Sequence[Job], job_queue: Mapping[int, str], setup: QueueSetup) -> None:
@@ -210,7 +206,9 @@ def check_quotas(
 ) -> None:
     """Raise RuntimeError if a queue or a cohort holds more than its quota allows.
 
-    A queue may hold nominal + borrowable (`max_gpus`); a cohort, its nominal total.
+    A queue may hold nominal + borrowable (`max_gpus`); a cohort, its nominal total;
+    and the members of a cohort together hold no more above their guaranteed quota
+    (nominal less what a lending limit keeps from the cohort) than they lend.
     A breach is a bug in the wrapper or the accounting: a real fault.
     """
     used: Counter[tuple[str, str]] = Counter()
@@ -236,6 +234,27 @@ def check_quotas(
         )
         if n > total:
             raise RuntimeError(f"cohort {cohort} holds {n} {g} > its nominal {total}")
+    _check_lending(used, setup)
+
+
+def _check_lending(used: Mapping[tuple[str, str], int], setup: QueueSetup) -> None:
+    """Raise RuntimeError if a cohort holds more above its guaranteed quota than it lends."""
+    book = QuotaBook(setup.specs, {})
+    over: Counter[tuple[str, str]] = Counter()
+    lendable: Counter[tuple[str, str]] = Counter()
+    for quota in book.queues.values():
+        if quota.cohort is None:
+            continue
+        for g in quota.gpu_types():
+            pool = (g, Unit.GPUS)
+            over[(quota.cohort, g)] += max(0, used[(quota.name, g)] - quota.guaranteed(pool))
+            lendable[(quota.cohort, g)] += quota.lendable(pool)
+    for (cohort, g), n in over.items():
+        if n > lendable[(cohort, g)]:
+            raise RuntimeError(
+                f"cohort {cohort} holds {n} {g} above its queues' guaranteed quota > the "
+                f"{lendable[(cohort, g)]} they lend"
+            )
 
 
 @dataclass(frozen=True)
