@@ -349,3 +349,60 @@ def test_a_held_queue_admits_nothing_and_a_drained_one_stops_what_runs(
             _running(custom, ns, "s1", 60, "s1 running again")
             _running(custom, ns, "s2", 60, "s2 running")
             wait_for(lambda: active() == ("True", "Ready"), 30, "the Queue active again")
+
+
+def test_a_lending_limit_keeps_part_of_a_teams_quota_its_own(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    # the lender has 4 GPUs and lends at most 2: the borrower gets 2 and no more though
+    # the lender idles, and the lender's own job then starts at once, nobody preempted
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, cohort = f"LEND-{tag.upper()}", f"l{tag}"
+    lender, borrower, ns = f"{cohort}-a", f"{cohort}-b", namespace
+
+    def queue(name: str, gpus: int, **quota: int) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {
+                "cohort": cohort,
+                "quotas": [{"gpuType": gpu_type, "gpus": gpus, **quota}],
+                "reclaim": {"policy": "PreemptBorrowed", "gracePeriodSeconds": 5},
+            },
+        }
+
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"ln-{tag}", gpu_type, 1, per_node=6),
+            _queues(custom, queue(lender, 4, lendingLimit=2), queue(borrower, 0)),
+        ):
+            for name, target in (("default", lender), ("borrow", borrower)):
+                local = _local_queue(ns, target)
+                local["metadata"]["name"] = name
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", local)
+            _submit(custom, ns, "b1", gpu_type, "borrow")
+            _running(custom, ns, "b1", 60, "b1 running on the 2 GPUs the lender lends")
+            _submit(custom, ns, "b2", gpu_type, "borrow")
+            wait_for(lambda: _reason(_status(custom, ns, "b2")) == "QuotaExceeded", 30, "b2")
+            why = _status(custom, ns, "b2")["whyWaiting"]
+            assert why.startswith(f"queue {borrower}: {gpu_type} 2/0 in use, cohort {cohort}")
+            assert "has 0 to lend" in why
+            _submit(custom, ns, "a1", gpu_type, "default")
+            _running(custom, ns, "a1", 60, "a1 running on its guaranteed GPUs")
+            assert _status(custom, ns, "b1")["phase"] == "Running"  # nothing to reclaim
+            wait_for(
+                lambda: (
+                    _usage(custom, lender)[:3] == (2, 0, 2)
+                    and _usage(custom, borrower)[:2] == (2, 2)
+                ),
+                30,
+                "Queue status: the lender uses 2 of its own and lends 2, the borrower borrows 2",
+            )
+            # a lending limit above the nominal quota is refused by the API server
+            patch = {"spec": {"quotas": [{"gpuType": gpu_type, "gpus": 4, "lendingLimit": 5}]}}
+            with pytest.raises(client.exceptions.ApiException) as refused:
+                custom.patch_cluster_custom_object(GROUP, VERSION, "queues", lender, patch)
+            assert refused.value.status == 422
+            assert "lendingLimit must not exceed gpus" in str(refused.value.body)
