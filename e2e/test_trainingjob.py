@@ -226,26 +226,37 @@ def test_kubectl_scale_resizes_an_elastic_job(
     namespace: str,
 ) -> None:
     api, custom, core = jobs_api
-    _run_elastic(api, custom, namespace, "elastic", gpu_type="L4", replicas=2, max_replicas=4)
-    kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/elastic", "--replicas=4")
+    # a GPU type only this test's nodes have (two nodes of 4, as the demo's L4s), so no
+    # other test's leftovers hold GPUs the resized gang needs
+    model = f"SCALE-{namespace[-6:].upper()}"
+    with _gpu_nodes(api, core, f"sc-{namespace[-6:]}", model, 2, per_node=4):
+        _run_elastic(api, custom, namespace, "elastic", gpu_type=model, replicas=2, max_replicas=4)
+        kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/elastic", "--replicas=4")
 
-    def resized() -> bool:
-        return _running_with(api, namespace, "elastic", 4)
+        def resized() -> bool:
+            return _running_with(api, namespace, "elastic", 4)
 
-    _wait_job(
-        api, namespace, "elastic", resized, timeout=90, what="elastic job running with 4 workers"
-    )
-    pods = [
-        p for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp
-    ]
-    assert len(pods) == 4
-    env = {e.name: e.value for e in pods[0].spec.containers[0].env}
-    assert env["WORLD_SIZE"] == "4"
-    assert env["MASTER_ADDR"] == f"elastic-0.elastic.{namespace}.svc"
-    events = core.list_namespaced_event(
-        namespace, field_selector="involvedObject.name=elastic"
-    ).items
-    assert any(e.reason == "Resizing" for e in events)
+        _wait_job(
+            api,
+            namespace,
+            "elastic",
+            resized,
+            timeout=90,
+            what="elastic job running with 4 workers",
+        )
+        pods = [
+            p
+            for p in core.list_namespaced_pod(namespace).items
+            if not p.metadata.deletion_timestamp
+        ]
+        assert len(pods) == 4
+        env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+        assert env["WORLD_SIZE"] == "4"
+        assert env["MASTER_ADDR"] == f"elastic-0.elastic.{namespace}.svc"
+        events = core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=elastic"
+        ).items
+        assert any(e.reason == "Resizing" for e in events)
 
 
 @contextlib.contextmanager
