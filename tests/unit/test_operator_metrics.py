@@ -70,7 +70,12 @@ def test_serving_groups_report_replicas_residency_and_passes() -> None:
 def test_queue_quota_and_usage_and_a_deleted_queue_drops_out() -> None:
     now = [0.0]
     m = OperatorMetrics(stale_after_s=30, clock=lambda: now[0])
-    spec = {"quotas": [{"gpuType": "L4", "gpus": 4, "shareMilli": 500}]}
+    spec = {
+        "quotas": [
+            {"gpuType": "L4", "gpus": 4, "shareMilli": 500, "lendingLimit": 1},
+            {"gpuType": "T4", "gpus": 2, "borrowingLimit": 0},
+        ]
+    }
     status = {
         "gpus": [{"gpuType": "L4", "used": 6, "borrowed": 2, "lent": 0, "usedShareMilli": 250}],
         "admittedWorkloads": 2,
@@ -85,6 +90,9 @@ def test_queue_quota_and_usage_and_a_deleted_queue_drops_out() -> None:
         'chronotope_queue_gpus{gpu_type="L4",kind="used_share_milli",queue="team-a"} 250.0' in text
     )
     assert 'chronotope_queue_workloads{queue="team-a",state="pending"} 3.0' in text
+    assert 'chronotope_queue_gpus{gpu_type="L4",kind="lending_limit",queue="team-a"} 1.0' in text
+    assert 'chronotope_queue_gpus{gpu_type="T4",kind="borrowing_limit",queue="team-a"} 0.0' in text
+    assert 'gpu_type="L4",kind="borrowing_limit"' not in text  # not set: no series
     now[0] = 31.0
     assert "team-a" not in generate_latest(m.registry).decode()
 

@@ -45,7 +45,9 @@
   posted as events (Planned, ScaledUp, ScaledDown, SloViolated, ...)
 * `chronotope_queue_gpus{queue,gpu_type,kind}`: per Queue and GPU type,
   whole GPUs `nominal`, `used`, `borrowed` and `lent` (`kind` with a
-  `_share_milli` suffix: the same for GPU shares, in thousandths of a GPU)
+  `_share_milli` suffix: the same for GPU shares, in thousandths of a GPU),
+  and `borrowing_limit` / `lending_limit` where the Queue sets them (Kueue's
+  `cluster_queue_borrowing_limit` / `cluster_queue_lending_limit`)
 * `chronotope_queue_workloads{queue,state}`: `admitted` and `pending` jobs
 * `chronotope_operator_api_requests_total{verb,resource}`: requests the
   operator's API client made (GET, WATCH, POST, PATCH, PUT, DELETE), by the
@@ -222,9 +224,16 @@ class _Queues(Collector):
     def observe(self, name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         rows: list[tuple[str, str, float]] = []
         for quota in spec.get("quotas") or []:
-            rows.append((str(quota.get("gpuType")), "nominal", float(quota.get("gpus") or 0)))
+            gpu_type = str(quota.get("gpuType"))
+            rows.append((gpu_type, "nominal", float(quota.get("gpus") or 0)))
             milli = float(quota.get("shareMilli") or 0)
-            rows.append((str(quota.get("gpuType")), "nominal_share_milli", milli))
+            rows.append((gpu_type, "nominal_share_milli", milli))
+            for field, kind in (
+                ("borrowingLimit", "borrowing_limit"),
+                ("lendingLimit", "lending_limit"),
+            ):
+                if quota.get(field) is not None:  # as Kueue: a limit that is not set has no series
+                    rows.append((gpu_type, kind, float(quota[field])))
         for row in status.get("gpus") or []:
             for field, kind in _QUEUE_FIELDS:
                 rows.append((str(row.get("gpuType")), kind, float(row.get(field) or 0)))
@@ -238,7 +247,7 @@ class _Queues(Collector):
         fresh = self._recent.fresh()
         gpus = GaugeMetricFamily(
             "chronotope_queue_gpus",
-            "Quota and usage of a Queue per GPU type: nominal, used, borrowed, lent",
+            "Quota and usage of a Queue per GPU type: nominal, used, borrowed, lent, limits",
             labels=["queue", "gpu_type", "kind"],
         )
         workloads = GaugeMetricFamily(
