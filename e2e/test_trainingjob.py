@@ -532,28 +532,37 @@ def test_operator_restarted_mid_resize_converges(
     namespace: str,
 ) -> None:
     api, custom, core = jobs_api
-    _run_elastic(api, custom, namespace, "restarty", gpu_type="L4", replicas=2, max_replicas=4)
-    kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/restarty", "--replicas=3")
-    assert kube_cluster.local is not None
-    kube_cluster.local.stop_component("chronotope-operator")  # killed mid-resize
-    kube_cluster.local.restart_operator()  # same identity, flags and webhook
+    model = f"RESTART-{namespace[-6:].upper()}"  # nodes of its own type, as the scale test
+    with _gpu_nodes(api, core, f"rs-{namespace[-6:]}", model, 2, per_node=4):
+        _run_elastic(api, custom, namespace, "restarty", gpu_type=model, replicas=2, max_replicas=4)
+        kube_cluster.run_kubectl("scale", "-n", namespace, "trainingjob/restarty", "--replicas=3")
+        assert kube_cluster.local is not None
+        kube_cluster.local.stop_component("chronotope-operator")  # killed mid-resize
+        kube_cluster.local.restart_operator()  # same identity, flags and webhook
 
-    def converged() -> bool:
-        status = _get(api, namespace, "restarty").get("status") or {}
-        pods = [
-            p
-            for p in core.list_namespaced_pod(namespace).items
-            if not p.metadata.deletion_timestamp
-        ]
-        generations = {p.metadata.labels["chronotope.dev/gang-generation"] for p in pods}
-        return (
-            status.get("phase") == "Running"
-            and (status.get("plan") or {}).get("workers") == 3
-            and len(pods) == 3
-            and len(generations) == 1
+        def converged() -> bool:
+            status = _get(api, namespace, "restarty").get("status") or {}
+            pods = [
+                p
+                for p in core.list_namespaced_pod(namespace).items
+                if not p.metadata.deletion_timestamp
+            ]
+            generations = {p.metadata.labels["chronotope.dev/gang-generation"] for p in pods}
+            return (
+                status.get("phase") == "Running"
+                and (status.get("plan") or {}).get("workers") == 3
+                and len(pods) == 3
+                and len(generations) == 1
+            )
+
+        _wait_job(
+            api,
+            namespace,
+            "restarty",
+            converged,
+            timeout=120,
+            what="one consistent 3-worker gang after the restart",
         )
-
-    wait_for(converged, 120, "one consistent 3-worker gang after the restart")
 
 
 def test_jobs_that_could_both_start_are_planned_jointly(
