@@ -406,3 +406,35 @@ def test_a_lending_limit_keeps_part_of_a_teams_quota_its_own(
                 custom.patch_cluster_custom_object(GROUP, VERSION, "queues", lender, patch)
             assert refused.value.status == 422
             assert "lendingLimit must not exceed gpus" in str(refused.value.body)
+
+
+def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    # 4 GPUs of quota, 2 in use: a 4-GPU job waits, and under StrictFIFO the 2-GPU job
+    # behind it waits too though 2 are free; switched to BestEffortFIFO, it starts
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, team, ns = f"FIFO-{tag.upper()}", f"f{tag}", namespace
+    queue = _solo_queue(team, gpu_type, 4)
+    queue["spec"]["queueingStrategy"] = "StrictFIFO"
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with _gpu_nodes(api, core, f"fn-{tag}", gpu_type, 1, per_node=8), _queues(custom, queue):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "localqueues", _local_queue(ns, team)
+            )
+            _submit(custom, ns, "first", gpu_type, "default")
+            _running(custom, ns, "first", 60, "first running")
+            big = job("big", 2, 2, [(gpu_type, 1.0)], checkpoint={"path": "/ckpt/big"})
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, big)
+            wait_for(lambda: _reason(_status(custom, ns, "big")) == "QuotaExceeded", 30, "big")
+            _submit(custom, ns, "small", gpu_type, "default")
+            wait_for(lambda: _reason(_status(custom, ns, "small")) == "QuotaExceeded", 30, "small")
+            why = _status(custom, ns, "small")["whyWaiting"]
+            assert why.startswith(
+                f"queue {team} admits in order (queueingStrategy StrictFIFO): {ns}/big ahead"
+            )
+            patch = {"spec": {"queueingStrategy": "BestEffortFIFO"}}
+            custom.patch_cluster_custom_object(GROUP, VERSION, "queues", team, patch)
+            _running(custom, ns, "small", 60, "small running once the queue is BestEffortFIFO")
+            assert _reason(_status(custom, ns, "big")) == "QuotaExceeded"

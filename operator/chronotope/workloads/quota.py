@@ -28,14 +28,16 @@ what it returns. The rules (docs/queues.md):
   the quota that blocks.
 
 Within a queue, a workload that does not fit does not hold back later ones
-(Kueue's BestEffortFIFO). With no Queue at all, quotas are off and every
+(Kueue's BestEffortFIFO), unless the queue is `StrictFIFO`: then each pass
+considers only its first workload not yet admitted, so a waiting head holds
+back every later workload of its queue (`_eligible`). With no Queue at all, quotas are off and every
 workload is admitted (clusters that never create a Queue work as before).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -43,6 +45,7 @@ from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
 from chronotope.api.v1alpha1.queue import (
     MILLI_PER_GPU,
     GpuTypeUsage,
+    QueueingStrategy,
     QueueSpec,
     QueueStatus,
     ReclaimPolicy,
@@ -99,6 +102,8 @@ class QueueQuota:
     grace_seconds: int = 30
     within_queue: WithinQueuePolicy = WithinQueuePolicy.NEVER
     stop: StopPolicy = StopPolicy.NONE
+    strict: bool = False
+    """`queueingStrategy: StrictFIFO`: its first waiting workload holds back the later ones."""
     types: frozenset[str] = field(init=False, repr=False, compare=False)
     """The GPU types `nominal` names (admission asks this of every alternative)."""
 
@@ -132,6 +137,7 @@ class QueueQuota:
             grace_seconds=spec.reclaim.grace_period_seconds,
             within_queue=spec.reclaim.within_queue,
             stop=spec.stop_policy,
+            strict=spec.queueing_strategy is QueueingStrategy.STRICT_FIFO,
         )
 
     def gpu_types(self) -> list[str]:
@@ -599,7 +605,8 @@ def _apply(book: QuotaBook, key: str, queue: QueueQuota, demand: Demand, now: fl
     book.add(AdmittedWorkload(key, queue.name, demand.pools(), now))
 
 
-Resolved = list[tuple[PendingWorkload, QueueQuota]]
+_Queued = tuple[PendingWorkload, QueueQuota]
+Resolved = list[_Queued]
 
 
 def admit(
@@ -629,9 +636,21 @@ def admit(
     if _preempt_lower_priority(book, resolved, decisions, now):
         # its victims may free more than it needed: the passes admit what now fits
         _admit_passes(book, resolved, decisions, now)
+    heads: dict[str, str] = {}
     for p, queue in resolved:
-        if p.key not in decisions:
+        if p.key in decisions:
+            continue
+        head = heads.setdefault(queue.name, p.key) if queue.strict else p.key
+        if head == p.key:
             decisions[p.key] = _wait(book, queue, p)
+            continue
+        text = (
+            f"queue {queue.name} admits in order (queueingStrategy StrictFIFO): {head} "
+            "ahead of it does not fit yet"
+        )
+        decisions[p.key] = Admission(
+            p.key, Verdict.WAIT, queue.name, reason=WaitReason.QUOTA_EXCEEDED, message=text
+        )
     return decisions
 
 
@@ -639,9 +658,7 @@ def _within_nominal(
     book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
 ) -> None:
     """Pass 1: admit, in order, what fits its queue's nominal quota with nothing to reclaim."""
-    for p, queue in resolved:
-        if p.key in decisions:
-            continue
+    for p, queue in _eligible(resolved, decisions):
         demand, fit = _best(book, queue, p)
         if fit.verdict is Verdict.ADMIT:
             _apply(book, p.key, queue, demand, now)
@@ -654,9 +671,7 @@ def _borrow_by_fair_share(
     """Pass 3: admit borrowers one at a time, the lowest weighted dominant share (after) first."""
     while True:
         offers = []
-        for order, (p, queue) in enumerate(resolved):
-            if p.key in decisions:
-                continue
+        for order, (p, queue) in enumerate(_eligible(resolved, decisions)):
             demand, fit = _best(book, queue, p)
             if fit.verdict is Verdict.BORROW:
                 share = book.dominant_share(queue, demand.pools())
@@ -666,6 +681,23 @@ def _borrow_by_fair_share(
         _, _, p, queue, demand, fit = min(offers, key=lambda o: (o[0], o[1]))
         _apply(book, p.key, queue, demand, now)
         decisions[p.key] = Admission(p.key, Verdict.BORROW, queue.name, demand, fit.borrowed)
+
+
+def _eligible(resolved: Resolved, decisions: Mapping[str, Admission]) -> Iterator[_Queued]:
+    """The undecided workloads a pass may admit, in order.
+
+    All of them, except that a `StrictFIFO` queue offers only its first undecided
+    workload: once a yielded workload is still undecided when the pass resumes
+    (it did not fit), the rest of its queue is skipped. A head the pass admits
+    lets the next workload of its queue through in the same walk.
+    """
+    held: set[str] = set()
+    for p, queue in resolved:
+        if p.key in decisions or queue.name in held:
+            continue
+        yield p, queue
+        if queue.strict and p.key not in decisions:
+            held.add(queue.name)
 
 
 def _admit_passes(
@@ -688,8 +720,8 @@ def _preempt_lower_priority(
     True if it preempted anything.
     """
     preempted = False
-    for p, queue in resolved:
-        if p.key in decisions or queue.within_queue is not WithinQueuePolicy.LOWER_PRIORITY:
+    for p, queue in _eligible(resolved, decisions):
+        if queue.within_queue is not WithinQueuePolicy.LOWER_PRIORITY:
             continue
         for demand in p.alternatives:
             victims = within_queue_victims(book, queue, p.priority, demand)
@@ -723,9 +755,7 @@ def _reclaim(
     book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
 ) -> None:
     """Pass 2: reclaim lent quota for what fits its nominal quota, before anyone borrows."""
-    for p, queue in resolved:
-        if p.key in decisions:
-            continue
+    for p, queue in _eligible(resolved, decisions):
         demand, fit = _best(book, queue, p)
         if fit.verdict not in (Verdict.RECLAIM, Verdict.ADMIT):
             continue

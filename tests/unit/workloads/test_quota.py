@@ -39,6 +39,7 @@ def _queue(
     share: int = 0,
     within: str = "Never",
     lend: int | None = None,
+    strict: bool = False,
 ) -> QueueSpec:
     rows: list[dict[str, Any]] = []
     for q in quotas:
@@ -52,6 +53,7 @@ def _queue(
         "quotas": rows,
         "weight": weight,
         "reclaim": {"policy": reclaim, "withinQueue": within},
+        "queueingStrategy": "StrictFIFO" if strict else "BestEffortFIFO",
     }
     if cohort:
         spec["cohort"] = cohort
@@ -233,6 +235,45 @@ def test_a_lending_limit_needs_a_cohort_and_at_most_the_nominal_quota() -> None:
         QueueSpec.model_validate(
             {"cohort": "ml", "quotas": [{"gpuType": A100, "gpus": 2, "lendingLimit": 3}]}
         )
+
+
+def test_a_strict_fifo_queue_admits_in_order_and_a_best_effort_one_backfills() -> None:
+    # 2 of 4 GPUs in use: the 4-GPU job waits; behind it the 1-GPU job waits too under
+    # StrictFIFO (the big one is not starved by smaller ones), and runs under BestEffortFIFO
+    for strict, small in ((True, Verdict.WAIT), (False, Verdict.ADMIT)):
+        book = _book(
+            {"team-a": _queue((A100, 4), cohort=None, strict=strict)}, [("r", "team-a", 2)]
+        )
+        out = admit(book, [_job("big", "team-a", (A100, 4)), _job("small", "team-a", (A100, 1))])
+        assert out["big"].verdict is Verdict.WAIT
+        assert out["small"].verdict is small
+        if strict:
+            assert out["big"].message == "queue team-a: A100 2/4 in use, no cohort to borrow from"
+            assert out["small"].reason is WaitReason.QUOTA_EXCEEDED
+            assert out["small"].message == (
+                "queue team-a admits in order (queueingStrategy StrictFIFO): big ahead of it "
+                "does not fit yet"
+            )
+
+
+def test_a_strict_fifo_head_that_fits_lets_the_next_through_in_the_same_cycle() -> None:
+    # the head fits its nominal quota, the next borrows: both in one cycle, in order
+    queues = {"team-a": _queue((A100, 2), strict=True), "team-b": _queue((A100, 3))}
+    book = _book(queues)
+    jobs = [_job(k, "team-a", (A100, 2)) for k in ("a1", "a2", "a3")]
+    out = admit(book, jobs)
+    assert [out[k].verdict for k in ("a1", "a2", "a3")] == [
+        Verdict.ADMIT,
+        Verdict.BORROW,
+        Verdict.WAIT,
+    ]
+    # another queue's workloads are not held back by it
+    # next cycle: a3 still waits (1 left to borrow); a4 would fit that 1 but waits behind
+    # a3; another queue's workload is not held back by them
+    again = [jobs[2], _job("a4", "team-a", (A100, 1)), _job("b1", "team-b", (A100, 1))]
+    out = admit(book, again)
+    assert [out[k].verdict for k in ("a3", "a4", "b1")] == [Verdict.WAIT] * 2 + [Verdict.ADMIT]
+    assert "a3 ahead of it does not fit yet" in out["a4"].message
 
 
 def test_borrowed_amount_is_what_lies_above_nominal() -> None:
@@ -523,6 +564,7 @@ _queue_sizes = st.lists(
     within=st.booleans(),
     ranks=st.lists(st.tuples(st.integers(0, 2), st.booleans()), min_size=18, max_size=18),
     stops=st.lists(st.booleans(), min_size=4, max_size=4),
+    stricts=st.lists(st.booleans(), min_size=4, max_size=4),
 )
 def test_invariants(
     *,
@@ -533,6 +575,7 @@ def test_invariants(
     within: bool,
     ranks: list[tuple[int, bool]],
     stops: list[bool],
+    stricts: list[bool],
 ) -> None:
     policy = "PreemptBorrowed" if reclaim else "Never"
     queues = {
@@ -542,6 +585,7 @@ def test_invariants(
             reclaim=policy,
             within="LowerPriority" if within else "Never",
             lend=lend,
+            strict=stricts[i],
         )
         for i, (n, limit, w, lend) in enumerate(sizes)
     }
@@ -594,6 +638,12 @@ def test_invariants(
                 assert reclaim
         # what lies within its nominal quota can always be reclaimed from the borrowers
         assert "too few borrowed workloads" not in d.message
+    # a StrictFIFO queue admits in order: nothing of it after a workload that waits
+    for name, quota in book.queues.items():  # (a test workload's namespace is its queue)
+        mine = [p.key for p in pending if p.namespace == name] if quota.strict else []
+        verdicts = [decisions[k].verdict for k in mine]
+        if Verdict.WAIT in verdicts:
+            assert all(v is Verdict.WAIT for v in verdicts[verdicts.index(Verdict.WAIT) :])
     for name, status in queue_statuses(book, decisions).items():
         row = status.gpus[0]
         quota = book.queues[name]

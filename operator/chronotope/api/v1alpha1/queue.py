@@ -38,6 +38,7 @@ __all__ = [
     "QueueReclaim",
     "QueueSpec",
     "QueueStatus",
+    "QueueingStrategy",
     "ReclaimPolicy",
     "StopPolicy",
     "WithinQueuePolicy",
@@ -118,6 +119,13 @@ class WithinQueuePolicy(StrEnum):
 
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
+
+
+class QueueingStrategy(StrEnum):
+    """In what order the queue admits its workloads (Kueue's ClusterQueue `queueingStrategy`)."""
+
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+    STRICT_FIFO = "StrictFIFO"
 
 
 class StopPolicy(StrEnum):
@@ -203,6 +211,14 @@ class QueueSpec(ApiModel):
         default_factory=QueueReclaim,
         description="Whether the queue preempts borrowed work to get its quota back, and its "
         "own lower-priority work for higher-priority work.",
+    )
+    queueing_strategy: QueueingStrategy = Field(
+        default=QueueingStrategy.BEST_EFFORT_FIFO,
+        description="BestEffortFIFO: workloads are admitted in queue order (priority, "
+        "deadline, age), and one that does not fit the quota does not hold back later ones. "
+        "StrictFIFO: the first of the queue's waiting workloads that does not fit holds back "
+        "every later one of the queue, so a large job is not starved by smaller ones "
+        "behind it (quota only: the GPUs themselves are still backfilled).",
     )
     stop_policy: StopPolicy = Field(
         default=StopPolicy.NONE,
@@ -299,6 +315,9 @@ KIND = KindInfo(
         PrinterColumn("Pending", ".status.pendingWorkloads", "integer", "Workloads waiting"),
         PrinterColumn("Stop", ".spec.stopPolicy", description="Stop policy (Hold, HoldAndDrain)"),
         PrinterColumn("Reclaim", ".spec.reclaim.policy", description="Reclaim policy", priority=1),
+        PrinterColumn(
+            "Strategy", ".spec.queueingStrategy", description="Queueing strategy", priority=1
+        ),
         PrinterColumn(
             "WithinQueue",
             ".spec.reclaim.withinQueue",
