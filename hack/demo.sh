@@ -32,7 +32,7 @@ fi
 say "kubectl get nodes   # GPU capacity and topology"
 k get nodes -o custom-columns='NAME:.metadata.name,GPU:.metadata.labels.nvidia\.com/gpu\.product,GPUS:.status.capacity.nvidia\.com/gpu,MEM(MiB):.metadata.labels.nvidia\.com/gpu\.memory,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,RACK:.metadata.labels.chronotope\.dev/rack,NVLINK:.metadata.labels.chronotope\.dev/nvlink-domain'
 
-say "kubectl apply -f manifests/profiles/ -f manifests/demo/video-arrivals.yaml -f manifests/samples/   # a model profile, a sample arrival trace, TrainingJobs, an InferencePipeline, ModelVariants"
+say "kubectl apply -f manifests/profiles/ -f manifests/demo/video-arrivals.yaml -f manifests/samples/   # a model profile, a sample arrival trace, TrainingJobs, an InferencePipeline, ModelVariants, two teams' Queues"
 k apply -f manifests/profiles/ >/dev/null
 k apply -f manifests/demo/video-arrivals.yaml >/dev/null
 k apply -f manifests/samples/ >/dev/null

@@ -73,3 +73,49 @@ def test_invalid_fixture_is_rejected_by_the_models_naming_the_field(path: Path) 
         MODELS[doc["kind"]].model_validate(doc)
     paths = _error_paths(caught.value)
     assert any(p.startswith(f"{expect['field']}:") for p in paths), paths
+
+
+def test_the_samples_applied_together_admit_every_workload_in_one_namespace() -> None:
+    # `kubectl apply -f manifests/samples/` (make demo) creates the Queues, which turns quotas
+    # on: every sample workload must find its LocalQueue in that namespace and quota for a
+    # GPU type it can use, or the demo shows it waiting (as it once did: "no LocalQueue
+    # research in namespace default")
+    from chronotope.api.v1alpha1 import LocalQueueSpec, QueueSpec
+    from chronotope.workloads.quota import (
+        PendingWorkload,
+        QuotaBook,
+        Unit,
+        Verdict,
+        admit,
+        demands_of,
+    )
+
+    docs = [doc for path in SAMPLES for doc in _docs(path)]
+    queues = {
+        d["metadata"]["name"]: QueueSpec.model_validate(d["spec"])
+        for d in docs
+        if d["kind"] == "Queue"
+    }
+    local = {
+        ("default", d["metadata"]["name"]): LocalQueueSpec.model_validate(d["spec"])
+        for d in docs
+        if d["kind"] == "LocalQueue"
+    }
+    for doc in (d for d in docs if d["kind"] == "TrainingJob"):
+        spec = MODELS["TrainingJob"].model_validate(doc).spec
+        name = doc["metadata"]["name"]
+        pending = PendingWorkload(name, "default", spec.queue, demands_of(spec))
+        verdict = admit(QuotaBook(queues, local), [pending])[name]
+        assert verdict.verdict in (Verdict.ADMIT, Verdict.BORROW), (name, verdict.message)
+    for doc in (d for d in docs if d["kind"] == "InferencePipeline"):
+        spec = MODELS["InferencePipeline"].model_validate(doc).spec
+        book = QuotaBook(queues, local)
+        target = book.local_queues.get(("default", spec.queue))
+        assert target is not None, f"no LocalQueue {spec.queue} for {doc['metadata']['name']}"
+        quota = book.queues[target]
+        for stage in spec.stages:
+            unit = Unit.SHARE_MILLI if stage.gpu is not None and stage.gpu.shared else Unit.GPUS
+            room = [p.gpu_type for p in stage.profiles if book.ceiling(quota, (p.gpu_type, unit))]
+            assert room, f"stage {stage.name}: queue {target} holds no {unit.value} of its types"
+    if any(d["kind"] == "ModelVariant" for d in docs):  # serving groups use LocalQueue default
+        assert ("default", "default") in local
