@@ -438,3 +438,26 @@ def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
             custom.patch_cluster_custom_object(GROUP, VERSION, "queues", team, patch)
             _running(custom, ns, "small", 60, "small running once the queue is BestEffortFIFO")
             assert _reason(_status(custom, ns, "big")) == "QuotaExceeded"
+
+
+def test_a_queue_admits_only_the_namespaces_its_selector_selects(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    # a LocalQueue in a namespace the Queue does not select gets nothing: the job waits
+    # saying so; labelling the namespace (as a platform team would) admits it
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, team, ns = f"NSSEL-{tag.upper()}", f"n{tag}", namespace
+    queue = _solo_queue(team, gpu_type, 4)
+    queue["spec"]["namespaceSelector"] = {"matchLabels": {"chronotope.dev/team": team}}
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with _gpu_nodes(api, core, f"sn-{tag}", gpu_type, 1, per_node=4), _queues(custom, queue):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "localqueues", _local_queue(ns, team)
+            )
+            _submit(custom, ns, "j1", gpu_type, "default")
+            wait_for(lambda: _reason(_status(custom, ns, "j1")) == "NamespaceNotAllowed", 30, "j1")
+            why = _status(custom, ns, "j1")["whyWaiting"]
+            assert f"Queue {team}'s namespaceSelector does not select namespace {ns}" in why
+            core.patch_namespace(ns, {"metadata": {"labels": {"chronotope.dev/team": team}}})
+            _running(custom, ns, "j1", 60, "j1 running once its namespace is selected")

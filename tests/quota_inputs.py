@@ -15,6 +15,7 @@ class QuotaInputs:
         self.jobs: list[dict[str, Any]] = []
         self.queue_objs: list[dict[str, Any]] = []
         self.local_queue_objs: list[dict[str, Any]] = []
+        self.namespace_objs: list[dict[str, Any]] = []
 
     def training_jobs(self) -> list[dict[str, Any]]:
         return self.jobs
@@ -24,3 +25,6 @@ class QuotaInputs:
 
     def local_queues(self) -> list[dict[str, Any]]:
         return self.local_queue_objs
+
+    def namespaces(self) -> list[dict[str, Any]]:
+        return self.namespace_objs

@@ -119,6 +119,10 @@ class PipelineOps(Protocol):
         """All LocalQueues."""
         ...
 
+    def namespaces(self) -> list[dict[str, Any]]:
+        """All Namespaces (their labels: Queues' namespaceSelector)."""
+        ...
+
 
 @dataclass(frozen=True)
 class TunerSettings:
@@ -218,7 +222,9 @@ def reconcile(
     out = Outcome()
     groups = _variant_groups(ops, namespace, spec)
     due = _replan_due(spec, old, meta.get("generation"), now, settings)
-    view = QuotaView.parse(ops.queues(), ops.local_queues())  # planning and admission
+    view = QuotaView.parse(
+        ops.queues(), ops.local_queues(), ops.namespaces()
+    )  # planning and admission
     plan, sample = (
         (groups, None)
         if isinstance(groups, Reason)

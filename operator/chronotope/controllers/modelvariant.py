@@ -94,6 +94,10 @@ class VariantOps(Protocol):
         """All LocalQueues."""
         ...
 
+    def namespaces(self) -> list[dict[str, Any]]:
+        """All Namespaces (their labels: Queues' namespaceSelector)."""
+        ...
+
 
 @dataclass
 class _Entry:
@@ -247,7 +251,7 @@ def _quota_held(
     """
     if not result.objects:
         return None
-    view = QuotaView.parse(ops.queues(), ops.local_queues())
+    view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
     if not view.on:
         return None
     return serving_admission(

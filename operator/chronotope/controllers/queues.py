@@ -82,7 +82,7 @@ class Reports:
     def _refresh(self, ops: ClusterOps) -> None:
         if self._at is not None and self.clock() - self._at < self.ttl_s:
             return
-        view = QuotaView.parse(ops.queues(), ops.local_queues())
+        view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
         jobs = ops.training_jobs()
         self._reports = queue_report(view, jobs, serving_workloads(view, ops.pods()))
         self._local = local_queue_report(view, jobs)
@@ -194,7 +194,7 @@ def drain(ops: ClusterOps) -> list[str]:
     Queue Q (draining queue Q)") and re-queues it, and the stopped queue holds it.
     Returns the victims' keys.
     """
-    view = QuotaView.parse(ops.queues(), ops.local_queues())
+    view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
     if all(q.stop_policy is not StopPolicy.HOLD_AND_DRAIN for q in view.queues.values()):
         return []  # the common case: no job to read
     victims = drain_victims(view, ops.training_jobs())

@@ -153,6 +153,10 @@ class ClusterOps(Protocol):
         """All LocalQueues, as API dicts."""
         ...
 
+    def namespaces(self) -> list[dict[str, Any]]:
+        """All Namespaces (their labels: Queues' namespaceSelector), as API dicts."""
+        ...
+
     def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
         """Mark `job_key` preempted by `by` (because `why`) and stop its workers gracefully."""
         ...
@@ -503,7 +507,7 @@ def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) ->
         ops.training_jobs(),
         ops.nodes(),
         ops.pods(),
-        QuotaView.parse(ops.queues(), ops.local_queues()),
+        QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces()),
         decider=_decider(ops),
         now=now,
         include=include,

@@ -263,6 +263,8 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
             tuple(sorted((status.get("allocatable") or {}).items())),
             ready,
         )
+    if kind == "namespaces":  # its labels: what a Queue's namespaceSelector reads
+        return (tuple(sorted((meta.get("labels") or {}).items())), meta.get("deletionTimestamp"))
     return (meta.get("generation"), meta.get("deletionTimestamp"))
 
 
@@ -297,7 +299,7 @@ def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) 
         return Wake(keys, open_jobs=bool(node) and holds_changed, freed=freed)
     if kind == "nodes":
         return Wake(nodes=(str(meta.get("name")),))
-    if kind in ("queues", "localqueues"):
+    if kind in ("queues", "localqueues", "namespaces"):
         return Wake(open_jobs=True)
     return Wake()
 
@@ -374,7 +376,7 @@ def invalid_outcome(job: Mapping[str, Any], exc: ValueError, now: datetime) -> O
     return out
 
 
-SEEDED = ("trainingjobs", "pods", "nodes", "queues", "localqueues")
+SEEDED = ("trainingjobs", "pods", "nodes", "queues", "localqueues", "namespaces")
 """The kinds whose objects the loop marks (`mark_of`) from the cache, not only from events."""
 
 
@@ -437,6 +439,7 @@ class TrainingJobLoop:
             "nodes": self.ops.nodes,
             "queues": self.ops.queues,
             "localqueues": self.ops.local_queues,
+            "namespaces": self.ops.namespaces,
         }
         for kind in kinds:
             marks = {_ident(kind, obj): mark_of(kind, obj) for obj in sources[kind]()}

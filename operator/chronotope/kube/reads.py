@@ -74,6 +74,12 @@ class KubeReads:
             return self.cache.local_queues.list()
         return kw.list_custom(self.api, *LOCALQUEUES)
 
+    def namespaces(self) -> list[dict[str, Any]]:
+        """All Namespaces (their labels: Queues' namespaceSelector), as API dicts."""
+        if self.cache is not None:
+            return self.cache.namespaces.list()
+        return kw.list_namespaces(self.api)
+
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap, or None."""
         return kw.read_config_map(self.api, namespace, name)

@@ -145,6 +145,7 @@ class OperatorCache:
         self.nodes, self.pods, self.training_jobs = Store(), Store(), Store()
         self.pipelines, self.variants = Store(), Store()
         self.queues, self.local_queues = Store(), Store()
+        self.namespaces = Store()
         self._listeners: list[Listener] = []
 
         def lister(plural: str) -> Any:
@@ -160,6 +161,7 @@ class OperatorCache:
             ("modelvariants", lister("modelvariants"), self.variants),
             ("queues", lister("queues"), self.queues),
             ("localqueues", lister("localqueues"), self.local_queues),
+            ("namespaces", core.list_namespace, self.namespaces),
         ]
         self.informer = Informer(
             api,

@@ -25,6 +25,7 @@ __all__ = [
     "delete_pods",
     "ensure_service",
     "list_custom",
+    "list_namespaces",
     "list_nodes",
     "list_pods",
     "read_config_map",
@@ -47,6 +48,11 @@ def _items(response: Any) -> list[Obj]:
 def list_nodes(api: client.ApiClient) -> list[Obj]:
     """All nodes, as raw JSON."""
     return _items(client.CoreV1Api(api).list_node(_preload_content=False))
+
+
+def list_namespaces(api: client.ApiClient) -> list[Obj]:
+    """All namespaces, as raw JSON."""
+    return _items(client.CoreV1Api(api).list_namespace(_preload_content=False))
 
 
 def list_pods(

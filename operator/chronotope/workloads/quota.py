@@ -45,6 +45,7 @@ from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
 from chronotope.api.v1alpha1.queue import (
     MILLI_PER_GPU,
     GpuTypeUsage,
+    LabelSelector,
     QueueingStrategy,
     QueueSpec,
     QueueStatus,
@@ -104,6 +105,8 @@ class QueueQuota:
     stop: StopPolicy = StopPolicy.NONE
     strict: bool = False
     """`queueingStrategy: StrictFIFO`: its first waiting workload holds back the later ones."""
+    namespaces: LabelSelector | None = None
+    """`namespaceSelector`: the namespaces whose workloads it admits (None: all)."""
     types: frozenset[str] = field(init=False, repr=False, compare=False)
     """The GPU types `nominal` names (admission asks this of every alternative)."""
 
@@ -138,6 +141,7 @@ class QueueQuota:
             within_queue=spec.reclaim.within_queue,
             stop=spec.stop_policy,
             strict=spec.queueing_strategy is QueueingStrategy.STRICT_FIFO,
+            namespaces=spec.namespace_selector,
         )
 
     def gpu_types(self) -> list[str]:
@@ -223,6 +227,7 @@ class WaitReason(StrEnum):
     NO_QUOTA_FOR_TYPE = "NoQuotaForGpuType"
     QUOTA_EXCEEDED = "QuotaExceeded"
     QUEUE_STOPPED = "QueueStopped"
+    NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
 
 
 @dataclass(frozen=True)
@@ -255,9 +260,15 @@ class QuotaBook:
         queues: Mapping[str, QueueSpec],
         local_queues: Mapping[tuple[str, str], LocalQueueSpec],
         admitted: Iterable[AdmittedWorkload] = (),
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        """Build the ledger from the Queues and LocalQueues ((namespace, name) keys)."""
+        """Build the ledger from the Queues and LocalQueues ((namespace, name) keys).
+
+        `namespaces`: each namespace's labels, for Queues with a `namespaceSelector`
+        (None: not known, and such a Queue admits nothing: it fails closed).
+        """
         self.queues = {name: QueueQuota.from_spec(name, spec) for name, spec in queues.items()}
+        self.namespace_labels = namespaces
         self.local_queues = {key: spec.queue for key, spec in local_queues.items()}
         self.usage: dict[str, Counter[Resource]] = {name: Counter() for name in self.queues}
         self.workloads: dict[str, AdmittedWorkload] = {}
@@ -302,6 +313,16 @@ class QuotaBook:
             before = max(0, used[pool] - floor)
             used[pool] += sign * n
             self._pool_over[(group, pool)] += max(0, used[pool] - floor) - before
+
+    def refuses(self, queue: QueueQuota, namespace: str) -> str | None:
+        """Why `queue` admits no workload of `namespace` (its `namespaceSelector`), or None."""
+        if queue.namespaces is None:
+            return None
+        if self.namespace_labels is None:
+            return f"Queue {queue.name} has a namespaceSelector and namespace labels are unknown"
+        if queue.namespaces.matches(self.namespace_labels.get(namespace) or {}):
+            return None
+        return f"Queue {queue.name}'s namespaceSelector does not select namespace {namespace}"
 
     def members(self, queue: QueueQuota) -> list[QueueQuota]:
         """The queues that share quota with `queue` (itself alone without a cohort)."""
@@ -434,6 +455,10 @@ def _resolve(book: QuotaBook, pending: PendingWorkload) -> QueueQuota | Admissio
         return Admission(
             pending.key, Verdict.WAIT, name, reason=WaitReason.QUEUE_MISSING, message=text
         )
+    refused = book.refuses(queue, pending.namespace)
+    if refused is not None:
+        why = WaitReason.NAMESPACE_NOT_ALLOWED
+        return Admission(pending.key, Verdict.WAIT, name, reason=why, message=refused)
     if queue.stop is not StopPolicy.NONE:
         return Admission(
             pending.key, Verdict.WAIT, name, reason=WaitReason.QUEUE_STOPPED, message=stopped(queue)

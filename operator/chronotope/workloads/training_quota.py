@@ -90,14 +90,22 @@ _ENDED = ("Succeeded", "Failed")
 
 @dataclass(frozen=True)
 class QuotaView:
-    """The cluster's Queues (by name) and LocalQueues (by (namespace, name)), parsed."""
+    """The cluster's Queues (by name) and LocalQueues (by (namespace, name)), parsed.
+
+    `namespaces`: each namespace's labels, for Queues with a `namespaceSelector`
+    (None: not read; such a Queue then admits nothing, `QuotaBook.refuses`).
+    """
 
     queues: Mapping[str, QueueSpec]
     local_queues: Mapping[tuple[str, str], LocalQueueSpec]
+    namespaces: Mapping[str, Mapping[str, str]] | None = None
 
     @classmethod
     def parse(
-        cls, queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Mapping[str, Any]]
+        cls,
+        queues: Iterable[Mapping[str, Any]],
+        local_queues: Iterable[Mapping[str, Any]],
+        namespaces: Iterable[Mapping[str, Any]] | None = None,
     ) -> QuotaView:
         """From API objects; an object the models reject is left out (and logged)."""
         parsed: dict[str, QueueSpec] = {}
@@ -122,7 +130,15 @@ class QuotaView:
                 )
                 continue
             local[(str(meta.get("namespace")), str(meta["name"]))] = spec
-        return cls(parsed, local)
+        labels = None
+        if namespaces is not None:
+            labels = {
+                str((ns.get("metadata") or {}).get("name")): dict(
+                    (ns.get("metadata") or {}).get("labels") or {}
+                )
+                for ns in namespaces
+            }
+        return cls(parsed, local, labels)
 
     @property
     def on(self) -> bool:
@@ -240,6 +256,7 @@ def serving_admission(
         return (
             f"LocalQueue {namespace}/{local_queue} names Queue {local.queue}, which does not exist"
         )
+    refused = book.refuses(queue, namespace)
     wanted: Counter[Resource] = Counter()
     for obj in objects:
         spec = obj.get("spec") or {}
@@ -249,7 +266,9 @@ def serving_admission(
         if held is not None:
             wanted[held[0]] += int(spec.get("replicas", 1)) * held[1]
     if own and all(n <= own[pool] for pool, n in wanted.items()):
-        return None
+        return None  # a shrink gives back, even in a namespace the Queue no longer selects
+    if refused is not None:
+        return refused
     demands = [
         Demand(t, wanted[(t, Unit.GPUS)], wanted[(t, Unit.SHARE_MILLI)])
         for t in sorted({pool[0] for pool in wanted})
@@ -296,8 +315,10 @@ def serving_room(view: QuotaView, namespace: str, local_queue: str) -> ServingRo
     local = view.local_queues.get((namespace, local_queue))
     if local is None or local.queue not in view.queues:
         return None
-    book = QuotaBook(view.queues, view.local_queues)
+    book = QuotaBook(view.queues, view.local_queues, namespaces=view.namespaces)
     queue = book.queues[local.queue]
+    if book.refuses(queue, namespace) is not None:  # admission says why
+        return ServingRoom(queue.name, {})
     return ServingRoom(queue.name, {pool: book.ceiling(queue, pool) for pool in queue.nominal})
 
 
@@ -378,7 +399,7 @@ def _cycle(
         pending.append(
             PendingWorkload(key, namespace, spec.queue, alternatives, priority=spec.priority)
         )
-    return QuotaBook(view.queues, view.local_queues, admitted), pending
+    return QuotaBook(view.queues, view.local_queues, admitted, view.namespaces), pending
 
 
 def _decided_first(

@@ -35,6 +35,7 @@ class FakeOps:
         """job key -> the `preempted-by` annotation `preempt` wrote on it"""
         self.queue_objs: list[dict[str, Any]] = []
         self.local_queue_objs: list[dict[str, Any]] = []
+        self.namespace_objs: list[dict[str, Any]] = []
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
@@ -72,6 +73,9 @@ class FakeOps:
 
     def local_queues(self) -> list[dict[str, Any]]:
         return self.local_queue_objs
+
+    def namespaces(self) -> list[dict[str, Any]]:
+        return self.namespace_objs
 
     def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
         self.preempted.append((job_key, by))

@@ -124,6 +124,15 @@ def test_who_a_job_event_wakes() -> None:
     assert wake_for("trainingjobs", "MODIFIED", _tj("Waiting", 2), seen).keys == ("ns/a",)
 
 
+def test_a_namespace_label_change_wakes_the_waiting_jobs() -> None:
+    # a Queue's namespaceSelector reads namespace labels: a change may admit a waiting job
+    ns = {"metadata": {"name": "a", "labels": {"team": "x"}}}
+    seen = mark_of("namespaces", ns)
+    assert wake_for("namespaces", "MODIFIED", ns, seen) == Wake()  # its status: nothing
+    relabelled = {"metadata": {"name": "a", "labels": {"team": "a"}}}
+    assert wake_for("namespaces", "MODIFIED", relabelled, seen) == Wake(open_jobs=True)
+
+
 def _pod(node: str | None = None, phase: str = "Pending") -> dict[str, Any]:
     return {
         "metadata": {"namespace": "ns", "name": "a-g0-0", "labels": {"chronotope.dev/job": "a"}},

@@ -227,6 +227,11 @@ def test_sample_maps_product_names_to_sim_types() -> None:
             "spec: {quotas: [{gpuType: Tesla-V100, gpus: 4}], stopPolicy: Hold}\n",
             "Queue a: a stopPolicy is not simulated",
         ),
+        (
+            "kind: Queue\napiVersion: chronotope.dev/v1alpha1\nmetadata: {name: a}\n"
+            "spec: {quotas: [{gpuType: Tesla-V100, gpus: 4}], namespaceSelector: {}}\n",
+            "Queue a: a namespaceSelector is not simulated",
+        ),
     ],
 )
 def test_bad_queue_files(tmp_path: Path, text: str, error: str) -> None:

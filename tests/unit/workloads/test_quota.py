@@ -276,6 +276,34 @@ def test_a_strict_fifo_head_that_fits_lets_the_next_through_in_the_same_cycle() 
     assert "a3 ahead of it does not fit yet" in out["a4"].message
 
 
+def test_a_namespace_selector_admits_only_the_namespaces_it_selects() -> None:
+    spec = QueueSpec.model_validate(
+        {
+            "quotas": [{"gpuType": A100, "gpus": 8}],
+            "namespaceSelector": {
+                "matchExpressions": [{"key": "team", "operator": "In", "values": ["vision"]}]
+            },
+        }
+    )
+    local = {(ns, "default"): LocalQueueSpec(queue="team-a") for ns in ("vision", "nlp")}
+    labels = {"vision": {"team": "vision"}, "nlp": {"team": "nlp"}}
+    pending = [
+        PendingWorkload(f"{ns}/j", ns, "default", (Demand(A100, 1),)) for ns in ("vision", "nlp")
+    ]
+    out = admit(QuotaBook({"team-a": spec}, local, namespaces=labels), pending)
+    assert out["vision/j"].verdict is Verdict.ADMIT
+    refused = out["nlp/j"]
+    assert (refused.verdict, refused.reason) == (Verdict.WAIT, WaitReason.NAMESPACE_NOT_ALLOWED)
+    assert refused.message == "Queue team-a's namespaceSelector does not select namespace nlp"
+    # namespace labels not known: a Queue with a selector admits nothing (fails closed)
+    out = admit(QuotaBook({"team-a": spec}, local), pending)
+    assert "namespace labels are unknown" in out["vision/j"].message
+    # without a selector every namespace is admitted, labels known or not
+    open_ = {"team-a": QueueSpec.model_validate({"quotas": [{"gpuType": A100, "gpus": 8}]})}
+    out = admit(QuotaBook(open_, local), pending)
+    assert {d.verdict for d in out.values()} == {Verdict.ADMIT}
+
+
 def test_borrowed_amount_is_what_lies_above_nominal() -> None:
     book = _book({"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8))}, [("r", "team-a", 6)])
     out = admit(book, [_job("j", "team-a", (A100, 4))])["j"]

@@ -281,3 +281,49 @@ def test_a_stopped_queue_admits_no_serving_growth_but_a_shrink() -> None:
     assert admit(3) == (
         "queue team-a is stopped (stopPolicy Hold): it admits nothing until its stopPolicy is None"
     )
+
+
+def _selected_view(namespaces: list[dict[str, Any]] | None) -> QuotaView:
+    spec = {
+        "quotas": [{"gpuType": "L4", "gpus": 4}],
+        "namespaceSelector": {"matchLabels": {"team": "a"}},
+    }
+    return QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": spec}],
+        [
+            {"metadata": {"name": "default", "namespace": ns}, "spec": {"queue": "team-a"}}
+            for ns in ("a", "b")
+        ],
+        namespaces,
+    )
+
+
+NAMESPACES = [
+    {"metadata": {"name": "a", "labels": {"team": "a"}}},
+    {"metadata": {"name": "b", "labels": {"team": "b"}}},
+]
+
+
+def test_a_namespace_the_queue_does_not_select_gets_no_serving_quota() -> None:
+    view = _selected_view(NAMESPACES)
+    assert view.namespaces == {"a": {"team": "a"}, "b": {"team": "b"}}
+
+    def admit(ns: str, grown: int = 1, pods: list[dict[str, Any]] | None = None) -> str | None:
+        return serving_admission(
+            view,
+            [],
+            pods or [],
+            key=f"{ns}/pipeline:web",
+            local_queue="default",
+            objects=[_deployment(grown, 1)],
+        )
+
+    assert admit("a") is None
+    assert admit("b") == "Queue team-a's namespaceSelector does not select namespace b"
+    # a shrink still goes through (it gives back), as under a lowered quota
+    running = [_serving_pod(f"web-{i}", "b", 1) for i in range(2)]
+    assert admit("b", 1, running) is None
+    assert serving_room(view, "a", "default").ceilings  # type: ignore[union-attr]
+    assert serving_room(view, "b", "default").ceilings == {}  # type: ignore[union-attr]
+    unknown = _selected_view(None)  # labels not read: a selecting Queue admits nothing
+    assert serving_room(unknown, "a", "default").ceilings == {}  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ Pure: no Kubernetes client imports.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
@@ -34,12 +35,15 @@ __all__ = [
     "MILLI_PER_GPU",
     "GpuQuota",
     "GpuTypeUsage",
+    "LabelSelector",
     "Queue",
     "QueueReclaim",
     "QueueSpec",
     "QueueStatus",
     "QueueingStrategy",
     "ReclaimPolicy",
+    "SelectorOperator",
+    "SelectorRequirement",
     "StopPolicy",
     "WithinQueuePolicy",
 ]
@@ -119,6 +123,67 @@ class WithinQueuePolicy(StrEnum):
 
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
+
+
+class SelectorOperator(StrEnum):
+    """A label selector requirement's operator (Kubernetes' `LabelSelectorRequirement`)."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class SelectorRequirement(ApiModel):
+    """One requirement on a label: its key, an operator and, for In and NotIn, values."""
+
+    rules = (
+        Rule(
+            cel="(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
+            message="values must be non-empty for In and NotIn, and empty for Exists and "
+            "DoesNotExist",
+            check=lambda r: (
+                (r.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)) == bool(r.values)
+            ),
+            field=".values",
+        ),
+    )
+
+    key: str = Field(min_length=1, max_length=317, description="The label key.")
+    operator: SelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
+    values: list[str] = Field(
+        default=[], max_length=64, description="Values for In and NotIn; empty otherwise."
+    )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether `labels` meet this requirement."""
+        has = self.key in labels
+        match self.operator:
+            case SelectorOperator.IN:
+                return has and labels[self.key] in self.values
+            case SelectorOperator.NOT_IN:
+                return not has or labels[self.key] not in self.values
+            case SelectorOperator.EXISTS:
+                return has
+            case SelectorOperator.DOES_NOT_EXIST:
+                return not has
+
+
+class LabelSelector(ApiModel):
+    """A Kubernetes label selector; an empty one selects everything."""
+
+    match_labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels that must all be present with these values."
+    )
+    match_expressions: list[SelectorRequirement] = Field(
+        default=[], max_length=32, description="Requirements that must all be met."
+    )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether `labels` meet every label and every requirement."""
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
 
 
 class QueueingStrategy(StrEnum):
@@ -211,6 +276,13 @@ class QueueSpec(ApiModel):
         default_factory=QueueReclaim,
         description="Whether the queue preempts borrowed work to get its quota back, and its "
         "own lower-priority work for higher-priority work.",
+    )
+    namespace_selector: LabelSelector | None = Field(
+        default=None,
+        description="Which namespaces' workloads the queue admits (their LocalQueues may name "
+        "it): those whose labels the selector matches; omit to admit every namespace. A "
+        "workload of another namespace waits with reason NamespaceNotAllowed (Kueue's "
+        "namespaceSelector, except that there an omitted selector admits none).",
     )
     queueing_strategy: QueueingStrategy = Field(
         default=QueueingStrategy.BEST_EFFORT_FIFO,

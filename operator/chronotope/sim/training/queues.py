@@ -86,6 +86,15 @@ def _sim_type(gpu_type: str) -> str:
     return next(iter(capacity_from_spec([(gpu_type, 1)])))
 
 
+def _unsimulated(spec: QueueSpec) -> str | None:
+    """Why the simulator cannot run a Queue with this spec, or None."""
+    if spec.stop_policy is not StopPolicy.NONE:  # its jobs would never run
+        return "a stopPolicy is not simulated (use None)"
+    if spec.namespace_selector is not None:  # the trace has no namespaces
+        return "a namespaceSelector is not simulated"
+    return None
+
+
 def _read_queue(
     where: str, doc: object, capacity: Mapping[str, int]
 ) -> tuple[str, QueueSpec, float | None]:
@@ -101,8 +110,9 @@ def _read_queue(
     name = queue.metadata.name
     if not name:
         raise ValueError(f"{where}: Queue without metadata.name")
-    if queue.spec.stop_policy is not StopPolicy.NONE:  # its jobs would never run
-        raise ValueError(f"{where}: Queue {name}: a stopPolicy is not simulated (use None)")
+    unsimulated = _unsimulated(queue.spec)
+    if unsimulated:
+        raise ValueError(f"{where}: Queue {name}: {unsimulated}")
     quotas = []
     for q in queue.spec.quotas:
         try:
