@@ -308,7 +308,8 @@ def serving_room(view: QuotaView, namespace: str, local_queue: str) -> ServingRo
     A replica on a pool its Queue does not list, or whose nominal quota and what it
     may borrow in its cohort are below one replica, is never admitted: a pipeline
     planned on it would wait for quota that cannot come. None: no limit (quotas
-    off), or the LocalQueue or its Queue is missing (admission reports that).
+    off), or the LocalQueue or its Queue is missing, or the Queue does not admit
+    the namespace (admission reports those).
     """
     if not view.on:
         return None
@@ -317,8 +318,8 @@ def serving_room(view: QuotaView, namespace: str, local_queue: str) -> ServingRo
         return None
     book = QuotaBook(view.queues, view.local_queues, namespaces=view.namespaces)
     queue = book.queues[local.queue]
-    if book.refuses(queue, namespace) is not None:  # admission says why
-        return ServingRoom(queue.name, {})
+    if book.refuses(queue, namespace) is not None:  # admission says why, as for a missing one
+        return None
     return ServingRoom(queue.name, {pool: book.ceiling(queue, pool) for pool in queue.nominal})
 
 

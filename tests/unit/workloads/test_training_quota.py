@@ -308,9 +308,11 @@ def test_a_namespace_the_queue_does_not_select_gets_no_serving_quota() -> None:
     view = _selected_view(NAMESPACES)
     assert view.namespaces == {"a": {"team": "a"}, "b": {"team": "b"}}
 
-    def admit(ns: str, grown: int = 1, pods: list[dict[str, Any]] | None = None) -> str | None:
+    def admit_in(
+        where: QuotaView, ns: str = "a", grown: int = 1, pods: list[dict[str, Any]] | None = None
+    ) -> str | None:
         return serving_admission(
-            view,
+            where,
             [],
             pods or [],
             key=f"{ns}/pipeline:web",
@@ -318,12 +320,13 @@ def test_a_namespace_the_queue_does_not_select_gets_no_serving_quota() -> None:
             objects=[_deployment(grown, 1)],
         )
 
-    assert admit("a") is None
-    assert admit("b") == "Queue team-a's namespaceSelector does not select namespace b"
+    assert admit_in(view, "a") is None
+    assert admit_in(view, "b") == "Queue team-a's namespaceSelector does not select namespace b"
     # a shrink still goes through (it gives back), as under a lowered quota
     running = [_serving_pod(f"web-{i}", "b", 1) for i in range(2)]
-    assert admit("b", 1, running) is None
+    assert admit_in(view, "b", 1, running) is None
     assert serving_room(view, "a", "default").ceilings  # type: ignore[union-attr]
-    assert serving_room(view, "b", "default").ceilings == {}  # type: ignore[union-attr]
+    assert serving_room(view, "b", "default") is None  # admission says why (above)
     unknown = _selected_view(None)  # labels not read: a selecting Queue admits nothing
-    assert serving_room(unknown, "a", "default").ceilings == {}  # type: ignore[union-attr]
+    assert serving_room(unknown, "a", "default") is None
+    assert "namespace labels are unknown" in (admit_in(unknown) or "")
