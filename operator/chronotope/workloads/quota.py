@@ -30,8 +30,9 @@ what it returns. The rules (docs/queues.md):
 Within a queue, a workload that does not fit does not hold back later ones
 (Kueue's BestEffortFIFO), unless the queue is `StrictFIFO`: then each pass
 considers only its first workload not yet admitted, so a waiting head holds
-back every later workload of its queue (`_eligible`). With no Queue at all, quotas are off and every
-workload is admitted (clusters that never create a Queue work as before).
+back every later workload of its queue (`_eligible`). With no Queue at all,
+quotas are off and every workload is admitted (clusters that never create a
+Queue work as before).
 """
 
 from __future__ import annotations
@@ -157,6 +158,10 @@ class QueueQuota:
     def guaranteed(self, pool: Resource) -> int:
         """The part of its nominal quota of `pool` that is its own alone (never lent)."""
         return self.nominal.get(pool, 0) - self.lendable(pool)
+
+    def over_guaranteed(self, pool: Resource, used: int) -> int:
+        """What using `used` of `pool` takes of its cohort's lendable pool (above guaranteed)."""
+        return max(0, used - self.guaranteed(pool))
 
 
 @dataclass(frozen=True)
@@ -309,10 +314,9 @@ class QuotaBook:
         used = self.usage[queue.name]
         group = self._group(queue)
         for pool, n in workload.usage.items():
-            floor = queue.guaranteed(pool)
-            before = max(0, used[pool] - floor)
+            before = queue.over_guaranteed(pool, used[pool])
             used[pool] += sign * n
-            self._pool_over[(group, pool)] += max(0, used[pool] - floor) - before
+            self._pool_over[(group, pool)] += queue.over_guaranteed(pool, used[pool]) - before
 
     def refuses(self, queue: QueueQuota, namespace: str) -> str | None:
         """Why `queue` admits no workload of `namespace` (its `namespaceSelector`), or None."""
@@ -362,7 +366,7 @@ class QuotaBook:
         used = self.used(queue.name, pool) if queue.name in self.usage else 0
         own = max(0, queue.guaranteed(pool) - used)
         if queue.name not in self._members:  # not one of the book's queues
-            return own + max(0, queue.lendable(pool) - max(0, used - queue.guaranteed(pool)))
+            return own + max(0, queue.lendable(pool) - queue.over_guaranteed(pool, used))
         key = (self._group(queue), pool)
         return own + max(0, self._pool_lendable[key] - self._pool_over[key])
 
@@ -822,7 +826,7 @@ def _lent(book: QuotaBook, cohort: list[QueueQuota], pool: Resource) -> dict[str
     so the parts add up.
     """
     idle = {
-        q.name: max(0, q.lendable(pool) - max(0, book.used(q.name, pool) - q.guaranteed(pool)))
+        q.name: max(0, q.lendable(pool) - q.over_guaranteed(pool, book.used(q.name, pool)))
         for q in cohort
     }
     borrowed = sum(book.borrowed(q, pool) for q in cohort)

@@ -257,7 +257,7 @@ def _check_lending(used: Mapping[tuple[str, str], int], setup: QueueSetup) -> No
             continue
         for g in quota.gpu_types():
             pool = (g, Unit.GPUS)
-            over[(quota.cohort, g)] += max(0, used[(quota.name, g)] - quota.guaranteed(pool))
+            over[(quota.cohort, g)] += quota.over_guaranteed(pool, used[(quota.name, g)])
             lendable[(quota.cohort, g)] += quota.lendable(pool)
     for (cohort, g), n in over.items():
         if n > lendable[(cohort, g)]:
