@@ -33,6 +33,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -80,6 +81,14 @@ class QueueSetup:
     def nominal_gpus(self, name: str) -> int:
         """The queue's nominal whole GPUs over all types."""
         return sum(q.gpus for q in self.specs[name].quotas)
+
+    @cached_property
+    def limits(self) -> QuotaBook:
+        """The Queues with nothing admitted, built once: their ceilings and lendable parts.
+
+        Read only (`ceiling`, `QueueQuota.lendable`, `guaranteed`); never counted into.
+        """
+        return QuotaBook(self.specs, {})
 
 
 def _sim_type(gpu_type: str) -> str:
@@ -191,7 +200,7 @@ def max_gpus(setup: QueueSetup, queue: str) -> dict[str, int]:
     Its nominal quota plus what it may borrow: up to its borrowing limit of what the
     other queues of its cohort lend (their nominal quota, or their lending limit).
     """
-    book = QuotaBook(setup.specs, {})
+    book = setup.limits
     quota = book.queues[queue]
     return {t: book.ceiling(quota, (t, Unit.GPUS)) for t in quota.gpu_types()}
 
@@ -249,10 +258,9 @@ def check_quotas(
 
 def _check_lending(used: Mapping[tuple[str, str], int], setup: QueueSetup) -> None:
     """Raise RuntimeError if a cohort holds more above its guaranteed quota than it lends."""
-    book = QuotaBook(setup.specs, {})
     over: Counter[tuple[str, str]] = Counter()
     lendable: Counter[tuple[str, str]] = Counter()
-    for quota in book.queues.values():
+    for quota in setup.limits.queues.values():
         if quota.cohort is None:
             continue
         for g in quota.gpu_types():
