@@ -8,6 +8,7 @@ is one only this test uses.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from kubernetes import client
 
 from chronotope.workloads.gang import JOB_LABEL
 from e2e.kubetest import KubeCluster, metric_value, operator_metrics, wait_for
+from e2e.test_kubectl_plugin import _kubectl
 from e2e.test_trainingjob import _gpu_nodes, job
 
 pytestmark = pytest.mark.cluster
@@ -408,6 +410,32 @@ def test_a_lending_limit_keeps_part_of_a_teams_quota_its_own(
             assert "lendingLimit must not exceed gpus" in str(refused.value.body)
 
 
+def _pending_in_order(
+    cluster: KubeCluster, custom: client.CustomObjectsApi, team: str, ns: str, names: list[str]
+) -> None:
+    """The Queue's status and `kubectl chronotope queue` list `names` pending, in that order."""
+    wanted = [(f"{ns}/{n}", i + 1) for i, n in enumerate(names)]
+
+    def head() -> list[tuple[str, int]]:
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "queues", team).get("status")
+        return [(q["workload"], q["position"]) for q in (status or {}).get("pendingHead") or []]
+
+    wait_for(lambda: head() == wanted, 30, f"Queue {team} status.pendingHead {wanted}")
+    out = _kubectl(cluster, "queue", team, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [(r["workload"], r["position"], r["localQueuePosition"]) for r in rows] == [
+        (w, p, p) for w, p in wanted
+    ]
+    assert all(r["queue"] == team and r["reason"] == "QuotaExceeded" for r in rows)
+    table = _kubectl(cluster, "queue", "--local-queue", "default", "-n", ns)
+    assert table.returncode == 0, table.stderr
+    assert [line.split()[3] for line in table.stdout.splitlines()[1:]] == [w for w, _ in wanted]
+    why = _kubectl(cluster, "why", f"trainingjob/{names[-1]}", "-n", ns)
+    assert why.returncode == 0, why.stderr
+    assert f"queue: {len(names)} of {len(names)} pending in Queue {team}," in why.stdout
+
+
 def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:
@@ -434,6 +462,7 @@ def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
             assert why.startswith(
                 f"queue {team} admits in order (queueingStrategy StrictFIFO): {ns}/big ahead"
             )
+            _pending_in_order(kube_cluster, custom, team, ns, ["big", "small"])
             patch = {"spec": {"queueingStrategy": "BestEffortFIFO"}}
             custom.patch_cluster_custom_object(GROUP, VERSION, "queues", team, patch)
             _running(custom, ns, "small", 60, "small running once the queue is BestEffortFIFO")

@@ -1,4 +1,4 @@
-"""`kubectl chronotope`: the GPU map, why an object waits, the space-time plan, GPU use.
+"""`kubectl chronotope`: the GPU map, why an object waits, the plan, GPU use, queue order.
 
 Installed as the `kubectl-chronotope` executable, which kubectl finds on PATH.
 It follows kubectl's conventions: `--kubeconfig` (else `$KUBECONFIG`, else
@@ -47,6 +47,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("plan", parents=[common], help="the TrainingJobs' space-time plan (text Gantt)")
     sub.add_parser(
         "top", parents=[common], help="GPU use by type, namespace and queue; pipelines' P99"
+    )
+    queue = sub.add_parser(
+        "queue",
+        parents=[common],
+        help="pending TrainingJobs in admission order, with their positions",
+    )
+    queue.add_argument("name", nargs="?", help="only this Queue (default: every Queue)")
+    queue.add_argument(
+        "--local-queue", help="only this LocalQueue of the namespace (-n), with its positions"
     )
     return parser
 
@@ -126,13 +135,86 @@ def _why(api: Any, args: argparse.Namespace, namespace: str) -> int:
     from chronotope.kube.views import KINDS
     from chronotope.workloads.views import explain
 
-    lines = explain(KINDS[kind][0], obj, events_for(api, namespace, kind, name), free_by_type=free)
+    order = None
+    if kind == "trainingjob" and (obj.get("status") or {}).get("phase") not in _STARTED:
+        order = _pending_order(api)
+    lines = explain(
+        KINDS[kind][0],
+        obj,
+        events_for(api, namespace, kind, name),
+        free_by_type=free,
+        queue_order=order,
+    )
     if args.output in ("json", "yaml"):
         _print(
             {"object": f"{namespace}/{name}", "kind": KINDS[kind][0], "lines": lines}, args.output
         )
     else:
         print("\n".join(lines))
+    return 0
+
+
+_STARTED = ("Starting", "Running", "Succeeded", "Failed")
+
+
+def _pending_order(api: Any) -> dict[str, Any]:
+    """Every Queue's pending TrainingJobs in admission order (`training_quota.pending_order`)."""
+    from chronotope.kube.views import list_kind
+    from chronotope.workloads.training_quota import QuotaView, pending_order
+
+    view = QuotaView.parse(
+        list_kind(api, "queue", None),
+        list_kind(api, "localqueue", None),
+        list_kind(api, "namespace", None),
+    )
+    return dict(pending_order(view, list_kind(api, "trainingjob", None)))
+
+
+def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
+    from chronotope.kube.views import list_kind
+
+    order = _pending_order(api)
+    known = {str(q["metadata"]["name"]) for q in list_kind(api, "queue", None)}
+    if args.name is not None and args.name not in known:
+        print(f"error: Queue {args.name} not found", file=sys.stderr)
+        return 1
+    why = {
+        f"{j['metadata']['namespace']}/{j['metadata']['name']}": (j.get("status") or {}).get(
+            "whyWaiting"
+        )
+        or ""
+        for j in list_kind(api, "trainingjob", None)
+    }
+    rows = []
+    for queue in sorted(known if args.name is None else {args.name}):
+        for entry in order.get(queue, []):
+            if args.local_queue is not None and (
+                entry.local_queue != args.local_queue
+                or not entry.workload.startswith(namespace + "/")
+            ):
+                continue
+            row = entry.model_dump(by_alias=True, mode="json")
+            rows.append({"queue": queue, **row, "whyWaiting": why.get(entry.workload, "")})
+    if args.output in ("json", "yaml"):
+        _print(rows, args.output)
+        return 0
+    if not rows:
+        print("no pending TrainingJobs")
+        return 0
+    width = max([len(r["workload"]) for r in rows] + [8])
+    print(
+        f"{'QUEUE':<16}{'POS':>5}{'LQ-POS':>8}  {'WORKLOAD':<{width}}  {'LOCALQUEUE':<16}"
+        f"{'PRIORITY':>9}  {'REASON':<18}WHY"
+    )
+    for r in rows:
+        text = r["whyWaiting"]
+        if args.output != "wide" and len(text) > CELLS_WIDTH:
+            text = text[: CELLS_WIDTH - 3] + "..."
+        print(
+            f"{r['queue']:<16}{r['position']:>5}{r['localQueuePosition']:>8}  "
+            f"{r['workload']:<{width}}  {r['localQueue']:<16}{r['priority']:>9}  "
+            f"{r.get('reason') or '-':<18}{text}"
+        )
     return 0
 
 
@@ -220,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _why(api, args, namespace)
             if args.command == "plan":
                 return _plan(api, args, scope)
+            if args.command == "queue":
+                return _queue(api, args, namespace)
             return _top(api, args)
     except Exception as exc:  # unreachable or refusing cluster: one line, no traceback
         print(f"error: {_one_line(exc)}", file=sys.stderr)

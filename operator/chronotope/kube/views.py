@@ -8,7 +8,7 @@ from kubernetes import client
 
 from chronotope.kube.client import raw_json
 
-__all__ = ["KINDS", "canonical", "events_for", "list_kind", "read_kind"]
+__all__ = ["KINDS", "QUEUE_KINDS", "canonical", "events_for", "list_kind", "read_kind"]
 
 Obj = dict[str, Any]
 
@@ -18,7 +18,12 @@ KINDS: dict[str, tuple[str, str]] = {
     "modelvariant": ("ModelVariant", "modelvariants"),
     "pod": ("Pod", "pods"),
 }
-"""Lower-case kind or short name -> (Kind, plural)."""
+"""Lower-case kind or short name -> (Kind, plural): the kinds `why` explains."""
+QUEUE_KINDS: dict[str, tuple[str, str]] = {
+    "queue": ("Queue", "queues"),
+    "localqueue": ("LocalQueue", "localqueues"),
+}
+"""The queue kinds, which `list_kind` lists too."""
 ALIASES = {
     "tj": "trainingjob",
     "trainingjobs": "trainingjob",
@@ -41,7 +46,11 @@ def canonical(kind: str) -> str | None:
 
 
 def list_kind(api: client.ApiClient, kind: str, namespace: str | None) -> list[Obj]:
-    """Objects of one kind (`KINDS` key) in `namespace`, or in all namespaces when None."""
+    """Objects of one kind in `namespace`, or in all namespaces when None.
+
+    `kind`: a `KINDS` or `QUEUE_KINDS` key, `node` or `namespace`; pass None for
+    the cluster-scoped ones (`node`, `namespace`, `queue`).
+    """
     if kind == "pod":
         core = client.CoreV1Api(api)
         resp = (
@@ -51,9 +60,11 @@ def list_kind(api: client.ApiClient, kind: str, namespace: str | None) -> list[O
         )
     elif kind == "node":
         resp = client.CoreV1Api(api).list_node(_preload_content=False)
+    elif kind == "namespace":
+        resp = client.CoreV1Api(api).list_namespace(_preload_content=False)
     else:
         custom = client.CustomObjectsApi(api)
-        plural = KINDS[kind][1]
+        plural = {**KINDS, **QUEUE_KINDS}[kind][1]
         try:
             resp = (
                 custom.list_namespaced_custom_object(

@@ -31,7 +31,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
-from chronotope.api.v1alpha1.queue import QueueSpec, QueueStatus, QuotaRelease, StopPolicy
+from chronotope.api.v1alpha1.queue import (
+    QueuedWorkload,
+    QueueSpec,
+    QueueStatus,
+    QuotaRelease,
+    StopPolicy,
+)
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.sharing.labels import (
     DONE_PHASES,
@@ -72,6 +78,7 @@ __all__ = [
     "ServingRoom",
     "drain_victims",
     "local_queue_report",
+    "pending_order",
     "queue_report",
     "quota_admissions",
     "quota_wait",
@@ -565,7 +572,67 @@ def queue_report(
     for name, releases in _forecast(book, jobs).items():
         if name in statuses:
             statuses[name] = statuses[name].model_copy(update={"forecast": releases})
+    for name, queued in _positions(view, pending, jobs).items():
+        if name in statuses:
+            head = queued[:PENDING_HEAD]
+            statuses[name] = statuses[name].model_copy(update={"pending_head": head})
     return statuses
+
+
+PENDING_HEAD = 10
+"""Pending workloads a Queue's status lists at most (the first in admission order)."""
+
+
+def pending_order(
+    view: QuotaView, jobs: Sequence[Mapping[str, Any]]
+) -> dict[str, list[QueuedWorkload]]:
+    """Per Queue, every pending TrainingJob with its position, in admission order.
+
+    The order is the one each admission cycle walks (`queueing.queue_key`:
+    priority, then deadline, then age), so position 1 is considered first; under
+    BestEffortFIFO a job further back still starts first when it fits and those
+    ahead do not. A job whose LocalQueue or Queue does not exist is in no Queue.
+    """
+    _, pending = _cycle(view, jobs)
+    return _positions(view, pending, jobs)
+
+
+def _positions(
+    view: QuotaView, pending: Sequence[PendingWorkload], jobs: Sequence[Mapping[str, Any]]
+) -> dict[str, list[QueuedWorkload]]:
+    wanted = {p.key for p in pending}
+    reasons: dict[str, str | None] = {}
+    for job in jobs:
+        key = _key(job)
+        if key in wanted:
+            conditions = (job.get("status") or {}).get("conditions") or []
+            reasons[key] = next(
+                (
+                    str(c["reason"])
+                    for c in conditions
+                    if c.get("type") == "Schedulable" and c.get("reason")
+                ),
+                None,
+            )
+    out: dict[str, list[QueuedWorkload]] = {}
+    local: Counter[tuple[str, str]] = Counter()
+    for p in pending:
+        queue = view.local_queues.get((p.namespace, p.local_queue))
+        if queue is None or queue.queue not in view.queues:
+            continue
+        local[(p.namespace, p.local_queue)] += 1
+        queued = out.setdefault(queue.queue, [])
+        queued.append(
+            QueuedWorkload(
+                workload=p.key,
+                local_queue=p.local_queue,
+                priority=p.priority,
+                position=len(queued) + 1,
+                local_queue_position=local[(p.namespace, p.local_queue)],
+                reason=reasons.get(p.key),
+            )
+        )
+    return out
 
 
 def local_queue_report(

@@ -4,7 +4,9 @@
   cluster model the extender decides on (`solver.cache.ClusterCache` fed by
   `workloads.cluster_feed`), plus totals by GPU type.
 - `explain`: why an object waits or sits where it is: phase, reason,
-  conditions and recent events, with what would unblock it.
+  conditions and recent events, with what would unblock it, and a waiting
+  TrainingJob's place in its queue (`queue_place`, from
+  `training_quota.pending_order`).
 - `gantt`: the TrainingJobs' space-time plan as text, one row per job grouped
   by GPU type, with now and the deadlines marked.
 - `usage`: GPUs in use by type, by namespace and by queue.
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from chronotope.api.v1alpha1.queue import QueuedWorkload
 from chronotope.sharing.labels import DONE_PHASES
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import MILLI
@@ -34,6 +37,7 @@ __all__ = [
     "gpu_map",
     "gpu_totals",
     "pipeline_latency",
+    "queue_place",
     "usage",
 ]
 
@@ -136,15 +140,52 @@ def gpu_totals(rows: Sequence[NodeRow]) -> dict[str, dict[str, int]]:
     return out
 
 
+def queue_place(key: str, order: Mapping[str, Sequence[QueuedWorkload]]) -> str | None:
+    """Where pending workload `key` stands in its Queue and LocalQueue, or None if nowhere.
+
+    `order` is `training_quota.pending_order`'s: per Queue, its pending workloads
+    in admission order.
+    """
+    for queue, queued in order.items():
+        for entry in queued:
+            if entry.workload != key:
+                continue
+            namespace = key.partition("/")[0]
+            in_local = sum(
+                1
+                for q in queued
+                if q.local_queue == entry.local_queue and q.workload.startswith(namespace + "/")
+            )
+            return (
+                f"queue: {entry.position} of {len(queued)} pending in Queue {queue}, "
+                f"{entry.local_queue_position} of {in_local} in LocalQueue "
+                f"{namespace}/{entry.local_queue} (admission order: priority, deadline, age; "
+                "one further back starts first when it fits and those ahead do not, "
+                "unless the Queue is StrictFIFO)"
+            )
+    return None
+
+
 def explain(
-    kind: str, obj: Obj, events: Sequence[Obj], *, free_by_type: Mapping[str, int] | None = None
+    kind: str,
+    obj: Obj,
+    events: Sequence[Obj],
+    *,
+    free_by_type: Mapping[str, int] | None = None,
+    queue_order: Mapping[str, Sequence[QueuedWorkload]] | None = None,
 ) -> list[str]:
-    """Why the object waits or sits where it is, in plain lines, newest events last."""
+    """Why the object waits or sits where it is, in plain lines, newest events last.
+
+    `queue_order` (`training_quota.pending_order`) adds a pending job's place in its queue.
+    """
     status = obj.get("status") or {}
     spec = obj.get("spec") or {}
     lines = [f"{kind} {_key(obj)}"]
     phase = status.get("phase") or ("Bound" if spec.get("nodeName") else "Pending")
     lines.append(f"phase: {phase}")
+    place = queue_place(_key(obj), queue_order) if queue_order else None
+    if place is not None:
+        lines.append(place)
     if kind == "Pod" and spec.get("nodeName"):
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         gpus = annotations.get("chronotope.dev/assigned-gpus")

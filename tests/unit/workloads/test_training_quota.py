@@ -11,6 +11,7 @@ from chronotope.workloads.training_quota import (
     QuotaView,
     drain_victims,
     local_queue_report,
+    pending_order,
     queue_report,
     quota_admissions,
     quota_wait,
@@ -19,6 +20,7 @@ from chronotope.workloads.training_quota import (
     serving_workloads,
 )
 from chronotope.workloads.training_status import waiting_status
+from chronotope.workloads.views import explain, queue_place
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -330,3 +332,83 @@ def test_a_namespace_the_queue_does_not_select_gets_no_serving_quota() -> None:
     unknown = _selected_view(None)  # labels not read: a selecting Queue admits nothing
     assert serving_room(unknown, "a", "default") is None
     assert "namespace labels are unknown" in (admit_in(unknown) or "")
+
+
+def _two_local_queues() -> QuotaView:
+    """team-a fed by LocalQueues a/default and a/batch; team-b by b/default."""
+    spec = {"quotas": [{"gpuType": "L4", "gpus": 4}]}
+    return QuotaView.parse(
+        [{"metadata": {"name": n}, "spec": spec} for n in ("team-a", "team-b")],
+        [
+            {"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}},
+            {"metadata": {"name": "batch", "namespace": "a"}, "spec": {"queue": "team-a"}},
+            {"metadata": {"name": "default", "namespace": "b"}, "spec": {"queue": "team-b"}},
+            {"metadata": {"name": "default", "namespace": "z"}, "spec": {"queue": "gone"}},
+        ],
+    )
+
+
+def _waiting(name: str, ns: str, t: str, **spec: Any) -> dict[str, Any]:
+    job = _job(name, ns, 1, "Waiting", t=t)
+    job["spec"].update(spec)
+    job["status"]["conditions"] = [
+        {"type": "Schedulable", "status": "True", "reason": "QuotaExceeded", "message": "m"}
+    ]
+    return job
+
+
+def test_pending_jobs_are_listed_per_queue_in_admission_order_with_positions() -> None:
+    jobs = [
+        _job("a0", "a", 4, "Running", t="2030-01-01T00:00:00Z"),  # started: not pending
+        _waiting("a1", "a", "2030-01-01T00:00:01Z"),
+        _waiting("a2", "a", "2030-01-01T00:00:02Z", queue="batch"),
+        _waiting("a3", "a", "2030-01-01T00:00:03Z", priority=5),  # higher priority: first
+        _job("a4", "a", 1, t="2030-01-01T00:00:04Z"),  # no status yet: pending, no reason
+        _job("a5", "a", 1, "Succeeded", t="2030-01-01T00:00:05Z"),  # ended: nowhere
+        _waiting("b1", "b", "2030-01-01T00:00:06Z"),
+        _waiting("z1", "z", "2030-01-01T00:00:07Z"),  # its Queue does not exist: nowhere
+    ]
+    order = pending_order(_two_local_queues(), jobs)
+    assert set(order) == {"team-a", "team-b"}
+    got = [
+        (q.workload, q.local_queue, q.priority, q.position, q.local_queue_position, q.reason)
+        for q in order["team-a"]
+    ]
+    assert got == [
+        ("a/a3", "default", 5, 1, 1, "QuotaExceeded"),
+        ("a/a1", "default", 0, 2, 2, "QuotaExceeded"),
+        ("a/a2", "batch", 0, 3, 1, "QuotaExceeded"),
+        ("a/a4", "default", 0, 4, 3, None),
+    ]
+    assert [q.workload for q in order["team-b"]] == ["b/b1"]
+    # the Queue's status lists the same head, in the same order
+    report = queue_report(_two_local_queues(), jobs)
+    assert report["team-a"].pending_head == order["team-a"]
+    assert report["team-a"].pending_workloads == 4
+
+
+def test_a_queue_status_lists_only_the_first_ten_pending() -> None:
+    jobs = [_waiting(f"a{i:02d}", "a", f"2030-01-01T00:00:{i:02d}Z") for i in range(13)]
+    head = queue_report(_view(), jobs)["team-a"].pending_head
+    assert [q.workload for q in head] == [f"a/a{i:02d}" for i in range(10)]
+    assert queue_report(_view(), jobs)["team-a"].pending_workloads == 13
+
+
+def test_why_a_job_waits_says_where_it_stands_in_its_queue() -> None:
+    jobs = [
+        _waiting("a1", "a", "2030-01-01T00:00:01Z"),
+        _waiting("a2", "a", "2030-01-01T00:00:02Z", queue="batch"),
+        _waiting("a3", "a", "2030-01-01T00:00:03Z"),
+    ]
+    order = pending_order(_two_local_queues(), jobs)
+    assert queue_place("a/a3", order) == (
+        "queue: 3 of 3 pending in Queue team-a, 2 of 2 in LocalQueue a/default "
+        "(admission order: priority, deadline, age; one further back starts first when it "
+        "fits and those ahead do not, unless the Queue is StrictFIFO)"
+    )
+    assert queue_place("a/nope", order) is None
+    lines = explain("TrainingJob", jobs[1], [], queue_order=order)
+    assert lines[2].startswith(
+        "queue: 2 of 3 pending in Queue team-a, 1 of 1 in LocalQueue a/batch"
+    )
+    assert not any(line.startswith("queue:") for line in explain("TrainingJob", jobs[1], []))

@@ -40,6 +40,7 @@ __all__ = [
     "QueueReclaim",
     "QueueSpec",
     "QueueStatus",
+    "QueuedWorkload",
     "QueueingStrategy",
     "ReclaimPolicy",
     "SelectorOperator",
@@ -328,6 +329,25 @@ class QuotaRelease(ApiModel):
     share_milli: int = Field(default=0, ge=0, description="GPU-share units it gives back.")
 
 
+class QueuedWorkload(ApiModel):
+    """A pending workload's place in its queue (Kueue's pending-workloads visibility)."""
+
+    workload: str = Field(max_length=317, description="The workload, as namespace/name.")
+    local_queue: str = Field(max_length=63, description="The LocalQueue it was submitted to.")
+    priority: int = Field(default=0, description="Its priority.")
+    position: int = Field(
+        ge=1, description="1 for the first of the Queue's pending workloads, in admission order."
+    )
+    local_queue_position: int = Field(
+        ge=1, description="Its position among its LocalQueue's pending workloads."
+    )
+    reason: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Why it waits, as its Schedulable condition's reason (e.g. QuotaExceeded).",
+    )
+
+
 class QueueStatus(ApiModel):
     """The queue's usage per GPU type and its workloads."""
 
@@ -358,6 +378,14 @@ class QueueStatus(ApiModel):
             "The queue's future usage (plan-ahead): the soonest predicted ends of its started "
             "workloads and the quota each gives back; usage at a time is the current usage "
             "less the releases before it."
+        ),
+    )
+    pending_head: list[QueuedWorkload] = Field(
+        default_factory=list,
+        max_length=10,
+        description=(
+            "The first pending workloads in the order each admission cycle considers them "
+            "(priority, then deadline, then age); `kubectl chronotope queue NAME` lists all."
         ),
     )
 
