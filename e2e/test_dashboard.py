@@ -10,6 +10,7 @@ import json
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -253,3 +254,49 @@ def test_the_dashboard_charts_predicted_against_observed_p99(
         assert " / 312.5 / 250" in text
         assert "False (ObservedOverSlo)" in text
         page.screenshot(path=str(ARTIFACTS / "dashboard-p99.png"), full_page=True)
+
+
+def test_the_dashboard_shows_a_queues_quota_and_who_waits_next(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str, page: Any
+) -> None:
+    from e2e.test_queues import (
+        _local_queue,
+        _queues,
+        _reason,
+        _running,
+        _solo_queue,
+        _status,
+        _submit,
+    )
+    from e2e.test_trainingjob import _gpu_nodes
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, team, ns = f"DASH-{tag.upper()}", f"d{tag}", namespace
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"dn-{tag}", gpu_type, 1, per_node=8),
+            _queues(custom, _solo_queue(team, gpu_type, 2)),
+        ):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "localqueues", _local_queue(ns, team)
+            )
+            _submit(custom, ns, "first", gpu_type, "default")  # 2 GPUs: the whole quota
+            _running(custom, ns, "first", 60, "first running")
+            _submit(custom, ns, "second", gpu_type, "default")
+            wait_for(lambda: _reason(_status(custom, ns, "second")) == "QuotaExceeded", 30, "2nd")
+            page.goto(f"http://127.0.0.1:{chronotope_operator}/")
+            row = f'#queues tr[data-queue="{team}"]'
+            page.wait_for_selector(row, timeout=30000)
+            wait_for(
+                lambda: f"{ns}/second" in page.inner_text(row), 30, "the waiting job as next up"
+            )
+            label = page.text_content(f'{row} text[data-gpu-type="{gpu_type}"]')
+            assert label == "2 of 2 (0 borrowed, 0 lent)"
+            used = page.get_attribute(f'{row} rect[data-part="used"]', "width")
+            assert used is not None
+            assert float(used) > 0
+            cells = page.inner_text(f'#jobs tr[data-job="{ns}/second"]')
+            assert f"default → {team}" in cells
+            page.screenshot(path=str(ARTIFACTS / "dashboard-queues.png"), full_page=True)

@@ -43,6 +43,8 @@ def serve_dashboard(
             pipelines=cache.pipelines.list(),
             variants=cache.variants.list(),
             now=clock(),
+            queues=cache.queues.list(),
+            local_queues=cache.local_queues.list(),
         )
 
     class Handler(BaseHTTPRequestHandler):

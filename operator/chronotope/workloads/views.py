@@ -38,6 +38,7 @@ __all__ = [
     "gpu_totals",
     "pipeline_latency",
     "queue_place",
+    "queue_rows",
     "usage",
 ]
 
@@ -356,6 +357,11 @@ def usage(
             for key, pct in cell.holders:
                 ns = key.split("/", 1)[0]
                 by_ns.setdefault(ns, {"gpus": 0.0})["gpus"] += pct / 100
+    return {"byType": by_type, "byNamespace": by_ns, "byQueue": _job_usage(jobs)}
+
+
+def _job_usage(jobs: Sequence[Obj]) -> dict[str, dict[str, float]]:
+    """GPUs and jobs of the started TrainingJobs, by the LocalQueue name they give."""
     by_queue: dict[str, dict[str, float]] = {}
     for job in jobs:
         status = job.get("status") or {}
@@ -366,10 +372,80 @@ def usage(
         q = by_queue.setdefault(queue, {"gpus": 0.0, "jobs": 0.0})
         q["gpus"] += gpus
         q["jobs"] += 1
-    return {"byType": by_type, "byNamespace": by_ns, "byQueue": by_queue}
+    return by_queue
+
+
+def _queue_label(meta: Obj, spec: Obj, targets: Mapping[tuple[str, str], str]) -> str:
+    local = str(spec.get("queue") or "default")
+    target = targets.get((str(meta.get("namespace")), local))
+    return local if target is None else f"{local} → {target}"
 
 
 DESCRIPTION_ANNOTATION = "kubernetes.io/description"
+
+
+def queue_rows(queues: Sequence[Obj], jobs: Sequence[Obj]) -> list[dict[str, Any]]:
+    """The dashboard's queue table: each Queue's quota, use and head of line.
+
+    From the Queues' spec and the status the operator writes (`training_quota.queue_report`):
+    per GPU type nominal, used, borrowed and lent GPUs, admitted and pending counts, the
+    first pending jobs. With no Queue (quotas off), one row per LocalQueue name the running
+    TrainingJobs name, with the GPUs they hold.
+    """
+    if not queues:
+        return [
+            {
+                "name": name,
+                "cohort": None,
+                "gpus": [],
+                "inUse": v["gpus"],
+                "admitted": int(v["jobs"]),
+                "pending": None,
+                "next": [],
+            }
+            for name, v in sorted(_job_usage(jobs).items())
+        ]
+    out = []
+    for q in sorted(queues, key=lambda q: str((q.get("metadata") or {}).get("name"))):
+        spec, status = q.get("spec") or {}, q.get("status") or {}
+        used = {str(r.get("gpuType")): r for r in status.get("gpus") or []}
+        gpus: list[dict[str, Any]] = []
+        for quota in spec.get("quotas") or []:
+            gpu_type = str(quota.get("gpuType"))
+            row = used.get(gpu_type) or {}
+            gpus.append(
+                {
+                    "gpuType": gpu_type,
+                    "nominal": int(quota.get("gpus") or 0),
+                    "used": int(row.get("used") or 0),
+                    "borrowed": int(row.get("borrowed") or 0),
+                    "lent": int(row.get("lent") or 0),
+                    "shareMilli": int(quota.get("shareMilli") or 0),
+                    "usedShareMilli": int(row.get("usedShareMilli") or 0),
+                }
+            )
+        out.append(
+            {
+                "name": str((q.get("metadata") or {}).get("name")),
+                "cohort": spec.get("cohort"),
+                "gpus": gpus,
+                "inUse": sum(g["used"] for g in gpus),
+                "admitted": int(status.get("admittedWorkloads") or 0),
+                "pending": int(status.get("pendingWorkloads") or 0),
+                "next": [str(h.get("workload")) for h in (status.get("pendingHead") or [])[:3]],
+            }
+        )
+    return out
+
+
+def _local_to_queue(local_queues: Sequence[Obj]) -> dict[tuple[str, str], str]:
+    return {
+        (
+            str((lq.get("metadata") or {}).get("namespace")),
+            str((lq.get("metadata") or {}).get("name")),
+        ): str((lq.get("spec") or {}).get("queue"))
+        for lq in local_queues
+    }
 
 
 def dashboard_state(
@@ -380,12 +456,16 @@ def dashboard_state(
     pipelines: Sequence[Obj],
     variants: Sequence[Obj],
     now: datetime,
+    queues: Sequence[Obj] = (),
+    local_queues: Sequence[Obj] = (),
 ) -> dict[str, Any]:
     """Everything the dashboard draws, as plain JSON-ready data.
 
-    User strings are left raw: the page sets them as text, never as markup.
+    User strings are left raw: the page sets them as text, never as markup. A job's
+    `queue` is its LocalQueue, with the Queue it admits into when that LocalQueue exists.
     """
     rows = gpu_map(nodes, pods)
+    targets = _local_to_queue(local_queues)
     job_rows = []
     for job in jobs:
         meta, spec, status = (
@@ -399,7 +479,7 @@ def dashboard_state(
             {
                 "key": _key(job),
                 "phase": str(status.get("phase") or "New"),
-                "queue": str(spec.get("queue") or "default"),
+                "queue": _queue_label(meta, spec, targets),
                 "gpuType": plan.get("gpuType"),
                 "workers": plan.get("workers"),
                 "start": plan.get("startTime"),
@@ -440,7 +520,7 @@ def dashboard_state(
         "nodes": [r.as_dict() for r in rows],
         "totals": gpu_totals(rows),
         "jobs": sorted(job_rows, key=lambda r: r["key"]),
-        "queues": usage(nodes, pods, jobs)["byQueue"],
+        "queues": queue_rows(queues, jobs),
         "pipelines": pipeline_rows,
         "variants": variant_rows,
     }

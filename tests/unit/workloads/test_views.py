@@ -270,3 +270,66 @@ def test_pipeline_latency_rows_for_top_and_the_dashboard() -> None:
         [], [], [], pipelines=[{"metadata": {"name": "x"}}], variants=[], now=NOW
     )
     assert (empty["pipelines"][0]["p99History"], empty["pipelines"][0]["sloMet"]) == ([], None)
+
+
+def test_the_dashboard_shows_each_queues_quota_use_and_head_of_line() -> None:
+    from chronotope.workloads.views import dashboard_state
+
+    queue = {
+        "metadata": {"name": "team-a"},
+        "spec": {
+            "cohort": "ml",
+            "quotas": [
+                {"gpuType": "L4", "gpus": 4},
+                {"gpuType": "T4", "gpus": 1, "shareMilli": 1000},
+            ],
+        },
+        "status": {
+            "gpus": [{"gpuType": "L4", "used": 5, "borrowed": 1}, {"gpuType": "T4", "lent": 1}],
+            "admittedWorkloads": 2,
+            "pendingWorkloads": 4,
+            "pendingHead": [{"workload": f"ns/w{i}", "position": i + 1} for i in range(4)],
+        },
+    }
+    local = {"metadata": {"name": "research", "namespace": "ns"}, "spec": {"queue": "team-a"}}
+    jobs = [
+        {"metadata": {"name": "j", "namespace": "ns"}, "spec": {"queue": "research"}},
+        {"metadata": {"name": "k", "namespace": "other"}, "spec": {"queue": "research"}},
+    ]
+    state = dashboard_state(
+        [], [], jobs, pipelines=[], variants=[], now=NOW, queues=[queue], local_queues=[local]
+    )
+    (row,) = state["queues"]
+    assert (row["name"], row["cohort"]) == ("team-a", "ml")
+    assert [
+        (g["gpuType"], g["nominal"], g["used"], g["borrowed"], g["lent"]) for g in row["gpus"]
+    ] == [
+        ("L4", 4, 5, 1, 0),
+        ("T4", 1, 0, 0, 1),
+    ]
+    assert (row["admitted"], row["pending"], row["inUse"]) == (2, 4, 5)
+    assert row["next"] == ["ns/w0", "ns/w1", "ns/w2"]  # the first three in admission order
+    # a job's queue is its LocalQueue, and the Queue that LocalQueue admits into
+    assert [j["queue"] for j in state["jobs"]] == ["research → team-a", "research"]
+
+
+def test_without_queues_the_dashboard_shows_gpus_by_the_queue_names_jobs_give() -> None:
+    from chronotope.workloads.views import dashboard_state
+
+    running = {
+        "metadata": {"name": "j", "namespace": "ns"},
+        "spec": {"queue": "batch"},
+        "status": {"phase": "Running", "plan": {"totalGpus": 3}},
+    }
+    state = dashboard_state([], [], [running], pipelines=[], variants=[], now=NOW)
+    assert state["queues"] == [
+        {
+            "name": "batch",
+            "cohort": None,
+            "gpus": [],
+            "inUse": 3.0,
+            "admitted": 1,
+            "pending": None,
+            "next": [],
+        }
+    ]

@@ -151,6 +151,28 @@ function drawP99(p) {
   return chart;
 }
 
+function drawQuota(q) {
+  // one bar per GPU type: used within the nominal quota, borrowed above it, lent to others,
+  // the rest of the quota idle; without Queues (quotas off), the GPUs in use as text
+  if (!q.gpus.length) return document.createTextNode(q.inUse + " GPU(s) in use (no Queue: quotas off)");
+  const rowH = 16, labelW = 150, barW = 240, width = labelW + barW + 170;
+  const chart = svg("svg", { width: width, height: q.gpus.length * rowH + 2, class: "quota" });
+  const scale = Math.max(1, ...q.gpus.map((g) => g.nominal + g.borrowed));
+  q.gpus.forEach((g, i) => {
+    const y = i * rowH + 1, px = (n) => (n / scale) * barW;
+    const own = Math.min(g.used - g.borrowed, g.nominal);
+    chart.append(svg("text", { x: 0, y: y + 12, class: "label" }, g.gpuType));
+    chart.append(svg("rect", { x: labelW, y: y + 2, width: px(g.nominal), height: rowH - 4, fill: "#e8eef5", stroke: "#9ab" }));
+    chart.append(svg("rect", { x: labelW, y: y + 2, width: px(own), height: rowH - 4, fill: "#4a79b0", "data-part": "used" }));
+    chart.append(svg("rect", { x: labelW + px(own), y: y + 2, width: px(g.lent), height: rowH - 4, fill: "#b9b9b9", "data-part": "lent" }));
+    chart.append(svg("rect", { x: labelW + px(g.nominal), y: y + 2, width: px(g.borrowed), height: rowH - 4, fill: "#e0913a", "data-part": "borrowed" }));
+    const shares = g.shareMilli ? ", shares " + g.usedShareMilli + "/" + g.shareMilli + " milli" : "";
+    const text = g.used + " of " + g.nominal + " (" + g.borrowed + " borrowed, " + g.lent + " lent)" + shares;
+    chart.append(svg("text", { x: labelW + barW + 6, y: y + 12, class: "label", "data-gpu-type": g.gpuType }, text));
+  });
+  return chart;
+}
+
 function fill(id, rows) {
   const body = document.querySelector("#" + id + " tbody");
   body.replaceChildren();
@@ -164,7 +186,15 @@ function fill(id, rows) {
 function draw(state) {
   drawMap(state);
   drawGantt(state);
-  fill("queues", Object.entries(state.queues).map(([q, v]) => [q, v.gpus, v.jobs]));
+  fill("queues", state.queues.map((q) => [
+    q.name, q.cohort || "-", "", String(q.admitted), q.pending === null ? "-" : String(q.pending),
+    q.next.join(", "),
+  ]));
+  document.querySelectorAll("#queues tbody tr").forEach((tr, i) => {
+    const q = state.queues[i];
+    tr.setAttribute("data-queue", q.name);
+    tr.children[2].append(drawQuota(q));
+  });
   fill("variants", state.variants.map((v) => [v.key, v.phase || "", v.residency ? JSON.stringify(v.residency) : ""]));
   fill("jobs", state.jobs.map((j) => [
     j.key, j.phase, j.queue,
