@@ -249,6 +249,7 @@ def _top(api: Any, args: argparse.Namespace) -> int:
             list_kind(api, "node", None),
             list_kind(api, "pod", None),
             list_kind(api, "trainingjob", None),
+            list_kind(api, "localqueue", None),
         )
     )
     data["pipelines"] = pipeline_latency(list_kind(api, "inferencepipeline", None))

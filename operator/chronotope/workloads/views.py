@@ -343,9 +343,16 @@ def gantt(
 
 
 def usage(
-    nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Sequence[Obj]
+    nodes: Sequence[Obj],
+    pods: Sequence[Obj],
+    jobs: Sequence[Obj],
+    local_queues: Sequence[Obj] = (),
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """GPUs held by type (of total), by namespace and by queue (running TrainingJobs)."""
+    """GPUs held by type (of total), by namespace and by queue (running TrainingJobs).
+
+    A job counts under the Queue its namespace's LocalQueue admits into (`local_queues`),
+    else under the queue name it gives.
+    """
     rows = gpu_map(nodes, pods)
     by_type: dict[str, dict[str, float]] = {}
     by_ns: dict[str, dict[str, float]] = {}
@@ -357,17 +364,26 @@ def usage(
             for key, pct in cell.holders:
                 ns = key.split("/", 1)[0]
                 by_ns.setdefault(ns, {"gpus": 0.0})["gpus"] += pct / 100
-    return {"byType": by_type, "byNamespace": by_ns, "byQueue": _job_usage(jobs)}
+    by_queue = _job_usage(jobs, _local_to_queue(local_queues))
+    return {"byType": by_type, "byNamespace": by_ns, "byQueue": by_queue}
 
 
-def _job_usage(jobs: Sequence[Obj]) -> dict[str, dict[str, float]]:
-    """GPUs and jobs of the started TrainingJobs, by the LocalQueue name they give."""
+def _job_usage(
+    jobs: Sequence[Obj], targets: Mapping[tuple[str, str], str] | None = None
+) -> dict[str, dict[str, float]]:
+    """GPUs and jobs of the started TrainingJobs, by Queue.
+
+    A job counts under the Queue its LocalQueue admits into (`targets`), else
+    under the queue name it gives.
+    """
     by_queue: dict[str, dict[str, float]] = {}
     for job in jobs:
         status = job.get("status") or {}
         if status.get("phase") not in ("Running", "Starting"):
             continue
-        queue = str((job.get("spec") or {}).get("queue") or "default")
+        local = str((job.get("spec") or {}).get("queue") or "default")
+        namespace = str((job.get("metadata") or {}).get("namespace"))
+        queue = (targets or {}).get((namespace, local), local)
         gpus = float((status.get("plan") or {}).get("totalGpus") or 0)
         q = by_queue.setdefault(queue, {"gpus": 0.0, "jobs": 0.0})
         q["gpus"] += gpus

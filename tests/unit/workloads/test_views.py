@@ -184,6 +184,28 @@ def test_use_by_type_namespace_and_queue() -> None:
     assert data["byQueue"] == {"research": {"gpus": 8.0, "jobs": 1.0}}
 
 
+def test_use_by_queue_counts_each_job_under_the_queue_its_local_queue_admits_into() -> None:
+    def running(ns: str, local: str, gpus: int) -> dict[str, Any]:
+        return {
+            "metadata": {"name": f"{ns}-{local}", "namespace": ns},
+            "spec": {"queue": local},
+            "status": {"phase": "Running", "plan": {"totalGpus": gpus}},
+        }
+
+    local_queues = [
+        {"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}},
+        {"metadata": {"name": "default", "namespace": "b"}, "spec": {"queue": "team-b"}},
+    ]
+    jobs = [running("a", "default", 2), running("b", "default", 3), running("c", "default", 1)]
+    by_queue = usage([], [], jobs, local_queues)["byQueue"]
+    # two namespaces' LocalQueues named "default" feed two Queues; c has no LocalQueue
+    assert by_queue == {
+        "team-a": {"gpus": 2.0, "jobs": 1.0},
+        "team-b": {"gpus": 3.0, "jobs": 1.0},
+        "default": {"gpus": 1.0, "jobs": 1.0},
+    }
+
+
 def test_dashboard_state_keeps_user_strings_raw_for_the_page_to_set_as_text() -> None:
     from chronotope.workloads.views import dashboard_state
 
