@@ -572,15 +572,16 @@ def queue_report(
     for name, releases in _forecast(book, jobs).items():
         if name in statuses:
             statuses[name] = statuses[name].model_copy(update={"forecast": releases})
-    for name, queued in _positions(view, pending, jobs).items():
+    for name, head in _positions(view, pending, jobs, first=PENDING_HEAD).items():
         if name in statuses:
-            head = queued[:PENDING_HEAD]
             statuses[name] = statuses[name].model_copy(update={"pending_head": head})
     return statuses
 
 
 PENDING_HEAD = 10
 """Pending workloads a Queue's status lists at most (the first in admission order)."""
+REASON_CHARS = 128
+"""A listed workload's reason is cut to this (`QueuedWorkload.reason`'s limit)."""
 
 
 def pending_order(
@@ -598,8 +599,12 @@ def pending_order(
 
 
 def _positions(
-    view: QuotaView, pending: Sequence[PendingWorkload], jobs: Sequence[Mapping[str, Any]]
+    view: QuotaView,
+    pending: Sequence[PendingWorkload],
+    jobs: Sequence[Mapping[str, Any]],
+    first: int | None = None,
 ) -> dict[str, list[QueuedWorkload]]:
+    """Per Queue its pending workloads with their positions (only the `first` if given)."""
     wanted = {p.key for p in pending}
     reasons: dict[str, str | None] = {}
     for job in jobs:
@@ -608,7 +613,7 @@ def _positions(
             conditions = (job.get("status") or {}).get("conditions") or []
             reasons[key] = next(
                 (
-                    str(c["reason"])
+                    str(c["reason"])[:REASON_CHARS]
                     for c in conditions
                     if c.get("type") == "Schedulable" and c.get("reason")
                 ),
@@ -622,6 +627,8 @@ def _positions(
             continue
         local[(p.namespace, p.local_queue)] += 1
         queued = out.setdefault(queue.queue, [])
+        if first is not None and len(queued) >= first:
+            continue
         queued.append(
             QueuedWorkload(
                 workload=p.key,
