@@ -133,11 +133,13 @@ def _why(api: Any, args: argparse.Namespace, namespace: str) -> int:
     totals = gpu_totals(gpu_map(list_kind(api, "node", None), list_kind(api, "pod", None)))
     free = {t: v["free"] for t, v in totals.items()}
     from chronotope.kube.views import KINDS
+    from chronotope.workloads.training_quota import ENDED, HOLDING
     from chronotope.workloads.views import explain
 
     order = None
-    if kind == "trainingjob" and (obj.get("status") or {}).get("phase") not in _STARTED:
-        order = _pending_order(api)
+    if kind == "trainingjob" and (obj.get("status") or {}).get("phase") not in (*HOLDING, *ENDED):
+        jobs = list_kind(api, "trainingjob", None)
+        order = _pending_order(api, list_kind(api, "queue", None), jobs)
     lines = explain(
         KINDS[kind][0],
         obj,
@@ -154,27 +156,23 @@ def _why(api: Any, args: argparse.Namespace, namespace: str) -> int:
     return 0
 
 
-_STARTED = ("Starting", "Running", "Succeeded", "Failed")
-
-
-def _pending_order(api: Any) -> dict[str, Any]:
+def _pending_order(api: Any, queues: list[Any], jobs: list[Any]) -> dict[str, Any]:
     """Every Queue's pending TrainingJobs in admission order (`training_quota.pending_order`)."""
     from chronotope.kube.views import list_kind
     from chronotope.workloads.training_quota import QuotaView, pending_order
 
     view = QuotaView.parse(
-        list_kind(api, "queue", None),
-        list_kind(api, "localqueue", None),
-        list_kind(api, "namespace", None),
+        queues, list_kind(api, "localqueue", None), list_kind(api, "namespace", None)
     )
-    return dict(pending_order(view, list_kind(api, "trainingjob", None)))
+    return dict(pending_order(view, jobs))
 
 
 def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
     from chronotope.kube.views import list_kind
 
-    order = _pending_order(api)
-    known = {str(q["metadata"]["name"]) for q in list_kind(api, "queue", None)}
+    queues, jobs = list_kind(api, "queue", None), list_kind(api, "trainingjob", None)
+    order = _pending_order(api, queues, jobs)
+    known = {str(q["metadata"]["name"]) for q in queues}
     if args.name is not None and args.name not in known:
         print(f"error: Queue {args.name} not found", file=sys.stderr)
         return 1
@@ -183,7 +181,7 @@ def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
             "whyWaiting"
         )
         or ""
-        for j in list_kind(api, "trainingjob", None)
+        for j in jobs
     }
     rows = []
     for queue in sorted(known if args.name is None else {args.name}):

@@ -47,6 +47,7 @@ from chronotope.workloads.quota import Admission, Unit, Verdict
 from chronotope.workloads.replan import remaining_work
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_quota import (
+    ENDED,
     HOLDING,
     QuotaView,
     quota_admissions,
@@ -64,7 +65,6 @@ JOINT_PER_PASS = 16
 advisory, and one CP-SAT solve per start would make a pass over thousands of jobs
 quadratic in solver time). The fleet gate still runs for every start."""
 
-_ENDED = ("Succeeded", "Failed")
 _POLICY_ORDER = "policy order: priority, then deadline, then age"
 
 
@@ -92,7 +92,7 @@ class SchedulingPass:
 def _waiting(job: Mapping[str, Any]) -> bool:
     meta = job.get("metadata") or {}
     phase = (job.get("status") or {}).get("phase")
-    return not meta.get("deletionTimestamp") and phase not in (*HOLDING, *_ENDED)
+    return not meta.get("deletionTimestamp") and phase not in (*HOLDING, *ENDED)
 
 
 def _narrowed(spec: TrainingJobSpec, admission: Admission) -> TrainingJobSpec:

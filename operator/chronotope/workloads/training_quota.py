@@ -71,6 +71,7 @@ from chronotope.workloads.serving_group import GROUP_LABEL
 from chronotope.workloads.training import Action, Decision
 
 __all__ = [
+    "ENDED",
     "FORECAST",
     "HOLDING",
     "SERVING_OWNERS",
@@ -92,7 +93,8 @@ log = logging.getLogger(__name__)
 HOLDING = ("Starting", "Running")
 """Phases of a job whose gang exists: it holds quota."""
 
-_ENDED = ("Succeeded", "Failed")
+ENDED = ("Succeeded", "Failed")
+"""Phases of a job that is over: it holds and asks for nothing."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def _live(
     """
     for job in jobs:
         meta = job.get("metadata") or {}
-        if meta.get("deletionTimestamp") or (job.get("status") or {}).get("phase") in _ENDED:
+        if meta.get("deletionTimestamp") or (job.get("status") or {}).get("phase") in ENDED:
             continue
         spec = job_spec_or_none(job)
         if spec is not None:

@@ -27,6 +27,7 @@ from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import MILLI
 from chronotope.workloads.cluster_feed import node_info, pod_holding
 from chronotope.workloads.replan import parse_time
+from chronotope.workloads.training_quota import QuotaView
 
 __all__ = [
     "GpuCell",
@@ -455,13 +456,9 @@ def queue_rows(queues: Sequence[Obj], jobs: Sequence[Obj]) -> list[dict[str, Any
 
 
 def _local_to_queue(local_queues: Sequence[Obj]) -> dict[tuple[str, str], str]:
-    return {
-        (
-            str((lq.get("metadata") or {}).get("namespace")),
-            str((lq.get("metadata") or {}).get("name")),
-        ): str((lq.get("spec") or {}).get("queue"))
-        for lq in local_queues
-    }
+    """(namespace, LocalQueue) -> the Queue it admits into, read as the quota reads them."""
+    parsed = QuotaView.parse((), local_queues).local_queues
+    return {key: spec.queue for key, spec in parsed.items()}
 
 
 def dashboard_state(
