@@ -11,6 +11,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -436,6 +437,24 @@ def _pending_in_order(
     assert f"queue: {len(names)} of {len(names)} pending in Queue {team}," in why.stdout
 
 
+def _turns_in_order(custom: client.CustomObjectsApi, ns: str) -> None:
+    """The plan-ahead on quota takes turns: big when first ends, small only after big."""
+
+    def at(name: str, field: str) -> datetime:
+        status = _status(custom, ns, name)
+        text = (status.get("plan") or {}).get(field) if name == "first" else status.get(field)
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+
+    def forecast() -> bool:
+        return all(_status(custom, ns, n).get("predictedStartTime") for n in ("big", "small"))
+
+    wait_for(forecast, 30, "big and small have a predicted start")
+    ends = at("first", "predictedCompletionTime")
+    assert abs((at("big", "predictedStartTime") - ends).total_seconds()) < 1
+    assert at("small", "predictedStartTime") > at("big", "predictedStartTime")
+    assert _status(custom, ns, "small")["whyWaiting"].endswith(f"({ns}/big ends)")
+
+
 def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:
@@ -463,6 +482,7 @@ def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
                 f"queue {team} admits in order (queueingStrategy StrictFIFO): {ns}/big ahead"
             )
             _pending_in_order(kube_cluster, custom, team, ns, ["big", "small"])
+            _turns_in_order(custom, ns)
             patch = {"spec": {"queueingStrategy": "BestEffortFIFO"}}
             custom.patch_cluster_custom_object(GROUP, VERSION, "queues", team, patch)
             _running(custom, ns, "small", 60, "small running once the queue is BestEffortFIFO")

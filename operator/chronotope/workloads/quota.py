@@ -37,8 +37,10 @@ Queue work as before).
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from copy import copy as shallow_copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -70,6 +72,7 @@ __all__ = [
     "admit",
     "demands_of",
     "fits_now",
+    "forecast_starts",
     "queue_statuses",
     "quota_frees_at",
     "reclaim_victims",
@@ -304,6 +307,14 @@ class QuotaBook:
         if workload.queue in self.usage:
             self.workloads[workload.key] = workload
             self._count(workload, 1)
+
+    def copy(self) -> QuotaBook:
+        """A ledger to change without changing this one (the Queues are shared, not copied)."""
+        other = shallow_copy(self)
+        other.usage = {name: Counter(used) for name, used in self.usage.items()}
+        other.workloads = dict(self.workloads)
+        other._pool_over = Counter(self._pool_over)
+        return other
 
     def remove(self, key: str) -> None:
         """Stop counting an admitted workload (it is being preempted or has ended)."""
@@ -628,6 +639,97 @@ def quota_frees_at(
     finally:
         for workload in removed:
             book.add(workload)
+
+
+FORECAST_DEPTH = 10
+"""Waiting workloads per Queue whose start `forecast_starts` forecasts (the first in order)."""
+
+
+def forecast_starts(
+    book: QuotaBook,
+    waiting: Sequence[PendingWorkload],
+    ends: Iterable[tuple[float, str]],
+    runs_for: Mapping[str, float],
+    *,
+    depth: int = FORECAST_DEPTH,
+) -> dict[str, tuple[float, str]]:
+    """When each waiting workload's turn on its quota comes: key -> (time, whose end).
+
+    The plan-ahead on quota (TetriSched's, conservative): `ends` are the
+    predicted ends (time, key) of admitted workloads; they end in time order,
+    and after each end one admission cycle (`admit`, the cycle the operator
+    runs now) goes over the workloads still waiting, in their order. A workload
+    it admits holds its quota from then for `runs_for[key]` seconds (to the end
+    of the forecast if absent), so those behind it wait for it as they will.
+    Only the first `depth` waiting workloads of each Queue take part (each cycle
+    costs the waiting count): one further back that would fit first under
+    BestEffortFIFO is not seen. A workload past the depth, of a missing Queue,
+    or that the predicted ends never let in, is absent. `book` is left as it was.
+    """
+    ahead = book.copy()
+    groups: dict[str, list[PendingWorkload]] = {}
+    taken: Counter[str] = Counter()
+    for p in waiting:
+        queue = _resolve(ahead, p)
+        if isinstance(queue, Admission) or taken[queue.name] >= depth:
+            continue
+        taken[queue.name] += 1
+        groups.setdefault(QuotaBook._group(queue), []).append(p)
+    timeline: dict[str, list[tuple[float, str]]] = {}
+    for when, key in ends:
+        held = ahead.workloads.get(key)
+        if held is not None:
+            timeline.setdefault(QuotaBook._group(ahead.queues[held.queue]), []).append((when, key))
+    out: dict[str, tuple[float, str]] = {}
+    for group, members in groups.items():
+        out.update(_turns(ahead, members, timeline.get(group, []), runs_for))
+    return out
+
+
+def _turns(
+    book: QuotaBook,
+    waiting: Sequence[PendingWorkload],
+    ends: list[tuple[float, str]],
+    runs_for: Mapping[str, float],
+) -> dict[str, tuple[float, str]]:
+    """`forecast_starts` for the waiting workloads of one cohort (or lone Queue); changes `book`."""
+    out: dict[str, tuple[float, str]] = {}
+    left = [(p, queue) for p in waiting if not isinstance(queue := _resolve(book, p), Admission)]
+    heapq.heapify(ends)
+    while ends and left:
+        when = ends[0][0]
+        freed: list[str] = []
+        pools: set[Resource] = set()
+        while ends and ends[0][0] == when:
+            _, key = heapq.heappop(ends)
+            if key in book.workloads:
+                pools.update(book.workloads[key].usage)
+                book.remove(key)
+                freed.append(key)
+        if not freed or not any(_may_move(book, p, queue, pools) for p, queue in left):
+            continue  # an admission cycle now would admit nothing: skip it
+        decisions = admit(book, [p for p, _ in left], when)
+        for p, _ in left:
+            if decisions[p.key].verdict is not Verdict.WAIT:
+                out[p.key] = (when, freed[0])
+                if p.key in runs_for:
+                    heapq.heappush(ends, (when + runs_for[p.key], p.key))
+        left = [(p, queue) for p, queue in left if p.key not in out]
+    return out
+
+
+def _may_move(book: QuotaBook, p: PendingWorkload, queue: QueueQuota, pools: set[Resource]) -> bool:
+    """Whether an admission cycle might admit `p` now that `pools` have freed up.
+
+    After a cycle every workload left waits, and a fit changes only with the
+    pools it takes: one asking none of `pools` still waits. Any other is tried
+    as every pass starts (`_best`), or may preempt its queue's lower-priority work.
+    """
+    if not any(pool in pools for d in p.alternatives for pool in d.pools()):
+        return False
+    if queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY:
+        return True
+    return _best(book, queue, p)[1].verdict is not Verdict.WAIT
 
 
 def _apply(book: QuotaBook, key: str, queue: QueueQuota, demand: Demand, now: float) -> None:

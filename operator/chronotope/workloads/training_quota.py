@@ -63,6 +63,7 @@ from chronotope.workloads.quota import (
     admit,
     demands_of,
     fits_now,
+    forecast_starts,
     queue_statuses,
     quota_frees_at,
 )
@@ -452,26 +453,43 @@ def quota_admissions(
     decisions = admit(book, pending, now.timestamp())
     wanted = None if explain is None else set(explain)
     releases = _releases(jobs)
-    found_for: dict[tuple[str | None, tuple[Demand, ...]], tuple[float, str] | None] = {}
     for asking in pending:
         mine = decisions[asking.key]
         preferred = _preferred_later(book, asking, mine, decided.get(asking.key), releases)
         if preferred is not None:
             decisions[asking.key] = replace(mine, preferred=preferred)
-            continue
-        if mine.verdict is not Verdict.WAIT or mine.reason is not WaitReason.QUOTA_EXCEEDED:
-            continue
+    waiting = [
+        p
+        for p in pending
+        if decisions[p.key].verdict is Verdict.WAIT
+        and decisions[p.key].reason is WaitReason.QUOTA_EXCEEDED
+    ]
+    # the jobs admitted now hold their quota until their decisions' predicted finish
+    admitted_now = [
+        (d.finish.timestamp(), key)
+        for key, d in decided.items()
+        if d.finish is not None and decisions.get(key, _WAITING).verdict is not Verdict.WAIT
+    ]
+    runs_for = {
+        key: (d.finish - (d.start or now)).total_seconds()
+        for key, d in decided.items()
+        if d.finish is not None
+    }
+    turns = forecast_starts(book, waiting, [*releases, *admitted_now], runs_for)
+    for asking in waiting:
         if wanted is not None and asking.key not in wanted:
             continue
-        memo = (mine.queue, asking.alternatives)  # same queue, same asks: the same answer
-        if memo not in found_for:
-            found_for[memo] = quota_frees_at(book, asking, releases)
-        found = found_for[memo]
-        if found is not None:
-            when = datetime.fromtimestamp(found[0], UTC)
-            text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
-            decisions[asking.key] = replace(mine, message=text, quota_frees_at=found[0])
+        mine = decisions[asking.key]
+        found = turns.get(asking.key)
+        if found is None:
+            continue
+        when = datetime.fromtimestamp(found[0], UTC)
+        text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
+        decisions[asking.key] = replace(mine, message=text, quota_frees_at=found[0])
     return decisions
+
+
+_WAITING = Admission("", Verdict.WAIT)
 
 
 def _preferred_later(

@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from chronotope.api.v1alpha1 import LocalQueueSpec, QueueSpec, TrainingJobSpec
 from chronotope.api.v1alpha1.queue import DEFAULT_RECLAIM_GRACE_SECONDS, StopPolicy
 from chronotope.kube.workloads import delete_pods
+from chronotope.workloads import quota as quota_module
 from chronotope.workloads.quota import (
     AdmittedWorkload,
     Demand,
@@ -24,6 +26,7 @@ from chronotope.workloads.quota import (
     WaitReason,
     admit,
     demands_of,
+    forecast_starts,
     queue_statuses,
 )
 
@@ -695,3 +698,93 @@ def test_what_a_reclaim_frees_beyond_its_need_is_admitted_in_the_same_cycle() ->
     decisions = admit(book, [_job("j0", "q1", (A100, 1)), _job("j1", "q3", (A100, 1))])
     assert decisions["j1"].victims == ("r1",)
     assert decisions["j0"].verdict is Verdict.ADMIT
+
+
+# --- forecast: each waiting workload's turn on its quota ------------------------------------
+
+
+def test_waiting_workloads_take_their_turns_as_the_predicted_ends_free_quota() -> None:
+    book = _book({"q": _queue((A100, 4), cohort=None)}, [("r", "q", 4)])
+    waiting = [_job("w1", "q", (A100, 4)), _job("w2", "q", (A100, 2)), _job("w3", "q", (A100, 2))]
+    before = dict(book.usage["q"])
+    got = forecast_starts(book, waiting, [(100.0, "r")], {"w1": 50.0, "w2": 30.0})
+    # w1 takes all 4 when r ends; w2 and w3 both fit when w1 ends
+    assert got == {"w1": (100.0, "r"), "w2": (150.0, "w1"), "w3": (150.0, "w1")}
+    assert dict(book.usage["q"]) == before  # the book is left as it was
+    assert set(book.workloads) == {"r"}
+    # a workload with no predicted run time holds its quota to the end of the forecast
+    got = forecast_starts(book, waiting, [(100.0, "r")], {})
+    assert got == {"w1": (100.0, "r")}
+
+
+def test_the_forecast_sees_borrowing_and_only_the_first_of_each_queue() -> None:
+    queues = {"a": _queue((A100, 2)), "b": _queue((A100, 2))}
+    book = _book(queues, [("a0", "a", 2), ("b0", "b", 2)])
+    waiting = [_job("a1", "a", (A100, 3)), _job("a2", "a", (A100, 1))]
+    got = forecast_starts(book, waiting, [(10.0, "a0"), (20.0, "b0")], {"a1": 5.0})
+    # a1 needs 3 of the cohort's 4: it borrows once b0 ends too; a2 fits its own quota at 10
+    assert got == {"a2": (10.0, "a0"), "a1": (20.0, "b0")}
+    assert forecast_starts(book, waiting, [(10.0, "a0"), (20.0, "b0")], {}, depth=1) == {
+        "a1": (20.0, "b0")
+    }
+
+
+def test_the_forecast_sees_a_release_that_makes_preempting_within_the_queue_enough() -> None:
+    book = _book({"q": _queue((A100, 4), cohort=None, within="LowerPriority")})
+    book.add(AdmittedWorkload("high", "q", {(A100, GPUS): 2}, 0.0))
+    book.add(AdmittedWorkload("low", "q", {(A100, GPUS): 2}, 1.0, preemptible=True))
+    waiting = [replace(_job("w", "q", (A100, 4)), priority=1)]
+    # stopping "low" alone is not enough now; once "high" ends, it is
+    assert admit(book.copy(), waiting)["w"].verdict is Verdict.WAIT
+    assert forecast_starts(book, waiting, [(10.0, "high"), (99.0, "low")], {}) == {
+        "w": (10.0, "high")
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+    running=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 4), st.integers(1, 9)), max_size=8
+    ),
+    jobs=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 6), st.integers(1, 9)), min_size=1, max_size=8
+    ),
+    reclaim=st.booleans(),
+    within=st.booleans(),
+    strict=st.booleans(),
+)
+def test_skipping_cycles_that_admit_nothing_changes_no_forecast(
+    *,
+    sizes: list[int],
+    running: list[tuple[int, int, int]],
+    jobs: list[tuple[int, int, int]],
+    reclaim: bool,
+    within: bool,
+    strict: bool,
+) -> None:
+    queues = {
+        f"q{i}": _queue(
+            (A100, n),
+            reclaim="PreemptBorrowed" if reclaim else "Never",
+            within="LowerPriority" if within else "Never",
+            strict=strict,
+        )
+        for i, n in enumerate(sizes)
+    }
+    names = sorted(queues)
+    book = _book(queues)
+    for i, (q, n, _) in enumerate(running):
+        usage = {(A100, GPUS): n}
+        book.add(AdmittedWorkload(f"r{i}", names[q % len(names)], usage, i, preemptible=i % 2 > 0))
+    ends = [(float(t), f"r{i}") for i, (_, _, t) in enumerate(running)]
+    waiting = [
+        replace(_job(f"w{i}", names[q % len(names)], (A100, n)), priority=i % 2)
+        for i, (q, n, _) in enumerate(jobs)
+    ]
+    runs_for = {f"w{i}": float(t) for i, (_, _, t) in enumerate(jobs)}
+    fast = forecast_starts(book, waiting, ends, runs_for)
+    # every predicted end runs a full admission cycle
+    with patch.object(quota_module, "_may_move", lambda *_: True):
+        slow = forecast_starts(book, waiting, ends, runs_for)
+    assert fast == slow

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chronotope.workloads.quota import Unit, Verdict
@@ -134,6 +134,33 @@ def test_a_job_over_quota_is_told_when_its_quota_frees_up() -> None:
     status = waiting_status(wait, NOW, 1)
     assert status["predictedStartTime"] == "2030-01-01T14:00:00Z"
     assert status["conditions"][0]["reason"] == "QuotaExceeded"
+
+
+def test_the_jobs_waiting_for_quota_take_their_turns_one_after_another() -> None:
+    # team-a's 4 L4s are held until 14:00; a2 and a3 want all 4, for 1 h each
+    running = _ends(_job("a1", "a", 4, "Running"), "2030-01-01T14:00:00Z")
+    second = _job("a2", "a", 4, t="2030-01-01T00:00:01Z")
+    third = _job("a3", "a", 4, t="2030-01-01T00:00:02Z")
+    hour = Decision(
+        Action.START,
+        "fits",
+        gpu_type="L4",
+        workers=1,
+        gpus_per_worker=4,
+        finish=NOW + timedelta(hours=1),
+    )
+    jobs = [running, second, third]
+    got = quota_admissions(_view(cohort=False), jobs, {"a/a2": hour, "a/a3": hour}, NOW)
+    # a3 starts when a2 ends, not when a1 does (a2 takes the quota a1 frees)
+    assert got["a/a2"].message.endswith("its quota frees up 2030-01-01 14:00 (a/a1 ends)")
+    assert got["a/a3"].message.endswith("its quota frees up 2030-01-01 15:00 (a/a2 ends)")
+    assert quota_wait(got["a/a3"]).start == datetime(2030, 1, 1, 15, 0, tzinfo=UTC)
+    # a job admitted now holds its quota until its decision's predicted finish
+    first = _job("a0", "a", 4, t="2030-01-01T00:00:00Z")
+    now_then = {"a/a0": hour, "a/a2": hour}
+    got = quota_admissions(_view(cohort=False), [first, second], now_then, NOW)
+    assert got["a/a0"].verdict is Verdict.ADMIT
+    assert got["a/a2"].message.endswith("its quota frees up 2030-01-01 13:00 (a/a0 ends)")
 
 
 def test_the_queue_shows_its_next_releases() -> None:
