@@ -92,6 +92,14 @@ def _reason(status: dict[str, Any]) -> str:
     return ""
 
 
+def _quota_reserved(status: dict[str, Any]) -> tuple[str, str]:
+    """The job's QuotaReserved condition (Kueue's name): (status, reason)."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "QuotaReserved":
+            return str(cond.get("status")), str(cond.get("reason"))
+    return "", ""
+
+
 def _usage(custom: client.CustomObjectsApi, queue: str) -> tuple[int, int, int, int, int]:
     """(used, borrowed, lent, admitted, pending) from the Queue's status."""
     status = custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue).get("status") or {}
@@ -189,6 +197,11 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
                 wait_for(lambda: _reason(_status(custom, ns_a, "a3")) == "QuotaExceeded", 30, "a3")
                 why = _status(custom, ns_a, "a3")["whyWaiting"]
                 assert why.startswith(f"queue {team_a}: {gpu_type} 4/2 in use, borrowing limit 2")
+                # as a Kueue user reads it: a3's quota is not reserved, a1's (running) is
+                assert [_quota_reserved(_status(custom, ns_a, n)) for n in ("a3", "a1")] == [
+                    ("False", "QuotaExceeded"),
+                    ("True", "QuotaReserved"),
+                ]
                 # the plan-ahead on quota: a1 and a2 are predicted to end; a1 (older) first
                 assert "; its quota frees up 20" in why
                 assert why.endswith(f"({ns_a}/a1 ends)") or why.endswith(f"({ns_a}/a2 ends)")
@@ -437,13 +450,13 @@ def _pending_in_order(
     assert f"queue: {len(names)} of {len(names)} pending in Queue {team}," in why.stdout
 
 
-def _turns_in_order(custom: client.CustomObjectsApi, ns: str) -> None:
+def _turns_in_order(custom: client.CustomObjectsApi, team: str, ns: str) -> None:
     """The plan-ahead on quota takes turns: big when first ends, small only after big."""
 
     def at(name: str, field: str) -> datetime:
         status = _status(custom, ns, name)
         text = (status.get("plan") or {}).get(field) if name == "first" else status.get(field)
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+        return _parse(str(text))
 
     def forecast() -> bool:
         return all(_status(custom, ns, n).get("predictedStartTime") for n in ("big", "small"))
@@ -453,6 +466,21 @@ def _turns_in_order(custom: client.CustomObjectsApi, ns: str) -> None:
     assert abs((at("big", "predictedStartTime") - ends).total_seconds()) < 1
     assert at("small", "predictedStartTime") > at("big", "predictedStartTime")
     assert _status(custom, ns, "small")["whyWaiting"].endswith(f"({ns}/big ends)")
+
+    def listed() -> bool:  # the Queue's pendingHead carries the same predicted starts
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "queues", team)["status"]
+        head = {q["workload"]: q.get("predictedStartTime") for q in status["pendingHead"]}
+        return all(
+            head.get(f"{ns}/{n}") is not None
+            and _parse(str(head[f"{ns}/{n}"])) == at(n, "predictedStartTime")
+            for n in ("big", "small")
+        )
+
+    wait_for(listed, 30, f"Queue {team} pendingHead with the predicted starts")
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
@@ -482,7 +510,7 @@ def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
                 f"queue {team} admits in order (queueingStrategy StrictFIFO): {ns}/big ahead"
             )
             _pending_in_order(kube_cluster, custom, team, ns, ["big", "small"])
-            _turns_in_order(custom, ns)
+            _turns_in_order(custom, team, ns)
             patch = {"spec": {"queueingStrategy": "BestEffortFIFO"}}
             custom.patch_cluster_custom_object(GROUP, VERSION, "queues", team, patch)
             _running(custom, ns, "small", 60, "small running once the queue is BestEffortFIFO")

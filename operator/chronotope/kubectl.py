@@ -202,7 +202,7 @@ def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
     width = max([len(r["workload"]) for r in rows] + [8])
     print(
         f"{'QUEUE':<16}{'POS':>5}{'LQ-POS':>8}  {'WORKLOAD':<{width}}  {'LOCALQUEUE':<16}"
-        f"{'PRIORITY':>9}  {'REASON':<18}WHY"
+        f"{'PRIORITY':>9}  {'REASON':<18}{'START':<13}WHY"
     )
     for r in rows:
         text = r["whyWaiting"]
@@ -211,9 +211,16 @@ def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
         print(
             f"{r['queue']:<16}{r['position']:>5}{r['localQueuePosition']:>8}  "
             f"{r['workload']:<{width}}  {r['localQueue']:<16}{r['priority']:>9}  "
-            f"{r.get('reason') or '-':<18}{text}"
+            f"{r.get('reason') or '-':<18}{_start_cell(r.get('predictedStartTime')):<13}{text}"
         )
     return 0
+
+
+def _start_cell(at: str | None) -> str:
+    """A predicted start as `MM-DD HH:MM` (UTC), or `-` when there is none."""
+    if not at:
+        return "-"
+    return datetime.fromisoformat(at.replace("Z", "+00:00")).strftime("%m-%d %H:%M")
 
 
 def _plan(api: Any, args: argparse.Namespace, namespace: str | None) -> int:

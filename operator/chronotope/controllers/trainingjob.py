@@ -42,6 +42,8 @@ from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import JobVerdict, SchedulingPass, schedule
 from chronotope.workloads.training_quota import QuotaView
 from chronotope.workloads.training_status import (
+    QUOTA_RESERVED,
+    condition,
     decided_phase,
     merge_conditions,
     pods_status,
@@ -269,7 +271,8 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
         out.events.append(("Normal", "Resizing", restart_why))
     elif (gave_up := _give_up(c, current)) is not None:
         c.ops.stop(c.namespace, [p["metadata"]["name"] for p in current])
-        out.status = {"phase": "Failed", "whyWaiting": gave_up}
+        ended = _ended(c, "Failed", gave_up)
+        out.status = {"phase": "Failed", "whyWaiting": gave_up, "conditions": ended}
         out.events.append(("Warning", "Failed", gave_up))
         return out
     elif failed or missing > 0:
@@ -292,7 +295,8 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
     if restart_why is not None:
         return _restart(c, current, restart_why)
     if all((p.get("status") or {}).get("phase") == "Succeeded" for p in current):
-        out.status = {"phase": "Succeeded", "whyWaiting": None}
+        ended = _ended(c, "Succeeded", "all workers finished")
+        out.status = {"phase": "Succeeded", "whyWaiting": None, "conditions": ended}
         took = progress(c.job.get("status") or {}, c.now)
         if took > 0:  # what the policy learns estimate errors from (workloads.fleet)
             out.status["estimateRatio"] = round(took, 4)
@@ -300,6 +304,15 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
         return out
     out.status = pods_status(current, plan, c.now, c.generation)
     return out
+
+
+def _ended(c: _Cycle, phase: str, why: str) -> list[dict[str, Any]]:
+    """An ended job's conditions: it runs no more, and it no longer holds its queue's quota."""
+    released = "the job ended: it holds no quota"
+    return [
+        condition("Running", False, phase, why, now=c.now, generation=c.generation),
+        condition(QUOTA_RESERVED, False, "Finished", released, now=c.now, generation=c.generation),
+    ]
 
 
 def _give_up(c: _Cycle, current: Sequence[Mapping[str, Any]]) -> str | None:
@@ -475,6 +488,7 @@ def _enact(
     status = c.job.get("status") or {}
     if why is not None:
         out.status = waiting_status(decision, c.now, c.generation)
+        out.status["conditions"].append(verdict.quota_condition(c.now, c.generation))
         if why.message != status.get("whyWaiting"):
             if why.unresolvable:
                 out.events.append(("Warning", why.code, why.message))
@@ -492,6 +506,7 @@ def _enact(
     out.status = started_status(
         c.name, decision, degrees, c.now, c.generation, replicas=c.spec.replicas
     )
+    out.status["conditions"].append(verdict.quota_condition(c.now, c.generation))
     out.events.append(("Normal", "Started", decision.reason))
     since = queued_since(c.job)
     waited = max(0.0, (c.now - since).total_seconds()) if since is not None else 0.0

@@ -54,6 +54,7 @@ from chronotope.workloads.training_quota import (
     quota_wait,
     serving_workloads,
 )
+from chronotope.workloads.training_status import QUOTA_RESERVED, condition
 
 __all__ = ["JOINT_PER_PASS", "NAMED_HOLDERS", "JobVerdict", "SchedulingPass", "schedule"]
 
@@ -79,6 +80,50 @@ class JobVerdict:
     """The quota verdict (None when quotas are off or the job cannot run at all)."""
     held_by_quota: bool = False
     """Quota holds the job back (WAIT or RECLAIM): no priority preemption is tried."""
+    quotas_on: bool = False
+    """Some Queue exists: quota was asked (else every job runs free of quota)."""
+
+    def quota_condition(self, now: datetime, generation: int | None) -> dict[str, Any]:
+        """The job's `QuotaReserved` condition (Kueue's): whether its queue's quota admits it.
+
+        True when quota admits its start (within nominal quota, or borrowing) or no
+        Queue exists; False with the quota's reason while quota holds it back
+        (`QuotaExceeded`, a missing Queue, reclaiming or preempting first,
+        `WaitingForQuota` of a preferred type), or `Inadmissible` for a job that
+        can never run here (quota is not asked).
+        """
+        admission, decision = self.admission, self.decision
+        if not self.quotas_on:
+            return condition(
+                QUOTA_RESERVED,
+                True,
+                "QuotasOff",
+                "no Queue exists: quotas are off",
+                now=now,
+                generation=generation,
+            )
+        if admission is None:
+            why = "it can never run here, so its queue's quota is not asked"
+            return condition(
+                QUOTA_RESERVED, False, "Inadmissible", why, now=now, generation=generation
+            )
+        if decision.cause == "WaitingForQuota" or self.held_by_quota:
+            return condition(
+                QUOTA_RESERVED,
+                False,
+                decision.cause or "QuotaExceeded",
+                decision.reason,
+                now=now,
+                generation=generation,
+            )
+        return condition(
+            QUOTA_RESERVED,
+            True,
+            "QuotaReserved",
+            _quota_note(admission),
+            now=now,
+            generation=generation,
+        )
 
 
 @dataclass(frozen=True)
@@ -225,7 +270,8 @@ def schedule(
     verdicts: dict[str, JobVerdict] = {}
     for job, spec in order:
         key = job_key(job)
-        verdicts[key] = run.verdict(job, spec, first[key], admissions.get(key), key in held)
+        verdict = run.verdict(job, spec, first[key], admissions.get(key), key in held)
+        verdicts[key] = replace(verdict, quotas_on=view.on)
     return SchedulingPass(now, verdicts)
 
 

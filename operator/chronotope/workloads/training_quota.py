@@ -627,10 +627,13 @@ def _positions(
     """Per Queue its pending workloads with their positions (only the `first` if given)."""
     wanted = {p.key for p in pending}
     reasons: dict[str, str | None] = {}
+    starts: dict[str, datetime | None] = {}
     for job in jobs:
         key = _key(job)
         if key in wanted:
-            conditions = (job.get("status") or {}).get("conditions") or []
+            status = job.get("status") or {}
+            starts[key] = parse_time(status.get("predictedStartTime"))
+            conditions = status.get("conditions") or []
             reasons[key] = next(
                 (
                     str(c["reason"])[:REASON_CHARS]
@@ -657,6 +660,7 @@ def _positions(
                 position=len(queued) + 1,
                 local_queue_position=local[(p.namespace, p.local_queue)],
                 reason=reasons.get(p.key),
+                predicted_start_time=starts.get(p.key),
             )
         )
     return out

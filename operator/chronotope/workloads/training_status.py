@@ -22,6 +22,7 @@ from chronotope.workloads.replan import completed_fraction, parse_time
 from chronotope.workloads.training import Decision
 
 __all__ = [
+    "QUOTA_RESERVED",
     "condition",
     "decided_phase",
     "merge_conditions",
@@ -31,6 +32,10 @@ __all__ = [
     "started_status",
     "waiting_status",
 ]
+
+
+QUOTA_RESERVED = "QuotaReserved"
+"""The condition type that says whether the job's queue's quota admits it (Kueue's name)."""
 
 
 def condition(

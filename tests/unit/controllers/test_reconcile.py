@@ -137,6 +137,9 @@ def test_a_job_that_fits_starts_its_gang() -> None:
     assert [p["metadata"]["name"] for p in ops.started] == ["a-g0-0", "a-g0-1"]
     assert [e[1] for e in out.events] == ["Started"]
     assert [s["metadata"]["name"] for s in ops.services if s] == ["a"]  # its rendezvous
+    # no Queue exists: nothing holds it back for quota (Kueue's QuotaReserved condition)
+    (quota,) = [c for c in out.status["conditions"] if c["type"] == "QuotaReserved"]
+    assert (quota["status"], quota["reason"]) == ("True", "QuotasOff")
 
 
 def test_a_start_reports_how_long_the_job_waited_since_its_creation() -> None:
@@ -246,6 +249,9 @@ def test_a_gang_whose_workers_all_succeeded_is_done() -> None:
     _pods_are(ops, "h-0", "Succeeded")
     out = reconcile(me, ops, NOW)
     assert out.status["phase"] == "Succeeded"
+    got = {c["type"]: (c["status"], c["reason"]) for c in out.status["conditions"]}
+    # it runs no more, and holds no quota
+    assert got == {"Running": ("False", "Succeeded"), "QuotaReserved": ("False", "Finished")}
     assert reconcile(me | {"status": out.status}, ops, NOW).status == {}  # done: left alone
 
 

@@ -68,6 +68,12 @@ def _cond(out: Any) -> tuple[str, str]:
     return c["status"], c["reason"]
 
 
+def _quota(out: Any) -> tuple[str, str]:
+    """The job's QuotaReserved condition (Kueue's name): (status, reason)."""
+    (c,) = [c for c in out.status["conditions"] if c["type"] == "QuotaReserved"]
+    return c["status"], c["reason"]
+
+
 def test_without_a_local_queue_a_job_waits_and_says_so() -> None:
     me = team_job("x", "c")
     ops = ops_with(2, [me], [queue("team-a", 8)])
@@ -75,6 +81,7 @@ def test_without_a_local_queue_a_job_waits_and_says_so() -> None:
     assert out.status["phase"] == "Waiting"
     assert out.status["whyWaiting"] == "no LocalQueue default in namespace c"
     assert _cond(out) == ("True", "LocalQueueMissing")
+    assert _quota(out) == ("False", "LocalQueueMissing")
     assert ops.started == []
     assert ops.preempted == []
 
@@ -86,6 +93,7 @@ def test_a_job_over_its_quota_waits_with_the_queue_and_the_quota() -> None:
     assert ops.started == []
     assert out.status["whyWaiting"] == "queue team-a: H100 8/8 in use, no cohort to borrow from"
     assert _cond(out) == ("True", "QuotaExceeded")
+    assert _quota(out) == ("False", "QuotaExceeded")  # a Kueue user's "not admitted"
 
 
 def test_a_job_borrows_idle_quota_of_its_cohort() -> None:
@@ -95,6 +103,7 @@ def test_a_job_borrows_idle_quota_of_its_cohort() -> None:
     out = reconcile(second, ops, NOW)
     assert out.status["phase"] == "Starting"
     assert "queue team-a borrows 8 H100 GPU(s) in its cohort" in out.events[0][2]
+    assert _quota(out) == ("True", "QuotaReserved")
     assert out.admitted == ("team-a", 12 * 3600.0 - 1)  # its wait, by the Queue admitting it
 
 
@@ -118,6 +127,7 @@ def test_a_lender_reclaims_its_quota_from_the_newest_borrower() -> None:
     assert ops.preempted == [("a/a2", "b/b1")]
     assert ops.started == []
     assert _cond(out) == ("True", "ReclaimingQuota")
+    assert _quota(out) == ("False", "ReclaimingQuota")  # admitted once the victims stop
     assert "stopping borrowed a/a2 (checkpoint, grace 5s)" in out.status["whyWaiting"]
     assert [e[1] for e in out.events] == ["ReclaimingQuota"]
 
@@ -178,9 +188,12 @@ def test_a_job_that_can_never_run_takes_no_quota_from_the_jobs_behind_it() -> No
     stuck, behind = team_job("a1", "a"), team_job("a2", "a", 1)
     stuck["spec"]["parallelism"] = {"modelProfile": "missing"}
     ops = ops_with(1, [stuck, behind], [queue("team-a", 8)])
-    assert reconcile(stuck, ops, NOW).status["phase"] == "Pending"
+    never = reconcile(stuck, ops, NOW)
+    assert never.status["phase"] == "Pending"
+    assert _quota(never) == ("False", "Inadmissible")
     out = reconcile(behind, ops, NOW)
     assert out.status["phase"] == "Starting"
+    assert _quota(out) == ("True", "QuotaReserved")
     assert "queue team-a admits it within its nominal quota" in out.events[0][2]
 
 

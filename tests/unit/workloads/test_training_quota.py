@@ -395,6 +395,7 @@ def test_pending_jobs_are_listed_per_queue_in_admission_order_with_positions() -
         _waiting("b1", "b", "2030-01-01T00:00:06Z"),
         _waiting("z1", "z", "2030-01-01T00:00:07Z"),  # its Queue does not exist: nowhere
     ]
+    jobs[1]["status"]["predictedStartTime"] = "2030-01-01T15:00:00Z"
     order = pending_order(_two_local_queues(), jobs)
     assert set(order) == {"team-a", "team-b"}
     got = [
@@ -408,6 +409,11 @@ def test_pending_jobs_are_listed_per_queue_in_admission_order_with_positions() -
         ("a/a4", "default", 0, 4, 3, None),
     ]
     assert [q.workload for q in order["team-b"]] == ["b/b1"]
+    # each with its predicted start where its status has one
+    assert [q.predicted_start_time for q in order["team-a"]][:2] == [
+        None,
+        datetime(2030, 1, 1, 15, 0, tzinfo=UTC),
+    ]
     # the Queue's status lists the same head, in the same order
     report = queue_report(_two_local_queues(), jobs)
     assert report["team-a"].pending_head == order["team-a"]

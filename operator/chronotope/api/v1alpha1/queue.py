@@ -346,6 +346,13 @@ class QueuedWorkload(ApiModel):
         max_length=128,
         description="Why it waits, as its Schedulable condition's reason (e.g. QuotaExceeded).",
     )
+    predicted_start_time: datetime | None = Field(
+        default=None,
+        description=(
+            "When the plan-ahead expects it to start (its predictedStartTime: its turn on the "
+            "quota, or the GPUs it waits for); unset when not forecast."
+        ),
+    )
 
 
 class QueueStatus(ApiModel):

@@ -552,7 +552,10 @@ class TrainingJobStatus(ApiModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,
-        description="Standard conditions: Planned, Running, Waiting, Succeeded.",
+        description=(
+            "Standard conditions: Schedulable (can it be placed, and why not), Running, and "
+            "QuotaReserved (does its queue's quota admit it; Kueue's name)."
+        ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: int = Field(
