@@ -255,6 +255,14 @@ def resizing_status(
         "conditions": [
             condition("Schedulable", True, "Replanning", why, now=now, generation=generation),
             condition("Running", False, "Replanning", why, now=now, generation=generation),
+            condition(
+                QUOTA_RESERVED,
+                False,
+                "Requeued",
+                "stopped to re-plan: it holds no quota until it is admitted again",
+                now=now,
+                generation=generation,
+            ),
         ],
         "phase": "Resizing",
         "whyWaiting": why,

@@ -449,10 +449,17 @@ def queue_rows(queues: Sequence[Obj], jobs: Sequence[Obj]) -> list[dict[str, Any
                 "inUse": sum(g["used"] for g in gpus),
                 "admitted": int(status.get("admittedWorkloads") or 0),
                 "pending": int(status.get("pendingWorkloads") or 0),
-                "next": [str(h.get("workload")) for h in (status.get("pendingHead") or [])[:3]],
+                "next": [_next_up(h) for h in (status.get("pendingHead") or [])[:3]],
             }
         )
     return out
+
+
+def _next_up(entry: Obj) -> str:
+    """A pending job of a Queue's head, with its predicted start (UTC) where it has one."""
+    at = parse_time(entry.get("predictedStartTime"))
+    workload = str(entry.get("workload"))
+    return workload if at is None else f"{workload} (starts {at:%m-%d %H:%M})"
 
 
 def _local_to_queue(local_queues: Sequence[Obj]) -> dict[tuple[str, str], str]:

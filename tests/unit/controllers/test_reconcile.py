@@ -226,6 +226,8 @@ def test_kubectl_scale_of_a_running_job_restarts_its_gang_at_the_new_size() -> N
     assert out.status["phase"] == "Resizing"
     assert out.events[0][1] == "Resizing"
     assert "resizing from 1 to 2 worker(s)" in out.events[0][2]
+    (quota,) = [c for c in out.status["conditions"] if c["type"] == "QuotaReserved"]
+    assert (quota["status"], quota["reason"]) == ("False", "Requeued")  # released while it waits
     assert ops.stopped == ["a-g0-0"]
 
 

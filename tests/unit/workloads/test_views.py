@@ -313,6 +313,7 @@ def test_the_dashboard_shows_each_queues_quota_use_and_head_of_line() -> None:
             "pendingHead": [{"workload": f"ns/w{i}", "position": i + 1} for i in range(4)],
         },
     }
+    queue["status"]["pendingHead"][1]["predictedStartTime"] = "2030-01-01T14:30:00Z"
     local = {"metadata": {"name": "research", "namespace": "ns"}, "spec": {"queue": "team-a"}}
     jobs = [
         {"metadata": {"name": "j", "namespace": "ns"}, "spec": {"queue": "research"}},
@@ -330,7 +331,8 @@ def test_the_dashboard_shows_each_queues_quota_use_and_head_of_line() -> None:
         ("T4", 1, 0, 0, 1),
     ]
     assert (row["admitted"], row["pending"], row["inUse"]) == (2, 4, 5)
-    assert row["next"] == ["ns/w0", "ns/w1", "ns/w2"]  # the first three in admission order
+    # the first three in admission order, with a predicted start where there is one
+    assert row["next"] == ["ns/w0", "ns/w1 (starts 01-01 14:30)", "ns/w2"]
     # a job's queue is its LocalQueue, and the Queue that LocalQueue admits into
     assert [j["queue"] for j in state["jobs"]] == ["research → team-a", "research"]
 
