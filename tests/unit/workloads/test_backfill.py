@@ -353,7 +353,9 @@ def consistent(status: Mapping[str, Any]) -> None:
     """The conditions agree with the phase and with each other (one source of the reason)."""
     conds = {c["type"]: c for c in status.get("conditions") or []}
     phase = status["phase"]
-    assert set(conds) == {"Schedulable", "Running"}
+    assert set(conds) - {"QuotaReserved"} == {"Schedulable", "Running"}
+    if phase == "Resizing":  # stopped to re-plan: the quota accounting no longer counts it
+        assert conds["QuotaReserved"]["status"] == "False"
     if phase in ("Waiting", "Pending", "Resizing"):
         assert conds["Running"]["status"] == "False"
         assert conds["Schedulable"]["message"] == conds["Running"]["message"]
