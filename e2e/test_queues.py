@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.replan import parse_time
 from e2e.kubetest import KubeCluster, metric_value, operator_metrics, wait_for
 from e2e.test_kubectl_plugin import _kubectl
 from e2e.test_trainingjob import _gpu_nodes, job
@@ -85,19 +86,21 @@ def _status(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, An
     return dict(obj.get("status") or {})
 
 
-def _reason(status: dict[str, Any]) -> str:
+def _condition(status: dict[str, Any], kind: str) -> tuple[str, str]:
+    """The job's condition `kind`: (status, reason), empty strings when it has none."""
     for cond in status.get("conditions") or []:
-        if cond.get("type") == "Schedulable":
-            return str(cond.get("reason"))
-    return ""
+        if cond.get("type") == kind:
+            return str(cond.get("status")), str(cond.get("reason"))
+    return "", ""
+
+
+def _reason(status: dict[str, Any]) -> str:
+    return _condition(status, "Schedulable")[1]
 
 
 def _quota_reserved(status: dict[str, Any]) -> tuple[str, str]:
     """The job's QuotaReserved condition (Kueue's name): (status, reason)."""
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "QuotaReserved":
-            return str(cond.get("status")), str(cond.get("reason"))
-    return "", ""
+    return _condition(status, "QuotaReserved")
 
 
 def _usage(custom: client.CustomObjectsApi, queue: str) -> tuple[int, int, int, int, int]:
@@ -456,7 +459,9 @@ def _turns_in_order(custom: client.CustomObjectsApi, team: str, ns: str) -> None
     def at(name: str, field: str) -> datetime:
         status = _status(custom, ns, name)
         text = (status.get("plan") or {}).get(field) if name == "first" else status.get(field)
-        return _parse(str(text))
+        when = parse_time(text)
+        assert when is not None, f"{name} has no {field}"
+        return when
 
     def forecast() -> bool:
         return all(_status(custom, ns, n).get("predictedStartTime") for n in ("big", "small"))
@@ -471,16 +476,11 @@ def _turns_in_order(custom: client.CustomObjectsApi, team: str, ns: str) -> None
         status = custom.get_cluster_custom_object(GROUP, VERSION, "queues", team)["status"]
         head = {q["workload"]: q.get("predictedStartTime") for q in status["pendingHead"]}
         return all(
-            head.get(f"{ns}/{n}") is not None
-            and _parse(str(head[f"{ns}/{n}"])) == at(n, "predictedStartTime")
+            parse_time(head.get(f"{ns}/{n}")) == at(n, "predictedStartTime")
             for n in ("big", "small")
         )
 
     wait_for(listed, 30, f"Queue {team} pendingHead with the predicted starts")
-
-
-def _parse(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(

@@ -218,9 +218,10 @@ def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
 
 def _start_cell(at: str | None) -> str:
     """A predicted start as `MM-DD HH:MM` (UTC), or `-` when there is none."""
-    if not at:
-        return "-"
-    return datetime.fromisoformat(at.replace("Z", "+00:00")).strftime("%m-%d %H:%M")
+    from chronotope.workloads.replan import parse_time
+
+    when = parse_time(at)
+    return "-" if when is None else f"{when:%m-%d %H:%M}"
 
 
 def _plan(api: Any, args: argparse.Namespace, namespace: str | None) -> int:

@@ -667,14 +667,14 @@ def forecast_starts(
     or that the predicted ends never let in, is absent. `book` is left as it was.
     """
     ahead = book.copy()
-    groups: dict[str, list[PendingWorkload]] = {}
+    groups: dict[str, list[_Queued]] = {}
     taken: Counter[str] = Counter()
     for p in waiting:
         queue = _resolve(ahead, p)
         if isinstance(queue, Admission) or taken[queue.name] >= depth:
             continue
         taken[queue.name] += 1
-        groups.setdefault(QuotaBook._group(queue), []).append(p)
+        groups.setdefault(QuotaBook._group(queue), []).append((p, queue))
     timeline: dict[str, list[tuple[float, str]]] = {}
     for when, key in ends:
         held = ahead.workloads.get(key)
@@ -688,13 +688,13 @@ def forecast_starts(
 
 def _turns(
     book: QuotaBook,
-    waiting: Sequence[PendingWorkload],
+    waiting: Sequence[_Queued],
     ends: list[tuple[float, str]],
     runs_for: Mapping[str, float],
 ) -> dict[str, tuple[float, str]]:
     """`forecast_starts` for the waiting workloads of one cohort (or lone Queue); changes `book`."""
     out: dict[str, tuple[float, str]] = {}
-    left = [(p, queue) for p in waiting if not isinstance(queue := _resolve(book, p), Admission)]
+    left = list(waiting)
     heapq.heapify(ends)
     while ends and left:
         when = ends[0][0]

@@ -94,36 +94,15 @@ class JobVerdict:
         """
         admission, decision = self.admission, self.decision
         if not self.quotas_on:
-            return condition(
-                QUOTA_RESERVED,
-                True,
-                "QuotasOff",
-                "no Queue exists: quotas are off",
-                now=now,
-                generation=generation,
-            )
-        if admission is None:
+            ok, reason, why = True, "QuotasOff", "no Queue exists: quotas are off"
+        elif admission is None:
+            ok, reason = False, "Inadmissible"
             why = "it can never run here, so its queue's quota is not asked"
-            return condition(
-                QUOTA_RESERVED, False, "Inadmissible", why, now=now, generation=generation
-            )
-        if decision.cause == "WaitingForQuota" or self.held_by_quota:
-            return condition(
-                QUOTA_RESERVED,
-                False,
-                decision.cause or "QuotaExceeded",
-                decision.reason,
-                now=now,
-                generation=generation,
-            )
-        return condition(
-            QUOTA_RESERVED,
-            True,
-            "QuotaReserved",
-            _quota_note(admission),
-            now=now,
-            generation=generation,
-        )
+        elif decision.cause == "WaitingForQuota" or self.held_by_quota:
+            ok, reason, why = False, decision.cause or "QuotaExceeded", decision.reason
+        else:
+            ok, reason, why = True, "QuotaReserved", _quota_note(admission)
+        return condition(QUOTA_RESERVED, ok, reason, why, now=now, generation=generation)
 
 
 @dataclass(frozen=True)

@@ -468,7 +468,7 @@ def quota_admissions(
     admitted_now = [
         (d.finish.timestamp(), key)
         for key, d in decided.items()
-        if d.finish is not None and decisions.get(key, _WAITING).verdict is not Verdict.WAIT
+        if d.finish is not None and key in decisions and decisions[key].verdict is not Verdict.WAIT
     ]
     runs_for = {
         key: (d.finish - (d.start or now)).total_seconds()
@@ -487,9 +487,6 @@ def quota_admissions(
         text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
         decisions[asking.key] = replace(mine, message=text, quota_frees_at=found[0])
     return decisions
-
-
-_WAITING = Admission("", Verdict.WAIT)
 
 
 def _preferred_later(

@@ -63,15 +63,15 @@ def ops_with(nodes: int, jobs: list[dict[str, Any]], queues: list[dict[str, Any]
     return ops
 
 
-def _cond(out: Any) -> tuple[str, str]:
-    (c,) = [c for c in out.status["conditions"] if c["type"] == "Schedulable"]
+def _cond(out: Any, kind: str = "Schedulable") -> tuple[str, str]:
+    """The status condition `kind` of the outcome: (status, reason)."""
+    (c,) = [c for c in out.status["conditions"] if c["type"] == kind]
     return c["status"], c["reason"]
 
 
 def _quota(out: Any) -> tuple[str, str]:
     """The job's QuotaReserved condition (Kueue's name): (status, reason)."""
-    (c,) = [c for c in out.status["conditions"] if c["type"] == "QuotaReserved"]
-    return c["status"], c["reason"]
+    return _cond(out, "QuotaReserved")
 
 
 def test_without_a_local_queue_a_job_waits_and_says_so() -> None:
