@@ -74,7 +74,6 @@ __all__ = [
     "fits_now",
     "forecast_starts",
     "queue_statuses",
-    "quota_frees_at",
     "reclaim_victims",
     "stopped",
     "within_queue_victims",
@@ -518,48 +517,50 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
     Only workloads of other cohort queues that borrow a needed pool are
     candidates; the queue that borrowed most for its weight goes first, its
     newest workload first; a queue stops being a candidate once it no longer
-    borrows; victims not needed in the end are spared.
+    borrows; victims not needed in the end are spared. A victim frees what the
+    book counts it to take from the cohort: the part of it within its own
+    queue's guaranteed quota (a lending limit's) stays that queue's, not the
+    cohort's. `book` is left as it was.
     """
-    need = {p: a - book.cohort_free(queue, p) for p, a in demand.pools().items()}
-    need = {p: n for p, n in need.items() if n > 0}
+    need = [p for p, a in demand.pools().items() if book.cohort_free(queue, p) < a]
     others = [q for q in book.members(queue) if q.name != queue.name]
-    chosen: list[AdmittedWorkload] = []
-    freed: Counter[Resource] = Counter()
-    taken: set[str] = set()
+
+    def fits() -> bool:
+        return _fit(book, queue, demand).verdict is Verdict.ADMIT
 
     def borrowing(q: QueueQuota) -> float:
-        return max((max(0, book.borrowed(q, p) - _taken(q, p)) / q.weight for p in need), default=0)
+        return max((book.borrowed(q, p) / q.weight for p in need), default=0)
 
-    def _taken(q: QueueQuota, pool: Resource) -> int:
-        return sum(w.usage.get(pool, 0) for w in chosen if w.queue == q.name)
-
-    while any(freed[p] < n for p, n in need.items()):
-        lenders = [q for q in others if borrowing(q) > 0]
-        if not lenders:
-            return None
-        top = max(sorted(lenders, key=lambda q: q.name), key=borrowing)  # ties: first by name
-        mine = [
-            w
-            for w in book.workloads.values()
-            if w.queue == top.name
-            and w.reclaimable
-            and w.key not in taken
-            and any(w.usage.get(p) for p in need)
-        ]
-        if not mine:  # what it borrows is held by serving workloads: never stopped
-            others = [q for q in others if q is not top]
-            continue
-        victim = max(mine, key=lambda w: (w.admitted_at, w.key))
-        chosen.append(victim)
-        taken.add(victim.key)
-        freed.update(victim.usage)
-    for victim in list(reversed(chosen)):  # spare any victim the others cover alone
-        rest = freed.copy()
-        rest.subtract(victim.usage)
-        if all(rest[p] >= n for p, n in need.items()):
-            chosen.remove(victim)
-            freed = rest
-    return tuple(w.key for w in chosen)
+    order = list(book.workloads)
+    chosen: list[AdmittedWorkload] = []
+    try:
+        while not fits():
+            lenders = [q for q in others if borrowing(q) > 0]
+            if not lenders:
+                return None
+            top = max(sorted(lenders, key=lambda q: q.name), key=borrowing)  # ties: by name
+            mine = [
+                w
+                for w in book.workloads.values()
+                if w.queue == top.name and w.reclaimable and any(w.usage.get(p) for p in need)
+            ]
+            if not mine:  # what it borrows is held by serving workloads: never stopped
+                others = [q for q in others if q is not top]
+                continue
+            victim = max(mine, key=lambda w: (w.admitted_at, w.key))
+            book.remove(victim.key)
+            chosen.append(victim)
+        for victim in reversed(list(chosen)):  # spare any victim the others cover alone
+            book.add(victim)
+            if fits():
+                chosen.remove(victim)
+            else:
+                book.remove(victim.key)
+        return tuple(w.key for w in chosen)
+    finally:
+        for victim in chosen:
+            book.add(victim)
+        book.workloads = {key: book.workloads[key] for key in order}  # as it was, in order
 
 
 def within_queue_victims(
@@ -610,37 +611,6 @@ def within_queue_victims(
             book.add(victim)
 
 
-def quota_frees_at(
-    book: QuotaBook, pending: PendingWorkload, releases: Sequence[tuple[float, str]]
-) -> tuple[float, str] | None:
-    """When `pending` fits its queue's quota as admitted workloads end: (time, whose end).
-
-    `releases` are (predicted end, key) of admitted workloads; they end in time
-    order, and the first end after which one of the workload's alternatives is
-    admitted or may borrow is the answer (the plan-ahead of TetriSched, on
-    quota). None when the predicted ends never free enough (or the LocalQueue or
-    Queue is missing). `book` is left as it was.
-    """
-    queue = _resolve(book, pending)
-    if isinstance(queue, Admission):
-        return None
-    removed: list[AdmittedWorkload] = []
-    try:
-        for when, key in sorted(releases):
-            workload = book.workloads.get(key)
-            if workload is None:
-                continue
-            book.remove(key)
-            removed.append(workload)
-            _, fit = _best(book, queue, pending)
-            if fit.verdict in (Verdict.ADMIT, Verdict.BORROW):
-                return when, key
-        return None
-    finally:
-        for workload in removed:
-            book.add(workload)
-
-
 FORECAST_DEPTH = 10
 """Waiting workloads per Queue whose start `forecast_starts` forecasts (the first in order)."""
 
@@ -652,6 +622,7 @@ def forecast_starts(
     runs_for: Mapping[str, float],
     *,
     depth: int = FORECAST_DEPTH,
+    until: str | None = None,
 ) -> dict[str, tuple[float, str]]:
     """When each waiting workload's turn on its quota comes: key -> (time, whose end).
 
@@ -665,6 +636,9 @@ def forecast_starts(
     costs the waiting count): one further back that would fit first under
     BestEffortFIFO is not seen. A workload past the depth, of a missing Queue,
     or that the predicted ends never let in, is absent. `book` is left as it was.
+
+    With `until` (a waiting key) only its cohort is forecast, and only until
+    its turn comes: what the others get after it is not worked out.
     """
     ahead = book.copy()
     groups: dict[str, list[_Queued]] = {}
@@ -682,7 +656,8 @@ def forecast_starts(
             timeline.setdefault(QuotaBook._group(ahead.queues[held.queue]), []).append((when, key))
     out: dict[str, tuple[float, str]] = {}
     for group, members in groups.items():
-        out.update(_turns(ahead, members, timeline.get(group, []), runs_for))
+        if until is None or any(p.key == until for p, _ in members):
+            out.update(_turns(ahead, members, timeline.get(group, []), runs_for, until))
     return out
 
 
@@ -691,12 +666,14 @@ def _turns(
     waiting: Sequence[_Queued],
     ends: list[tuple[float, str]],
     runs_for: Mapping[str, float],
+    until: str | None = None,
 ) -> dict[str, tuple[float, str]]:
     """`forecast_starts` for the waiting workloads of one cohort (or lone Queue); changes `book`."""
     out: dict[str, tuple[float, str]] = {}
     left = list(waiting)
+    asks = {p.key: {pool for d in p.alternatives for pool in d.pools()} for p, _ in waiting}
     heapq.heapify(ends)
-    while ends and left:
+    while ends and left and until not in out:
         when = ends[0][0]
         freed: list[str] = []
         pools: set[Resource] = set()
@@ -706,7 +683,8 @@ def _turns(
                 pools.update(book.workloads[key].usage)
                 book.remove(key)
                 freed.append(key)
-        if not freed or not any(_may_move(book, p, queue, pools) for p, queue in left):
+        moves = (_may_move(book, p, queue, pools, asks[p.key]) for p, queue in left)
+        if not freed or not any(moves):
             continue  # an admission cycle now would admit nothing: skip it
         decisions = admit(book, [p for p, _ in left], when)
         for p, _ in left:
@@ -718,14 +696,20 @@ def _turns(
     return out
 
 
-def _may_move(book: QuotaBook, p: PendingWorkload, queue: QueueQuota, pools: set[Resource]) -> bool:
+def _may_move(
+    book: QuotaBook,
+    p: PendingWorkload,
+    queue: QueueQuota,
+    pools: set[Resource],
+    asks: set[Resource],
+) -> bool:
     """Whether an admission cycle might admit `p` now that `pools` have freed up.
 
     After a cycle every workload left waits, and a fit changes only with the
-    pools it takes: one asking none of `pools` still waits. Any other is tried
-    as every pass starts (`_best`), or may preempt its queue's lower-priority work.
+    pools it takes (`asks`): one asking none of `pools` still waits. Any other is
+    tried as every pass starts (`_best`), or may preempt its queue's lower-priority work.
     """
-    if not any(pool in pools for d in p.alternatives for pool in d.pools()):
+    if pools.isdisjoint(asks):
         return False
     if queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY:
         return True
@@ -834,12 +818,16 @@ def _eligible(resolved: Resolved, decisions: Mapping[str, Admission]) -> Iterato
 def _admit_passes(
     book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
 ) -> None:
-    """Passes 1-3: within nominal quota, reclaim, borrow by fair share."""
+    """Passes 1-3: within nominal quota, reclaim, borrow by fair share.
+
+    Passes 1 and 2 repeat while a reclaim stops anything: a victim may free more
+    than its reclaimer needed, or leave its own queue below its nominal quota, so
+    what now fits a nominal quota (waiting since pass 1, or until now over its
+    queue's quota) is admitted or reclaims before anyone borrows.
+    """
     _within_nominal(book, resolved, decisions, now)
-    _reclaim(book, resolved, decisions, now)
-    # a victim may free more than its reclaimer needed: what now fits its nominal quota
-    # (waiting since pass 1) is admitted before anyone borrows
-    _within_nominal(book, resolved, decisions, now)
+    while _reclaim(book, resolved, decisions, now):
+        _within_nominal(book, resolved, decisions, now)
     _borrow_by_fair_share(book, resolved, decisions, now)
 
 
@@ -884,8 +872,12 @@ def _preempt_lower_priority(
 
 def _reclaim(
     book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
-) -> None:
-    """Pass 2: reclaim lent quota for what fits its nominal quota, before anyone borrows."""
+) -> bool:
+    """Pass 2: reclaim lent quota for what fits its nominal quota, before anyone borrows.
+
+    True if it stopped any workload.
+    """
+    stopped_any = False
     for p, queue in _eligible(resolved, decisions):
         demand, fit = _best(book, queue, p)
         if fit.verdict not in (Verdict.RECLAIM, Verdict.ADMIT):
@@ -895,6 +887,7 @@ def _reclaim(
             continue
         for key in victims:  # a victim may free more than needed: later ones may fit now
             book.remove(key)
+        stopped_any = stopped_any or bool(victims)
         _apply(book, p.key, queue, demand, now)
         text = f"queue {queue.name} reclaims {demand.gpu_type} lent in cohort {queue.cohort}"
         decisions[p.key] = Admission(
@@ -907,6 +900,7 @@ def _reclaim(
             grace_seconds=queue.grace_seconds if victims else None,
             message=text if victims else "",
         )
+    return stopped_any
 
 
 def _wait(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> Admission:

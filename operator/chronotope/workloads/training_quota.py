@@ -38,7 +38,7 @@ from chronotope.api.v1alpha1.queue import (
     QuotaRelease,
     StopPolicy,
 )
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec, UtilityFunction
 from chronotope.sharing.labels import (
     DONE_PHASES,
     GPU_PRODUCT_LABEL,
@@ -65,7 +65,6 @@ from chronotope.workloads.quota import (
     fits_now,
     forecast_starts,
     queue_statuses,
-    quota_frees_at,
 )
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import GROUP_LABEL
@@ -452,12 +451,6 @@ def quota_admissions(
     book, pending = _cycle(view, jobs, decided, serving)
     decisions = admit(book, pending, now.timestamp())
     wanted = None if explain is None else set(explain)
-    releases = _releases(jobs)
-    for asking in pending:
-        mine = decisions[asking.key]
-        preferred = _preferred_later(book, asking, mine, decided.get(asking.key), releases)
-        if preferred is not None:
-            decisions[asking.key] = replace(mine, preferred=preferred)
     waiting = [
         p
         for p in pending
@@ -475,7 +468,25 @@ def quota_admissions(
         for key, d in decided.items()
         if d.finish is not None
     }
-    turns = forecast_starts(book, waiting, [*releases, *admitted_now], runs_for)
+    ends = [*_releases(jobs), *admitted_now]
+    holding_back = {p.key for p in waiting}
+    # waiting for a faster type pays only a job whose utility falls with its finish
+    # (`training.decide` waits only for strictly more utility): no forecast for the rest
+    timeless = {_key(job) for job, spec in _live(jobs) if not _falls_with_time(spec)}
+    ahead: list[PendingWorkload] = []  # the jobs waiting for quota before this one
+    for asking in pending:
+        if asking.key in holding_back:
+            ahead.append(asking)
+            continue
+        if asking.key in timeless:
+            continue
+        mine = decisions[asking.key]
+        preferred = _preferred_later(
+            book, asking, mine, decided.get(asking.key), ahead=ahead, ends=ends, runs_for=runs_for
+        )
+        if preferred is not None:
+            decisions[asking.key] = replace(mine, preferred=preferred)
+    turns = forecast_starts(book, waiting, ends, runs_for)
     for asking in waiting:
         if wanted is not None and asking.key not in wanted:
             continue
@@ -489,17 +500,26 @@ def quota_admissions(
     return decisions
 
 
+def _falls_with_time(spec: TrainingJobSpec) -> bool:
+    return spec.utility is not None and spec.utility.function is not UtilityFunction.CONSTANT
+
+
 def _preferred_later(
     book: QuotaBook,
     asking: PendingWorkload,
     admission: Admission,
     decided: Decision | None,
-    releases: Sequence[tuple[float, str]],
+    *,
+    ahead: Sequence[PendingWorkload],
+    ends: Sequence[tuple[float, str]],
+    runs_for: Mapping[str, float],
 ) -> tuple[str, float, str] | None:
     """For a job admitted on another type than its decision's: when that type's quota frees up.
 
     (type, time, whose end), or None when it was admitted on its own type, or
-    the preferred type's quota never frees up by the predicted ends.
+    the preferred type's quota never frees up for it by the predicted ends. Its
+    turn comes as `forecast_starts` sequences the waiting jobs: those waiting
+    for quota ahead of it take the freed quota first.
     """
     if admission.verdict not in (Verdict.ADMIT, Verdict.BORROW) or admission.demand is None:
         return None
@@ -508,7 +528,11 @@ def _preferred_later(
     wanted = next((d for d in asking.alternatives if d.gpu_type == decided.gpu_type), None)
     if wanted is None:
         return None
-    found = quota_frees_at(book, replace(asking, alternatives=(wanted,)), releases)
+    book = book.copy()
+    book.remove(asking.key)  # as if it waited instead of starting where it is admitted
+    there = replace(asking, alternatives=(wanted,))
+    turns = forecast_starts(book, [*ahead, there], ends, runs_for, until=asking.key)
+    found = turns.get(asking.key)
     return None if found is None else (wanted.gpu_type, found[0], found[1])
 
 

@@ -788,3 +788,44 @@ def test_skipping_cycles_that_admit_nothing_changes_no_forecast(
     with patch.object(quota_module, "_may_move", lambda *_: True):
         slow = forecast_starts(book, waiting, ends, runs_for)
     assert fast == slow
+
+
+def _borrowed_from_q3(q2_lends: int | None) -> QuotaBook:
+    # q0 (nominal 0) borrows 1 A100, q2 (nominal 1) runs 2: the cohort's 8 are q3's 7 and
+    # q2's 1, so both borrow from q3
+    sizes = ((0, None), (0, None), (1, q2_lends), (7, None))
+    queues = {
+        f"q{i}": _queue((A100, n), reclaim="PreemptBorrowed", lend=lend)
+        for i, (n, lend) in enumerate(sizes)
+    }
+    book = _book(queues)
+    admit(book, [_job("r0", "q0", (A100, 1)), _job("r1", "q2", (A100, 2))])
+    return book
+
+
+def test_a_victim_frees_only_what_it_took_from_the_cohort() -> None:
+    # found by hypothesis: q2 lends nothing, so of r1's 2 GPUs one is q2's own: stopping
+    # r1 frees 1 for q3, not 2, and q3's 7 need r0 stopped too; before, r1 alone was
+    # taken as enough and q2's next job then put the cohort at 9 of its 8 GPUs
+    book = _borrowed_from_q3(0)
+    decisions = admit(
+        book,
+        [_job("j0", "q2", (A100, 1)), _job("j1", "q3", (A100, 1)), _job("j2", "q3", (A100, 6))],
+    )
+    assert set(decisions["j2"].victims) == {"r0", "r1"}
+    assert decisions["j0"].verdict is Verdict.ADMIT
+    assert sum(book.used(q, (A100, GPUS)) for q in book.queues) == 8
+
+
+def test_a_queue_a_reclaim_leaves_below_its_quota_reclaims_in_the_same_cycle() -> None:
+    # found by hypothesis: q3 stops r1, so q2 falls below its nominal 1 and its j0 may
+    # reclaim r0 (q0 borrows); before, j0 had passed the reclaim pass as a borrower
+    # and waited, told there were "too few borrowed workloads to reclaim"
+    book = _borrowed_from_q3(None)
+    decisions = admit(
+        book,
+        [_job("j0", "q2", (A100, 1)), _job("j1", "q3", (A100, 1)), _job("j2", "q3", (A100, 6))],
+    )
+    assert decisions["j2"].victims == ("r1",)
+    assert (decisions["j0"].verdict, decisions["j0"].victims) == (Verdict.RECLAIM, ("r0",))
+    assert sum(book.used(q, (A100, GPUS)) for q in book.queues) == 8

@@ -79,6 +79,47 @@ def test_a_job_starts_where_quota_admits_it_when_waiting_does_not_pay() -> None:
     assert "queue team-a admits it within its nominal quota" in d.reason
 
 
+def test_a_job_ahead_waiting_for_the_types_quota_takes_it_first() -> None:
+    # a0 (H100 only, 3 h, higher priority) waits for team-a's H100 quota ahead of a2:
+    # once a1 ends at 12:30 it is a0's; a2's turn on H100 comes at 15:30, past its
+    # deadline, so L4 now (alone, a2 waits for 12:30: the first test)
+    a1 = _job(
+        "a1",
+        "2030-01-01T10:00:00Z",
+        phase="Running",
+        plan={
+            "gpuType": "H100",
+            "workers": 1,
+            "totalGpus": 8,
+            "startTime": "2030-01-01T11:00:00Z",
+            "predictedCompletionTime": "2030-01-01T12:30:00Z",
+        },
+    )
+    a0 = _job("a0", "2030-01-01T11:00:00Z", phase="Waiting")
+    a0["spec"]["gpuTypes"] = [{"name": "H100", "relativeSpeed": 1.0}]
+    a0["spec"]["estimate"]["durationSeconds"] = 3 * 3600
+    a0["spec"]["priority"] = 1
+    del a0["spec"]["utility"]
+    a2 = _job("a2", "2030-01-01T11:30:00Z", phase="Waiting")
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    done = schedule([a1, a0, a2], [], [], _view(), decider=decider, now=NOW, capacity=CAPACITY)
+    first = done.verdicts["a/a0"].decision
+    assert (first.action, first.cause, first.start) == (
+        Action.WAIT,
+        "QuotaExceeded",
+        NOW + timedelta(minutes=30),
+    )
+    d = done.verdicts["a/a2"].decision
+    assert (d.action, d.gpu_type) == (Action.START, "L4")
+    admission = done.verdicts["a/a2"].admission
+    assert admission is not None
+    assert admission.preferred == (
+        "H100",
+        (NOW + timedelta(hours=3, minutes=30)).timestamp(),
+        "a/a0",
+    )
+
+
 def _plain(name: str, created: str, hours: float, **status: Any) -> dict[str, Any]:
     job = _job(name, created, **status)
     job["spec"]["gpuTypes"] = [{"name": "H100", "relativeSpeed": 1.0}]
