@@ -57,7 +57,7 @@ from chronotope.controllers.trainingjob import (
 from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.training import Action
-from chronotope.workloads.training_status import condition
+from chronotope.workloads.training_status import QUOTA_RESERVED, condition
 
 __all__ = [
     "NODE_MARK_FIELDS",
@@ -365,9 +365,9 @@ def invalid_outcome(job: Mapping[str, Any], exc: ValueError, now: datetime) -> O
             "phase": "Pending",
             "whyWaiting": message,
             "conditions": [
-                condition(
-                    "Schedulable", False, "InvalidSpec", message, now=now, generation=generation
-                )
+                condition(kind, False, "InvalidSpec", message, now=now, generation=generation)
+                # the quota accounting counts a job whose spec does not validate nowhere
+                for kind in ("Schedulable", QUOTA_RESERVED)
             ],
         }
     )

@@ -323,6 +323,11 @@ def test_an_invalid_spec_marks_the_job_once() -> None:
     ((status, _, events),) = ops.writes
     assert status["phase"] == "Pending"
     assert [e[1] for e in events] == ["InvalidSpec"]
+    # neither schedulable nor holding quota (the accounting leaves such a job out)
+    assert {(c["type"], c["status"], c["reason"]) for c in status["conditions"]} == {
+        ("Schedulable", "False", "InvalidSpec"),
+        ("QuotaReserved", "False", "InvalidSpec"),
+    }
     loop.reconcile_key("ns/a")
     assert len(ops.writes) == 1
 
