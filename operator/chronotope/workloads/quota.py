@@ -54,6 +54,7 @@ from chronotope.api.v1alpha1.queue import (
     QueueStatus,
     ReclaimPolicy,
     StopPolicy,
+    WhenCanBorrow,
     WithinQueuePolicy,
 )
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
@@ -108,6 +109,9 @@ class QueueQuota:
     stop: StopPolicy = StopPolicy.NONE
     strict: bool = False
     """`queueingStrategy: StrictFIFO`: its first waiting workload holds back the later ones."""
+    borrow_first: bool = True
+    """`flavorFungibility.whenCanBorrow: Borrow`: the first alternative that fits by borrowing
+    wins over a later one within nominal quota (False: `TryNextFlavor`)."""
     namespaces: LabelSelector | None = None
     """`namespaceSelector`: the namespaces whose workloads it admits (None: all)."""
     types: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -144,6 +148,7 @@ class QueueQuota:
             within_queue=spec.reclaim.within_queue,
             stop=spec.stop_policy,
             strict=spec.queueing_strategy is QueueingStrategy.STRICT_FIFO,
+            borrow_first=spec.flavor_fungibility.when_can_borrow is WhenCanBorrow.BORROW,
             namespaces=spec.namespace_selector,
         )
 
@@ -449,8 +454,17 @@ _ORDER = (Verdict.ADMIT, Verdict.BORROW, Verdict.RECLAIM, Verdict.WAIT)
 
 
 def _best(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> tuple[Demand, _Fit]:
-    """The alternative with the best verdict (earlier alternatives win ties)."""
+    """The alternative admission takes (Kueue's flavor fungibility).
+
+    Under `borrow_first` the first alternative that fits within nominal quota or by
+    borrowing; otherwise, and when none does, the one with the best verdict (ADMIT,
+    BORROW, RECLAIM, WAIT; earlier alternatives win ties).
+    """
     fits = [(demand, _fit(book, queue, demand)) for demand in pending.alternatives]
+    if queue.borrow_first:
+        for demand, fit in fits:
+            if fit.verdict in (Verdict.ADMIT, Verdict.BORROW):
+                return demand, fit
     return min(fits, key=lambda pair: _ORDER.index(pair[1].verdict))
 
 

@@ -43,6 +43,7 @@ def _queue(
     within: str = "Never",
     lend: int | None = None,
     strict: bool = False,
+    fungibility: str = "Borrow",
 ) -> QueueSpec:
     rows: list[dict[str, Any]] = []
     for q in quotas:
@@ -57,6 +58,7 @@ def _queue(
         "weight": weight,
         "reclaim": {"policy": reclaim, "withinQueue": within},
         "queueingStrategy": "StrictFIFO" if strict else "BestEffortFIFO",
+        "flavorFungibility": {"whenCanBorrow": fungibility},
     }
     if cohort:
         spec["cohort"] = cohort
@@ -135,9 +137,17 @@ CASES: list[tuple[str, dict[str, QueueSpec], list[tuple[str, str, int]], tuple[t
     ("other cohorts lend nothing",
      {"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8), cohort="other")},
      [("r", "team-a", 8)], ((A100, 1),), Verdict.WAIT, "cohort ml has 0 to lend"),
-    ("first alternative that fits nominal wins over borrowing",
-     {"team-a": _queue((A100, 8), (L4, 4)), "team-b": _queue((A100, 8))},
+    ("TryNextFlavor: a later alternative within nominal quota wins over borrowing the first",
+     {"team-a": _queue((A100, 8), (L4, 4), fungibility="TryNextFlavor"),
+      "team-b": _queue((A100, 8))},
      [("r", "team-a", 8)], ((A100, 1), (L4, 1)), Verdict.ADMIT, ""),
+    ("Borrow (the default): the first alternative borrows",
+     {"team-a": _queue((A100, 8), (L4, 4)), "team-b": _queue((A100, 8))},
+     [("r", "team-a", 8)], ((A100, 1), (L4, 1)), Verdict.BORROW, ""),
+    ("Borrow: an alternative that needs reclaiming comes after one within nominal quota",
+     {"team-a": _queue((A100, 8), (L4, 4), reclaim="PreemptBorrowed"),
+      "team-b": _queue((A100, 0))},
+     [("r", "team-b", 8)], ((A100, 1), (L4, 1)), Verdict.ADMIT, ""),
     ("quota lent out, policy Never: wait for the borrowers",
      {"team-a": _queue((A100, 8)), "team-b": _queue((A100, 8))},
      [("b1", "team-b", 8), ("b2", "team-b", 8)], ((A100, 2),), Verdict.WAIT,

@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_RECLAIM_GRACE_SECONDS",
     "KIND",
     "MILLI_PER_GPU",
+    "FlavorFungibility",
     "GpuQuota",
     "GpuTypeUsage",
     "LabelSelector",
@@ -46,6 +47,7 @@ __all__ = [
     "SelectorOperator",
     "SelectorRequirement",
     "StopPolicy",
+    "WhenCanBorrow",
     "WithinQueuePolicy",
 ]
 
@@ -202,6 +204,26 @@ class StopPolicy(StrEnum):
     HOLD_AND_DRAIN = "HoldAndDrain"
 
 
+class WhenCanBorrow(StrEnum):
+    """What a workload does when its first GPU type fits only by borrowing (Kueue's name)."""
+
+    BORROW = "Borrow"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class FlavorFungibility(ApiModel):
+    """How admission picks among a workload's GPU types (Kueue's `flavorFungibility`)."""
+
+    when_can_borrow: WhenCanBorrow = Field(
+        default=WhenCanBorrow.BORROW,
+        description="Borrow: the first of the workload's GPU types (its decision's, then its "
+        "own order) that fits within nominal quota or by borrowing is taken, so a job borrows "
+        "idle quota of the type it prefers rather than run on a slower type of its own quota. "
+        "TryNextFlavor: a type within nominal quota is taken before any type that needs "
+        "borrowing. Either way a type that needs reclaiming is tried last.",
+    )
+
+
 class QueueReclaim(ApiModel):
     """How the queue takes back nominal quota that other queues of its cohort borrowed."""
 
@@ -292,6 +314,11 @@ class QueueSpec(ApiModel):
         "StrictFIFO: the first of the queue's waiting workloads that does not fit holds back "
         "every later one of the queue, so a large job is not starved by smaller ones "
         "behind it (quota only: the GPUs themselves are still backfilled).",
+    )
+    flavor_fungibility: FlavorFungibility = Field(
+        default_factory=FlavorFungibility,
+        description="Whether a workload borrows its preferred GPU type or takes another type "
+        "within nominal quota first.",
     )
     stop_policy: StopPolicy = Field(
         default=StopPolicy.NONE,
