@@ -797,19 +797,29 @@ def _within_nominal(
 def _borrow_by_fair_share(
     book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
 ) -> None:
-    """Pass 3: admit borrowers one at a time, the lowest weighted dominant share (after) first."""
+    """Pass 3: admit borrowers one at a time, the lowest weighted dominant share (after) first.
+
+    A workload that fits within nominal quota again (under `whenCanBorrow: Borrow` it
+    came here to borrow its first alternative, and others have borrowed that since)
+    is admitted on it first, as pass 1 would.
+    """
     while True:
         offers = []
         for order, (p, queue) in enumerate(_eligible(resolved, decisions)):
             demand, fit = _best(book, queue, p)
+            if fit.verdict is Verdict.ADMIT:
+                _apply(book, p.key, queue, demand, now)
+                decisions[p.key] = Admission(p.key, Verdict.ADMIT, queue.name, demand)
+                break
             if fit.verdict is Verdict.BORROW:
                 share = book.dominant_share(queue, demand.pools())
                 offers.append((share, order, p, queue, demand, fit))
-        if not offers:
-            return
-        _, _, p, queue, demand, fit = min(offers, key=lambda o: (o[0], o[1]))
-        _apply(book, p.key, queue, demand, now)
-        decisions[p.key] = Admission(p.key, Verdict.BORROW, queue.name, demand, fit.borrowed)
+        else:
+            if not offers:
+                return
+            _, _, p, queue, demand, fit = min(offers, key=lambda o: (o[0], o[1]))
+            _apply(book, p.key, queue, demand, now)
+            decisions[p.key] = Admission(p.key, Verdict.BORROW, queue.name, demand, fit.borrowed)
 
 
 def _eligible(resolved: Resolved, decisions: Mapping[str, Admission]) -> Iterator[_Queued]:

@@ -839,3 +839,18 @@ def test_a_queue_a_reclaim_leaves_below_its_quota_reclaims_in_the_same_cycle() -
     assert decisions["j2"].victims == ("r1",)
     assert (decisions["j0"].verdict, decisions["j0"].victims) == (Verdict.RECLAIM, ("r0",))
     assert sum(book.used(q, (A100, GPUS)) for q in book.queues) == 8
+
+
+def test_a_job_whose_preferred_type_others_borrowed_first_takes_its_own_quota() -> None:
+    # whenCanBorrow Borrow: ja asks to borrow A100 (team-b lends 1) before its own L4; jc
+    # (weight 2, a lower share) borrows that A100 first; ja then fits its L4 quota and
+    # is admitted on it in the same cycle, not told to wait
+    queues = {
+        "team-a": _queue((A100, 8), (L4, 4)),
+        "team-b": _queue((A100, 1)),
+        "team-c": _queue((A100, 0), weight=2),
+    }
+    book = _book(queues, [("r", "team-a", 8)])
+    out = admit(book, [_job("ja", "team-a", (A100, 1), (L4, 1)), _job("jc", "team-c", (A100, 1))])
+    assert out["jc"].verdict is Verdict.BORROW
+    assert (out["ja"].verdict, out["ja"].demand) == (Verdict.ADMIT, Demand(L4, 1))
