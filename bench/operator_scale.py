@@ -1,6 +1,7 @@
 """The operator at scale: many TrainingJobs in team queues on the openb cluster (issue 18, part 7).
 
 Usage: python bench/operator_scale.py [--jobs 2000] [--queues 10] [--seed 0]
+       [--when-can-borrow Borrow|TryNextFlavor]
                                       [--cluster manifests/clusters/openb.yaml]
                                       [--settle 30] [--until 900] [--steady 60]
                                       [--submitters 8] [--node-lease-s 40]
@@ -408,7 +409,9 @@ def snapshot(custom: client.CustomObjectsApi) -> tuple[Counter[str], Counter[str
     return phases, reasons, each
 
 
-def queue_objects(n: int, total: dict[str, int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def queue_objects(
+    n: int, total: dict[str, int], when_can_borrow: str = "Borrow"
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """`n` Queues in cohort `all`, each an equal share of every type, each with the LocalQueue
     `default` of its namespace (named as the queue)."""
     out = []
@@ -419,7 +422,11 @@ def queue_objects(n: int, total: dict[str, int]) -> list[tuple[dict[str, Any], d
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Queue",
             "metadata": {"name": team},
-            "spec": {"cohort": "all", "quotas": quotas},
+            "spec": {
+                "cohort": "all",
+                "quotas": quotas,
+                "flavorFungibility": {"whenCanBorrow": when_can_borrow},
+            },
         }
         local = {
             "apiVersion": f"{GROUP}/{VERSION}",
@@ -431,11 +438,13 @@ def queue_objects(n: int, total: dict[str, int]) -> list[tuple[dict[str, Any], d
     return out
 
 
-def setup_queues(api: client.ApiClient, n: int, total: dict[str, int]) -> list[str]:
+def setup_queues(
+    api: client.ApiClient, n: int, total: dict[str, int], when_can_borrow: str
+) -> list[str]:
     """Create `queue_objects` and their namespaces; the namespaces' names."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     names = []
-    for queue, local in queue_objects(n, total):
+    for queue, local in queue_objects(n, total, when_can_borrow):
         team = local["metadata"]["namespace"]
         custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue)
         core.create_namespace({"metadata": {"name": team}})
@@ -482,7 +491,7 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
         pid = next(p["pid"] for p in record.processes if p["name"] == "chronotope-operator")
         with api_client(state.kubeconfig, qps_connections=8) as api:
             custom = client.CustomObjectsApi(api)
-            teams = setup_queues(api, args.queues, total)
+            teams = setup_queues(api, args.queues, total, args.when_can_borrow)
             rng = random.Random(args.seed)
             jobs = [
                 (teams[i % len(teams)], make_job(f"j{i:04d}", rng, widest))
@@ -676,6 +685,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--queues", type=int, default=10)
+    ap.add_argument(
+        "--when-can-borrow",
+        choices=["Borrow", "TryNextFlavor"],
+        default="Borrow",
+        help="the Queues' flavorFungibility.whenCanBorrow",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
     ap.add_argument("--settle", type=int, default=30, help="seconds without a phase change")

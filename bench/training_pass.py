@@ -1,6 +1,7 @@
 """One scheduling pass in process: the operator scale benchmark's jobs on the openb nodes.
 
 Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
+       [--when-can-borrow Borrow|TryNextFlavor]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
 round-robin over `--queues` team namespaces, each queue an equal share of every
@@ -49,6 +50,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--queues", type=int, default=10)
+    ap.add_argument(
+        "--when-can-borrow",
+        choices=["Borrow", "TryNextFlavor"],
+        default="Borrow",
+        help="the Queues' flavorFungibility.whenCanBorrow",
+    )
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
@@ -56,7 +63,7 @@ def main() -> int:
     spec_path = Path(args.cluster)
     total, widest = per_type(load_spec(spec_path))
     nodes = ready_nodes(spec_path)
-    queues = queue_objects(args.queues, total)
+    queues = queue_objects(args.queues, total, args.when_can_borrow)
     teams = [local["metadata"]["namespace"] for _, local in queues]
     view = QuotaView.parse([q for q, _ in queues], [local for _, local in queues])
     rng = random.Random(args.seed)
@@ -82,10 +89,16 @@ def main() -> int:
         for k, v in done.verdicts.items()
     )
     starts = sum(v.decision.action is Action.START for v in done.verdicts.values())
+    gpus = sum(
+        v.decision.workers * v.decision.gpus_per_worker
+        for v in done.verdicts.values()
+        if v.decision.action is Action.START
+    )
     digest = hashlib.sha1(repr(verdicts).encode()).hexdigest()[:12]
     print(
         f"{len(jobs)} jobs on {len(nodes)} nodes: pass {', '.join(f'{s:.2f}' for s in seconds)} s "
-        f"(best {min(seconds):.2f} s); {starts} starts, {len(verdicts) - starts} waits; "
+        f"(best {min(seconds):.2f} s); {starts} starts on {gpus} GPUs, {len(verdicts) - starts} "
+        "waits; "
         f"verdicts {digest}"
     )
     return 0
