@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from copy import copy as shallow_copy
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -564,17 +564,33 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
             victim = max(mine, key=lambda w: (w.admitted_at, w.key))
             book.remove(victim.key)
             chosen.append(victim)
-        for victim in reversed(list(chosen)):  # spare any victim the others cover alone
-            book.add(victim)
-            if fits():
-                chosen.remove(victim)
-            else:
-                book.remove(victim.key)
-        return tuple(w.key for w in chosen)
+        return _spared(book, chosen, fits)
     finally:
-        for victim in chosen:
-            book.add(victim)
-        book.workloads = {key: book.workloads[key] for key in order}  # as it was, in order
+        _put_back(book, chosen, order)
+
+
+def _spared(
+    book: QuotaBook, chosen: list[AdmittedWorkload], fits: Callable[[], bool]
+) -> tuple[str, ...]:
+    """The victims still needed, sparing (last chosen first) each that the others cover.
+
+    Every one of `chosen` is out of `book`; a spared one is counted again and
+    leaves `chosen`.
+    """
+    for victim in reversed(list(chosen)):
+        book.add(victim)
+        if fits():
+            chosen.remove(victim)
+        else:
+            book.remove(victim.key)
+    return tuple(w.key for w in chosen)
+
+
+def _put_back(book: QuotaBook, chosen: list[AdmittedWorkload], order: list[str]) -> None:
+    """Count the victims `chosen` again, and the workloads in their `order` as before."""
+    for victim in chosen:
+        book.add(victim)
+    book.workloads = {key: book.workloads[key] for key in order}
 
 
 def within_queue_victims(
@@ -604,6 +620,7 @@ def within_queue_victims(
     def fits() -> bool:
         return _fit(book, queue, demand).verdict in (Verdict.ADMIT, Verdict.BORROW)
 
+    order = list(book.workloads)
     chosen: list[AdmittedWorkload] = []
     try:
         for victim in candidates:
@@ -613,16 +630,9 @@ def within_queue_victims(
                 break
         else:
             return None
-        for victim in reversed(list(chosen)):  # spare any victim the others cover alone
-            book.add(victim)
-            if fits():
-                chosen.remove(victim)
-            else:
-                book.remove(victim.key)
-        return tuple(w.key for w in chosen)
+        return _spared(book, chosen, fits)
     finally:
-        for victim in chosen:
-            book.add(victim)
+        _put_back(book, chosen, order)
 
 
 FORECAST_DEPTH = 10

@@ -45,8 +45,9 @@ def _view() -> QuotaView:
     )
 
 
-def _pass(ends_in: timedelta) -> Any:
-    a1 = _job(
+def _a1(ends_in: timedelta) -> dict[str, Any]:
+    """a1 runs on team-a's whole H100 quota and is predicted to end in `ends_in`."""
+    return _job(
         "a1",
         "2030-01-01T10:00:00Z",
         phase="Running",
@@ -58,6 +59,10 @@ def _pass(ends_in: timedelta) -> Any:
             "predictedCompletionTime": (NOW + ends_in).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
     )
+
+
+def _pass(ends_in: timedelta) -> Any:
+    a1 = _a1(ends_in)
     a2 = _job("a2", "2030-01-01T11:30:00Z", phase="Waiting")
     decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
     done = schedule([a1, a2], [], [], _view(), decider=decider, now=NOW, capacity=CAPACITY)
@@ -83,18 +88,7 @@ def test_a_job_ahead_waiting_for_the_types_quota_takes_it_first() -> None:
     # a0 (H100 only, 3 h, higher priority) waits for team-a's H100 quota ahead of a2:
     # once a1 ends at 12:30 it is a0's; a2's turn on H100 comes at 15:30, past its
     # deadline, so L4 now (alone, a2 waits for 12:30: the first test)
-    a1 = _job(
-        "a1",
-        "2030-01-01T10:00:00Z",
-        phase="Running",
-        plan={
-            "gpuType": "H100",
-            "workers": 1,
-            "totalGpus": 8,
-            "startTime": "2030-01-01T11:00:00Z",
-            "predictedCompletionTime": "2030-01-01T12:30:00Z",
-        },
-    )
+    a1 = _a1(timedelta(minutes=30))
     a0 = _job("a0", "2030-01-01T11:00:00Z", phase="Waiting")
     a0["spec"]["gpuTypes"] = [{"name": "H100", "relativeSpeed": 1.0}]
     a0["spec"]["estimate"]["durationSeconds"] = 3 * 3600
