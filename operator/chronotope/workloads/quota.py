@@ -659,7 +659,9 @@ def forecast_starts(
     Only the first `depth` waiting workloads of each Queue take part (each cycle
     costs the waiting count): one further back that would fit first under
     BestEffortFIFO is not seen. A workload past the depth, of a missing Queue,
-    or that the predicted ends never let in, is absent. `book` is left as it was.
+    or that the predicted ends never let in, is absent. A waiting workload the
+    book counts as admitted (asked about as if it waited) holds nothing here.
+    `book` is left as it was.
 
     With `until` (a waiting key) only its cohort is forecast, and only until
     its turn comes: what the others get after it is not worked out.
@@ -668,6 +670,8 @@ def forecast_starts(
     groups: dict[str, list[_Queued]] = {}
     taken: Counter[str] = Counter()
     for p in waiting:
+        if p.key in ahead.workloads:
+            ahead.remove(p.key)
         queue = _resolve(ahead, p)
         if isinstance(queue, Admission) or taken[queue.name] >= depth:
             continue

@@ -528,8 +528,7 @@ def _preferred_later(
     wanted = next((d for d in asking.alternatives if d.gpu_type == decided.gpu_type), None)
     if wanted is None:
         return None
-    book = book.copy()
-    book.remove(asking.key)  # as if it waited instead of starting where it is admitted
+    # asked about as waiting: the forecast no longer counts what it is admitted to now
     there = replace(asking, alternatives=(wanted,))
     turns = forecast_starts(book, [*ahead, there], ends, runs_for, until=asking.key)
     found = turns.get(asking.key)
