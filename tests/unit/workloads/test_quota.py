@@ -13,10 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chronotope.api.v1alpha1 import LocalQueueSpec, QueueSpec, TrainingJobSpec
-from chronotope.api.v1alpha1.queue import DEFAULT_RECLAIM_GRACE_SECONDS, StopPolicy
+from chronotope.api.v1alpha1.queue import (
+    DEFAULT_RECLAIM_GRACE_SECONDS,
+    ReclaimPolicy,
+    StopPolicy,
+    WithinQueuePolicy,
+)
 from chronotope.kube.workloads import delete_pods
 from chronotope.workloads import quota as quota_module
 from chronotope.workloads.quota import (
+    Admission,
     AdmittedWorkload,
     Demand,
     PendingWorkload,
@@ -694,6 +700,100 @@ def test_invariants(
         assert row.borrowed == max(0, row.used - nominal)
     lent = sum(s.gpus[0].lent for s in queue_statuses(book).values())
     assert lent == sum(s.gpus[0].borrowed for s in queue_statuses(book).values())
+    _assert_fixed_point(book, pending, decisions)
+
+
+def _assert_fixed_point(
+    book: QuotaBook, pending: Sequence[PendingWorkload], decisions: dict[str, Admission]
+) -> None:
+    """The cycle ended at a fixed point: with nothing stopped, what still waits does not fit
+    by the book it left (within nominal quota or by borrowing), on any type it accepts."""
+    again = book.copy()
+    again.queues = {
+        n: replace(q, reclaim=ReclaimPolicy.NEVER, within_queue=WithinQueuePolicy.NEVER)
+        for n, q in book.queues.items()
+    }
+    waiting = [p for p in pending if decisions[p.key].verdict is Verdict.WAIT]
+    assert all(d.verdict is Verdict.WAIT for d in admit(again, waiting).values())
+
+
+_two_type_queues = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # A100 nominal
+        st.integers(0, 6),  # L4 nominal
+        st.one_of(st.none(), st.integers(0, 4)),  # borrowing limit (both rows)
+        st.one_of(st.none(), st.integers(0, 6)),  # lending limit (both rows)
+        st.booleans(),  # whenCanBorrow: Borrow (else TryNextFlavor)
+        st.booleans(),  # StrictFIFO
+    ),
+    min_size=1,
+    max_size=4,
+)
+_alternatives = st.lists(st.sampled_from([A100, L4]), min_size=1, max_size=2, unique=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=_two_type_queues,
+    running=st.lists(st.tuples(st.integers(0, 3), _alternatives, st.integers(1, 4)), max_size=8),
+    jobs=st.lists(
+        st.tuples(st.integers(0, 3), _alternatives, st.integers(1, 5)), min_size=1, max_size=10
+    ),
+    reclaim=st.booleans(),
+)
+def test_invariants_on_two_gpu_types(
+    *,
+    sizes: list[tuple[int, int, int | None, int | None, bool, bool]],
+    running: list[tuple[int, list[str], int]],
+    jobs: list[tuple[int, list[str], int]],
+    reclaim: bool,
+) -> None:
+    """Jobs that accept one or two types, queues of either fungibility: the pools hold."""
+    queues = {
+        f"q{i}": _queue(
+            *[(t, n) if limit is None else (t, n, limit) for t, n in ((A100, a), (L4, b))],
+            reclaim="PreemptBorrowed" if reclaim else "Never",
+            lend=lend,
+            strict=strict,
+            fungibility="Borrow" if borrow else "TryNextFlavor",
+        )
+        for i, (a, b, limit, lend, borrow, strict) in enumerate(sizes)
+    }
+    names = list(queues)
+
+    def asking(key: str, q: int, types: list[str], n: int) -> PendingWorkload:
+        return _job(key, names[q % len(names)], *((t, n) for t in types))
+
+    book = _book(queues)  # a state the accounting itself admitted
+    admit(book, [asking(f"r{i}", *row) for i, row in enumerate(running)])
+    before = dict(book.workloads)
+    pending = [asking(f"j{i}", *row) for i, row in enumerate(jobs)]
+    decisions = admit(book, pending)
+    for p in pending:  # a job runs on one of the types it accepts, with its GPUs
+        d = decisions[p.key]
+        if d.verdict is not Verdict.WAIT:
+            assert d.demand in p.alternatives
+            assert book.workloads[p.key].usage == d.demand.pools()
+        for victim in d.victims:
+            assert victim in before
+            assert before[victim].queue != d.queue
+    for gpu_type in (A100, L4):
+        pool = (gpu_type, GPUS)
+        quotas = book.queues.values()
+        assert sum(book.used(q.name, pool) for q in quotas) <= sum(
+            q.nominal.get(pool, 0) for q in quotas
+        )
+        above = sum(max(0, book.used(q.name, pool) - q.guaranteed(pool)) for q in quotas)
+        assert above <= sum(q.lendable(pool) for q in quotas)
+        for q in quotas:
+            limit = q.borrowing_limit.get(pool)
+            if limit is not None:
+                assert book.used(q.name, pool) <= q.nominal[pool] + limit
+    _assert_fixed_point(book, pending, decisions)
+    rows = {n: {r.gpu_type: r for r in s.gpus} for n, s in queue_statuses(book).items()}
+    for gpu_type in (A100, L4):
+        lent = sum(r[gpu_type].lent for r in rows.values())
+        assert lent == sum(r[gpu_type].borrowed for r in rows.values())
 
 
 def test_what_a_reclaim_frees_beyond_its_need_is_admitted_in_the_same_cycle() -> None:
