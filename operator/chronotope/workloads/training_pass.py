@@ -15,6 +15,13 @@ capacity that shrinks as it goes:
    behind it starts only on what is left over (backfill by reservation: a
    job ahead that cannot start holds nothing back, and no GPU idles behind a
    blocked head).
+4. a second round when quota admitted a job on a type whose GPUs the starts
+   ahead of it took, and the job accepts other types (quota runs once, before
+   the GPUs: Kueue reserves quota, then its pods wait): steps 1-3 again for
+   those jobs and the ones quota held back, on what is left, with the first
+   round's starts holding their GPUs and quota, and with reclaim and
+   preemption off (they admit only quota nobody holds). A second round's
+   starts replace those jobs' first verdicts; the rest keep theirs.
 
 The result is one `JobVerdict` per job; the controller enacts a job's verdict
 in that job's reconcile (start its gang, or write why it waits, preempt or
@@ -27,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
@@ -65,6 +73,9 @@ JOINT_PER_PASS = 16
 """Starts per pass that the joint CP-SAT gate arbitrates; later ones skip it (it is
 advisory, and one CP-SAT solve per start would make a pass over thousands of jobs
 quadratic in solver time). The fleet gate still runs for every start."""
+
+ROUNDS = 2
+"""Rounds of a pass at most (the module docstring's step 4)."""
 
 _POLICY_ORDER = "policy order: priority, then deadline, then age"
 
@@ -192,10 +203,55 @@ def schedule(
     """
     if capacity is None:
         capacity = cluster_capacity(nodes, pods)
+    one_round = partial(_round, nodes=nodes, pods=pods, decider=decider, now=now, gates=gates)
+    run, verdicts = one_round(jobs, view, capacity, include=include, joint_left=JOINT_PER_PASS)
+    calm = view.without_preemption() if run.crowded else view
+    for _ in range(ROUNDS - 1):
+        if not run.crowded:
+            break
+        # quota reserved a type whose GPUs the jobs ahead took: decide again those jobs and
+        # the ones quota held back, with this round's starts holding their GPUs and quota
+        started = {k for k, v in verdicts.items() if v.decision.action is Action.START}
+        jobs = [
+            _started(j, verdicts[k].decision, now) if (k := job_key(j)) in started else j
+            for j in jobs
+        ]
+        only = run.crowded | {
+            k
+            for k, v in verdicts.items()
+            if v.admission is not None and v.admission.verdict is Verdict.WAIT
+        }
+        run, more = one_round(
+            jobs, calm, run.left, include=include, joint_left=run.joint_left, only=only
+        )
+        verdicts.update({k: v for k, v in more.items() if v.decision.action is Action.START})
+    return SchedulingPass(now, verdicts)
+
+
+def _round(
+    jobs: Sequence[Mapping[str, Any]],
+    view: QuotaView,
+    capacity: Capacity,
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    decider: Decider,
+    now: datetime,
+    include: Collection[str],
+    gates: Sequence[Gate],
+    joint_left: int,
+    only: Collection[str] | None = None,
+) -> tuple[_Pass, dict[str, JobVerdict]]:
+    """One round of the pass: steps 1-3 of the module docstring on `capacity`.
+
+    `only`: decide just these jobs (a later round), the others as they are.
+    """
     frees = frees_at(jobs, "")
     order: list[tuple[Mapping[str, Any], TrainingJobSpec]] = []
     for job in sorted(jobs, key=queue_key):
         if not (_waiting(job) or job_key(job) in include):
+            continue
+        if only is not None and job_key(job) not in only:
             continue
         spec = job_spec_or_none(job)
         if spec is None or decider.has_gang(job):
@@ -245,13 +301,14 @@ def schedule(
         index={job_key(j): i for i, j in enumerate(others)},
         nodes=nodes,
         pods=pods,
+        joint_left=joint_left,
     )
     verdicts: dict[str, JobVerdict] = {}
     for job, spec in order:
         key = job_key(job)
         verdict = run.verdict(job, spec, first[key], admissions.get(key), key in held)
         verdicts[key] = replace(verdict, quotas_on=view.on)
-    return SchedulingPass(now, verdicts)
+    return run, verdicts
 
 
 @dataclass
@@ -272,6 +329,8 @@ class _Pass:
     pods: Sequence[Mapping[str, Any]]
     starts: list[tuple[str, str, int]] = field(default_factory=list)
     joint_left: int = JOINT_PER_PASS
+    crowded: set[str] = field(default_factory=set)
+    """Jobs quota admitted on a type whose GPUs the starts ahead took, that accept others."""
 
     def verdict(
         self,
@@ -322,6 +381,8 @@ class _Pass:
             decision = run_gates(use, cycle, decision)
         elif first.action is Action.START:
             decision = _queued_behind(narrowed, self.starts, decision)
+            if len(narrowed.gpu_types) < len(spec.gpu_types):
+                self.crowded.add(job_key(job))
         if decision.action is Action.START and decision.gpu_type is not None:
             decision = self._take(job, spec, decision)
         return JobVerdict(decision, cycle, admission)

@@ -33,6 +33,7 @@ from typing import Any
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
 from chronotope.api.v1alpha1.queue import (
     QueuedWorkload,
+    QueueReclaim,
     QueueSpec,
     QueueStatus,
     QuotaRelease,
@@ -153,6 +154,22 @@ class QuotaView:
     def on(self) -> bool:
         """Quotas apply once any Queue exists."""
         return bool(self.queues)
+
+    def without_preemption(self) -> QuotaView:
+        """The same Queues with reclaim and within-queue preemption off.
+
+        For a scheduling pass's later rounds (`training_pass.schedule`): they admit
+        only quota nobody holds, and stop nobody.
+        """
+        queues = {  # QueueReclaim's defaults: policy Never, withinQueue Never
+            name: spec.model_copy(
+                update={
+                    "reclaim": QueueReclaim(grace_period_seconds=spec.reclaim.grace_period_seconds)
+                }
+            )
+            for name, spec in self.queues.items()
+        }
+        return replace(self, queues=queues)
 
 
 def _key(job: Mapping[str, Any]) -> str:

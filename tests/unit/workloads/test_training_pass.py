@@ -141,3 +141,33 @@ def test_the_pass_hands_the_policy_what_finished_jobs_reveal_about_estimates() -
 
     assert starts([fresh, nearly]) == {"a/nearly"}  # 6 min left on its estimate
     assert starts([fresh, nearly, *finished]) == {"a/fresh"}  # likely one of the 10x kind
+
+
+def test_a_job_whose_admitted_types_gpus_the_jobs_ahead_take_starts_on_another_type() -> None:
+    # team-a's H100 quota (16) counts a node that is gone: quota admits b1 and b2 on H100,
+    # b1 takes the 8 H100 GPUs there are; b2 accepts L4 too, where its quota and GPUs have
+    # room: it starts there in the same pass (a second round), not "queued behind b1"
+    b1 = _plain("b1", "2030-01-01T11:00:00Z", 1, phase="Waiting")
+    b2 = _plain("b2", "2030-01-01T11:01:00Z", 1, phase="Waiting")
+    b2["spec"]["gpuTypes"].append({"name": "L4", "relativeSpeed": 1.0})
+    quotas = [{"gpuType": "H100", "gpus": 16}, {"gpuType": "L4", "gpus": 8}]
+    view = QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+    capacity = [
+        NodeCapacity("h100-1", "H100", 8, 8, True),
+        NodeCapacity("l4-0", "L4", 8, 8, True),
+    ]
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    done = schedule([b1, b2], [], [], view, decider=decider, now=NOW, capacity=capacity)
+    assert (done.verdicts["a/b1"].decision.action, done.verdicts["a/b1"].decision.gpu_type) == (
+        Action.START,
+        "H100",
+    )
+    second = done.verdicts["a/b2"]
+    assert (second.decision.action, second.decision.gpu_type) == (Action.START, "L4")
+    assert second.admission is not None
+    assert second.admission.demand is not None
+    assert second.admission.demand.gpu_type == "L4"  # the quota it starts on is L4's
+    assert "queue team-a admits it within its nominal quota" in second.decision.reason
