@@ -39,6 +39,7 @@ from chronotope.planners.inferline import (
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
+from chronotope.workloads.cluster_feed import node_schedulable
 from chronotope.workloads.pipeline import (
     DEFAULT_RATE_WINDOW_S,
     QUOTA_WAIT,
@@ -137,19 +138,15 @@ class TunerSettings:
 
 
 def gpu_types(nodes: list[dict[str, Any]]) -> set[str]:
-    """GPU types of Ready, schedulable nodes that advertise GPUs."""
+    """GPU types of schedulable nodes (`cluster_feed.node_schedulable`) that advertise GPUs."""
     out = set()
     for node in nodes:
         meta, status = node.get("metadata") or {}, node.get("status") or {}
-        if (node.get("spec") or {}).get("unschedulable"):
+        if not node_schedulable(node):
             continue
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or []
-        )
         gpus = (status.get("capacity") or {}).get(GPU_RESOURCE)
         product = (meta.get("labels") or {}).get(GPU_PRODUCT_LABEL)
-        if ready and product and gpus and str(gpus) != "0":
+        if product and gpus and str(gpus) != "0":
             out.add(str(product))
     return out
 

@@ -65,6 +65,7 @@ class NodeInfo:
     cpu_milli: int = UNBOUNDED
     memory_mib: int = UNBOUNDED
     unschedulable: bool = False
+    """New pods cannot land there (`workloads.cluster_feed.node_schedulable`)."""
     device_plugin: bool = False
     """The node runs Chronotope's device plugin (binds then take its allocation lock)."""
 

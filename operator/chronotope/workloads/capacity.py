@@ -145,17 +145,13 @@ def cluster_capacity(
         i = cache.index(info.name)
         assert i is not None
         free_gpus = state.first_free_gpus(i, info.gpu_count)
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (node.get("status") or {}).get("conditions") or []
-        )
         out.append(
             NodeCapacity(
                 name=info.name,
                 gpu_model=info.gpu_model,
                 total=info.gpu_count,
                 free=len(free_gpus),
-                schedulable=ready and not info.unschedulable,
+                schedulable=not info.unschedulable,
                 memory_mib=info.gpu_memory_mib,
                 zone=(meta.get("labels") or {}).get(ZONE_LABEL, ""),
                 free_gpus=free_gpus,

@@ -30,9 +30,52 @@ from chronotope.solver.cache import ClusterCache, Holding, NodeInfo
 from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest, Reason
 from chronotope.workloads.podreq import PodRequestError, planned, pod_request
 
-__all__ = ["hold_planned", "node_info", "pod_holding", "scheduler_assignment"]
+__all__ = [
+    "CONDITION_TAINTS",
+    "hold_planned",
+    "node_info",
+    "node_schedulable",
+    "pod_holding",
+    "scheduler_assignment",
+]
 
 log = logging.getLogger(__name__)
+
+CONDITION_TAINTS = frozenset(
+    f"node.kubernetes.io/{name}"
+    for name in (
+        "not-ready",
+        "unreachable",
+        "unschedulable",
+        "network-unavailable",
+        "memory-pressure",
+        "disk-pressure",
+        "pid-pressure",
+    )
+)
+"""The taints Kubernetes puts on a node for its conditions (TaintNodesByCondition): while
+one is on, kube-scheduler places no pod there that does not tolerate it, and worker pods
+do not. A new node keeps `not-ready` for a while after it reports Ready."""
+
+
+def node_schedulable(node: Mapping[str, Any]) -> bool:
+    """Whether new pods can land on `node`: Ready, not cordoned, no condition taint.
+
+    Nor being deleted. The training pass, the pipeline planner and the variant placer
+    ask this.
+    """
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    if spec.get("unschedulable") or meta.get("deletionTimestamp"):
+        return False
+    if any(
+        t.get("key") in CONDITION_TAINTS and t.get("effect") in ("NoSchedule", "NoExecute")
+        for t in spec.get("taints") or []
+    ):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
 
 
 def node_info(node: Mapping[str, Any]) -> NodeInfo:
@@ -61,7 +104,7 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         gpu_memory_mib=int(memory) if memory.isdigit() else 0,
         cpu_milli=amount("cpu", cpu_milli),
         memory_mib=amount("memory", memory_mib),
-        unschedulable=bool((node.get("spec") or {}).get("unschedulable", False)),
+        unschedulable=not node_schedulable(node),
         device_plugin=DEVICE_PLUGIN in (meta.get("annotations") or {}),
     )
 

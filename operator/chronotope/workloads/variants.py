@@ -38,6 +38,7 @@ from chronotope.planners.llmcost import GpuPerf, ModelShape, gpu_perf
 from chronotope.planners.variants import GroupInput, GroupPlan, VariantDemand
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
+from chronotope.workloads.cluster_feed import node_schedulable
 
 __all__ = [
     "Grouping",
@@ -219,16 +220,15 @@ def replica_request(members: Sequence[Member]) -> GpuRequest:
 
 
 def usable_gpu_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int | None]]:
-    """(GPU product, GPUs, memory MiB if labelled) of every Ready, schedulable GPU node."""
+    """(GPU product, GPUs, memory MiB if labelled) of every schedulable GPU node.
+
+    Schedulable: `cluster_feed.node_schedulable`.
+    """
     out = []
     for node in nodes:
         meta, status = node.get("metadata") or {}, node.get("status") or {}
-        if (node.get("spec") or {}).get("unschedulable") or meta.get("deletionTimestamp"):
+        if not node_schedulable(node):
             continue
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or []
-        )
         labels = meta.get("labels") or {}
         product = labels.get(GPU_PRODUCT_LABEL)
         try:
@@ -236,7 +236,7 @@ def usable_gpu_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, int,
             memory = int(labels[GPU_MEMORY_LABEL]) if GPU_MEMORY_LABEL in labels else None
         except ValueError:
             continue
-        if ready and product and gpus > 0:
+        if product and gpus > 0:
             out.append((str(product), gpus, memory))
     return out
 

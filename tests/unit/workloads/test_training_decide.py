@@ -146,6 +146,35 @@ def test_capacity_counts_bound_assignments_and_promised_workers() -> None:
     assert cap.free_gpus == (7,)  # untouched: 1, 3, 4, 6, 7; four promised to the pending gang
 
 
+
+@pytest.mark.parametrize(
+    ("spec_", "schedulable"),
+    [
+        ({}, True),
+        ({"unschedulable": True}, False),  # cordoned
+        # Ready, but the node lifecycle controller has not lifted its not-ready taint yet:
+        # kube-scheduler places no worker there, so the pass must not plan one there
+        ({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}, False),
+        ({"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}, False),
+        # a taint of the cluster's own: the job's pod template may tolerate it
+        ({"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}, True),
+        ({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "PreferNoSchedule"}]}, True),
+    ],
+)
+def test_a_node_is_schedulable_unless_cordoned_or_tainted_by_a_condition(
+    spec_: dict[str, Any], schedulable: bool
+) -> None:
+    node = {
+        "metadata": {"name": "h", "labels": {"nvidia.com/gpu.product": "H100"}},
+        "spec": spec_,
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    (cap,) = cluster_capacity([node], [])
+    assert cap.schedulable is schedulable
+
 def test_worker_pods_carry_gang_labels_and_launcher_env() -> None:
     job = {
         "apiVersion": "chronotope.dev/v1alpha1",
