@@ -146,7 +146,6 @@ def test_capacity_counts_bound_assignments_and_promised_workers() -> None:
     assert cap.free_gpus == (7,)  # untouched: 1, 3, 4, 6, 7; four promised to the pending gang
 
 
-
 @pytest.mark.parametrize(
     ("spec_", "schedulable"),
     [
@@ -174,6 +173,7 @@ def test_a_node_is_schedulable_unless_cordoned_or_tainted_by_a_condition(
     }
     (cap,) = cluster_capacity([node], [])
     assert cap.schedulable is schedulable
+
 
 def test_worker_pods_carry_gang_labels_and_launcher_env() -> None:
     job = {
