@@ -17,11 +17,14 @@ capacity that shrinks as it goes:
    blocked head).
 4. a second round when quota admitted a job on a type whose GPUs the starts
    ahead of it took, and the job accepts other types (quota runs once, before
-   the GPUs: Kueue reserves quota, then its pods wait): steps 1-3 again for
-   those jobs and the ones quota held back, on what is left, with the first
-   round's starts holding their GPUs and quota, and with reclaim and
-   preemption off (they admit only quota nobody holds). A second round's
-   starts replace those jobs' first verdicts; the rest keep theirs.
+   the GPUs: Kueue reserves quota, then its pods wait): steps 1-3 again, on
+   what is left, for those jobs, the other jobs quota admitted that did not
+   start (they keep their reservations: they ask again, in the same order),
+   and the jobs quota held back that those reservations may have held back
+   (same cohort, a type they reserved). The first round's starts hold their
+   GPUs and quota; reclaim and preemption are off (the round admits only
+   quota nobody holds). A second round's starts replace those jobs' first
+   verdicts; the rest keep theirs.
 
 The result is one `JobVerdict` per job; the controller enacts a job's verdict
 in that job's reconcile (start its gang, or write why it waits, preempt or
@@ -216,16 +219,49 @@ def schedule(
             _started(j, verdicts[k].decision, now) if (k := job_key(j)) in started else j
             for j in jobs
         ]
-        only = run.crowded | {
+        # the jobs quota admitted that did not start keep their reservations (they ask again,
+        # in the same order), so only the crowded jobs' reservations are freed
+        reserved = {
             k
             for k, v in verdicts.items()
-            if v.admission is not None and v.admission.verdict is Verdict.WAIT
+            if k not in started
+            and v.admission is not None
+            and v.admission.verdict in (Verdict.ADMIT, Verdict.BORROW)
         }
+        only = reserved | _held_by_reservations(view, verdicts, run.crowded)
         run, more = one_round(
             jobs, calm, run.left, include=include, joint_left=run.joint_left, only=only
         )
         verdicts.update({k: v for k, v in more.items() if v.decision.action is Action.START})
     return SchedulingPass(now, verdicts)
+
+
+def _held_by_reservations(
+    view: QuotaView, verdicts: Mapping[str, JobVerdict], crowded: Collection[str]
+) -> set[str]:
+    """The jobs quota held back that the crowded jobs' reservations may have held back.
+
+    Those of the same cohort (or queue, without one) that accept a type a crowded job
+    reserved: no other quota is freed when the crowded jobs are decided again.
+    """
+
+    def group(queue: str) -> str:
+        spec = view.queues.get(queue)
+        return f"queue:{queue}" if spec is None or spec.cohort is None else spec.cohort
+
+    freed = set()
+    for key in crowded:
+        a = verdicts[key].admission
+        if a is not None and a.queue is not None and a.demand is not None:
+            freed.add((group(a.queue), a.demand.gpu_type))
+    out = set()
+    for key, v in verdicts.items():
+        a = v.admission
+        if a is None or a.verdict is not Verdict.WAIT or a.queue is None:
+            continue
+        if any((group(a.queue), t.name) in freed for t in v.cycle.spec.gpu_types):
+            out.add(key)
+    return out
 
 
 def _round(
