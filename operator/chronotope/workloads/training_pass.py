@@ -212,8 +212,8 @@ def schedule(
     for _ in range(ROUNDS - 1):
         if not run.crowded:
             break
-        # quota reserved a type whose GPUs the jobs ahead took: decide again those jobs and
-        # the ones quota held back, with this round's starts holding their GPUs and quota
+        # quota reserved a type whose GPUs the jobs ahead took: decide those jobs again (with
+        # the module docstring's others), this round's starts holding their GPUs and quota
         started = {k for k, v in verdicts.items() if v.decision.action is Action.START}
         jobs = [
             _started(j, verdicts[k].decision, now) if (k := job_key(j)) in started else j
@@ -245,9 +245,9 @@ def _held_by_reservations(
     reserved: no other quota is freed when the crowded jobs are decided again.
     """
 
-    def group(queue: str) -> str:
+    def group(queue: str) -> str:  # what shares quota: the cohort, or the queue alone
         spec = view.queues.get(queue)
-        return f"queue:{queue}" if spec is None or spec.cohort is None else spec.cohort
+        return f"queue:{queue}" if spec is None or spec.cohort is None else f"cohort:{spec.cohort}"
 
     freed = set()
     for key in crowded:

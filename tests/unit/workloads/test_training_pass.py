@@ -171,3 +171,21 @@ def test_a_job_whose_admitted_types_gpus_the_jobs_ahead_take_starts_on_another_t
     assert second.admission.demand is not None
     assert second.admission.demand.gpu_type == "L4"  # the quota it starts on is L4's
     assert "queue team-a admits it within its nominal quota" in second.decision.reason
+
+
+def test_a_later_round_reclaims_and_preempts_nothing() -> None:
+    spec = {
+        "quotas": [{"gpuType": "H100", "gpus": 8}],
+        "cohort": "ml",
+        "reclaim": {
+            "policy": "PreemptBorrowed",
+            "withinQueue": "LowerPriority",
+            "gracePeriodSeconds": 90,
+        },
+    }
+    view = QuotaView.parse([{"metadata": {"name": "team-a"}, "spec": spec}], [])
+    calm = view.without_preemption().queues["team-a"]
+    assert (calm.reclaim.policy.value, calm.reclaim.within_queue.value) == ("Never", "Never")
+    assert calm.reclaim.grace_period_seconds == 90
+    assert calm.quotas == view.queues["team-a"].quotas
+    assert view.queues["team-a"].reclaim.policy.value == "PreemptBorrowed"  # a copy
