@@ -116,10 +116,14 @@ class QueueQuota:
     """`namespaceSelector`: the namespaces whose workloads it admits (None: all)."""
     types: frozenset[str] = field(init=False, repr=False, compare=False)
     """The GPU types `nominal` names (admission asks this of every alternative)."""
+    group: str = field(init=False, repr=False, compare=False)
+    """What shares quota with it: `cohort:NAME`, or `queue:NAME` for a queue without one."""
 
     def __post_init__(self) -> None:
-        """Index the GPU types once."""
+        """Index the GPU types and name the sharing group once."""
         object.__setattr__(self, "types", frozenset(t for t, _ in self.nominal))
+        group = f"cohort:{self.cohort}" if self.cohort is not None else f"queue:{self.name}"
+        object.__setattr__(self, "group", group)
 
     @classmethod
     def from_spec(cls, name: str, spec: QueueSpec) -> QueueQuota:
@@ -298,13 +302,9 @@ class QuotaBook:
             )
             self._members[q.name] = members
             for pool in q.nominal:
-                self._pool_lendable[(self._group(q), pool)] += q.lendable(pool)
+                self._pool_lendable[(q.group, pool)] += q.lendable(pool)
         for workload in admitted:
             self.add(workload)
-
-    @staticmethod
-    def _group(queue: QueueQuota) -> str:
-        return f"cohort:{queue.cohort}" if queue.cohort is not None else f"queue:{queue.name}"
 
     def add(self, workload: AdmittedWorkload) -> None:
         """Count a workload's usage (a workload of a deleted Queue counts nowhere)."""
@@ -327,7 +327,7 @@ class QuotaBook:
     def _count(self, workload: AdmittedWorkload, sign: int) -> None:
         queue = self.queues[workload.queue]
         used = self.usage[queue.name]
-        group = self._group(queue)
+        group = queue.group
         for pool, n in workload.usage.items():
             before = queue.over_guaranteed(pool, used[pool])
             used[pool] += sign * n
@@ -359,7 +359,7 @@ class QuotaBook:
         own = queue.nominal[pool]
         if queue.cohort is None:
             return own
-        others = self._pool_lendable[(self._group(queue), pool)] - queue.lendable(pool)
+        others = self._pool_lendable[(queue.group, pool)] - queue.lendable(pool)
         limit = queue.borrowing_limit.get(pool)
         return own + (others if limit is None else min(limit, others))
 
@@ -382,7 +382,7 @@ class QuotaBook:
         own = max(0, queue.guaranteed(pool) - used)
         if queue.name not in self._members:  # not one of the book's queues
             return own + max(0, queue.lendable(pool) - queue.over_guaranteed(pool, used))
-        key = (self._group(queue), pool)
+        key = (queue.group, pool)
         return own + max(0, self._pool_lendable[key] - self._pool_over[key])
 
     def dominant_share(
@@ -392,7 +392,7 @@ class QuotaBook:
         extra = extra or {}
         share = 0.0
         for pool in set(queue.nominal) | set(extra):
-            total = self._pool_lendable[(self._group(queue), pool)]
+            total = self._pool_lendable[(queue.group, pool)]
             over = self.used(queue.name, pool) + extra.get(pool, 0) - queue.nominal.get(pool, 0)
             if total > 0 and over > 0:
                 share = max(share, over / total)
@@ -676,12 +676,12 @@ def forecast_starts(
         if isinstance(queue, Admission) or taken[queue.name] >= depth:
             continue
         taken[queue.name] += 1
-        groups.setdefault(QuotaBook._group(queue), []).append((p, queue))
+        groups.setdefault(queue.group, []).append((p, queue))
     timeline: dict[str, list[tuple[float, str]]] = {}
     for when, key in ends:
         held = ahead.workloads.get(key)
         if held is not None:
-            timeline.setdefault(QuotaBook._group(ahead.queues[held.queue]), []).append((when, key))
+            timeline.setdefault(ahead.queues[held.queue].group, []).append((when, key))
     out: dict[str, tuple[float, str]] = {}
     for group, members in groups.items():
         if until is None or any(p.key == until for p, _ in members):

@@ -54,7 +54,7 @@ from chronotope.workloads.gates import (
 )
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.queueing import queue_key
-from chronotope.workloads.quota import Admission, Unit, Verdict
+from chronotope.workloads.quota import Admission, QueueQuota, Unit, Verdict
 from chronotope.workloads.replan import remaining_work
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_quota import (
@@ -244,22 +244,18 @@ def _held_by_reservations(
     Those of the same cohort (or queue, without one) that accept a type a crowded job
     reserved: no other quota is freed when the crowded jobs are decided again.
     """
-
-    def group(queue: str) -> str:  # what shares quota: the cohort, or the queue alone
-        spec = view.queues.get(queue)
-        return f"queue:{queue}" if spec is None or spec.cohort is None else f"cohort:{spec.cohort}"
-
+    groups = {name: QueueQuota.from_spec(name, spec).group for name, spec in view.queues.items()}
     freed = set()
     for key in crowded:
         a = verdicts[key].admission
-        if a is not None and a.queue is not None and a.demand is not None:
-            freed.add((group(a.queue), a.demand.gpu_type))
+        if a is not None and a.queue in groups and a.demand is not None:
+            freed.add((groups[a.queue], a.demand.gpu_type))
     out = set()
     for key, v in verdicts.items():
         a = v.admission
-        if a is None or a.verdict is not Verdict.WAIT or a.queue is None:
+        if a is None or a.verdict is not Verdict.WAIT or a.queue not in groups:
             continue
-        if any((group(a.queue), t.name) in freed for t in v.cycle.spec.gpu_types):
+        if any((groups[a.queue], t.name) in freed for t in v.cycle.spec.gpu_types):
             out.add(key)
     return out
 
