@@ -53,6 +53,7 @@ from typing import Any
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from chronotope.api.v1alpha1.queue import WhenCanBorrow
 from chronotope.controllers.trainingjob_loop import NODE_MARK_FIELDS, mark_of
 from chronotope.devcluster.cluster import LocalCluster
 from chronotope.devcluster.settings import ClusterSettings
@@ -409,6 +410,16 @@ def snapshot(custom: client.CustomObjectsApi) -> tuple[Counter[str], Counter[str
     return phases, reasons, each
 
 
+def add_when_can_borrow(ap: argparse.ArgumentParser) -> None:
+    """The `--when-can-borrow` option: the Queues' `flavorFungibility.whenCanBorrow`."""
+    ap.add_argument(
+        "--when-can-borrow",
+        choices=[w.value for w in WhenCanBorrow],
+        default=WhenCanBorrow.BORROW.value,
+        help="the Queues' flavorFungibility.whenCanBorrow",
+    )
+
+
 def queue_objects(
     n: int, total: dict[str, int], when_can_borrow: str = "Borrow"
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -685,12 +696,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--queues", type=int, default=10)
-    ap.add_argument(
-        "--when-can-borrow",
-        choices=["Borrow", "TryNextFlavor"],
-        default="Borrow",
-        help="the Queues' flavorFungibility.whenCanBorrow",
-    )
+    add_when_can_borrow(ap)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
     ap.add_argument("--settle", type=int, default=30, help="seconds without a phase change")

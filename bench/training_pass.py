@@ -33,7 +33,7 @@ from chronotope.workloads.training_pass import schedule
 from chronotope.workloads.training_quota import QuotaView
 
 sys.path.insert(0, str(Path(__file__).parent))
-from operator_scale import make_job, per_type, queue_objects
+from operator_scale import add_when_can_borrow, make_job, per_type, queue_objects
 
 NOW = datetime(2030, 1, 1, 11, 0, tzinfo=UTC)
 
@@ -50,12 +50,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--queues", type=int, default=10)
-    ap.add_argument(
-        "--when-can-borrow",
-        choices=["Borrow", "TryNextFlavor"],
-        default="Borrow",
-        help="the Queues' flavorFungibility.whenCanBorrow",
-    )
+    add_when_can_borrow(ap)
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
