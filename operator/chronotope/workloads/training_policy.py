@@ -10,7 +10,14 @@ Each decision (arrival, completion, lease round):
    whose laxity (time to deadline minus best remaining run time) has fallen
    below `urgency` times that run time (or two rounds) go first, earliest
    deadline first. Everyone else follows by remaining GPU-time on their best
-   type (`num_gpus * remaining / best speed`, shortest first). A job already
+   type (`num_gpus * remaining / best speed`, shortest first). With estimated
+   durations a deadline job's laxity cannot be known, so every deadline job not
+   yet late is urgent (EDF, as the EDF baseline), but one that still has laxity
+   on its optimistic estimate lets much smaller work through first: the jobs
+   whose key is below `yield_below` times its own, as long as their keys add up
+   to at most `yield_budget` times its own (so it waits behind a bounded amount
+   of short work per decision, and goes first again once even the optimistic
+   estimate leaves no laxity). A job already
    holding GPUs may get a `lease_discount` on its key (none by default: the
    plan's `switch_s` below already keeps near-ties from preempting, and a
    discount on top only delays short jobs behind long ones). Jobs that can no longer make
@@ -47,19 +54,18 @@ its estimate is assumed to need as much again as it has done (the doubling rule
 of schedulers without oracles), so a badly underestimated job cannot keep
 jumping the queue. Deadlines need more than a point estimate: the policy also
 learns how wrong estimates are from the jobs that finished (the ratio of the
-work they really did to their estimate, whose spread it keeps), and judges
-urgency with a pessimistic estimate (the `pessimism` quantile of that ratio) and
-reachability with an optimistic one (the `1 - pessimism` quantile), so a job
-whose estimate is too low becomes urgent early enough and one whose estimate is
-too high is not given up as unreachable. With exact estimates both are the
-point estimate.
+work they really did to their estimate, whose spread it keeps). A deadline job
+reserves time for a pessimistic estimate (the `pessimism` quantile of that
+ratio) when it picks a type, and it lets smaller work through only while it has
+laxity on an optimistic one (the `1 - pessimism` quantile of the ratios that
+would still have it running). With exact estimates both are the point estimate.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -159,6 +165,8 @@ class ChronotopePolicy:
         passes: int = 2,
         switch_s: float | None = None,
         pessimism: float = 0.8,
+        yield_below: float = 0.2,
+        yield_budget: float = 4.0,
         errors: Iterable[float] = (),
     ) -> None:
         """Set the lease round `round_s` and the knobs the module docstring names.
@@ -179,6 +187,8 @@ class ChronotopePolicy:
         # A held lease is given up (moved or yielded) only for a gain above one round.
         self.switch_s = round_s if switch_s is None else switch_s
         self.pessimism = pessimism
+        self.yield_below = yield_below
+        self.yield_budget = yield_budget
         # log(work done / estimate) of finished estimated jobs, sorted; and the jobs last seen
         self._log_errors: list[float] = sorted(math.log(r) for r in errors if r > 0)
         self._seen: dict[int, JobState] = {}
@@ -241,6 +251,28 @@ class ChronotopePolicy:
             return js.estimated_remaining_s()
         return est * self._ratio_suffix()[cut] / alive - done
 
+    def _optimistic_remaining_s(self, js: JobState) -> float:
+        """Remaining reference work if the estimate is off by the `1 - pessimism` quantile.
+
+        Over the learned ratios that would still have the job running (as
+        `_expected_remaining_s`), so a job past its optimistic total is not believed
+        done. With too few finished jobs, or none that would still run,
+        `estimated_remaining_s`.
+        """
+        est = js.job.estimate_s
+        if est is None:
+            return js.remaining_s
+        n = len(self._log_errors)
+        if n < MIN_ERRORS:
+            return js.estimated_remaining_s()
+        done = js.done_s()
+        cut = bisect.bisect_right(self._log_errors, math.log(max(done, 1e-9) / est))
+        alive = n - cut
+        if alive == 0:
+            return js.estimated_remaining_s()
+        q = self._log_errors[cut + min(alive - 1, int((1 - self.pessimism) * alive))]
+        return est * math.exp(q) - done
+
     def _ratio_suffix(self) -> list[float]:
         """Suffix sums of the sorted (true / estimated) ratios, rebuilt when one was added."""
         if len(self._suffix) != len(self._log_errors) + 1:
@@ -278,13 +310,58 @@ class ChronotopePolicy:
             return (k, s.job.job_id)
 
         rest = sorted((js for js in active if js.job.job_id not in urgent_ids), key=key)
-        order = [*urgent, *rest]
+        order = self._order(now, urgent, rest, key)
         plan = self._plan(order, urgent_ids, capacity, None)
         for _ in range(self.passes):
             plan = self._plan(order, urgent_ids, capacity, self._behind(order, plan, capacity))
         alloc = {jid: g for jid, (start, g) in plan.items() if start == 0}
         self._backfill(order, capacity, alloc)
         return alloc
+
+    def _order(
+        self,
+        now: float,
+        urgent: Sequence[JobState],
+        rest: Sequence[JobState],
+        key: Callable[[JobState], tuple[float, int]],
+    ) -> list[JobState]:
+        """Urgent jobs (earliest deadline first) merged into `rest` (sorted by `key`).
+
+        An urgent job with an estimated duration that still has laxity on its
+        optimistic estimate goes after the jobs of `rest` whose key is below
+        `yield_below` times its own, as long as their keys add up to at most
+        `yield_budget` times its own; the others go first. Among the urgent jobs
+        that let work through, earliest deadline first still holds.
+        """
+        first: list[JobState] = []
+        yielding: list[tuple[JobState, int]] = []
+        keys = [key(s)[0] for s in rest]
+        total = 0.0
+        sums = [0.0]
+        for k in keys:
+            total += k
+            sums.append(total)
+        for js in urgent:
+            deadline = js.job.deadline_s
+            best = self._optimistic_remaining_s(js) / max(js.job.speed.values())
+            if js.job.estimate_s is None or deadline is None or deadline - now - best <= 0:
+                first.append(js)
+                continue
+            own = key(js)[0]
+            smaller = bisect.bisect_left(keys, self.yield_below * own)
+            within = bisect.bisect_right(sums, self.yield_budget * own) - 1
+            yielding.append((js, min(smaller, within)))
+        # an earlier deadline never goes behind a later one: positions rise along EDF
+        for i in range(len(yielding) - 2, -1, -1):
+            yielding[i] = (yielding[i][0], min(yielding[i][1], yielding[i + 1][1]))
+        order = first
+        taken = 0
+        for js, pos in yielding:
+            order.extend(rest[taken:pos])
+            taken = max(taken, pos)
+            order.append(js)
+        order.extend(rest[taken:])
+        return order
 
     @staticmethod
     def _behind(

@@ -78,6 +78,43 @@ def test_an_underestimated_job_yields_once_it_overruns() -> None:
     assert res.finish_s[0] == pytest.approx(5200.0)
 
 
+def _deadline_and_small_jobs(deadline_s: float) -> list[JobState]:
+    """Job 0: one GPU, estimated 10 h, due at `deadline_s`; jobs 1-5: estimated 1.5 h each."""
+    hour = 3600.0
+    jobs = [Job(0, 0.0, 1, 10 * hour, "t", dict(SPEED), deadline_s, 10 * hour)]
+    jobs += [Job(i, 0.0, 1, 1.5 * hour, "t", dict(SPEED), None, 1.5 * hour) for i in range(1, 6)]
+    return [JobState(job=j, remaining_s=j.work_s) for j in jobs]
+
+
+def test_a_deadline_job_with_room_lets_a_bounded_amount_of_small_work_through() -> None:
+    cap = {"v100": 3}
+    roomy = _deadline_and_small_jobs(30 * 3600.0)
+    # the small jobs' keys (1.5 h) are below 0.2 x its 10 h; a budget of 0.3 x 10 h
+    # lets two of them (3 h in all) go first, then the deadline job takes the third GPU
+    budgeted = ChronotopePolicy(round_s=360.0, restart_s=0.0, yield_budget=0.3)
+    assert budgeted.allocate(0.0, roomy, cap) == {1: "v100", 2: "v100", 0: "v100"}
+    # without the yield (earliest deadline first for every deadline job), it goes first
+    edf = ChronotopePolicy(round_s=360.0, restart_s=0.0, yield_below=0.0)
+    assert edf.allocate(0.0, roomy, cap) == {0: "v100", 1: "v100", 2: "v100"}
+    assert 0 in edf.allocate(0.0, roomy, {"v100": 1})
+    # the default budget (4 x its key) lets all five through on one GPU
+    assert ChronotopePolicy(round_s=360.0, restart_s=0.0).allocate(0.0, roomy, {"v100": 1}) == {
+        1: "v100"
+    }
+
+
+def test_a_deadline_job_without_room_on_its_optimistic_estimate_goes_first() -> None:
+    # due in 9 h, estimated 10 h: no laxity even if the estimate were right
+    tight = _deadline_and_small_jobs(9 * 3600.0)
+    assert ChronotopePolicy(round_s=360.0, restart_s=0.0).allocate(0.0, tight, {"v100": 1}) == {
+        0: "v100"
+    }
+    # learned errors: finished jobs ran 0.5x their estimates, so the optimistic total is
+    # 5 h and a 9 h deadline leaves room: the small jobs go first again
+    optimistic = ChronotopePolicy(round_s=360.0, restart_s=0.0, errors=[0.5] * 10)
+    assert optimistic.allocate(0.0, tight, {"v100": 1}) == {1: "v100"}
+
+
 def _rows() -> list[TraceRow]:
     return [TraceRow(submit_s=i * 60.0, duration_s=600.0 + i * 97, num_gpus=1) for i in range(200)]
 

@@ -41,6 +41,22 @@ def test_a_deadline_at_risk_goes_before_shorter_work() -> None:
     assert not fleet_gate(short, 8, [urgent], EIGHT_H100, NOW).starts
 
 
+def test_a_deadline_with_room_lets_much_shorter_work_through_first() -> None:
+    # 10 h estimated, due in 30 h: the 1 h job runs first (the deadline job waits an hour)
+    deadline = (NOW + timedelta(hours=30)).isoformat()
+    roomy = job("ns/roomy", 10, utility={"function": "Step", "deadline": deadline})
+    short = job("ns/short", 1)
+    assert fleet_gate(short, 8, [roomy], EIGHT_H100, NOW).starts
+    assert not fleet_gate(roomy, 8, [short], EIGHT_H100, NOW).starts
+    # due in 9.5 h: no room left even on its estimate, so it goes first
+    tight = job(
+        "ns/tight",
+        10,
+        utility={"function": "Step", "deadline": (NOW + timedelta(hours=9.5)).isoformat()},
+    )
+    assert fleet_gate(tight, 8, [short], EIGHT_H100, NOW).starts
+
+
 def test_running_jobs_keep_their_gpus_in_the_plan() -> None:
     busy = [NodeCapacity("h0", "H100", 16, 8, True)]
     running = FleetJob("ns/run", job("x", 5).spec, NOW, 0.5, running_on="H100", running_gpus=8)
