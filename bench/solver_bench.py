@@ -23,7 +23,7 @@ from chronotope.sim.openb import load_nodes, load_pods
 from chronotope.sim.runner import make_policy
 from chronotope.solver.batch import BatchSettings, plan
 from chronotope.solver.frag import FragModel, FragTracker, typical_pods
-from chronotope.solver.model import ClusterSnapshot, Workload
+from chronotope.solver.model import ClusterSnapshot, PodRequest, Workload
 from chronotope.solver.policies import Context
 from chronotope.solver.state import ClusterState
 from chronotope.solver.validate import validate
@@ -32,7 +32,7 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "openb"
 
 
 def online(
-    cluster: ClusterSnapshot, pods: list, policy: str, limit: int
+    cluster: ClusterSnapshot, pods: list[PodRequest], policy: str, limit: int
 ) -> tuple[float, float, float, float]:
     """Wall-clock and CPU (this thread) p50/p99 per decision, in ms.
 
@@ -69,7 +69,7 @@ def part(cluster: ClusterSnapshot, frac: float) -> ClusterSnapshot:
     return ClusterSnapshot(nodes=cluster.nodes[: int(len(cluster.nodes) * frac)])
 
 
-def filled(cluster: ClusterSnapshot, pods: list, pct: float) -> ClusterSnapshot:
+def filled(cluster: ClusterSnapshot, pods: list[PodRequest], pct: float) -> ClusterSnapshot:
     """The cluster after FGD placed shuffled trace pods until `pct` % of GPU share is used."""
     from chronotope.solver.model import Gpu, Node
 
@@ -87,7 +87,7 @@ def filled(cluster: ClusterSnapshot, pods: list, pct: float) -> ClusterSnapshot:
             frag.refresh(node)
     nodes = []
     for i, n in enumerate(cluster.nodes):
-        gpus = tuple(
+        node_gpus = tuple(
             Gpu(index=g.index, model=g.model, free_milli=int(state.gpu_left[i, j]))
             for j, g in enumerate(n.gpus)
         )
@@ -98,13 +98,15 @@ def filled(cluster: ClusterSnapshot, pods: list, pct: float) -> ClusterSnapshot:
                 memory_mib=n.memory_mib,
                 cpu_free=int(state.cpu_left[i]),
                 memory_free=int(state.mem_left[i]),
-                gpus=gpus,
+                gpus=node_gpus,
             )
         )
     return ClusterSnapshot(nodes=tuple(nodes))
 
 
-def batch(cluster: ClusterSnapshot, pods: list, count: int, draws: int) -> tuple[float, float, str]:
+def batch(
+    cluster: ClusterSnapshot, pods: list[PodRequest], count: int, draws: int
+) -> tuple[float, float, str]:
     """p50/p95 of `plan` wall time over `draws` draws, and what the plans did."""
     rng = np.random.default_rng(2)
     times = []

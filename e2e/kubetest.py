@@ -9,12 +9,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
 
 __all__ = ["KubeCluster", "kubectl_binary", "operator_metrics", "prometheus_server", "wait_for"]
+
+T = TypeVar("T")
 
 
 def kubectl_binary() -> str:
@@ -54,7 +56,7 @@ class KubeCluster:
         return result.stdout + result.stderr if not check else result.stdout
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+def wait_for(predicate: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
     """Poll until `predicate` returns something truthy and return it; fail naming `what`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -10,6 +10,7 @@ binding pods with assignments, nothing double-booked.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -254,7 +255,7 @@ def test_a_tenant_cannot_change_the_schedulers_assignment_and_nothing_is_double_
             assert created.returncode == 0, created.stderr
         for name in ("w1", "w2", "w3"):
             placed[name] = wait_for(
-                lambda n=name: _assignment(core, namespace, n), 90, f"{name} bound"
+                functools.partial(_assignment, core, namespace, name), 90, f"{name} bound"
             )
     assert placed["half"].gpu_indices == mine.gpu_indices  # the two halves fill one GPU
     whole = [placed[n].gpu_indices[0] for n in ("w1", "w2", "w3")]

@@ -190,7 +190,7 @@ def test_lists_the_nodes_gpus_as_share_devices(plugin: Plugin) -> None:
     stub: api_pb2_grpc.DevicePluginStub
     with plugin.stub() as stub:
         stream = stub.ListAndWatch(api_pb2.Empty(), timeout=60)
-        devices = next(stream).devices
+        devices = next(iter(stream)).devices
         stream.cancel()
     assert [d.ID for d in devices] == [
         f"{gpu_uuid(plugin.node, i)}::{k}" for i in range(GPUS) for k in range(SHARES)

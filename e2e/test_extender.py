@@ -55,7 +55,7 @@ def test_whole_and_fractional_pods_are_bound_with_assignments(
         core.create_namespaced_pod(namespace, gpu_pod("frac-a", share=(50, 6000)))
         core.create_namespaced_pod(namespace, gpu_pod("frac-b", share=(50, 6000)))
         pods = {
-            n: wait_for(lambda n=n: _bound(core, namespace, n), 90, f"{n} bound")
+            n: wait_for(functools.partial(_bound, core, namespace, n), 90, f"{n} bound")
             for n in ("whole", "frac-a", "frac-b")
         }
         nodes = {n: core.read_node(p.spec.node_name) for n, p in pods.items()}
@@ -173,7 +173,7 @@ def test_gangs_bind_all_members_or_none(
                 namespace, _gang_member(f"spread-{i}", "spread", 3, 1, "StrictSpread")
             )
         spread = [
-            wait_for(lambda i=i: _bound(core, namespace, f"spread-{i}"), 90, "spread bound")
+            wait_for(functools.partial(_bound, core, namespace, f"spread-{i}"), 90, "spread bound")
             for i in range(3)
         ]
         assert len({p.spec.node_name for p in spread}) == 3

@@ -394,7 +394,7 @@ def test_the_device_plugin_from_the_image_registers_with_the_kubelet(
                 assert registration.resource_name == "chronotope.dev/gpu-share"
                 with kubelet.plugin_stub(registration.endpoint) as stub:
                     stream = stub.ListAndWatch(api_pb2.Empty(), timeout=60)
-                    devices = next(stream).devices
+                    devices = next(iter(stream)).devices
                     stream.cancel()
                 assert len(devices) == 4, devices  # 2 GPUs x 2 shares
                 assert {d.health for d in devices} == {"Healthy"}

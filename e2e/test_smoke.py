@@ -114,7 +114,7 @@ def test_deployment_produces_running_pods(kube_cluster: KubeCluster, namespace: 
 
         def running() -> bool:
             pods = core.list_namespaced_pod(namespace, label_selector="app=web").items
-            return sum(p.status.phase == "Running" for p in pods) == 3
+            return sum(1 for p in pods if p.status.phase == "Running") == 3
 
         wait_for(running, timeout=90, what="3 running replicas")
         # garbage collection: deleting the Deployment removes its ReplicaSet and pods

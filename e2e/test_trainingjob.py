@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -571,6 +571,10 @@ def test_jobs_that_could_both_start_are_planned_jointly(
     api, custom, core = jobs_api
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+
+    def in_phase(name: str, phase: str) -> Callable[[], bool]:
+        return lambda: _phase(api, namespace, name) == phase
+
     with (
         _gpu_nodes(api, core, f"fa-{tag}", fast, 1, per_node=2) as fast_nodes,
         _gpu_nodes(api, core, f"sl-{tag}", slow, 1, per_node=2) as slow_nodes,
@@ -594,11 +598,11 @@ def test_jobs_that_could_both_start_are_planned_jointly(
         for body in jobs.values():
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
         for name in jobs:
-            wait_for(lambda n=name: _phase(api, namespace, n) == "Waiting", 60, f"{name} waiting")
+            wait_for(in_phase(name, "Waiting"), 60, f"{name} waiting")
         for node in fast_nodes + slow_nodes:
             core.patch_node(node, {"spec": {"unschedulable": False}})
         for name in jobs:
-            wait_for(lambda n=name: _phase(api, namespace, n) == "Running", 90, f"{name} running")
+            wait_for(in_phase(name, "Running"), 90, f"{name} running")
         assert _get(api, namespace, "urgent")["status"]["plan"]["gpuType"] == fast
         assert _get(api, namespace, "flexible")["status"]["plan"]["gpuType"] == slow
         started = [

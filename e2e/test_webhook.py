@@ -108,7 +108,7 @@ def test_missing_references_and_unknown_gpu_types_are_warnings_kubectl_prints(
             {"gpuType": "L4", "batches": [{"batchSize": 1, "latencyMs": 20, "throughputQPS": 50}]}
         ],
     }
-    pipeline = {
+    pipeline: dict[str, Any] = {
         "apiVersion": "chronotope.dev/v1alpha1",
         "kind": "InferencePipeline",
         "metadata": {"name": "chat"},

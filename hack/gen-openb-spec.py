@@ -61,7 +61,8 @@ def main() -> int:
     out = root / "manifests/clusters/openb.yaml"
     body = yaml.safe_dump({"kind": "ClusterSpec", "name": "openb", "pools": pools}, sort_keys=False)
     out.write_text(header + body)
-    print(f"{out}: {sum(p['count'] for p in pools)} nodes in {len(pools)} pools")
+    nodes = sum(len(names) for names in groups.values())
+    print(f"{out}: {nodes} nodes in {len(pools)} pools")
     return 0
 
 

@@ -19,7 +19,7 @@ def _api(answer: Any) -> tuple[client.ApiClient, list[dict[str, Any]]]:
         calls.append({"method": method, "url": url, **kwargs})
         raise answer
 
-    api.rest_client.request = request  # type: ignore[method-assign]
+    api.rest_client.request = request
     return api, calls
 
 

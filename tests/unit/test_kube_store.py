@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from chronotope.kube.store import Store, parse_selector
@@ -11,12 +13,15 @@ def pod(name: str, ns: str = "a", **labels: str) -> dict[str, object]:
     return {"metadata": {"name": name, "namespace": ns, "labels": labels}}
 
 
+def names(objs: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objs)
+
+
 def test_events_relists_and_selection() -> None:
     s = Store()
     s.on_sync([pod("w0", job="x"), pod("w1", job="x"), pod("other", "b", job="x")])
     s.on_event("DELETED", pod("w1", job="x"))
     s.on_event("ADDED", pod("w2", job="y"))
-    names = lambda objs: sorted(o["metadata"]["name"] for o in objs)  # noqa: E731
     assert names(s.list("a", "job=x")) == ["w0"]
     assert names(s.list(selector="job=x")) == ["other", "w0"]
     assert names(s.list("a")) == ["w0", "w2"]
@@ -71,7 +76,7 @@ def test_count_requests_names_each_verb_and_watches() -> None:
 
     api = client.ApiClient(configuration=client.Configuration())
     sent: list[str] = []
-    api.rest_client.request = lambda method, url, *a, **kw: sent.append(method)  # type: ignore[method-assign]
+    api.rest_client.request = lambda method, url, *a, **kw: sent.append(method)
     verbs: list[tuple[str, str]] = []
     count_requests(api, lambda verb, resource: verbs.append((verb, resource)))
     api.rest_client.request("GET", "https://h:6443/api/v1/pods", query_params=[("watch", True)])

@@ -122,7 +122,7 @@ def test_the_operator_posts_an_identical_event_on_a_job_once_per_window(
 
     monkeypatch.setattr(trainingjob_ops, "post_event", post_event)  # the one API call
     clock = Clock()
-    ops = trainingjob_ops.KubeClusterOps(api=None, clock=clock)  # type: ignore[arg-type]
+    ops = trainingjob_ops.KubeClusterOps(api=None, clock=clock)
     job = {"metadata": {"namespace": "ns", "name": "j", "uid": "u-1"}}
     other = {"metadata": {"namespace": "ns", "name": "k", "uid": "u-2"}}
     for i in range(20):

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from chronotope.kube import trainingjob_ops
 from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
@@ -22,7 +23,7 @@ class FakeCustomObjects:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def patch_namespaced_custom_object_status(self, *args: Any) -> dict[str, Any]:
-        body = copy.deepcopy(args[-1])
+        body: dict[str, Any] = copy.deepcopy(args[-1])
         self.calls.append(("status", body))
         if self.prunes:
             body["status"].get("plan", {}).pop("plannedForReplicas", None)
@@ -38,8 +39,8 @@ def test_a_start_is_one_status_patch_unless_the_crd_prunes_the_planned_replicas(
     monkeypatch: pytest.MonkeyPatch, prunes: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake = FakeCustomObjects(prunes)
-    monkeypatch.setattr(trainingjob_ops.client, "CustomObjectsApi", lambda _api: fake)
-    ops = trainingjob_ops.KubeClusterOps(api=None)  # type: ignore[arg-type]
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _api: fake)
+    ops = trainingjob_ops.KubeClusterOps(api=None)
     ops.write(JOB, STARTED, {}, [])
     ops.write(JOB, STARTED, {}, [])
     if not prunes:
@@ -54,7 +55,7 @@ def test_a_start_is_one_status_patch_unless_the_crd_prunes_the_planned_replicas(
 
 def test_a_status_without_a_plan_needs_no_annotation(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeCustomObjects(prunes=True)
-    monkeypatch.setattr(trainingjob_ops.client, "CustomObjectsApi", lambda _api: fake)
-    ops = trainingjob_ops.KubeClusterOps(api=None)  # type: ignore[arg-type]
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _api: fake)
+    ops = trainingjob_ops.KubeClusterOps(api=None)
     ops.write(JOB, {"phase": "Waiting", "whyWaiting": "queued"}, {}, [])
     assert [kind for kind, _ in fake.calls] == ["status"]

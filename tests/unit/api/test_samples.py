@@ -80,7 +80,7 @@ def test_the_samples_applied_together_admit_every_workload_in_one_namespace() ->
     # on: every sample workload must find its LocalQueue in that namespace and quota for a
     # GPU type it can use, or the demo shows it waiting (as it once did: "no LocalQueue
     # research in namespace default")
-    from chronotope.api.v1alpha1 import LocalQueueSpec, QueueSpec
+    from chronotope.api.v1alpha1 import InferencePipeline, LocalQueueSpec, QueueSpec, TrainingJob
     from chronotope.workloads.quota import (
         PendingWorkload,
         QuotaBook,
@@ -102,18 +102,18 @@ def test_the_samples_applied_together_admit_every_workload_in_one_namespace() ->
         if d["kind"] == "LocalQueue"
     }
     for doc in (d for d in docs if d["kind"] == "TrainingJob"):
-        spec = MODELS["TrainingJob"].model_validate(doc).spec
+        job = TrainingJob.model_validate(doc).spec
         name = doc["metadata"]["name"]
-        pending = PendingWorkload(name, "default", spec.queue, demands_of(spec))
+        pending = PendingWorkload(name, "default", job.queue, demands_of(job))
         verdict = admit(QuotaBook(queues, local), [pending])[name]
         assert verdict.verdict in (Verdict.ADMIT, Verdict.BORROW), (name, verdict.message)
     for doc in (d for d in docs if d["kind"] == "InferencePipeline"):
-        spec = MODELS["InferencePipeline"].model_validate(doc).spec
+        pipeline = InferencePipeline.model_validate(doc).spec
         book = QuotaBook(queues, local)
-        target = book.local_queues.get(("default", spec.queue))
-        assert target is not None, f"no LocalQueue {spec.queue} for {doc['metadata']['name']}"
+        target = book.local_queues.get(("default", pipeline.queue))
+        assert target is not None, f"no LocalQueue {pipeline.queue} for {doc['metadata']['name']}"
         quota = book.queues[target]
-        for stage in spec.stages:
+        for stage in pipeline.stages:
             unit = Unit.SHARE_MILLI if stage.gpu is not None and stage.gpu.shared else Unit.GPUS
             room = [p.gpu_type for p in stage.profiles if book.ceiling(quota, (p.gpu_type, unit))]
             assert room, f"stage {stage.name}: queue {target} holds no {unit.value} of its types"

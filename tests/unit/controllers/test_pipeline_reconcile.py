@@ -154,6 +154,11 @@ def test_a_stage_naming_a_variant_without_a_group_name_uses_the_base() -> None:
     assert out.status["phase"] == "Serving"
 
 
+def _prometheus_unreachable(o: dict[str, Any], ops: FakeOps) -> None:
+    o["spec"].update(traffic={"prometheus": {"query": "rate(x[1m])"}})
+    ops.rate = "Prometheus at http://p did not answer"
+
+
 @pytest.mark.parametrize(
     ("change", "code", "phase"),
     [
@@ -187,10 +192,7 @@ def test_a_stage_naming_a_variant_without_a_group_name_uses_the_base() -> None:
             lambda o, ops: ops._nodes.pop(), "NoProfiledGpuType", "Failed", id="no-gpu-type"
         ),
         pytest.param(
-            lambda o, ops: (
-                o["spec"].update(traffic={"prometheus": {"query": "rate(x[1m])"}}),
-                setattr(ops, "rate", "Prometheus at http://p did not answer"),
-            ),
+            _prometheus_unreachable,
             "PrometheusUnreachable",
             "Pending",
             id="prometheus",
@@ -223,22 +225,28 @@ def _prometheus_pipeline() -> dict[str, Any]:
     return obj
 
 
-def _live_traffic() -> tuple[Any, dict[str, Any], dict[str, float]]:
+def _live_traffic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[FakeOps, dict[str, Any], dict[str, float]]:
     """Fake ops whose Prometheus answers `rates["now"]`, and `rates["max"]` for the recent max."""
     ops, obj = _ops(), _prometheus_pipeline()
     rates = {"now": 40.0, "max": 40.0}
-    ops.query_rate = lambda address, q: (
-        rates["max"] if q.startswith("max_over_time") else rates["now"]
-    )  # type: ignore[method-assign]
+
+    def query_rate(address: str | None, q: str) -> float | str:
+        return rates["max"] if q.startswith("max_over_time") else rates["now"]
+
+    monkeypatch.setattr(ops, "query_rate", query_rate)
     return ops, obj, rates
 
 
-def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay() -> None:
+def test_the_tuner_scales_up_at_once_and_down_only_after_the_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from datetime import timedelta
 
     from chronotope.controllers.inferencepipeline import TunerSettings
 
-    ops, obj, rates = _live_traffic()
+    ops, obj, rates = _live_traffic(monkeypatch)
     settings = TunerSettings(down_delay_s=30)
     first = reconcile(obj, ops, NOW, settings)
     assert [e[1] for e in first.events] == ["Planned"]
@@ -295,12 +303,14 @@ def _replan_due_at(
     return _replan_due(spec, status, generation, NOW + timedelta(seconds=seconds), settings)
 
 
-def test_a_pipeline_on_live_traffic_is_planned_again_at_a_low_frequency() -> None:
+def test_a_pipeline_on_live_traffic_is_planned_again_at_a_low_frequency(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from datetime import timedelta
 
     from chronotope.controllers.inferencepipeline import TunerSettings
 
-    ops, obj, rates = _live_traffic()
+    ops, obj, rates = _live_traffic(monkeypatch)
     settings = TunerSettings(down_delay_s=30, replan_period_s=600)
     first = reconcile(obj, ops, NOW, settings)
     assert first.status["tuner"]["plannedAt"] == NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -338,7 +348,7 @@ def test_a_pipeline_on_live_traffic_is_planned_again_at_a_low_frequency() -> Non
     assert same.status["tuner"]["plannedAt"] > again.status["tuner"]["plannedAt"]
     # due again while Prometheus does not answer: the running plan stays, and the period
     # starts again (no re-plan tried on every pass)
-    ops.query_rate = lambda address, q: "Prometheus did not answer"  # type: ignore[method-assign]
+    monkeypatch.setattr(ops, "query_rate", lambda address, q: "Prometheus did not answer")
     down = step(same.status, 2100)
     assert [e[1] for e in down.events if e[1] in ("Planned", "Replanned")] == []
     assert planned(down.status) == planned(same.status)
@@ -382,6 +392,7 @@ def _observed(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _slo_met(status: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any]
     (found,) = [c for c in status["conditions"] if c["type"] == "SloMet"]
     return found
 
@@ -598,9 +609,9 @@ def test_a_pipeline_within_its_queue_quota_is_built_and_its_pods_hold_the_quota(
     for row in status["stages"]:
         if row["name"] == "pose":
             row["replicas"] += 1
-    held = reconcile(obj | {"status": status}, ops, NOW)
-    assert held.status["quotaHeld"].startswith("queue serving: T4 shares (milli)")
-    assert [e[1] for e in held.events] == ["QuotaExceeded"]
+    held_back = reconcile(obj | {"status": status}, ops, NOW)
+    assert held_back.status["quotaHeld"].startswith("queue serving: T4 shares (milli)")
+    assert [e[1] for e in held_back.events] == ["QuotaExceeded"]
     assert {k: d["spec"]["replicas"] for k, d in ops.applied.items()} == before
 
 
@@ -632,7 +643,9 @@ def test_a_serving_pipeline_grows_as_far_as_its_queue_quota_admits() -> None:
     assert grown.events[0][2].startswith("scaling up only as far as its queue's quota admits")
 
 
-def test_the_tuner_reads_the_live_envelope_and_scales_up_on_sustained_traffic() -> None:
+def test_the_tuner_reads_the_live_envelope_and_scales_up_on_sustained_traffic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from datetime import timedelta
 
     from chronotope.controllers.inferencepipeline import TunerSettings
@@ -646,7 +659,7 @@ def test_the_tuner_reads_the_live_envelope_and_scales_up_on_sustained_traffic() 
         asked.append(q)
         return by_window.get(rate_window_s(q), 150.0)
 
-    ops.query_rate = answer  # type: ignore[method-assign]
+    monkeypatch.setattr(ops, "query_rate", answer)
     settings = TunerSettings(down_delay_s=30)
     first = reconcile(obj, ops, NOW, settings)
     rows = first.status["tuner"]["scalingTable"]
@@ -676,8 +689,10 @@ def test_the_tuner_reads_the_live_envelope_and_scales_up_on_sustained_traffic() 
     by_window.clear()
     assert step(first.status, 2).status["stages"][0]["replicas"] == base[0]
     # one window Prometheus cannot answer: the tuner holds what runs and says so
-    ops.query_rate = lambda address, q: (  # type: ignore[method-assign]
-        "Prometheus did not answer" if "[40s]" in q else 40.0
+    monkeypatch.setattr(
+        ops,
+        "query_rate",
+        lambda address, q: "Prometheus did not answer" if "[40s]" in q else 40.0,
     )
     held = step(up.status, 4)
     assert [s["replicas"] for s in held.status["stages"]] == [

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +17,8 @@ from chronotope.controllers.queues import (
     reconcile_queue,
     write_statuses,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_reconcile import NOW, FakeOps, job, node
-from test_reconcile_quota import local_queue, queue, running, team_job
+from tests.unit.controllers.test_reconcile import NOW, FakeOps, job, node
+from tests.unit.controllers.test_reconcile_quota import local_queue, queue, running, team_job
 
 
 class CountingOps(FakeOps):

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from chronotope.controllers.queues import drain
 from chronotope.controllers.trainingjob import preemption_cause, reconcile
 from chronotope.sharing.labels import PREEMPTED_BY_ANNOTATION
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_reconcile import NOW, FakeOps, job, node
+from tests.unit.controllers.test_reconcile import NOW, FakeOps, job, node
 
 
 def queue(

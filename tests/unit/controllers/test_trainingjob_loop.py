@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-import sys
 import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from chronotope.controllers.metrics import OperatorMetrics
 from chronotope.controllers.trainingjob import PassCache
@@ -24,9 +24,7 @@ from chronotope.controllers.trainingjob_loop import (
 )
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.training import Action
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_reconcile import NOW, FakeOps, job, node
+from tests.unit.controllers.test_reconcile import NOW, FakeOps, job, node
 
 
 class Clock:
@@ -522,7 +520,9 @@ def test_a_new_pass_waits_for_the_verdicts_being_enacted() -> None:
     assert passes.latest is not first
 
 
-def test_a_start_while_the_next_pass_is_made_is_deferred_then_woken_by_that_pass() -> None:
+def test_a_start_while_the_next_pass_is_made_is_deferred_then_woken_by_that_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # a start never blocks its worker behind a pass being made (reconcile latency): it
     # defers, is not timed, writes nothing, and the loop reconciles it once the pass is made
     ops = LoopOps([node("h-0")], [job("a")])
@@ -539,7 +539,7 @@ def test_a_start_while_the_next_pass_is_made_is_deferred_then_woken_by_that_pass
         assert release.wait(10)
         return jobs
 
-    ops.training_jobs = held_jobs  # type: ignore[method-assign]
+    monkeypatch.setattr(ops, "training_jobs", held_jobs)
     loop.passes.invalidate()
     maker = threading.Thread(target=loop.schedule)
     maker.start()
@@ -556,12 +556,12 @@ def test_a_start_while_the_next_pass_is_made_is_deferred_then_woken_by_that_pass
     release.set()
     maker.join(10)
     assert "ns/a" in loop.queue._due  # the pass it waited for wakes it, verdict unchanged
-    ops.training_jobs = original  # type: ignore[method-assign]
+    monkeypatch.setattr(ops, "training_jobs", original)
     loop.reconcile_key("ns/a")
     assert ops.writes[-1][0]["phase"] == "Starting"
 
 
-def test_a_passs_starts_are_queued_ahead_of_its_waits() -> None:
+def test_a_passs_starts_are_queued_ahead_of_its_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     # the next pass waits for the latest's starts (`_hold`), so they are enacted first,
     # whatever order the pass decided them in; a started gang's pod events go first too
     ops = LoopOps([node("h-0")], [])
@@ -578,7 +578,7 @@ def test_a_passs_starts_are_queued_ahead_of_its_waits() -> None:
             "ns/s2": verdict(Action.START),
         }
     )
-    loop.passes.refresh = lambda *_: made  # type: ignore[method-assign,assignment,return-value]
+    monkeypatch.setattr(loop.passes, "refresh", lambda *_: made)
     loop.schedule()
     pod = {"metadata": {"namespace": "ns", "name": "r-0", "labels": {JOB_LABEL: "r"}}}
     loop.on_change("pods", "ADDED", pod)

@@ -161,7 +161,9 @@ def test_a_bad_variant_fails_alone_and_says_so_once() -> None:
 
 
 def test_a_live_rate_is_read_once_per_ttl_and_replans_when_it_moves() -> None:
-    source = {"traffic": {"expectedQPS": 0.1, "prometheus": {"query": "rate(req[1m])"}}}
+    source: dict[str, Any] = {
+        "traffic": {"expectedQPS": 0.1, "prometheus": {"query": "rate(req[1m])"}}
+    }
     ops = FakeOps([variant("a", **source), variant("b")])
     memo = GroupMemo(rate_ttl_s=5)
     _pass(ops, memo)

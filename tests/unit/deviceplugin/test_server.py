@@ -77,7 +77,8 @@ def test_registers_and_lists_devices(running: Running) -> None:
         assert options.get_preferred_allocation_available
         assert not options.pre_start_required
         stream = stub.ListAndWatch(api_pb2.Empty(), timeout=30)
-        first = next(stream)
+        updates = iter(stream)
+        first = next(updates)
         assert [d.ID for d in first.devices] == [
             "GPU-t4-000-0::0",
             "GPU-t4-000-0::1",
@@ -87,7 +88,7 @@ def test_registers_and_lists_devices(running: Running) -> None:
         assert {d.health for d in first.devices} == {"Healthy"}
         # a health change is pushed on the open stream
         running.server.service.set_gpu_health("GPU-t4-000-1", healthy=False)
-        second = next(stream)
+        second = next(updates)
         health = {d.ID: d.health for d in second.devices}
         assert health["GPU-t4-000-1::0"] == "Unhealthy"
         assert health["GPU-t4-000-0::0"] == "Healthy"

@@ -3,8 +3,6 @@ WireError (HTTP 400), and what is parsed never crashes the filter."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,9 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chronotope.extender import wire
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_service import Recorder, service
+from tests.unit.extender.test_service import Recorder, service
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=6),

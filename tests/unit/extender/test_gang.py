@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from chronotope.sharing.labels import (
@@ -90,7 +91,7 @@ def test_unclaimed_reservation_expires() -> None:
     assert svc.filter(pod("other", gpus=1), ["a"]).passed == ["a"]
 
 
-def planned_member(i: int, plan: list[tuple[str, tuple[int, ...]]], gpus: int) -> dict[str, Any]:
+def planned_member(i: int, plan: Sequence[tuple[str, Sequence[int]]], gpus: int) -> dict[str, Any]:
     """Member `i` of a gang the operator's pass placed: its own and the whole gang's plan."""
     p = member(i, len(plan), gpus)
     node, indices = plan[i]

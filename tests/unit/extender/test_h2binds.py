@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +23,7 @@ from chronotope.devcluster.pki import ExtenderPki, extender_pki
 from chronotope.extender import h2binds
 from chronotope.extender.server import REFUSED, Binds, Metrics, tls_context
 from chronotope.extender.service import ExtenderService
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_service import Recorder, pod, service
+from tests.unit.extender.test_service import Recorder, pod, service
 
 
 @pytest.fixture(scope="module")

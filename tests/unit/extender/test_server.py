@@ -13,7 +13,6 @@ import asyncio
 import http.client
 import json
 import ssl
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,9 +32,7 @@ from chronotope.extender.service import ExtenderService
 from chronotope.kube.binder import BindError
 from chronotope.sharing.assignment import BindRequest
 from tests.impostor import impostor_context
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_service import Recorder, pod, service
+from tests.unit.extender.test_service import Recorder, pod, service
 
 VERBS = ("bind", "filter", "prioritize")
 
@@ -217,13 +214,15 @@ def test_malformed_bodies_get_400_with_a_short_message(
     assert rec.bound == {}
 
 
-def test_a_fault_answers_500_without_its_text(pki: ExtenderPki) -> None:
+def test_a_fault_answers_500_without_its_text(
+    pki: ExtenderPki, monkeypatch: pytest.MonkeyPatch
+) -> None:
     svc = service(Recorder())
 
     def broken(*_: Any) -> Any:
         raise RuntimeError("token=hunter2")
 
-    svc.filter = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(svc, "filter", broken)
     app, context = served(svc, pki)
     with serving(app, context) as port:
         status, out = post(port, pki.client_context(), "filter", filter_args("p"))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from chronotope.api.v1alpha1.queue import QueueSpec
-from chronotope.sim.training.engine import EngineSettings, simulate
+from chronotope.sim.training.engine import EngineSettings, SimResult, simulate
 from chronotope.sim.training.policies import make_training_policy
 from chronotope.sim.training.queue_report import QUEUE_COLUMNS, jain, queue_rows
 from chronotope.sim.training.queues import (
@@ -21,7 +22,7 @@ from chronotope.sim.training.queues import (
     load_queues,
 )
 from chronotope.sim.training_cli import DEFAULT_GAVEL, run_training
-from chronotope.workloads.training_policy import Job
+from chronotope.workloads.training_policy import Job, JobState
 
 ROOT = Path(__file__).resolve().parents[3]
 NO_OVERHEAD = EngineSettings(round_s=100.0, restart_overhead_s=0.0)
@@ -86,9 +87,7 @@ def test_reclaim_returns_quota_to_the_lender(policy: str) -> None:
     assert by_queue["b"]["share_attainment"] == 1.0  # held all it was owed while it had demand
 
 
-def _result(wrapped: QuotaPolicy, finish: dict[int, float]):  # type: ignore[no-untyped-def]
-    from chronotope.sim.training.engine import SimResult
-
+def _result(wrapped: QuotaPolicy, finish: dict[int, float]) -> SimResult:
     return SimResult(wrapped.name, finish, 0.0, {}, len(wrapped.trace))
 
 
@@ -291,16 +290,16 @@ class _WantsV100:
     name = "wants-v100"
     preemptive = True
 
-    def allocate(self, now: float, active: object, capacity: object) -> dict[int, str]:
-        return {js.job.job_id: "v100" for js in active}  # type: ignore[attr-defined]
+    def allocate(
+        self, now: float, active: Sequence[JobState], capacity: Mapping[str, int]
+    ) -> dict[int, str]:
+        return {js.job.job_id: "v100" for js in active}
 
 
 def test_a_job_denied_its_wished_type_moves_to_the_fastest_admissible_one() -> None:
     # b holds one GPU of each type. Job 1 keeps b's v100; job 0, wished onto v100 too,
     # is denied it and must fall back: to p100 (3x its k80 speed), not stay on the k80
     # it holds. Seen in the Philly run: an 8-GPU job sat 18 h on K80s at 0.2x speed.
-    from chronotope.workloads.training_policy import JobState
-
     setup = QueueSetup(
         {
             "b": QueueSpec.model_validate(
@@ -312,6 +311,6 @@ def test_a_job_denied_its_wished_type_moves_to_the_fastest_admissible_one() -> N
     speeds = {"k80": 0.2, "p100": 0.6, "v100": 1.0}
     slow = JobState(Job(0, 0, 1, 1000, "t", speeds), 1000, gpu_type="k80")
     kept = JobState(Job(1, 0, 1, 1000, "t", speeds), 1000, gpu_type="v100")
-    wrapped = QuotaPolicy(_WantsV100(), setup, {0: "b", 1: "b"})  # type: ignore[arg-type]
+    wrapped = QuotaPolicy(_WantsV100(), setup, {0: "b", 1: "b"})
     alloc = wrapped.allocate(0.0, [slow, kept], {"k80": 1, "p100": 1, "v100": 1})
     assert alloc == {0: "p100", 1: "v100"}

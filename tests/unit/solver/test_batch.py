@@ -41,7 +41,7 @@ def _gang(name: str, replicas: int, gpus: int = 1, milli: int = 1000, **kw: obje
         name=name,
         pod=PodRequest(name=name, cpu_milli=4000, memory_mib=8192, num_gpus=gpus, gpu_milli=milli),
         replicas=replicas,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 

@@ -10,7 +10,7 @@ and holds nothing; conditions never contradict each other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +20,7 @@ from chronotope.controllers.trainingjob import merged_status, reconcile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
 from chronotope.workloads.capacity import NodeCapacity
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.gates import Decider
+from chronotope.workloads.gates import Decider, PodsOf
 from chronotope.workloads.parallelism import Degrees
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import schedule
@@ -256,7 +256,7 @@ def capacity(l4_free: int) -> list[NodeCapacity]:
 def one_pass(
     jobs: list[dict[str, Any]],
     cap: list[NodeCapacity],
-    pods: Callable[[str, str], list[dict[str, Any]]] = lambda *_: [],
+    pods: PodsOf = lambda *_: [],
 ) -> dict[str, Decision]:
     """Each job's decision in one scheduling pass on `cap` (quotas off)."""
     done = schedule(

@@ -9,7 +9,7 @@ import pytest
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.sharing.labels import GENERATION_ANNOTATION
-from chronotope.workloads.capacity import NodeCapacity, cluster_capacity
+from chronotope.workloads.capacity import Capacity, NodeCapacity, cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
 from chronotope.workloads.gates import (
     Cycle,
@@ -62,7 +62,7 @@ def no_pods(_ns: str | None = None, _selector: str | None = None) -> list[dict[s
 def cycle(
     me: dict[str, Any],
     others: list[dict[str, Any]],
-    capacity: list[NodeCapacity] | None = None,
+    capacity: Capacity | None = None,
     **over: Any,
 ) -> Cycle:
     return Cycle(

@@ -11,6 +11,7 @@ import pytest
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineStatus
 from chronotope.workloads.pipeline import (
     HISTORY_STEP_S,
+    SloObservation,
     append_history,
     observe_slo,
     observed_ms,
@@ -94,11 +95,11 @@ def test_an_unparsable_last_time_starts_a_fresh_point() -> None:
     assert len(append_history(history, NOW, 2.0, 3.0)) == 2
 
 
-def _pass(old: dict[str, Any], answer: float | str | None, seconds: float = 0) -> Any:
+def _pass(old: dict[str, Any], answer: float | str | None, seconds: float = 0) -> SloObservation:
     return observe_slo(old, SLO, answer, predicted_ms=150.0, now=_at(seconds), generation=3)
 
 
-def _status(old: dict[str, Any], seen: Any) -> dict[str, Any]:
+def _status(old: dict[str, Any], seen: SloObservation) -> dict[str, Any]:
     """The status after a pass, as the handler merges it (conditions by type)."""
     conditions = [c for c in old.get("conditions") or [] if c["type"] != "SloMet"]
     return old | seen.fields | {"conditions": [*conditions, seen.condition]}
@@ -129,14 +130,16 @@ def test_the_first_observation_sets_slo_met(
         assert "observedMs" not in point
         assert "observed P99 unknown" in seen.condition["message"]
     else:
-        assert seen.fields["observedP99Ms"] == point["observedMs"] == round(answer * 1000, 1)  # type: ignore[operator]
+        assert isinstance(answer, float)
+        assert seen.fields["observedP99Ms"] == point["observedMs"] == round(answer * 1000, 1)
 
 
 def test_the_event_is_posted_once_per_transition() -> None:
     status: dict[str, Any] = {}
     reasons = []
     # within, over for three passes, a failed read while over, over again, back within
-    for t, answer in enumerate([0.1, 0.5, 0.6, 0.5, "refused", 0.55, 0.1, 0.12]):
+    answers: list[float | str] = [0.1, 0.5, 0.6, 0.5, "refused", 0.55, 0.1, 0.12]
+    for t, answer in enumerate(answers):
         seen = _pass(status, answer, seconds=2 * t)
         reasons += [r for _, r, _ in seen.events]
         status = _status(status, seen)

@@ -241,10 +241,10 @@ def test_the_part_a_queue_does_not_lend_is_its_own_with_no_reclaim() -> None:
     assert (out.verdict, out.victims) == (Verdict.RECLAIM, ("b0",))
     never = {"team-a": _queue((A100, 8), lend=2), "team-b": _queue((A100, 0))}
     book = _book(never, [("b0", "team-b", 2)])
-    out = admit(book, [_job("a6", "team-a", (A100, 6)), _job("a1", "team-a", (A100, 1))])
-    assert out["a6"].verdict is Verdict.ADMIT
-    assert out["a1"].verdict is Verdict.WAIT  # the lent 2 come back when b0 ends
-    assert "lent in cohort ml; reclaim policy Never waits" in out["a1"].message
+    both = admit(book, [_job("a6", "team-a", (A100, 6)), _job("a1", "team-a", (A100, 1))])
+    assert both["a6"].verdict is Verdict.ADMIT
+    assert both["a1"].verdict is Verdict.WAIT  # the lent 2 come back when b0 ends
+    assert "lent in cohort ml; reclaim policy Never waits" in both["a1"].message
 
 
 def test_a_lending_limit_needs_a_cohort_and_at_most_the_nominal_quota() -> None:

@@ -228,10 +228,9 @@ def test_the_serving_room_is_what_the_queue_could_ever_hold_of_one_replica() -> 
     share = {"chronotope.dev/gpu-compute-percent": "50", "chronotope.dev/gpu-memory-mib": "1024"}
     assert not room.holds("L4", {"chronotope.dev/gpu-share": "1"}, share)  # no share quota
     assert room.holds("L4", {}, {})  # a pod without GPUs takes no quota
-    assert serving_room(_view(cohort=False), "a", "default") is not None
-    assert not serving_room(_view(cohort=False), "a", "default").holds(  # type: ignore[union-attr]
-        "L4", {"nvidia.com/gpu": "5"}, {}
-    )
+    alone = serving_room(_view(cohort=False), "a", "default")
+    assert alone is not None
+    assert not alone.holds("L4", {"nvidia.com/gpu": "5"}, {})
     # no limit known: quotas off, or a LocalQueue (or its Queue) missing
     assert serving_room(QuotaView.parse([], []), "a", "default") is None
     assert serving_room(view, "nowhere", "default") is None
@@ -272,7 +271,7 @@ def test_a_serving_workload_above_a_lowered_quota_may_shrink_but_not_grow() -> N
 
 
 def _stopped_view(stop: str) -> QuotaView:
-    spec = {"quotas": [{"gpuType": "L4", "gpus": 4}], "stopPolicy": stop}
+    spec: dict[str, Any] = {"quotas": [{"gpuType": "L4", "gpus": 4}], "stopPolicy": stop}
     spec["reclaim"] = {"gracePeriodSeconds": 7}
     return QuotaView.parse(
         [{"metadata": {"name": "team-a"}, "spec": spec}],
@@ -354,7 +353,9 @@ def test_a_namespace_the_queue_does_not_select_gets_no_serving_quota() -> None:
     # a shrink still goes through (it gives back), as under a lowered quota
     running = [_serving_pod(f"web-{i}", "b", 1) for i in range(2)]
     assert admit_in(view, "b", 1, running) is None
-    assert serving_room(view, "a", "default").ceilings  # type: ignore[union-attr]
+    room_a = serving_room(view, "a", "default")
+    assert room_a is not None
+    assert room_a.ceilings
     assert serving_room(view, "b", "default") is None  # admission says why (above)
     unknown = _selected_view(None)  # labels not read: a selecting Queue admits nothing
     assert serving_room(unknown, "a", "default") is None

@@ -111,7 +111,7 @@ def test_an_invalid_spec_fails_that_variant_only() -> None:
 
 
 def test_the_majority_base_is_served_and_the_others_fail_with_base_mismatch() -> None:
-    other = {"base": "mistralai/Mistral-7B-v0.1", "base_mib": 14000}
+    other: dict[str, Any] = {"base": "mistralai/Mistral-7B-v0.1", "base_mib": 14000}
     grouping = group_variants(
         [variant("a", created=3), variant("b", created=4), variant("c", created=1, **other)]
     )
@@ -175,8 +175,10 @@ def test_the_gpu_pool_counts_ready_schedulable_nodes_of_known_types() -> None:
 
 
 def test_a_replica_takes_the_largest_request_of_its_variants() -> None:
-    shared = {"gpu": {"shared": {"memoryMiB": 16000, "computePercent": 40}}}
-    bigger = {"gpu": {"shared": {"memoryMiB": 20000, "computePercent": 30, "priority": "High"}}}
+    shared: dict[str, Any] = {"gpu": {"shared": {"memoryMiB": 16000, "computePercent": 40}}}
+    bigger: dict[str, Any] = {
+        "gpu": {"shared": {"memoryMiB": 20000, "computePercent": 30, "priority": "High"}}
+    }
     grouping = group_variants([variant("a", **shared), variant("b", **bigger)])
     request = replica_request(grouping.groups["llama"].members)
     assert request.shared is not None
@@ -209,6 +211,7 @@ def test_the_group_gets_a_deployment_a_service_and_its_placement_config_map() ->
     assert pod_spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert pod_spec["volumes"][0]["configMap"]["name"] == "llama-placement"
     doc = parse_doc(config_map["data"])
+    assert doc is not None
     assert doc == result.doc
     assert doc["version"] == 1
     assert doc["gpuType"] == H100
@@ -360,6 +363,7 @@ def test_a_group_that_cannot_be_planned_now_keeps_its_last_plan() -> None:
     assert later.objects
     assert later.objects[2]["spec"]["replicas"] == 1
     assert later.statuses["a"]["phase"] == "Serving"
+    assert first.doc is not None
     assert later.doc is not None
     assert "; kept, no new plan: serving group llama: no GPU type" in later.doc["why"]
     assert later.doc["why"].startswith(first.doc["why"])
@@ -373,7 +377,9 @@ def test_a_group_that_cannot_be_planned_now_keeps_its_last_plan() -> None:
 
 
 def test_a_live_rate_replaces_the_expected_rate_and_says_so() -> None:
-    source = {"traffic": {"expectedQPS": 0.2, "prometheus": {"query": "rate(x[1m])"}}}
+    source: dict[str, Any] = {
+        "traffic": {"expectedQPS": 0.2, "prometheus": {"query": "rate(x[1m])"}}
+    }
     variants = [variant("a", **source), variant("b")]
     live = serve(variants, rates={"a": 20.0})
     assert live.objects[2]["spec"]["replicas"] > 1

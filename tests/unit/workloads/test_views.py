@@ -297,7 +297,7 @@ def test_pipeline_latency_rows_for_top_and_the_dashboard() -> None:
 def test_the_dashboard_shows_each_queues_quota_use_and_head_of_line() -> None:
     from chronotope.workloads.views import dashboard_state
 
-    queue = {
+    queue: dict[str, Any] = {
         "metadata": {"name": "team-a"},
         "spec": {
             "cohort": "ml",
