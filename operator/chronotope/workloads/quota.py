@@ -55,6 +55,7 @@ from chronotope.api.v1alpha1.queue import (
     ReclaimPolicy,
     StopPolicy,
     WhenCanBorrow,
+    WhenCanPreempt,
     WithinQueuePolicy,
 )
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
@@ -112,6 +113,10 @@ class QueueQuota:
     borrow_first: bool = True
     """`flavorFungibility.whenCanBorrow: Borrow`: the first alternative that fits by borrowing
     wins over a later one within nominal quota (False: `TryNextFlavor`)."""
+    reclaim_first: bool = False
+    """`flavorFungibility.whenCanPreempt: Preempt`: the first alternative that fits nominal
+    quota by reclaiming, with enough borrowed work to stop, wins over later ones (False:
+    `TryNextFlavor`, it is taken only when nothing fits otherwise)."""
     namespaces: LabelSelector | None = None
     """`namespaceSelector`: the namespaces whose workloads it admits (None: all)."""
     types: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -153,6 +158,7 @@ class QueueQuota:
             stop=spec.stop_policy,
             strict=spec.queueing_strategy is QueueingStrategy.STRICT_FIFO,
             borrow_first=spec.flavor_fungibility.when_can_borrow is WhenCanBorrow.BORROW,
+            reclaim_first=spec.flavor_fungibility.when_can_preempt is WhenCanPreempt.PREEMPT,
             namespaces=spec.namespace_selector,
         )
 
@@ -456,14 +462,24 @@ _ORDER = (Verdict.ADMIT, Verdict.BORROW, Verdict.RECLAIM, Verdict.WAIT)
 def _best(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> tuple[Demand, _Fit]:
     """The alternative admission takes (Kueue's flavor fungibility).
 
-    Under `borrow_first` the first alternative that fits within nominal quota or by
-    borrowing; otherwise, and when none does, the one with the best verdict (ADMIT,
-    BORROW, RECLAIM, WAIT; earlier alternatives win ties).
+    In order, the first alternative that fits within nominal quota, or by
+    borrowing under `borrow_first`, or by reclaiming under `reclaim_first` when
+    enough borrowed work can be stopped (Kueue tries the next flavor when
+    preemption would find no targets); when none does, the one with the best
+    verdict (ADMIT, BORROW, RECLAIM, WAIT; earlier alternatives win ties).
     """
     fits = [(demand, _fit(book, queue, demand)) for demand in pending.alternatives]
-    if queue.borrow_first:
+    if queue.borrow_first or queue.reclaim_first:
         for demand, fit in fits:
-            if fit.verdict in (Verdict.ADMIT, Verdict.BORROW):
+            if fit.verdict is Verdict.ADMIT or (
+                fit.verdict is Verdict.BORROW and queue.borrow_first
+            ):
+                return demand, fit
+            if (
+                fit.verdict is Verdict.RECLAIM
+                and queue.reclaim_first
+                and reclaim_victims(book, queue, demand) is not None
+            ):
                 return demand, fit
     return min(fits, key=lambda pair: _ORDER.index(pair[1].verdict))
 

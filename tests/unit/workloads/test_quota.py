@@ -50,6 +50,7 @@ def _queue(
     lend: int | None = None,
     strict: bool = False,
     fungibility: str = "Borrow",
+    preempt: str = "TryNextFlavor",
 ) -> QueueSpec:
     rows: list[dict[str, Any]] = []
     for q in quotas:
@@ -64,7 +65,7 @@ def _queue(
         "weight": weight,
         "reclaim": {"policy": reclaim, "withinQueue": within},
         "queueingStrategy": "StrictFIFO" if strict else "BestEffortFIFO",
-        "flavorFungibility": {"whenCanBorrow": fungibility},
+        "flavorFungibility": {"whenCanBorrow": fungibility, "whenCanPreempt": preempt},
     }
     if cohort:
         spec["cohort"] = cohort
@@ -725,6 +726,7 @@ _two_type_queues = st.lists(
         st.one_of(st.none(), st.integers(0, 6)),  # lending limit (both rows)
         st.booleans(),  # whenCanBorrow: Borrow (else TryNextFlavor)
         st.booleans(),  # StrictFIFO
+        st.booleans(),  # whenCanPreempt: Preempt (else TryNextFlavor)
     ),
     min_size=1,
     max_size=4,
@@ -743,7 +745,7 @@ _alternatives = st.lists(st.sampled_from([A100, L4]), min_size=1, max_size=2, un
 )
 def test_invariants_on_two_gpu_types(
     *,
-    sizes: list[tuple[int, int, int | None, int | None, bool, bool]],
+    sizes: list[tuple[int, int, int | None, int | None, bool, bool, bool]],
     running: list[tuple[int, list[str], int]],
     jobs: list[tuple[int, list[str], int]],
     reclaim: bool,
@@ -756,8 +758,9 @@ def test_invariants_on_two_gpu_types(
             lend=lend,
             strict=strict,
             fungibility="Borrow" if borrow else "TryNextFlavor",
+            preempt="Preempt" if preempt else "TryNextFlavor",
         )
-        for i, (a, b, limit, lend, borrow, strict) in enumerate(sizes)
+        for i, (a, b, limit, lend, borrow, strict, preempt) in enumerate(sizes)
     }
     names = list(queues)
 
@@ -954,3 +957,34 @@ def test_a_job_whose_preferred_type_others_borrowed_first_takes_its_own_quota() 
     out = admit(book, [_job("ja", "team-a", (A100, 1), (L4, 1)), _job("jc", "team-c", (A100, 1))])
     assert out["jc"].verdict is Verdict.BORROW
     assert (out["ja"].verdict, out["ja"].demand) == (Verdict.ADMIT, Demand(L4, 1))
+
+
+def _lent_a100_book(reclaim: str, preempt: str, reclaimable: bool = True) -> QuotaBook:
+    """team-a: A100 4 (all borrowed by team-b's b0) and L4 4 (free); team-b: L4 only."""
+    queues = {
+        "team-a": _queue((A100, 4), (L4, 4), reclaim=reclaim, preempt=preempt),
+        "team-b": _queue((L4, 0)),
+    }
+    b0 = AdmittedWorkload("b0", "team-b", {(A100, GPUS): 4}, 0.0, reclaimable=reclaimable)
+    return QuotaBook(queues, {(n, "default"): LocalQueueSpec(queue=n) for n in queues}, [b0])
+
+
+def test_when_can_preempt_preempt_reclaims_the_preferred_type_before_a_later_one() -> None:
+    ja = _job("ja", "team-a", (A100, 4), (L4, 4))
+    # Kueue's default TryNextFlavor: the free L4 quota comes before reclaiming A100
+    tried = admit(_lent_a100_book("PreemptBorrowed", "TryNextFlavor"), [ja])["ja"]
+    assert (tried.verdict, tried.demand) == (Verdict.ADMIT, Demand(L4, 4))
+    # Preempt: its preferred A100, lent to team-b, is reclaimed
+    out = admit(_lent_a100_book("PreemptBorrowed", "Preempt"), [ja])["ja"]
+    assert (out.verdict, out.demand, out.victims) == (Verdict.RECLAIM, Demand(A100, 4), ("b0",))
+
+
+def test_when_can_preempt_tries_the_next_type_when_nothing_can_be_reclaimed() -> None:
+    ja = _job("ja", "team-a", (A100, 4), (L4, 4))
+    # the borrower is a serving workload (never stopped), or the queue never reclaims
+    for book in (
+        _lent_a100_book("PreemptBorrowed", "Preempt", reclaimable=False),
+        _lent_a100_book("Never", "Preempt"),
+    ):
+        out = admit(book, [ja])["ja"]
+        assert (out.verdict, out.demand, out.victims) == (Verdict.ADMIT, Demand(L4, 4), ())

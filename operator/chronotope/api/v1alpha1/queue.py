@@ -48,6 +48,7 @@ __all__ = [
     "SelectorRequirement",
     "StopPolicy",
     "WhenCanBorrow",
+    "WhenCanPreempt",
     "WithinQueuePolicy",
 ]
 
@@ -211,6 +212,13 @@ class WhenCanBorrow(StrEnum):
     TRY_NEXT_FLAVOR = "TryNextFlavor"
 
 
+class WhenCanPreempt(StrEnum):
+    """What a workload does when its first GPU type fits only by reclaiming (Kueue's name)."""
+
+    PREEMPT = "Preempt"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
 class FlavorFungibility(ApiModel):
     """How admission picks among a workload's GPU types (Kueue's `flavorFungibility`)."""
 
@@ -220,7 +228,17 @@ class FlavorFungibility(ApiModel):
         "own order) that fits within nominal quota or by borrowing is taken, so a job borrows "
         "idle quota of the type it prefers rather than run on a slower type of its own quota. "
         "TryNextFlavor: a type within nominal quota is taken before any type that needs "
-        "borrowing. Either way a type that needs reclaiming is tried last.",
+        "borrowing. A type that needs reclaiming is tried last unless whenCanPreempt is "
+        "Preempt.",
+    )
+    when_can_preempt: WhenCanPreempt = Field(
+        default=WhenCanPreempt.TRY_NEXT_FLAVOR,
+        description="Preempt: a GPU type that fits the queue's nominal quota only by reclaiming "
+        "what other queues of the cohort borrowed is taken, and reclaimed (reclaim policy "
+        "PreemptBorrowed), before the workload's later types, if enough borrowed work can be "
+        "stopped; otherwise the later types are tried. TryNextFlavor (Kueue's default): it is "
+        "taken only if no type fits without reclaiming. It does not change when the queue's "
+        "own lower-priority work is preempted (reclaim.withinQueue): only if no type fits.",
     )
 
 
