@@ -260,3 +260,36 @@ def test_a_stopped_queue_holds_its_jobs_and_a_drained_one_stops_what_runs() -> N
     held["spec"]["stopPolicy"] = "None"
     assert reconcile(a1, ops, NOW).status["phase"] == "Starting"
     assert reconcile(a2, ops, NOW).status["phase"] == "Starting"
+
+
+def test_when_can_preempt_preempt_reclaims_the_preferred_type_instead_of_a_slower_one() -> None:
+    # team-a's 8 H100 are lent: team-b runs b1 within its own 8 and b2 (newest) on team-a's;
+    # team-a's L4 quota and an L4 node are free. a1 prefers H100, accepts L4 at 0.3x.
+    b1 = running(team_job("b1", "b"), "2030-01-01T11:00:00Z")
+    b2 = running(team_job("b2", "b", 1), "2030-01-01T11:30:00Z")
+    a1 = team_job("a1", "a", 2)
+    a1["spec"]["gpuTypes"] = [
+        {"name": "H100", "relativeSpeed": 1.0},
+        {"name": "L4", "relativeSpeed": 0.3},
+    ]
+    l4 = node("l-0")
+    l4["metadata"]["labels"]["nvidia.com/gpu.product"] = "L4"
+
+    def setup(preempt: str) -> FakeOps:
+        team_a = queue("team-a", 8, cohort="ml", reclaim="PreemptBorrowed")
+        team_a["spec"]["quotas"].append({"gpuType": "L4", "gpus": 8})
+        team_a["spec"]["flavorFungibility"] = {"whenCanPreempt": preempt}
+        ops = ops_with(2, [b1, b2, a1], [team_a, queue("team-b", 8, cohort="ml")])
+        ops.nodes().append(l4)
+        return ops
+
+    ops = setup("TryNextFlavor")  # Kueue's default: its free L4 quota first
+    out = reconcile(a1, ops, NOW)
+    assert ops.preempted == []
+    assert out.status["phase"] == "Starting"
+    assert out.status["plan"]["gpuType"] == "L4"
+
+    ops = setup("Preempt")
+    out = reconcile(a1, ops, NOW)
+    assert ops.preempted == [("b/b2", "a/a1")]
+    assert _cond(out) == ("True", "ReclaimingQuota")
