@@ -463,10 +463,13 @@ def _best(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> tuple
     """The alternative admission takes (Kueue's flavor fungibility).
 
     In order, the first alternative that fits within nominal quota, or by
-    borrowing under `borrow_first`, or by reclaiming under `reclaim_first` when
-    enough borrowed work can be stopped (Kueue tries the next flavor when
-    preemption would find no targets); when none does, the one with the best
-    verdict (ADMIT, BORROW, RECLAIM, WAIT; earlier alternatives win ties).
+    borrowing under `borrow_first`, or, under `reclaim_first`, by preempting
+    when enough work can be stopped (Kueue tries the next flavor when
+    preemption would find no targets): reclaiming borrowed quota (pass 2), or
+    the queue's own lower-priority work (pass 4, whose WAIT verdict keeps the
+    passes before it from admitting a later alternative). When none does, the
+    one with the best verdict (ADMIT, BORROW, RECLAIM, WAIT; earlier
+    alternatives win ties).
     """
     fits = [(demand, _fit(book, queue, demand)) for demand in pending.alternatives]
     if queue.borrow_first or queue.reclaim_first:
@@ -475,10 +478,14 @@ def _best(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> tuple
                 fit.verdict is Verdict.BORROW and queue.borrow_first
             ):
                 return demand, fit
+            if not queue.reclaim_first:
+                continue
+            if fit.verdict is Verdict.RECLAIM and reclaim_victims(book, queue, demand) is not None:
+                return demand, fit
             if (
-                fit.verdict is Verdict.RECLAIM
-                and queue.reclaim_first
-                and reclaim_victims(book, queue, demand) is not None
+                fit.verdict is Verdict.WAIT
+                and queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY
+                and within_queue_victims(book, queue, pending.priority, demand)
             ):
                 return demand, fit
     return min(fits, key=lambda pair: _ORDER.index(pair[1].verdict))

@@ -988,3 +988,24 @@ def test_when_can_preempt_tries_the_next_type_when_nothing_can_be_reclaimed() ->
     ):
         out = admit(book, [ja])["ja"]
         assert (out.verdict, out.demand, out.victims) == (Verdict.ADMIT, Demand(L4, 4), ())
+
+
+def test_when_can_preempt_preempt_stops_the_queues_lower_priority_work_on_the_preferred_type() -> (
+    None
+):
+    queues = {"team-a": _queue((A100, 4), (L4, 4), within="LowerPriority", preempt="Preempt")}
+    low = AdmittedWorkload("low", "team-a", {(A100, GPUS): 4}, 0.0, priority=0, preemptible=True)
+    local = {("team-a", "default"): LocalQueueSpec(queue="team-a")}
+    high = replace(_job("high", "team-a", (A100, 4), (L4, 4)), priority=10)
+    out = admit(QuotaBook(queues, local, [low]), [high])["high"]
+    assert (out.verdict, out.demand, out.victims) == (Verdict.RECLAIM, Demand(A100, 4), ("low",))
+    assert out.within_queue
+    # TryNextFlavor: the free L4 quota, nothing stopped
+    queues = {"team-a": _queue((A100, 4), (L4, 4), within="LowerPriority")}
+    out = admit(QuotaBook(queues, local, [low]), [high])["high"]
+    assert (out.verdict, out.demand, out.victims) == (Verdict.ADMIT, Demand(L4, 4), ())
+    # Preempt, but the running work is not preemptible: the next type
+    queues = {"team-a": _queue((A100, 4), (L4, 4), within="LowerPriority", preempt="Preempt")}
+    kept = replace(low, preemptible=False)
+    out = admit(QuotaBook(queues, local, [kept]), [high])["high"]
+    assert (out.verdict, out.demand, out.victims) == (Verdict.ADMIT, Demand(L4, 4), ())

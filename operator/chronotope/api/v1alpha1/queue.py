@@ -233,12 +233,12 @@ class FlavorFungibility(ApiModel):
     )
     when_can_preempt: WhenCanPreempt = Field(
         default=WhenCanPreempt.TRY_NEXT_FLAVOR,
-        description="Preempt: a GPU type that fits the queue's nominal quota only by reclaiming "
-        "what other queues of the cohort borrowed is taken, and reclaimed (reclaim policy "
-        "PreemptBorrowed), before the workload's later types, if enough borrowed work can be "
-        "stopped; otherwise the later types are tried. TryNextFlavor (Kueue's default): it is "
-        "taken only if no type fits without reclaiming. It does not change when the queue's "
-        "own lower-priority work is preempted (reclaim.withinQueue): only if no type fits.",
+        description="Preempt: a GPU type that fits only by preempting (reclaiming what other "
+        "queues of the cohort borrowed under reclaim policy PreemptBorrowed, or stopping the "
+        "queue's own lower-priority work under withinQueue LowerPriority) is taken before the "
+        "workload's later types, if enough work can be stopped; otherwise the later types are "
+        "tried. TryNextFlavor (Kueue's default): it is taken only if no type fits without "
+        "preempting.",
     )
 
 
