@@ -64,6 +64,7 @@ would still have it running). With exact estimates both are the point estimate.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -336,11 +337,7 @@ class ChronotopePolicy:
         first: list[JobState] = []
         yielding: list[tuple[JobState, int]] = []
         keys = [key(s)[0] for s in rest]
-        total = 0.0
-        sums = [0.0]
-        for k in keys:
-            total += k
-            sums.append(total)
+        sums = [0.0, *itertools.accumulate(keys)]  # sums[i]: the keys of rest[:i]
         for js in urgent:
             deadline = js.job.deadline_s
             best = self._optimistic_remaining_s(js) / max(js.job.speed.values())
