@@ -114,9 +114,10 @@ class QueueQuota:
     """`flavorFungibility.whenCanBorrow: Borrow`: the first alternative that fits by borrowing
     wins over a later one within nominal quota (False: `TryNextFlavor`)."""
     reclaim_first: bool = False
-    """`flavorFungibility.whenCanPreempt: Preempt`: the first alternative that fits nominal
-    quota by reclaiming, with enough borrowed work to stop, wins over later ones (False:
-    `TryNextFlavor`, it is taken only when nothing fits otherwise)."""
+    """`flavorFungibility.whenCanPreempt: Preempt`: the first alternative that fits by
+    preempting (reclaiming borrowed quota, or its own lower-priority work under
+    `within_queue`), with enough work to stop, wins over later ones (False: `TryNextFlavor`,
+    it is taken only when nothing fits otherwise)."""
     namespaces: LabelSelector | None = None
     """`namespaceSelector`: the namespaces whose workloads it admits (None: all)."""
     types: frozenset[str] = field(init=False, repr=False, compare=False)

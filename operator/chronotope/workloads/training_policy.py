@@ -233,44 +233,45 @@ class ChronotopePolicy:
             return self._expected_remaining_s(js)
         return self._pessimistic_remaining_s(js)
 
-    def _expected_remaining_s(self, js: JobState) -> float:
-        """Expected remaining reference work given the work done, under the learned errors.
+    def _surviving(self, js: JobState) -> tuple[float, float, int] | None:
+        """(estimate, work done, first index of the learned ratios that leave it running).
 
         The job's total is its estimate times a ratio drawn from the finished jobs' (true /
         estimated) ratios; given that it has run `done` without finishing, only ratios that
-        put the total above `done` remain possible, and the expectation is over those. With
-        too few finished jobs, or none that would still run, `estimated_remaining_s`.
+        put the total above `done` remain possible: a suffix of the sorted ratios. None
+        without an estimate, with too few finished jobs, or with none that would still run.
         """
         est = js.job.estimate_s
         if est is None or len(self._log_errors) < MIN_ERRORS:
-            return js.estimated_remaining_s()
+            return None
         done = js.done_s()
-        # sorted ratios: the ones above done/est form a suffix
         cut = bisect.bisect_right(self._log_errors, math.log(max(done, 1e-9) / est))
-        alive = len(self._log_errors) - cut
-        if alive == 0:
+        return None if cut == len(self._log_errors) else (est, done, cut)
+
+    def _expected_remaining_s(self, js: JobState) -> float:
+        """Expected remaining reference work given the work done, under the learned errors.
+
+        The mean over the ratios that would still have the job running (`_surviving`);
+        otherwise `estimated_remaining_s`.
+        """
+        surviving = self._surviving(js)
+        if surviving is None:
             return js.estimated_remaining_s()
-        return est * self._ratio_suffix()[cut] / alive - done
+        est, done, cut = surviving
+        return est * self._ratio_suffix()[cut] / (len(self._log_errors) - cut) - done
 
     def _optimistic_remaining_s(self, js: JobState) -> float:
         """Remaining reference work if the estimate is off by the `1 - pessimism` quantile.
 
-        Over the learned ratios that would still have the job running (as
-        `_expected_remaining_s`), so a job past its optimistic total is not believed
-        done. With too few finished jobs, or none that would still run,
+        The quantile of the ratios that would still have the job running (`_surviving`), so
+        a job past its optimistic total is not believed done; otherwise
         `estimated_remaining_s`.
         """
-        est = js.job.estimate_s
-        if est is None:
-            return js.remaining_s
-        n = len(self._log_errors)
-        if n < MIN_ERRORS:
+        surviving = self._surviving(js)
+        if surviving is None:
             return js.estimated_remaining_s()
-        done = js.done_s()
-        cut = bisect.bisect_right(self._log_errors, math.log(max(done, 1e-9) / est))
-        alive = n - cut
-        if alive == 0:
-            return js.estimated_remaining_s()
+        est, done, cut = surviving
+        alive = len(self._log_errors) - cut
         q = self._log_errors[cut + min(alive - 1, int((1 - self.pessimism) * alive))]
         return est * math.exp(q) - done
 

@@ -213,7 +213,7 @@ class WhenCanBorrow(StrEnum):
 
 
 class WhenCanPreempt(StrEnum):
-    """What a workload does when its first GPU type fits only by reclaiming (Kueue's name)."""
+    """What a workload does when its first GPU type fits only by preempting (Kueue's name)."""
 
     PREEMPT = "Preempt"
     TRY_NEXT_FLAVOR = "TryNextFlavor"
