@@ -18,8 +18,10 @@
   `kueue_preempted_workloads_total`), counted once each, when the victim's
   own reconcile re-queues it: `cause` `Reclaim` (`queue` reclaims the quota it
   lent), `WithinQueue` (higher priority in its own `queue`), `Drain` (its
-  `queue` is drained: `stopPolicy: HoldAndDrain`) or `Priority` (priority
-  preemption for GPUs, `queue` empty)
+  `queue` is drained: `stopPolicy: HoldAndDrain`), `Priority` (priority
+  preemption for GPUs, `queue` empty) or `Lease` (the cluster policy gave its
+  lease to other work of its priority, or moved it: `workloads.fleet`, `queue`
+  empty)
 * `chronotope_trainingjob_admission_wait_seconds{queue}` (histogram): from a
   job's creation, or from when it last stopped running (preempted, re-planned),
   until its gang is created (Kueue's `kueue_admission_wait_time_seconds`),

@@ -228,7 +228,7 @@ def reconcile(
     plan = status.get("plan")
     cycle = _Cycle(job, spec, ops, now, gen, Outcome())
     if current and plan:
-        return _running(cycle, current, plan)
+        return _running(cycle, current, plan, passes)
     if current:  # its gang exists, but the status write after its start was lost
         why = "its workers exist but its status has no plan (a status write failed); re-planning"
         return _restart(cycle, current, why, "Replanning")
@@ -246,7 +246,12 @@ def reconcile(
     return _start_or_wait(cycle, passes)
 
 
-def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) -> Outcome:
+def _running(
+    c: _Cycle,
+    current: list[dict[str, Any]],
+    plan: Mapping[str, Any],
+    passes: PassCache | None = None,
+) -> Outcome:
     meta = c.job["metadata"]
     out = c.out
     planned_for = plan.get("plannedForReplicas")
@@ -292,6 +297,10 @@ def _running(c: _Cycle, current: list[dict[str, Any]], plan: Mapping[str, Any]) 
     elif (moved := _availability_replan(c, current, plan, cluster_nodes)) is not None:
         restart_why = moved
         out.events.append(("Normal", "Replanning", restart_why))
+    elif passes is not None and (lease := passes.stop_of(c.key, plan)) is not None:
+        restart_why = lease
+        out.events.append(("Normal", "LeaseGivenUp", restart_why))
+        out.preempted = ("Lease", "")
     if restart_why is not None:
         return _restart(c, current, restart_why)
     if all((p.get("status") or {}).get("phase") == "Succeeded" for p in current):
@@ -683,6 +692,21 @@ class PassCache:
         """Job `key`'s verdict in the latest pass (None: not in it, or no pass yet)."""
         current = self._current
         return None if current is None else current.verdicts.get(key)
+
+    def stop_of(self, key: str, plan: Mapping[str, Any]) -> str | None:
+        """Why the latest pass gives running job `key`'s lease up, or None.
+
+        Only for the gang that pass saw: one started after it (`plan.startTime`) keeps
+        running until a pass has seen it.
+        """
+        current = self._current
+        why = None if current is None else current.stops.get(key)
+        if why is None or current is None:
+            return None
+        started = parse_time(plan.get("startTime"))
+        if started is None or started > current.now:
+            return None
+        return why
 
 
 def _try_preempt(c: _Cycle, cycle: Cycle, decision: Decision) -> Decision:

@@ -534,6 +534,7 @@ class TrainingJobLoop:
 
         A job new in the pass, or whose action or reason differs from the
         previous pass, is reconciled to enact it; the others already show theirs.
+        So is a running job whose lease the pass newly gives up (`SchedulingPass.stops`).
         """
         with self.ops.decide_lock:
             before = self.passes.latest
@@ -557,6 +558,10 @@ class TrainingJobLoop:
                 verdict.decision.reason,
             ):
                 self._add(key, first=starts(key))
+        stopped = before.stops if before is not None else {}
+        for key, why in made.stops.items():  # running jobs whose lease the policy gives up
+            if stopped.get(key) != why:
+                self._add(key, first=True)
 
     def _add(self, key: str, delay: float = 0.0, *, first: bool = False) -> None:
         with self._lock:

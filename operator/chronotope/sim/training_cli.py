@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chronotope.paths import data_file
+from chronotope.workloads.training_policy import LEASE_S
 
 if TYPE_CHECKING:
     from chronotope.sim.training.engine import SimResult
@@ -44,7 +45,7 @@ def add_parser(traces: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--throughputs", type=Path, default=DEFAULT_GAVEL, help="Gavel JSON")
     p.add_argument("--deadline-share", type=float, default=0.3, help="share of jobs with one")
-    p.add_argument("--round-s", type=float, default=360.0, help="lease round length")
+    p.add_argument("--round-s", type=float, default=LEASE_S, help="lease round length")
     p.add_argument("--restart-overhead-s", type=float, default=30.0)
     p.add_argument(
         "--estimate-error",

@@ -19,20 +19,25 @@ profile's predicted speed per type; for other profile jobs 1.0); its
 deadline is the utility's soft deadline, else its hard one; its gang is
 `replicas x gpu.count` GPUs (a running job: what its plan holds). Capacity per
 type is what is free now plus what the band's running jobs hold. Running jobs
-are never stopped by this gate (the policy's leases), so its plan is advice
-for who starts next, not a preemption.
+hold a lease, as in the simulator: a running job that may yield (`yields_lease`:
+preemptible, checkpointing, not elastic) and whose type the policy's allocation
+does not keep is stopped from its checkpoint (`BandPlan.stops`), to wait or to
+restart on the type the policy moves it to; the policy charges a lease round
+(`LEASE_S`) on top of the restart for giving a lease up, so it does so only
+for a clear gain. Other running jobs keep their GPUs, and a start the policy
+plans on them waits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import Capacity
-from chronotope.workloads.training_policy import ChronotopePolicy, Job, JobState
+from chronotope.workloads.training_policy import LEASE_S, ChronotopePolicy, Job, JobState
 
 __all__ = [
     "BandPlan",
@@ -41,11 +46,10 @@ __all__ = [
     "estimate_ratios",
     "fleet_gate",
     "gang_gpus",
+    "lease_yields",
     "plan_band",
+    "yields_lease",
 ]
-
-ROUND_S = 60.0
-"""The operator re-decides every few seconds; urgency counts at least two such rounds."""
 
 NAMED_HOLDERS = 5
 """Jobs named in a waiting job's reason at most (the rest are "...")."""
@@ -76,6 +80,9 @@ class FleetOutcome:
     starts: bool
     gpu_type: str | None
     reason: str
+    yields: tuple[str, ...] = ()
+    """A job that does not start yet: the running jobs whose lease the policy gives up
+    so that it starts on `gpu_type` once they have stopped (their GPUs)."""
 
 
 def _deadline(spec: TrainingJobSpec) -> datetime | None:
@@ -125,6 +132,12 @@ class BandPlan:
     keys: tuple[str, ...]
     """The band's jobs the policy planned (types with GPUs, gangs that fit a type)."""
     starts: Mapping[str, str]
+    yields: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Waiting job -> (type, running jobs): the policy runs the job now on the GPUs of
+    those running jobs, whose lease it gives up (each running job yields to one job)."""
+    stops: Mapping[str, str] = field(default_factory=dict)
+    """Running job -> why: the lease the policy gives up (the job stops from its
+    checkpoint and waits, or restarts on the type the policy moves it to)."""
 
     def outcome(self, key: str) -> FleetOutcome:
         """Whether job `key` starts now, where, and why (a job left out of the plan passes)."""
@@ -135,6 +148,16 @@ class BandPlan:
                 True,
                 self.starts[key],
                 f"{_POLICY} runs it now on {self.starts[key]}",
+            )
+        if key in self.yields:
+            gpu_type, victims = self.yields[key]
+            return FleetOutcome(
+                False,
+                gpu_type,
+                f"{_POLICY} runs it now on {gpu_type} in place of {', '.join(victims)}: "
+                "their lease is given up (checkpoint, then stop); it starts once they have "
+                "stopped",
+                victims,
             )
         ahead = [k for k in self.starts if k != key]
         shown = ahead[:NAMED_HOLDERS]
@@ -181,19 +204,112 @@ def plan_band(
     states: list[JobState] = []
     keys: list[str] = []
     waiting: set[int] = set()
+    yieldable: set[int] = set()
     for f, gpus in entries:
         state = _job(len(states), f, now, types, gpus)
         if state is not None and gpus <= max(free.get(t, 0) for t in state.job.speed):
             if f.running_on is None:
                 waiting.add(len(states))
+            elif yields_lease(f.spec):
+                yieldable.add(len(states))
             states.append(state)
             keys.append(f.key)
     if not states:
         return BandPlan((), {})
     pools = {t: free[t] for t in types}  # types with GPUs to give
-    alloc = ChronotopePolicy(round_s=ROUND_S, errors=errors).allocate(0.0, states, pools)
+    alloc = ChronotopePolicy(round_s=LEASE_S, errors=errors).allocate(0.0, states, pools)
     starts = _starts_now(alloc, states, waiting, idle)
-    return BandPlan(tuple(keys), {keys[i]: t for i, t in sorted(starts.items())})
+    yields = lease_yields(alloc, states, waiting - starts.keys(), yieldable, idle)
+    return BandPlan(
+        tuple(keys),
+        {keys[i]: t for i, t in sorted(starts.items())},
+        {keys[i]: (t, tuple(keys[v] for v in vs)) for i, (t, vs) in sorted(yields.items())},
+        _stops(alloc, states, keys, yieldable, yields),
+    )
+
+
+def _stops(
+    alloc: Mapping[int, str],
+    states: Sequence[JobState],
+    keys: Sequence[str],
+    yieldable: Collection[int],
+    yields: Mapping[int, tuple[str, tuple[int, ...]]],
+) -> dict[str, str]:
+    """Running job -> why, for each job of `yieldable` whose type `alloc` does not keep."""
+    to = {v: keys[i] for i, (_, vs) in yields.items() for v in vs}
+    stops: dict[str, str] = {}
+    for v in sorted(yieldable):
+        held, there = states[v].gpu_type, alloc.get(v)
+        if there == held:
+            continue
+        if there is not None:
+            why = f"moves it from {held} to {there}, where it finishes sooner"
+        elif v in to:
+            why = f"gives its {held} GPUs to {to[v]}"
+        else:
+            why = f"gives its {held} GPUs to shorter or more urgent work"
+        stops[keys[v]] = f"{_POLICY} {why} (its lease is given up: checkpoint, stop, re-plan)"
+    return stops
+
+
+def yields_lease(spec: TrainingJobSpec) -> bool:
+    """Whether the policy may stop this running job for its lease.
+
+    Only a preemptible job that checkpoints (it resumes where it stopped) and is
+    not elastic (an elastic job's size and type are re-planned by SAILOR's rule,
+    `workloads.replan`).
+    """
+    return (
+        spec.preemptible
+        and spec.checkpoint is not None
+        and spec.min_replicas is None
+        and spec.max_replicas is None
+    )
+
+
+def lease_yields(
+    alloc: Mapping[int, str],
+    states: Sequence[JobState],
+    waiting: Collection[int],
+    yieldable: Collection[int],
+    idle: Mapping[str, int],
+) -> dict[int, tuple[str, tuple[int, ...]]]:
+    """Waiting jobs `alloc` runs now on GPUs of running jobs whose lease it gives up.
+
+    `alloc` is the policy's allocation (job index -> type), `waiting` the jobs that
+    did not start on the `idle` GPUs (what is left of them), `yieldable` the running
+    jobs that may be stopped. A running job whose type `alloc` does not keep gives up
+    its lease; in plan order, each waiting job `alloc` places on a type takes the
+    idle GPUs left there and as many of those leases as it needs (the policy's
+    least preferred first, as each is needed at most once); a job they do not cover
+    takes nothing. Job index -> (type, the running jobs it takes over).
+    """
+    left = dict(idle)
+    rank = {i: r for r, i in enumerate(alloc)}
+    giving: dict[str, list[int]] = {}
+    for v in sorted(yieldable, key=lambda v: -rank.get(v, len(rank))):
+        gpu_type = states[v].gpu_type
+        if gpu_type is not None and alloc.get(v) != gpu_type:
+            giving.setdefault(gpu_type, []).append(v)
+    out: dict[int, tuple[str, tuple[int, ...]]] = {}
+    for i, gpu_type in alloc.items():
+        pool = giving.get(gpu_type, [])
+        if i not in waiting or not pool:
+            continue
+        need = states[i].job.num_gpus - left.get(gpu_type, 0)
+        chosen: list[int] = []
+        for v in pool:
+            if need <= 0:
+                break
+            chosen.append(v)
+            need -= states[v].job.num_gpus
+        if need > 0:
+            continue
+        for v in chosen:
+            pool.remove(v)
+        left[gpu_type] = -need  # what the leases free beyond its gang stays idle
+        out[i] = (gpu_type, tuple(chosen))
+    return out
 
 
 def _starts_now(

@@ -119,7 +119,19 @@ class Decider:
         and each job ahead in a queue, reads the same plan.
         """
         capacity, jobs = cycle.band_on or (cycle.capacity, cycle.jobs)
-        key = (priority, id(capacity), id(jobs), cycle.now)
+        return self.band_on(capacity, jobs, cycle.now, priority, me=cycle.key)
+
+    def band_on(
+        self,
+        capacity: Capacity,
+        jobs: Sequence[Mapping[str, Any]],
+        now: datetime,
+        priority: int,
+        *,
+        me: str = "",
+    ) -> tuple[BandPlan, frozenset[str]]:
+        """`band` on `capacity` and `jobs`, `me` being the job decided (counted as waiting)."""
+        key = (priority, id(capacity), id(jobs), now)
         hit = self._bands.get(key)
         if hit is not None and hit[0] is capacity and hit[1] is jobs:
             return hit[2], hit[3]
@@ -134,11 +146,11 @@ class Decider:
                 continue
             if spec.gpu.shared is not None or spec.priority != priority:
                 continue
-            if phase in CONTENDING and job_key(job) != cycle.key and self.has_gang(job):
+            if phase in CONTENDING and job_key(job) != me and self.has_gang(job):
                 continue  # started a moment ago: its GPUs already count as taken
-            f = _fleet_job(job, spec, cycle.now)
+            f = _fleet_job(job, spec, now)
             band.append((f, f.running_gpus or gang_gpus(spec)))
-        plan = plan_band(band, capacity, cycle.now, estimate_ratios(jobs))
+        plan = plan_band(band, capacity, now, estimate_ratios(jobs))
         members = frozenset(f.key for f, _ in band if f.running_on is None)
         self._bands[key] = (capacity, jobs, plan, members)
         return plan, members

@@ -42,6 +42,7 @@ from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import Capacity, cluster_capacity, take
+from chronotope.workloads.fleet import yields_lease
 from chronotope.workloads.gates import (
     START_GATES,
     Cycle,
@@ -125,6 +126,9 @@ class SchedulingPass:
 
     now: datetime
     verdicts: Mapping[str, JobVerdict] = field(default_factory=dict)
+    stops: Mapping[str, str] = field(default_factory=dict)
+    """Running jobs whose lease the cluster policy gives up, and why (`fleet.BandPlan.stops`):
+    each one's reconcile stops it from its checkpoint, to be decided again."""
 
 
 def _waiting(job: Mapping[str, Any]) -> bool:
@@ -208,6 +212,7 @@ def schedule(
         capacity = cluster_capacity(nodes, pods)
     one_round = partial(_round, nodes=nodes, pods=pods, decider=decider, now=now, gates=gates)
     run, verdicts = one_round(jobs, view, capacity, include=include, joint_left=JOINT_PER_PASS)
+    stops = _lease_stops(run)
     calm = view.without_preemption() if run.crowded else view
     for _ in range(ROUNDS - 1):
         if not run.crowded:
@@ -233,7 +238,28 @@ def schedule(
             jobs, calm, run.left, include=include, joint_left=run.joint_left, only=only
         )
         verdicts.update({k: v for k, v in more.items() if v.decision.action is Action.START})
-    return SchedulingPass(now, verdicts)
+    return SchedulingPass(now, verdicts, stops)
+
+
+def _lease_stops(run: _Pass) -> dict[str, str]:
+    """The running jobs whose lease the policy of their priority band gives up, and why.
+
+    The bands are planned on the capacity and jobs the round's start gates read
+    (`Cycle.band_on`), so a band's plan is made once for both.
+    """
+    capacity, others = run.band_on
+    priorities = set()
+    for job in others:
+        if (job.get("status") or {}).get("phase") not in HOLDING:
+            continue
+        spec = job_spec_or_none(job)
+        if spec is not None and spec.gpu.shared is None and yields_lease(spec):
+            priorities.add(spec.priority)
+    stops: dict[str, str] = {}
+    for priority in sorted(priorities):
+        plan, _ = run.decider.band_on(capacity, others, run.now, priority)
+        stops.update(plan.stops)
+    return stops
 
 
 def _held_by_reservations(

@@ -70,7 +70,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["ChronotopePolicy", "Job", "JobState", "TrainingPolicy"]
+__all__ = ["LEASE_S", "ChronotopePolicy", "Job", "JobState", "TrainingPolicy"]
+
+LEASE_S = 360.0
+"""The lease round: the simulator's default `round_s` and the operator's (`workloads.fleet`)."""
 
 MIN_ERRORS = 5
 """Finished estimated jobs needed before their estimate errors are trusted as a spread."""

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chronotope.controllers.trainingjob import STUCK_AFTER_S, ClusterOps, merged_status, reconcile
+from chronotope.controllers.trainingjob import (
+    STUCK_AFTER_S,
+    ClusterOps,
+    PassCache,
+    merged_status,
+    reconcile,
+)
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import (
     GENERATION_ANNOTATION,
@@ -350,3 +356,51 @@ def test_a_whole_gang_still_starting_is_not_re_planned() -> None:
     out = reconcile(me, ops, NOW + timedelta(seconds=10 * STUCK_AFTER_S))
     assert out.status["phase"] == "Starting"
     assert ops.stopped == []
+
+
+def test_a_running_job_gives_its_lease_to_much_shorter_work_and_it_starts() -> None:
+    # the simulator's lease: a 10 h job holding the only node's 8 GPUs is checkpointed
+    # and stopped when a 1 h job arrives; the short job starts on its GPUs
+    long, short = job("long"), job("short")
+    long["spec"]["estimate"]["durationSeconds"] = 36000
+    ops = FakeOps([node("h-0")], [long])
+    long["status"] = reconcile(long, ops, NOW).status
+    _pods_are(ops, "h-0", "Running")
+    long["status"] |= merged_status(long["status"], reconcile(long, ops, NOW).status)
+    assert long["status"]["phase"] == "Running"
+    ops._jobs.append(short)
+    later = NOW + timedelta(minutes=5)
+    passes = PassCache()
+    with ops.decide_lock:
+        passes.ensure(ops, later)
+    out = reconcile(long, ops, later, passes)
+    assert out.status["phase"] == "Resizing"
+    assert out.events[0][1] == "LeaseGivenUp"
+    assert "gives its H100 GPUs to ns/short" in out.events[0][2]
+    assert out.preempted == ("Lease", "")
+    assert ops.stopped == ["long-g0-0"]
+    long["status"] |= merged_status(long["status"], out.status)
+    long["metadata"]["annotations"].update(out.annotations)
+    with ops.decide_lock:
+        passes.invalidate()
+        passes.refresh(ops, later)
+    assert reconcile(short, ops, later, passes).status["phase"] == "Starting"
+    waits = reconcile(long, ops, later, passes).status
+    assert waits["phase"] == "Waiting"
+
+
+def test_a_gang_started_after_the_pass_is_not_stopped_by_it() -> None:
+    # the pass gave up the lease of the gang it saw; a gang started since keeps running
+    long, short = job("long"), job("short")
+    long["spec"]["estimate"]["durationSeconds"] = 36000
+    ops = FakeOps([node("h-0")], [long])
+    long["status"] = reconcile(long, ops, NOW).status | {"phase": "Running"}
+    ops._jobs.append(short)
+    passes = PassCache()
+    later = NOW + timedelta(minutes=5)
+    with ops.decide_lock:
+        passes.ensure(ops, later)
+    plan = long["status"]["plan"]
+    assert passes.stop_of("ns/long", plan) is not None
+    restarted = plan | {"startTime": (later + timedelta(seconds=1)).isoformat()}
+    assert passes.stop_of("ns/long", restarted) is None

@@ -576,7 +576,8 @@ def test_a_passs_starts_are_queued_ahead_of_its_waits(monkeypatch: pytest.Monkey
             "ns/s1": verdict(Action.START),
             "ns/w2": verdict(Action.WAIT),
             "ns/s2": verdict(Action.START),
-        }
+        },
+        stops={},
     )
     monkeypatch.setattr(loop.passes, "refresh", lambda *_: made)
     loop.schedule()

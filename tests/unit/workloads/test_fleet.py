@@ -8,7 +8,7 @@ from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import NodeCapacity
-from chronotope.workloads.fleet import FleetJob, estimate_ratios, fleet_gate
+from chronotope.workloads.fleet import FleetJob, estimate_ratios, fleet_gate, plan_band
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 EIGHT_H100 = [NodeCapacity("h0", "H100", 8, 8, True)]
@@ -141,3 +141,57 @@ def test_estimate_ratios_are_read_from_succeeded_jobs_only() -> None:
         {},
     ]
     assert estimate_ratios(jobs) == [1.5]
+
+
+CKPT: dict[str, Any] = {"checkpoint": {"path": "/ckpt/x"}}
+
+
+def running(key: str, hours: float, gpu_type: str = "H100", **over: Any) -> FleetJob:
+    """A job running on `gpu_type` with 8 GPUs, nothing of its `hours` done yet."""
+    return replace(job(key, hours, **over), running_on=gpu_type, running_gpus=8)
+
+
+def test_a_long_running_job_gives_its_lease_to_much_shorter_work() -> None:
+    # 10 h of work holds the only 8 H100s; a 1 h job arrives. The policy's lease:
+    # giving it up costs a round (360 s) and a restart, and the short job gains 10 h
+    held = [NodeCapacity("h0", "H100", 8, 0, True)]
+    long = running("ns/long", 10, gpuTypes=[{"name": "H100", "relativeSpeed": 1.0}], **CKPT)
+    plan = plan_band([(long, 8), (job("ns/short", 1), 8)], held, NOW)
+    assert plan.stops.keys() == {"ns/long"}
+    assert "gives its H100 GPUs to ns/short" in plan.stops["ns/long"]
+    assert plan.yields == {"ns/short": ("H100", ("ns/long",))}
+    out = plan.outcome("ns/short")
+    assert not out.starts  # the GPUs are free only once the long job has stopped
+    assert out.yields == ("ns/long",)
+    assert "in place of ns/long" in out.reason
+
+
+def test_only_preemptible_checkpointing_fixed_size_jobs_give_their_lease_up() -> None:
+    held = [NodeCapacity("h0", "H100", 8, 0, True)]
+    overs: list[dict[str, Any]] = [
+        {},  # no checkpoint: it would lose its work
+        {**CKPT, "preemptible": False},
+        {**CKPT, "minReplicas": 1, "maxReplicas": 2},  # elastic: SAILOR's rule re-plans it
+    ]
+    for over in overs:
+        long = running("ns/long", 10, **over)
+        plan = plan_band([(long, 8), (job("ns/short", 1), 8)], held, NOW)
+        assert plan.stops == {}, over
+        assert not plan.outcome("ns/short").starts
+
+
+def test_a_job_on_a_slow_type_moves_when_a_much_faster_one_frees_up() -> None:
+    types = [{"name": "H100", "relativeSpeed": 1.0}, {"name": "V100", "relativeSpeed": 0.25}]
+    slow = running("ns/slow", 10, "V100", gpuTypes=types, **CKPT)
+    cluster = [NodeCapacity("v0", "V100", 8, 0, True), NodeCapacity("h0", "H100", 8, 8, True)]
+    plan = plan_band([(slow, 8)], cluster, NOW)
+    assert "moves it from V100 to H100" in plan.stops["ns/slow"]
+
+
+def test_a_move_that_gains_less_than_a_lease_round_is_not_made() -> None:
+    # 1 h of work at 0.95 on V100 against 1.0 on a free H100: 3 min sooner, below the
+    # round (360 s) plus restart (30 s) that giving the lease up costs
+    types = [{"name": "H100", "relativeSpeed": 1.0}, {"name": "V100", "relativeSpeed": 0.95}]
+    near = running("ns/near", 1, "V100", gpuTypes=types, **CKPT)
+    cluster = [NodeCapacity("v0", "V100", 8, 0, True), NodeCapacity("h0", "H100", 8, 8, True)]
+    assert plan_band([(near, 8)], cluster, NOW).stops == {}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chronotope.workloads.training_policy import Job, JobState, TrainingPolicy
+from chronotope.workloads.training_policy import LEASE_S, Job, JobState, TrainingPolicy
 
 __all__ = ["EngineSettings", "SimResult", "simulate"]
 
@@ -29,7 +29,7 @@ class EngineSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    round_s: float = Field(default=360.0, gt=0, description="lease length of preemptive policies")
+    round_s: float = Field(default=LEASE_S, gt=0, description="lease length of preemptive policies")
     restart_overhead_s: float = Field(default=30.0, ge=0)
 
 
