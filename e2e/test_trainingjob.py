@@ -526,6 +526,48 @@ def test_deadline_job_preempts_a_best_effort_one(
     assert victim["restarts"] >= 1
 
 
+def test_a_long_job_gives_its_lease_to_much_shorter_work(
+    kube_cluster: KubeCluster,
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],
+    namespace: str,
+) -> None:
+    # the cluster policy's lease, as `chronotope simulate training` runs it: a 10 h job
+    # holding every V100 is checkpointed and stopped when a 10 min job arrives
+    api, custom, core = jobs_api
+    v100 = [("V100-SXM2-32GB", 1.0)]
+    long = job("long", 4, 4, v100, checkpoint={"path": "/ckpt/long"})
+    long["spec"]["estimate"]["durationSeconds"] = 36000
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, long)
+    wait_for(lambda: _phase(api, namespace, "long") == "Running", 60, "the long job running")
+    short = job("short", 4, 4, v100)
+    short["spec"]["estimate"]["durationSeconds"] = 600
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, short)
+    _wait_job(
+        api,
+        namespace,
+        "short",
+        lambda: _phase(api, namespace, "short") == "Running",
+        timeout=120,
+        what="the short job running on the long job's V100s",
+    )
+
+    def events(name: str) -> dict[str, str]:
+        items = core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        return {e.reason: e.message for e in items}
+
+    given = events("long")
+    assert "LeaseGivenUp" in given
+    assert f"gives its V100-SXM2-32GB GPUs to {namespace}/short" in given["LeaseGivenUp"]
+    status = _get(api, namespace, "long")["status"]
+    assert status["phase"] in ("Waiting", "Resizing")
+    assert status["restarts"] >= 1
+    assert 'chronotope_trainingjob_preemptions_total{cause="Lease",queue=""}' in (
+        operator_metrics(kube_cluster)
+    )
+
+
 def test_operator_restarted_mid_resize_converges(
     kube_cluster: KubeCluster,
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],

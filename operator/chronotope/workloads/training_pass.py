@@ -26,6 +26,10 @@ capacity that shrinks as it goes:
    quota nobody holds). A second round's starts replace those jobs' first
    verdicts; the rest keep theirs.
 
+The pass also lists the running jobs whose lease the policy of their priority
+band gives up (`SchedulingPass.stops`, `fleet.BandPlan.stops`): each one's
+reconcile stops it from its checkpoint, as the simulator's lease round does.
+
 The result is one `JobVerdict` per job; the controller enacts a job's verdict
 in that job's reconcile (start its gang, or write why it waits, preempt or
 reclaim), and computes a new pass only when something the pass did not itself
