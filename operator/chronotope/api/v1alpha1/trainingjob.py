@@ -467,7 +467,11 @@ class TrainingJobSpec(ApiModel):
     queue: DnsLabel = Field(default="default", description="Queue this job is admitted through.")
     preemptible: bool = Field(
         default=True,
-        description="Whether higher-priority work may stop this job (it resumes from checkpoint).",
+        description=(
+            "Whether higher-priority work, or the cluster policy's lease (a job with a "
+            "checkpoint and a fixed size yields to much shorter work, or moves to a faster "
+            "GPU type), may stop this job; it resumes from its checkpoint."
+        ),
     )
     checkpoint: Checkpoint | None = Field(
         default=None, description="Checkpoint location and interval; required for elastic jobs."
