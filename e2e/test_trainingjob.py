@@ -64,6 +64,12 @@ def _bound_counts(core: client.CoreV1Api, ns: str) -> dict[str, tuple[int, int]]
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+def _events(core: client.CoreV1Api, ns: str, name: str) -> dict[str, str]:
+    """The job's events: reason -> a message of that reason."""
+    items = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return {e.reason: e.message for e in items}
+
+
 def _phase(api: Any, ns: str, name: str) -> str:
     return str((_get(api, ns, name).get("status") or {}).get("phase", ""))
 
@@ -513,14 +519,12 @@ def test_deadline_job_preempts_a_best_effort_one(
         "the deadline job running",
     )
 
-    def reasons(name: str) -> set[str]:
-        events = core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name}"
-        ).items
-        return {e.reason for e in events}
-
-    assert "Preempting" in reasons("urgent")
-    wait_for(lambda: "Preempted" in reasons("besteffort"), 60, "Preempted event on the victim")
+    assert "Preempting" in _events(core, namespace, "urgent")
+    wait_for(
+        lambda: "Preempted" in _events(core, namespace, "besteffort"),
+        60,
+        "Preempted event on the victim",
+    )
     victim = _get(api, namespace, "besteffort")["status"]
     assert victim["phase"] in ("Waiting", "Resizing", "Running")  # re-queued (maybe smaller)
     assert victim["restarts"] >= 1
@@ -551,13 +555,7 @@ def test_a_long_job_gives_its_lease_to_much_shorter_work(
         what="the short job running on the long job's V100s",
     )
 
-    def events(name: str) -> dict[str, str]:
-        items = core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name}"
-        ).items
-        return {e.reason: e.message for e in items}
-
-    given = events("long")
+    given = _events(core, namespace, "long")
     assert "LeaseGivenUp" in given
     assert f"gives its V100-SXM2-32GB GPUs to {namespace}/short" in given["LeaseGivenUp"]
     status = _get(api, namespace, "long")["status"]
