@@ -80,9 +80,6 @@ class FleetOutcome:
     starts: bool
     gpu_type: str | None
     reason: str
-    yields: tuple[str, ...] = ()
-    """A job that does not start yet: the running jobs whose lease the policy gives up
-    so that it starts on `gpu_type` once they have stopped (their GPUs)."""
 
 
 def _deadline(spec: TrainingJobSpec) -> datetime | None:
@@ -157,7 +154,6 @@ class BandPlan:
                 f"{_POLICY} runs it now on {gpu_type} in place of {', '.join(victims)}: "
                 "their lease is given up (checkpoint, then stop); it starts once they have "
                 "stopped",
-                victims,
             )
         ahead = [k for k in self.starts if k != key]
         shown = ahead[:NAMED_HOLDERS]
