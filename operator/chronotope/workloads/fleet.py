@@ -118,12 +118,13 @@ class BandPlan:
     """The policy's answer for a whole priority band at once: who starts now, on which type.
 
     `starts` maps each job given GPUs now (`namespace/name`) to its type. It is what the
-    policy allocates, cut to the GPUs really free: the policy may give a waiting job the
-    GPUs of a running one it would preempt, but the operator never stops a running job of
-    the band, so such a start is dropped and the GPUs left idle by it are backfilled to
-    the band's other waiting jobs (the policy's own backfill rule: fastest relative to
-    the job's best type first, then policy order). No GPU that a waiting job of the band
-    accepts stays idle.
+    policy allocates, cut to the GPUs really free: a waiting job the policy gives the
+    GPUs of running jobs that yield their lease (`yields`) waits for them to stop; one
+    given GPUs of running jobs that keep them (no checkpoint, not preemptible, elastic)
+    does not start, and the GPUs left idle by it are backfilled to the band's other
+    waiting jobs (the policy's own backfill rule: fastest relative to the job's best
+    type first, then policy order). No GPU that a waiting job of the band accepts
+    stays idle, except those kept for a job that waits for leases there.
     """
 
     keys: tuple[str, ...]
@@ -215,7 +216,9 @@ def plan_band(
     pools = {t: free[t] for t in types}  # types with GPUs to give
     alloc = ChronotopePolicy(round_s=LEASE_S, errors=errors).allocate(0.0, states, pools)
     starts = _starts_now(alloc, states, waiting, idle)
+    # a job the policy gives leases to waits for them, rather than backfill a slower type
     yields = lease_yields(alloc, states, waiting - starts.keys(), yieldable, idle)
+    starts |= _backfill(alloc, states, waiting - starts.keys() - yields.keys(), idle)
     return BandPlan(
         tuple(keys),
         {keys[i]: t for i, t in sorted(starts.items())},
@@ -268,7 +271,7 @@ def lease_yields(
     states: Sequence[JobState],
     waiting: Collection[int],
     yieldable: Collection[int],
-    idle: Mapping[str, int],
+    idle: dict[str, int],
 ) -> dict[int, tuple[str, tuple[int, ...]]]:
     """Waiting jobs `alloc` runs now on GPUs of running jobs whose lease it gives up.
 
@@ -278,21 +281,25 @@ def lease_yields(
     its lease; in plan order, each waiting job `alloc` places on a type takes the
     idle GPUs left there and as many of those leases as it needs (the policy's
     least preferred first, as each is needed at most once); a job they do not cover
-    takes nothing. Job index -> (type, the running jobs it takes over).
+    takes nothing. Job index -> (type, the running jobs it takes over); the idle
+    GPUs those jobs take leave `idle`.
     """
-    left = dict(idle)
     rank = {i: r for r, i in enumerate(alloc)}
     giving: dict[str, list[int]] = {}
     for v in sorted(yieldable, key=lambda v: -rank.get(v, len(rank))):
         gpu_type = states[v].gpu_type
         if gpu_type is not None and alloc.get(v) != gpu_type:
             giving.setdefault(gpu_type, []).append(v)
+    spare: dict[str, int] = {}  # what the chosen leases free beyond their takers' gangs
     out: dict[int, tuple[str, tuple[int, ...]]] = {}
     for i, gpu_type in alloc.items():
         pool = giving.get(gpu_type, [])
         if i not in waiting or not pool:
             continue
-        need = states[i].job.num_gpus - left.get(gpu_type, 0)
+        gang = states[i].job.num_gpus
+        from_spare = min(spare.get(gpu_type, 0), gang)
+        from_idle = min(idle.get(gpu_type, 0), gang - from_spare)
+        need = gang - from_spare - from_idle
         chosen: list[int] = []
         for v in pool:
             if need <= 0:
@@ -303,7 +310,8 @@ def lease_yields(
             continue
         for v in chosen:
             pool.remove(v)
-        left[gpu_type] = -need  # what the leases free beyond its gang stays idle
+        idle[gpu_type] = idle.get(gpu_type, 0) - from_idle
+        spare[gpu_type] = spare.get(gpu_type, 0) - from_spare - need
         out[i] = (gpu_type, tuple(chosen))
     return out
 
@@ -311,17 +319,28 @@ def lease_yields(
 def _starts_now(
     alloc: Mapping[int, str], states: Sequence[JobState], waiting: set[int], idle: dict[str, int]
 ) -> dict[int, str]:
-    """The waiting jobs of `alloc` that fit the `idle` GPUs, then a backfill of what is left."""
+    """The waiting jobs of `alloc` that fit the `idle` GPUs of their type, in plan order."""
     starts: dict[int, str] = {}
-    for i, t in alloc.items():  # plan order, then the policy's backfill
+    for i, t in alloc.items():
         if i in waiting and idle.get(t, 0) >= states[i].job.num_gpus:
             starts[i] = t
             idle[t] -= states[i].job.num_gpus
-    # the policy's backfill again, on the GPUs its plan gave to running jobs' leases
+    return starts
+
+
+def _backfill(
+    alloc: Mapping[int, str],
+    states: Sequence[JobState],
+    waiting: Collection[int],
+    idle: dict[str, int],
+) -> dict[int, str]:
+    """The policy's backfill again, on the GPUs its plan gave to running jobs that keep them.
+
+    The `waiting` jobs, fastest relative to their best type first, then in plan order.
+    """
+    starts: dict[int, str] = {}
     rank = {i: r for r, i in enumerate(alloc)}
-    left = sorted(
-        (i for i in waiting if i not in starts), key=lambda i: (rank.get(i, len(rank)), i)
-    )
+    left = sorted(waiting, key=lambda i: (rank.get(i, len(rank)), i))
     cands = sorted(
         (-states[i].job.speed[t] / max(states[i].job.speed.values()), r, i, t)
         for r, i in enumerate(left)

@@ -60,6 +60,7 @@ __all__ = [
     "CONTENDING",
     "MAX_CONTENDERS",
     "START_GATES",
+    "BandView",
     "Cycle",
     "Decider",
     "FleetGate",
@@ -105,10 +106,7 @@ class Decider:
         self._profile = profile
         self._pods = pods
         self._memo: dict[tuple[Any, ...], tuple[Capacity, Decision]] = {}
-        self._bands: dict[
-            tuple[Any, ...],
-            tuple[Capacity, Sequence[Mapping[str, Any]], BandPlan, frozenset[str]],
-        ] = {}
+        self._bands: dict[tuple[Any, ...], tuple[BandView, BandPlan, frozenset[str]]] = {}
         self._gangs: set[tuple[str, str, str]] | None = None
 
     def band(self, cycle: Cycle, priority: int) -> tuple[BandPlan, frozenset[str]]:
@@ -118,25 +116,19 @@ class Decider:
         workers yet) or holds GPUs, the job being decided included: each reconcile,
         and each job ahead in a queue, reads the same plan.
         """
-        capacity, jobs = cycle.band_on or (cycle.capacity, cycle.jobs)
-        return self.band_on(capacity, jobs, cycle.now, priority, me=cycle.key)
+        view = cycle.band_on or BandView(cycle.capacity, cycle.jobs)
+        return self.band_on(view, cycle.now, priority, me=cycle.key)
 
     def band_on(
-        self,
-        capacity: Capacity,
-        jobs: Sequence[Mapping[str, Any]],
-        now: datetime,
-        priority: int,
-        *,
-        me: str = "",
+        self, view: BandView, now: datetime, priority: int, *, me: str = ""
     ) -> tuple[BandPlan, frozenset[str]]:
-        """`band` on `capacity` and `jobs`, `me` being the job decided (counted as waiting)."""
-        key = (priority, id(capacity), id(jobs), now)
+        """`band` on `view`, `me` being the job decided (counted as waiting)."""
+        key = (priority, id(view), now)
         hit = self._bands.get(key)
-        if hit is not None and hit[0] is capacity and hit[1] is jobs:
-            return hit[2], hit[3]
+        if hit is not None and hit[0] is view:  # held by the memo: its id is not reused
+            return hit[1], hit[2]
         band: list[tuple[FleetJob, int]] = []
-        for job in jobs:
+        for job in view.jobs:
             meta = job.get("metadata") or {}
             phase = (job.get("status") or {}).get("phase")
             if meta.get("deletionTimestamp") or phase not in (*CONTENDING, "Running", "Starting"):
@@ -148,11 +140,17 @@ class Decider:
                 continue
             if phase in CONTENDING and job_key(job) != me and self.has_gang(job):
                 continue  # started a moment ago: its GPUs already count as taken
+            allowed = view.types.get(job_key(job))
+            if allowed is not None:
+                options = [t for t in spec.gpu_types if t.name in allowed]
+                if not options:
+                    continue
+                spec = spec.model_copy(update={"gpu_types": options})
             f = _fleet_job(job, spec, now)
             band.append((f, f.running_gpus or gang_gpus(spec)))
-        plan = plan_band(band, capacity, now, estimate_ratios(jobs))
+        plan = plan_band(band, view.capacity, now, estimate_ratios(view.jobs))
         members = frozenset(f.key for f, _ in band if f.running_on is None)
-        self._bands[key] = (capacity, jobs, plan, members)
+        self._bands[key] = (view, plan, members)
         return plan, members
 
     def planner(self, namespace: str, spec: TrainingJobSpec) -> ProfilePlanner | str | None:
@@ -221,6 +219,18 @@ def live_gangs(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
     return out
 
 
+@dataclass(frozen=True, eq=False)
+class BandView:
+    """What a priority band's plan reads: the capacity, the jobs, and the types quota allows."""
+
+    capacity: Capacity
+    jobs: Sequence[Mapping[str, Any]]
+    types: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Job key -> the GPU types the band may give it, where its queue's quota narrows them
+    (a waiting job: the type quota admits it on; a running job: its own, and those its
+    queue has room for once it gives its own up); a job not named: every type it accepts."""
+
+
 @dataclass(frozen=True)
 class Cycle:
     """What one start decision reads: the job, the cluster and the other jobs."""
@@ -235,8 +245,8 @@ class Cycle:
     """Share of the job's work still to do (1.0 for a fresh job)."""
     nodes: Sequence[Mapping[str, Any]] = field(default=())
     pods: Sequence[Mapping[str, Any]] = field(default=())
-    band_on: tuple[Capacity, Sequence[Mapping[str, Any]]] | None = None
-    """The capacity and jobs the fleet policy's band plan reads, when not this cycle's
+    band_on: BandView | None = None
+    """What the fleet policy's band plan reads, when not this cycle's capacity and jobs
     (a scheduling pass plans each band once, on the capacity it started from)."""
 
     @property

@@ -74,6 +74,7 @@ __all__ = [
     "admit",
     "demands_of",
     "fits_now",
+    "fits_without_preempting",
     "forecast_starts",
     "queue_statuses",
     "reclaim_victims",
@@ -547,6 +548,16 @@ def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Dem
             return f"{fit.blocked}; it asks for {asks}"
         _apply(book, key, queue, demand, 0.0)
     return None
+
+
+def fits_without_preempting(book: QuotaBook, queue: QueueQuota, demand: Demand) -> bool:
+    """Whether `demand` fits `queue` now, within nominal quota or by borrowing (the book unchanged).
+
+    Nothing would have to be reclaimed or preempted for it, and the queue is not stopped.
+    """
+    if queue.stop is not StopPolicy.NONE:
+        return False
+    return _fit(book, queue, demand).verdict in (Verdict.ADMIT, Verdict.BORROW)
 
 
 def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple[str, ...] | None:

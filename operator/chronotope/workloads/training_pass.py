@@ -7,7 +7,7 @@ ahead of it re-decided from scratch: N waiting jobs cost N^2 decisions a round
 capacity that shrinks as it goes:
 
 1. the cluster's capacity and every waiting job's start decision on it;
-2. the quota step (`training_quota.quota_admissions`, one Kueue admission
+2. the quota step (`training_quota.admission_cycle`, one Kueue admission
    cycle): who waits for quota, who reclaims, and the GPU type quota admits;
 3. in policy order, each job still in the running is decided on what the
    jobs before it left, then passes the start gates (`gates.START_GATES`);
@@ -38,7 +38,7 @@ predict changes.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -49,6 +49,7 @@ from chronotope.workloads.capacity import Capacity, cluster_capacity, take
 from chronotope.workloads.fleet import yields_lease
 from chronotope.workloads.gates import (
     START_GATES,
+    BandView,
     Cycle,
     Decider,
     Gate,
@@ -66,7 +67,7 @@ from chronotope.workloads.training_quota import (
     ENDED,
     HOLDING,
     QuotaView,
-    quota_admissions,
+    admission_cycle,
     quota_wait,
     serving_workloads,
 )
@@ -251,19 +252,23 @@ def _lease_stops(run: _Pass) -> dict[str, str]:
     The bands are planned on the capacity and jobs the round's start gates read
     (`Cycle.band_on`), so a band's plan is made once for both.
     """
-    capacity, others = run.band_on
-    priorities = set()
-    for job in others:
+    stops: dict[str, str] = {}
+    for priority in sorted(set(_may_yield(run.band_on.jobs).values())):
+        plan, _ = run.decider.band_on(run.band_on, run.now, priority)
+        stops.update(plan.stops)
+    return stops
+
+
+def _may_yield(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The started whole-GPU jobs whose lease the fleet policy may give up, with their priority."""
+    out = {}
+    for job in jobs:
         if (job.get("status") or {}).get("phase") not in HOLDING:
             continue
         spec = job_spec_or_none(job)
         if spec is not None and spec.gpu.shared is None and yields_lease(spec):
-            priorities.add(spec.priority)
-    stops: dict[str, str] = {}
-    for priority in sorted(priorities):
-        plan, _ = run.decider.band_on(capacity, others, run.now, priority)
-        stops.update(plan.stops)
-    return stops
+            out[job_key(job)] = spec.priority
+    return out
 
 
 def _held_by_reservations(
@@ -331,6 +336,7 @@ def _round(
         for job, spec in order
     }
     admissions: dict[str, Admission] = {}
+    band_types: dict[str, frozenset[str]] = {}
     if view.on:
         asking = {k: d for k, d in first.items() if d.action is not Action.IMPOSSIBLE}
         # what holds quota (started jobs; InferencePipeline and serving-group pods), and what
@@ -341,7 +347,16 @@ def _round(
             if (j.get("status") or {}).get("phase") in HOLDING or job_key(j) in asking
         ]
         serving = serving_workloads(view, pods)
-        admissions = quota_admissions(view, holding, asking, now, serving=serving)
+        quota = admission_cycle(
+            view, holding, asking, now, serving=serving, moving=_may_yield(holding)
+        )
+        admissions = quota.admissions
+        # the fleet policy's band gives a job only the types quota lets it run on: the
+        # type quota admits a waiting job on, the types a running one may move to
+        band_types = dict(quota.move_types)
+        for k, a in admissions.items():
+            if a.demand is not None and a.verdict in (Verdict.ADMIT, Verdict.BORROW):
+                band_types[k] = frozenset({a.demand.gpu_type})
     held = {
         k
         for k, a in admissions.items()
@@ -359,7 +374,7 @@ def _round(
         capacity=capacity,
         left=capacity,
         others=others,
-        band_on=(capacity, list(others)),
+        band_on=BandView(capacity, list(others), band_types),
         index={job_key(j): i for i, j in enumerate(others)},
         nodes=nodes,
         pods=pods,
@@ -385,7 +400,7 @@ class _Pass:
     capacity: Capacity
     left: Capacity
     others: list[Mapping[str, Any]]
-    band_on: tuple[Capacity, Sequence[Mapping[str, Any]]]
+    band_on: BandView
     index: dict[str, int]
     nodes: Sequence[Mapping[str, Any]]
     pods: Sequence[Mapping[str, Any]]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -64,6 +64,7 @@ from chronotope.workloads.quota import (
     admit,
     demands_of,
     fits_now,
+    fits_without_preempting,
     forecast_starts,
     queue_statuses,
 )
@@ -76,8 +77,10 @@ __all__ = [
     "FORECAST",
     "HOLDING",
     "SERVING_OWNERS",
+    "QuotaCycle",
     "QuotaView",
     "ServingRoom",
+    "admission_cycle",
     "drain_victims",
     "local_queue_report",
     "pending_order",
@@ -459,14 +462,47 @@ def quota_admissions(
     says which quota blocks, and for the jobs in `explain` (all if None) when the
     quota frees up. With no Queue at all, every job is admitted.
     """
+    return admission_cycle(view, jobs, decided, now, explain=explain, serving=serving).admissions
+
+
+@dataclass(frozen=True)
+class QuotaCycle:
+    """One admission cycle's verdicts, and where quota lets the running jobs asked about move."""
+
+    admissions: dict[str, Admission]
+    move_types: dict[str, frozenset[str]]
+    """Running job -> its GPU type and those its queue's quota admits it on once it gives
+    its own hold up (after this cycle's admissions, reclaiming nothing)."""
+
+
+def admission_cycle(
+    view: QuotaView,
+    jobs: Sequence[Mapping[str, Any]],
+    decided: Mapping[str, Decision],
+    now: datetime,
+    *,
+    explain: Iterable[str] | None = None,
+    serving: Sequence[AdmittedWorkload] = (),
+    moving: Collection[str] = (),
+) -> QuotaCycle:
+    """`quota_admissions`, and the types quota lets each running job of `moving` move to.
+
+    The fleet policy's lease may stop a running job to restart it on a faster type
+    (`workloads.fleet`): a move quota would not admit only restarts the job where it
+    was, so the policy is offered just the types quota admits.
+    """
     if not view.on:
         off = "no Queue exists: quotas are off"
-        return {
-            k: Admission(k, Verdict.ADMIT, message=off)
-            for k in (decided if explain is None else explain)
-        }
+        return QuotaCycle(
+            {
+                k: Admission(k, Verdict.ADMIT, message=off)
+                for k in (decided if explain is None else explain)
+            },
+            {},
+        )
     book, pending = _cycle(view, jobs, decided, serving)
     decisions = admit(book, pending, now.timestamp())
+    move_types = _move_types(book, jobs, moving) if moving else {}
     wanted = None if explain is None else set(explain)
     waiting = [
         p
@@ -514,7 +550,41 @@ def quota_admissions(
         when = datetime.fromtimestamp(found[0], UTC)
         text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
         decisions[asking.key] = replace(mine, message=text, quota_frees_at=found[0])
-    return decisions
+    return QuotaCycle(decisions, move_types)
+
+
+def _move_types(
+    book: QuotaBook, jobs: Iterable[Mapping[str, Any]], moving: Collection[str]
+) -> dict[str, frozenset[str]]:
+    """Running job of `moving` -> its type and those its queue admits it on without its hold.
+
+    A job of a missing (Local)Queue holds nothing and would not be admitted again:
+    it keeps its own type only.
+    """
+    out: dict[str, frozenset[str]] = {}
+    for job, spec in _live(jobs):
+        key = _key(job)
+        plan = (job.get("status") or {}).get("plan") or {}
+        if key not in moving or not plan.get("gpuType"):
+            continue
+        own = str(plan["gpuType"])
+        held = book.workloads.get(key)
+        if held is None:
+            out[key] = frozenset({own})
+            continue
+        queue = book.queues[held.queue]
+        workers = int(plan.get("workers") or spec.replicas)
+        book.remove(key)
+        try:
+            room = {
+                d.gpu_type
+                for d in demands_of(spec, workers)
+                if d.gpu_type != own and fits_without_preempting(book, queue, d)
+            }
+        finally:
+            book.add(held)
+        out[key] = frozenset({own, *room})
+    return out
 
 
 def _falls_with_time(spec: TrainingJobSpec) -> bool:

@@ -195,3 +195,19 @@ def test_a_move_that_gains_less_than_a_lease_round_is_not_made() -> None:
     near = running("ns/near", 1, "V100", gpuTypes=types, **CKPT)
     cluster = [NodeCapacity("v0", "V100", 8, 0, True), NodeCapacity("h0", "H100", 8, 8, True)]
     assert plan_band([(near, 8)], cluster, NOW).stops == {}
+
+
+def test_a_job_given_a_lease_waits_for_it_rather_than_backfill_a_slower_type() -> None:
+    # the policy gives the short job the long one's H100s; it waits for them to be
+    # freed rather than start on the idle L4s (which would stop the long job for nobody)
+    held = [NodeCapacity("h0", "H100", 8, 0, True), NodeCapacity("l0", "L4", 8, 8, True)]
+    long = running("ns/long", 10, gpuTypes=[{"name": "H100", "relativeSpeed": 1.0}], **CKPT)
+    short = job(
+        "ns/short",
+        1,
+        gpuTypes=[{"name": "H100", "relativeSpeed": 1.0}, {"name": "L4", "relativeSpeed": 0.5}],
+    )
+    plan = plan_band([(long, 8), (short, 8)], held, NOW)
+    assert plan.yields == {"ns/short": ("H100", ("ns/long",))}
+    assert plan.starts == {}
+    assert "gives its H100 GPUs to ns/short" in plan.stops["ns/long"]

@@ -189,3 +189,89 @@ def test_a_later_round_reclaims_and_preempts_nothing() -> None:
     assert calm.reclaim.grace_period_seconds == 90
     assert calm.quotas == view.queues["team-a"].quotas
     assert view.queues["team-a"].reclaim.policy.value == "PreemptBorrowed"  # a copy
+
+
+def _checkpointing(
+    name: str, namespace: str, hours: float, types: dict[str, float], **status: Any
+) -> dict[str, Any]:
+    """A preemptible, checkpointing 8-GPU job of `hours` on its fastest type."""
+    job = _job(name, "2030-01-01T10:00:00Z", **status)
+    job["metadata"]["namespace"] = namespace
+    job["spec"]["gpuTypes"] = [{"name": t, "relativeSpeed": s} for t, s in types.items()]
+    job["spec"]["estimate"] = {"referenceGpuType": "H100", "durationSeconds": int(hours * 3600)}
+    job["spec"]["checkpoint"] = {"path": "/ckpt/x"}
+    del job["spec"]["utility"]
+    return job
+
+
+def _running_on(job: dict[str, Any], gpu_type: str) -> dict[str, Any]:
+    job["status"] = {
+        "phase": "Running",
+        "plan": {
+            "gpuType": gpu_type,
+            "workers": 1,
+            "totalGpus": 8,
+            "startTime": "2030-01-01T11:00:00Z",
+        },
+    }
+    return job
+
+
+def _teams(**quotas: dict[str, int]) -> QuotaView:
+    """One Queue per team (`team-x` for namespace `x`), with its GPUs per type."""
+    return QuotaView.parse(
+        [
+            {
+                "metadata": {"name": f"team-{ns}"},
+                "spec": {"quotas": [{"gpuType": t, "gpus": n} for t, n in q.items()]},
+            }
+            for ns, q in quotas.items()
+        ],
+        [
+            {"metadata": {"name": "default", "namespace": ns}, "spec": {"queue": f"team-{ns}"}}
+            for ns in quotas
+        ],
+    )
+
+
+def test_a_job_is_not_moved_to_a_type_its_queues_quota_does_not_admit() -> None:
+    # the policy would move a 10 h job from V100 to a free H100 4x faster; its queue has
+    # no H100 quota, so it would only restart on V100 (and be moved again, every pass)
+    slow = _running_on(_checkpointing("slow", "a", 10, {"H100": 1.0, "V100": 0.25}), "V100")
+    capacity = [
+        NodeCapacity("v100-0", "V100", 8, 0, True),
+        NodeCapacity("h100-0", "H100", 8, 8, True),
+    ]
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+
+    def stops(view: QuotaView) -> dict[str, str]:
+        run = schedule([slow], [], [], view, decider=decider, now=NOW, capacity=capacity)
+        return dict(run.stops)
+
+    assert "moves it from V100 to H100" in stops(QuotaView.parse([], []))["a/slow"]
+    assert "moves it from V100 to H100" in stops(_teams(a={"V100": 8, "H100": 8}))["a/slow"]
+    assert stops(_teams(a={"V100": 8})) == {}
+
+
+def test_a_lease_is_not_given_to_a_job_on_a_type_its_queue_does_not_admit_it_on() -> None:
+    # team-b's 10 h job holds the H100s; team-a's 1 h job accepts H100 and L4, but
+    # team-a's quota is L4 only: it starts on the free L4s, and the 10 h job keeps its
+    # lease (stopping it would free H100s that team-a's quota cannot use)
+    long = _running_on(_checkpointing("long", "b", 10, {"H100": 1.0}), "H100")
+    short = _checkpointing("short", "a", 1, {"H100": 1.0, "L4": 0.5}, phase="Waiting")
+    capacity = [
+        NodeCapacity("h100-0", "H100", 8, 0, True),
+        NodeCapacity("l4-0", "L4", 8, 8, True),
+    ]
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+
+    def run(view: QuotaView) -> Any:
+        return schedule([long, short], [], [], view, decider=decider, now=NOW, capacity=capacity)
+
+    free = run(QuotaView.parse([], []))
+    assert "gives its H100 GPUs to a/short" in free.stops["b/long"]
+    assert free.verdicts["a/short"].decision.action is Action.WAIT  # for the H100s
+    quota = run(_teams(a={"L4": 8}, b={"H100": 8}))
+    assert quota.stops == {}
+    d = quota.verdicts["a/short"].decision
+    assert (d.action, d.gpu_type) == (Action.START, "L4")
