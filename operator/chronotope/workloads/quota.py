@@ -12,8 +12,9 @@ what it returns. The rules (docs/queues.md):
   first (pass 1, in the caller's order);
 - a workload within its nominal quota whose quota is lent out reclaims it
   (pass 2, before anyone borrows more): under `PreemptBorrowed`, from the
-  queues that borrowed most for their weight, newest workload first, only
-  as many as needed; under `Never` it waits for the borrowers to finish;
+  queues that borrowed most for their weight, lowest priority and newest
+  workload first, only as many as needed; under `Never` it waits for the
+  borrowers to finish;
 - then by borrowing the cohort's unused lendable quota (its nominal quota,
   less what lending limits keep back as each queue's guaranteed part), up to
   the queue's borrowing limit; when several queues want to borrow, the one whose
@@ -565,8 +566,9 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
 
     Only workloads of other cohort queues that borrow a needed pool are
     candidates; the queue that borrowed most for its weight goes first, its
-    newest workload first; a queue stops being a candidate once it no longer
-    borrows; victims not needed in the end are spared. A victim frees what the
+    lowest-priority workload first, the newest among equals; a queue stops
+    being a candidate once it no longer borrows; victims not needed in the end
+    are spared. A victim frees what the
     book counts it to take from the cohort: the part of it within its own
     queue's guaranteed quota (a lending limit's) stays that queue's, not the
     cohort's. `book` is left as it was.
@@ -596,7 +598,8 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
             if not mine:  # what it borrows is held by serving workloads: never stopped
                 others = [q for q in others if q is not top]
                 continue
-            victim = max(mine, key=lambda w: (w.admitted_at, w.key))
+            # Kueue's candidate order: lower priority first, then the most recently admitted
+            victim = max(mine, key=lambda w: (-w.priority, w.admitted_at, w.key))
             book.remove(victim.key)
             chosen.append(victim)
         return _spared(book, chosen, fits)

@@ -562,6 +562,7 @@ def _move_types(
     it keeps its own type only.
     """
     out: dict[str, frozenset[str]] = {}
+    order = list(book.workloads)
     for job, spec in _live(jobs):
         key = _key(job)
         plan = (job.get("status") or {}).get("plan") or {}
@@ -584,6 +585,7 @@ def _move_types(
         finally:
             book.add(held)
         out[key] = frozenset({own, *room})
+    book.workloads = {key: book.workloads[key] for key in order}  # in their order, as before
     return out
 
 

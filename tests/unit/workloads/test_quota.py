@@ -413,6 +413,16 @@ def test_reclaim_takes_from_the_biggest_borrower_newest_first_only_as_needed() -
     assert "queue team-a reclaims A100 lent in cohort ml" in out.message
 
 
+def test_reclaim_takes_the_borrowers_lowest_priority_work_first() -> None:
+    # Kueue's candidate order within the borrower: lower priority first, then newest
+    book = _reclaim_book()
+    low = replace(book.workloads["b-mid"], priority=-1)
+    book.remove("b-mid")
+    book.add(low)
+    out = admit(book, [_job("a1", "team-a", (A100, 5))])["a1"]
+    assert out.victims == ("b-mid",)  # not the newest, b-new: b-mid has the lower priority
+
+
 def test_reclaim_reranks_the_borrowers_after_each_victim() -> None:
     # need 6; b borrows 4, c 2 (same weight): b-new (3) leaves b borrowing 1 < c's 2: c-new
     out = admit(_reclaim_book(c_weight=1), [_job("a1", "team-a", (A100, 8))])["a1"]

@@ -248,8 +248,8 @@ class QueueReclaim(ApiModel):
     policy: ReclaimPolicy = Field(
         default=ReclaimPolicy.NEVER,
         description="Never: wait until the borrowers finish. PreemptBorrowed: checkpoint and "
-        "stop borrowed work (the queues that borrowed most for their weight first, newest "
-        "workload first, only as many as needed).",
+        "stop borrowed work (the queues that borrowed most for their weight first, their "
+        "lowest-priority and newest workload first, only as many as needed).",
     )
     grace_period_seconds: int = Field(
         default=DEFAULT_RECLAIM_GRACE_SECONDS,
