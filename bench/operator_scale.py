@@ -1,7 +1,7 @@
 """The operator at scale: many TrainingJobs in team queues on the openb cluster (issue 18, part 7).
 
 Usage: python bench/operator_scale.py [--jobs 2000] [--queues 10] [--seed 0]
-       [--when-can-borrow Borrow|TryNextFlavor]
+       [--when-can-borrow Borrow|TryNextFlavor] [--checkpoint]
                                       [--cluster manifests/clusters/openb.yaml]
                                       [--settle 30] [--until 900] [--steady 60]
                                       [--submitters 8] [--node-lease-s 40]
@@ -26,7 +26,10 @@ within what one node of the type has, one or two of the openb GPU types,
   the writes a start makes: a floor under any reconcile that makes them;
 - the operator's CPU (cores) and memory (RSS) and the API requests per second
   its client makes, over `--steady` seconds once settled (nothing changing);
-- the same CPU and request figures over the ramp.
+- the same CPU and request figures over the ramp;
+- the running jobs stopped, by cause, and the lease stops per job (with
+  `--checkpoint` every job checkpoints, so the cluster policy's lease may stop
+  a job for shorter work or move it to a faster type).
 
 The issue's goals: all that fit admitted within 120 s, reconcile p99 under
 100 ms, steady-state CPU under 0.5 core. Prints figures only; never fails on
@@ -80,12 +83,17 @@ def per_type(spec: ClusterSpec) -> tuple[dict[str, int], dict[str, int]]:
     return dict(total), widest
 
 
-def make_job(name: str, rng: random.Random, widest: dict[str, int]) -> dict[str, Any]:
-    """One seeded TrainingJob: 1-2 workers, 1-8 GPUs each, one or two GPU types, 1-4 h."""
+def make_job(
+    name: str, rng: random.Random, widest: dict[str, int], *, checkpoint: bool = False
+) -> dict[str, Any]:
+    """One seeded TrainingJob: 1-2 workers, 1-8 GPUs each, one or two GPU types, 1-4 h.
+
+    `checkpoint`: the job checkpoints, so the cluster policy's lease may stop and move it.
+    """
     types = rng.sample(sorted(widest), k=rng.choice((1, 2)))
     room = min(widest[t] for t in types)
     gpus = rng.choice([g for g in (1, 2, 4, 8) if g <= room])
-    return {
+    out: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "TrainingJob",
         "metadata": {"name": name},
@@ -97,6 +105,9 @@ def make_job(name: str, rng: random.Random, widest: dict[str, int]) -> dict[str,
             "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]}},
         },
     }
+    if checkpoint:
+        out["spec"]["checkpoint"] = {"path": f"/ckpt/{name}"}
+    return out
 
 
 def cpu_seconds(pid: int) -> float:
@@ -311,6 +322,20 @@ JOB_RESTART_EVENTS = ("Replanning",)
 """TrainingJob events of a gang stopped and re-planned (the stuck rule, or a better plan)."""
 
 
+def lease_stops(api: client.ApiClient) -> Counter[str]:
+    """LeaseGivenUp events per TrainingJob (the cluster policy gave its lease up)."""
+    items = (
+        client.CoreV1Api(api)
+        .list_event_for_all_namespaces(field_selector="involvedObject.kind=TrainingJob")
+        .items
+    )
+    out: Counter[str] = Counter()
+    for e in items:
+        if e.reason == "LeaseGivenUp":
+            out[f"{e.involved_object.namespace}/{e.involved_object.name}"] += e.count or 1
+    return out
+
+
 def _restart_kind(message: str) -> str:
     """'could not be placed' / 'was bound 1 of 2' for the stuck rule; else the message's start."""
     if message.startswith("the gang ") and " within " in message:
@@ -505,7 +530,10 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             teams = setup_queues(api, args.queues, total, args.when_can_borrow)
             rng = random.Random(args.seed)
             jobs = [
-                (teams[i % len(teams)], make_job(f"j{i:04d}", rng, widest))
+                (
+                    teams[i % len(teams)],
+                    make_job(f"j{i:04d}", rng, widest, checkpoint=args.checkpoint),
+                )
                 for i in range(args.jobs)
             ]
             nodes_seen = NodeChanges(api)
@@ -647,6 +675,14 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             )
             for line in unplaced_story(api):
                 print(f"    {line}")
+            preempted = counted_by(text, "chronotope_trainingjob_preemptions", ("cause",))
+            leases = lease_stops(api)
+            print(
+                f"  running jobs stopped, by cause: {dict(preempted) or 'none'}; lease stops "
+                f"(LeaseGivenUp) {sum(leases.values())} of {len(leases)} jobs, at most "
+                f"{max(leases.values(), default=0)} of one job"
+                + ("" if args.checkpoint else " (no job checkpoints: --checkpoint)")
+            )
             ext = scrape_https(extender_port)
             for verb in ("filter", "prioritize", "bind"):
                 (e50, e99), n = histogram_quantiles(
@@ -698,6 +734,11 @@ def main() -> int:
     ap.add_argument("--queues", type=int, default=10)
     add_when_can_borrow(ap)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="every job checkpoints (the cluster policy's lease may stop and move it)",
+    )
     ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
     ap.add_argument("--settle", type=int, default=30, help="seconds without a phase change")
     ap.add_argument("--until", type=int, default=900, help="give up waiting after this long")
