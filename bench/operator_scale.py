@@ -322,18 +322,29 @@ JOB_RESTART_EVENTS = ("Replanning",)
 """TrainingJob events of a gang stopped and re-planned (the stuck rule, or a better plan)."""
 
 
-def lease_stops(api: client.ApiClient) -> Counter[str]:
-    """LeaseGivenUp events per TrainingJob (the cluster policy gave its lease up)."""
+def lease_stops(api: client.ApiClient) -> tuple[Counter[str], Counter[str]]:
+    """LeaseGivenUp events (the cluster policy gave a lease up): per TrainingJob, and by why."""
     items = (
         client.CoreV1Api(api)
         .list_event_for_all_namespaces(field_selector="involvedObject.kind=TrainingJob")
         .items
     )
-    out: Counter[str] = Counter()
+    per_job: Counter[str] = Counter()
+    why: Counter[str] = Counter()
     for e in items:
         if e.reason == "LeaseGivenUp":
-            out[f"{e.involved_object.namespace}/{e.involved_object.name}"] += e.count or 1
-    return out
+            n = e.count or 1
+            per_job[f"{e.involved_object.namespace}/{e.involved_object.name}"] += n
+            text = e.message or ""
+            kind = (
+                "moved to a faster type"
+                if " moves it from " in text
+                else "to shorter or more urgent work"
+                if "shorter or more urgent work" in text
+                else "to a named waiting job"
+            )
+            why[kind] += n
+    return per_job, why
 
 
 def _restart_kind(message: str) -> str:
@@ -676,11 +687,11 @@ def run(args: argparse.Namespace, state_root: Path) -> None:
             for line in unplaced_story(api):
                 print(f"    {line}")
             preempted = counted_by(text, "chronotope_trainingjob_preemptions", ("cause",))
-            leases = lease_stops(api)
+            leases, lease_why = lease_stops(api)
             print(
                 f"  running jobs stopped, by cause: {dict(preempted) or 'none'}; lease stops "
                 f"(LeaseGivenUp) {sum(leases.values())} of {len(leases)} jobs, at most "
-                f"{max(leases.values(), default=0)} of one job"
+                f"{max(leases.values(), default=0)} of one job, by why: {dict(lease_why) or 'none'}"
                 + ("" if args.checkpoint else " (no job checkpoints: --checkpoint)")
             )
             ext = scrape_https(extender_port)
