@@ -228,7 +228,9 @@ class BandView:
     types: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Job key -> the GPU types the band may give it, where its queue's quota narrows them
     (a waiting job: the type quota admits it on; a running job: its own, and those its
-    queue has room for once it gives its own up); a job not named: every type it accepts."""
+    queue has room for once it gives its own up); a job not named: every type it accepts;
+    a job named with no type it accepts is left out of the band (a running one keeps
+    what it holds, and the band does not count its GPUs)."""
 
 
 @dataclass(frozen=True)

@@ -472,7 +472,8 @@ class QuotaCycle:
     admissions: dict[str, Admission]
     move_types: dict[str, frozenset[str]]
     """Running job -> its GPU type and those its queue's quota admits it on once it gives
-    its own hold up (after this cycle's admissions, reclaiming nothing)."""
+    its own hold up (after this cycle's admissions, reclaiming nothing); none for a job
+    of a missing (Local)Queue, which must keep what it runs on."""
 
 
 def admission_cycle(
@@ -558,8 +559,9 @@ def _move_types(
 ) -> dict[str, frozenset[str]]:
     """Running job of `moving` -> its type and those its queue admits it on without its hold.
 
-    A job of a missing (Local)Queue holds nothing and would not be admitted again:
-    it keeps its own type only.
+    A job of a missing (Local)Queue holds nothing and would not be admitted again
+    (it would wait with `QueueMissing`): no type, so it keeps what it runs on, as
+    docs/queues.md promises for a deleted Queue's work.
     """
     out: dict[str, frozenset[str]] = {}
     order = list(book.workloads)
@@ -571,7 +573,7 @@ def _move_types(
         own = str(plan["gpuType"])
         held = book.workloads.get(key)
         if held is None:
-            out[key] = frozenset({own})
+            out[key] = frozenset()
             continue
         queue = book.queues[held.queue]
         workers = int(plan.get("workers") or spec.replicas)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -275,3 +276,19 @@ def test_a_lease_is_not_given_to_a_job_on_a_type_its_queue_does_not_admit_it_on(
     assert quota.stops == {}
     d = quota.verdicts["a/short"].decision
     assert (d.action, d.gpu_type) == (Action.START, "L4")
+
+
+def test_a_running_job_of_a_deleted_queue_keeps_its_lease() -> None:
+    # team-b's Queue is gone: its running work keeps running (docs/queues.md) and is not
+    # stopped for team-a's shorter job, since it could not be admitted again
+    long = _running_on(_checkpointing("long", "b", 10, {"H100": 1.0}), "H100")
+    short = _checkpointing("short", "a", 1, {"H100": 1.0}, phase="Waiting")
+    capacity = [NodeCapacity("h100-0", "H100", 8, 0, True)]
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    both = _teams(a={"H100": 8}, b={"H100": 8})
+    run = schedule([long, short], [], [], both, decider=decider, now=NOW, capacity=capacity)
+    assert "gives its H100 GPUs to a/short" in run.stops["b/long"]
+    gone = replace(both, queues={"team-a": both.queues["team-a"]})
+    run = schedule([long, short], [], [], gone, decider=decider, now=NOW, capacity=capacity)
+    assert run.stops == {}
+    assert run.verdicts["a/short"].decision.action is Action.WAIT
