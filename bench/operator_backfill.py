@@ -1,6 +1,7 @@
 """How fast the operator fills a fresh demo cluster with one-GPU TrainingJobs (issue 18, item 6).
 
 Usage: python bench/operator_backfill.py [--jobs 100,200] [--every 30] [--until 150] [--seed 0]
+       [--checkpoint]
 
 For each job count: starts a fresh local cluster with the demo spec
 (manifests/clusters/demo.yaml: 60 GPUs, of which 56 are H100, A100, V100 or L4),
@@ -9,7 +10,9 @@ that many one-GPU TrainingJobs at once (each accepts the four types, relative
 speeds H100 1.6, A100 1.0, V100 0.6, L4 0.5; `estimate.durationSeconds`
 uniform in 1-4 h, seeded; no deadlines), then every `--every` seconds until
 `--until` prints the GPUs busy (workers bound to a node, counted by their GPU
-limit), per type, the jobs by phase and the operator's CPU seconds so far.
+limit), per type, the jobs by phase, the operator's CPU seconds and the gangs
+restarted so far (with `--checkpoint` every job checkpoints, so the cluster
+policy's lease may stop a job for shorter work or move it to a faster type).
 The goal of the issue is at least 54 of the 56 GPUs busy within 150 s with
 200 jobs. Prints figures only; never fails on them. The cluster is torn down
 at the end (also on Ctrl-C).
@@ -40,9 +43,12 @@ TYPES = (("A100-SXM4-80GB", 1.0), ("H100-SXM5-80GB", 1.6), ("V100-SXM2-32GB", 0.
 GPU_LABEL = "nvidia.com/gpu.product"
 
 
-def job(name: str, seconds: int) -> dict[str, Any]:
-    """One one-GPU TrainingJob accepting the four training types, no deadline."""
-    return {
+def job(name: str, seconds: int, *, checkpoint: bool = False) -> dict[str, Any]:
+    """One one-GPU TrainingJob accepting the four training types, no deadline.
+
+    `checkpoint`: the job checkpoints, so the cluster policy's lease may stop and move it.
+    """
+    out: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "TrainingJob",
         "metadata": {"name": name},
@@ -54,6 +60,9 @@ def job(name: str, seconds: int) -> dict[str, Any]:
             "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/t:1"}]}},
         },
     }
+    if checkpoint:
+        out["spec"]["checkpoint"] = {"path": f"/ckpt/{name}"}
+    return out
 
 
 def usable_gpus(core: client.CoreV1Api) -> dict[str, int]:
@@ -83,9 +92,12 @@ def busy_gpus(core: client.CoreV1Api, node_types: dict[str, str]) -> dict[str, i
     return dict(out)
 
 
-def phases(custom: client.CustomObjectsApi) -> Counter[str]:
+def phases(custom: client.CustomObjectsApi) -> tuple[Counter[str], int]:
+    """The jobs by phase, and their gang restarts so far (lease stops among them)."""
     items = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
-    return Counter(str((j.get("status") or {}).get("phase") or "-") for j in items)
+    statuses = [j.get("status") or {} for j in items]
+    restarts = sum(int(s.get("restarts") or 0) for s in statuses)
+    return Counter(str(s.get("phase") or "-") for s in statuses), restarts
 
 
 def cpu_seconds(pid: int) -> float:
@@ -129,20 +141,27 @@ def run(n: int, args: argparse.Namespace, state_root: Path) -> None:
             for i in range(n):
                 seconds = rng.randint(3600, 4 * 3600)
                 custom.create_namespaced_custom_object(
-                    GROUP, VERSION, NAMESPACE, PLURAL, job(f"s{i:03d}", seconds)
+                    GROUP,
+                    VERSION,
+                    NAMESPACE,
+                    PLURAL,
+                    job(f"s{i:03d}", seconds, checkpoint=args.checkpoint),
                 )
             print(
                 f"\n{n} jobs submitted in {time.monotonic() - t0:.1f} s; usable GPUs "
                 f"{total} ({', '.join(f'{t} {c}' for t, c in sorted(usable.items()))})"
             )
-            print(f"{'t (s)':>6} {'busy':>9} {'operator CPU s':>15}  per type / phases")
+            print(
+                f"{'t (s)':>6} {'busy':>9} {'operator CPU s':>15} {'restarts':>9}  "
+                "per type / phases"
+            )
             for tick in range(args.every, args.until + 1, args.every):
                 time.sleep(max(0.0, t0 + tick - time.monotonic()))
                 busy = busy_gpus(core, node_types)
-                ph = phases(custom)
+                ph, restarts = phases(custom)
                 print(
                     f"{tick:>6} {sum(busy.values()):>4}/{total:<4} "
-                    f"{cpu_seconds(pid) - cpu0:>15.1f}  "
+                    f"{cpu_seconds(pid) - cpu0:>15.1f} {restarts:>9}  "
                     f"{dict(sorted(busy.items()))} {dict(sorted(ph.items()))}",
                     flush=True,
                 )
@@ -156,6 +175,11 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=30, help="seconds between samples")
     ap.add_argument("--until", type=int, default=150, help="seconds after submitting to stop")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="every job checkpoints (the cluster policy's lease may stop and move it)",
+    )
     args = ap.parse_args()
     counts = [int(x) for x in args.jobs.split(",") if x]
     print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")

@@ -28,7 +28,13 @@ duration, so the workers enacting one get at least as long as the pass
 took (a new pass waits for the starts being enacted), and a new pass is not
 made while starts of the latest remain to be enacted (up to `hold_s`): like a
 scheduling cycle of KAI's, a pass commits its decisions before the next
-snapshot, so the starts are not enacted a few between passes. Decisions stay in
+snapshot, so the starts are not enacted a few between passes. While
+TrainingJobs keep being created (one less than `min_gap_s` ago), the next pass
+waits for the burst to end, up to `BURST_S` (`settle_left`; Volcano likewise
+decides in 1 s sessions): a burst of submissions is decided by one pass that
+sees all of it, as the simulator decides jobs that arrive together, not by a
+first pass that starts the jobs seen so far and a second that gives their
+leases to the shorter ones that came after. Decisions stay in
 `controllers.trainingjob.reconcile` and the pass; this module only decides
 *when*.
 """
@@ -38,6 +44,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -60,6 +67,7 @@ from chronotope.workloads.training import Action
 from chronotope.workloads.training_status import QUOTA_RESERVED, condition
 
 __all__ = [
+    "BURST_S",
     "NODE_MARK_FIELDS",
     "RETRY_S",
     "JobLoopOps",
@@ -70,12 +78,16 @@ __all__ = [
     "mark_of",
     "plain",
     "requeue_after",
+    "settle_left",
     "wake_for",
 ]
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0
+
+BURST_S = 3.0
+"""The longest a pass waits for a burst of TrainingJob creations to end (`settle_left`)."""
 """A reconcile that raised is tried again after this long."""
 
 _OPEN = (None, "", "Waiting", "Pending", "Resizing")
@@ -385,6 +397,16 @@ def _ident(kind: str, obj: Mapping[str, Any]) -> str:
     return f"{kind}:{meta.get('namespace') or ''}/{meta.get('name')}"
 
 
+def settle_left(now: float, woke: float, arrived: float, gap: float, burst: float) -> float:
+    """Seconds the run loop still waits before a pass, having been poked at `woke`.
+
+    At least `gap` after the poke (a burst of events settles into one wake), and
+    while TrainingJobs keep arriving (the latest at `arrived`) until one `gap`
+    after the latest, but never past `burst` after the poke.
+    """
+    return max(0.0, min(max(woke, arrived) + gap, woke + burst) - now)
+
+
 class TrainingJobLoop:
     """Workers that reconcile TrainingJobs as `WorkQueue` hands out their keys."""
 
@@ -421,6 +443,8 @@ class TrainingJobLoop:
         self._scope_all = False
         self._nodes_changed: set[str] = set()
         self._freed = False
+        self._arrived = -math.inf
+        """When the latest TrainingJob was created (`time.monotonic`: waits are in real time)."""
         self.passes = PassCache(clock=clock, on_pass=metrics.observe_pass)
 
     # -- waking -------------------------------------------------------------------------
@@ -461,6 +485,9 @@ class TrainingJobLoop:
                 self._seen.pop(ident, None)
             elif event != "SYNC":
                 self._seen[ident] = mark_of(kind, obj)
+        if kind == "trainingjobs" and event == "ADDED":
+            with self._lock:
+                self._arrived = time.monotonic()
         if kind == "trainingjobs" and event == "DELETED":
             key = f"{meta.get('namespace')}/{meta.get('name')}"
             with self._lock:
@@ -591,7 +618,7 @@ class TrainingJobLoop:
                     self.passes.invalidate()
                     self.schedule()
                 if self._poke.wait(timeout=max(0.0, min(next_resync - self.clock(), 1.0))):
-                    stop.wait(self.min_gap_s)  # let a burst of events settle into one wake
+                    self._settle(stop)
                     self._wake_scope()
                     self.schedule()
                     # leave the workers enacting it at least as long before the next,
@@ -602,6 +629,17 @@ class TrainingJobLoop:
             self.queue.close()
             for thread in threads:
                 thread.join(timeout=30)
+
+    def _settle(self, stop: threading.Event) -> None:
+        """Wait for a burst of events, and of TrainingJob creations, to end (`settle_left`)."""
+        woke = time.monotonic()
+        while not stop.is_set():
+            with self._lock:
+                arrived = self._arrived
+            left = settle_left(time.monotonic(), woke, arrived, self.min_gap_s, BURST_S)
+            if left <= 0:
+                return
+            stop.wait(left)
 
     def _hold(self, stop: threading.Event) -> None:
         """Wait until every start of the latest pass is enacted, or `hold_s` at most."""

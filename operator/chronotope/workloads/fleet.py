@@ -241,8 +241,11 @@ def _stops(
         held, there = states[v].gpu_type, alloc.get(v)
         if there == held:
             continue
-        if there is not None:
+        speed = states[v].job.speed
+        if there is not None and speed.get(there, 0.0) > speed.get(held or "", 0.0):
             why = f"moves it from {held} to {there}, where it finishes sooner"
+        elif there is not None:  # a slower type: its GPUs serve other work better
+            why = f"moves it from {held} to {there}, to free its {held} GPUs for other work"
         elif v in to:
             why = f"gives its {held} GPUs to {to[v]}"
         else:

@@ -20,6 +20,7 @@ from chronotope.controllers.trainingjob_loop import (
     concerned_by_nodes,
     mark_of,
     requeue_after,
+    settle_left,
     wake_for,
 )
 from chronotope.workloads.gang import JOB_LABEL
@@ -609,3 +610,23 @@ def test_a_job_waiting_for_its_profile_configmap_is_decided_again_after_a_while(
         passes.refresh(ops, NOW)
     clock.t = 30.0
     assert not passes.due(10.0)
+
+
+def test_a_pass_waits_for_a_burst_of_submissions_to_end_up_to_a_bound() -> None:
+    # poked at 10 s; the gap is 0.5 s and a burst may hold the pass 3 s at most
+    assert settle_left(10.0, 10.0, -1.0, 0.5, 3.0) == 0.5  # no job arriving: the gap only
+    assert settle_left(10.5, 10.0, -1.0, 0.5, 3.0) == 0.0
+    assert settle_left(10.5, 10.0, 10.4, 0.5, 3.0) == pytest.approx(0.4)  # jobs still coming
+    assert settle_left(11.0, 10.0, 10.4, 0.5, 3.0) == 0.0  # quiet for a gap: decide now
+    assert settle_left(12.9, 10.0, 12.8, 0.5, 3.0) == pytest.approx(0.1)  # the bound
+    assert settle_left(13.0, 10.0, 12.99, 0.5, 3.0) == 0.0
+
+
+def test_a_created_job_marks_an_arrival_that_holds_the_next_pass() -> None:
+    ops = LoopOps([node("h-0")], [])
+    loop = TrainingJobLoop(ops, lambda: ops._jobs, OperatorMetrics())
+    before = loop._arrived
+    loop.on_change("trainingjobs", "MODIFIED", job("a"))
+    assert loop._arrived == before  # an edit is no arrival
+    loop.on_change("trainingjobs", "ADDED", job("a"))
+    assert loop._arrived > before

@@ -211,3 +211,15 @@ def test_a_job_given_a_lease_waits_for_it_rather_than_backfill_a_slower_type() -
     assert plan.yields == {"ns/short": ("H100", ("ns/long",))}
     assert plan.starts == {}
     assert "gives its H100 GPUs to ns/short" in plan.stops["ns/long"]
+
+
+def test_a_move_to_a_slower_type_says_it_frees_the_faster_one() -> None:
+    # two 8-GPU jobs: a long one on the only H100s, a much shorter one on the L4s that
+    # gains more from H100 (4x): the policy swaps them, and says why for each
+    types = [{"name": "H100", "relativeSpeed": 1.0}, {"name": "L4", "relativeSpeed": 0.25}]
+    long = running("ns/long", 40, "H100", gpuTypes=types, **CKPT)
+    short = running("ns/short", 2, "L4", gpuTypes=types, **CKPT)
+    cluster = [NodeCapacity("h0", "H100", 8, 0, True), NodeCapacity("l0", "L4", 8, 0, True)]
+    plan = plan_band([(long, 8), (short, 8)], cluster, NOW)
+    assert "moves it from L4 to H100, where it finishes sooner" in plan.stops["ns/short"]
+    assert "moves it from H100 to L4, to free its H100 GPUs" in plan.stops["ns/long"]
