@@ -13,7 +13,7 @@ reads TrainingJob objects into them, the same way for every scheduling pass:
   workers), then its other types.
 
 One admission cycle over all waiting jobs runs each pass
-(`quota_admissions`), so a job is admitted only after the jobs ahead of it
+(`admission_cycle`), so a job is admitted only after the jobs ahead of it
 have taken their share of the quota (Kueue's BestEffortFIFO: a job that does
 not fit does not hold back later ones). Jobs ahead that quota admits but the
 cluster cannot place yet still count against the quota in that cycle, as a
@@ -85,7 +85,6 @@ __all__ = [
     "local_queue_report",
     "pending_order",
     "queue_report",
-    "quota_admissions",
     "quota_wait",
     "serving_admission",
     "serving_room",
@@ -445,26 +444,6 @@ def _decided_first(
     return (chosen, *(d for d in alternatives if d.gpu_type != decision.gpu_type))
 
 
-def quota_admissions(
-    view: QuotaView,
-    jobs: Sequence[Mapping[str, Any]],
-    decided: Mapping[str, Decision],
-    now: datetime,
-    *,
-    explain: Iterable[str] | None = None,
-    serving: Sequence[AdmittedWorkload] = (),
-) -> dict[str, Admission]:
-    """The quota verdict of every waiting job now: one admission cycle (Kueue's).
-
-    `decided` maps a job key to its start decision (a START asks for its type and
-    workers first). ADMIT or BORROW name the GPU type quota lets a job start on;
-    RECLAIM names the borrowed jobs to stop first (with their grace period); WAIT
-    says which quota blocks, and for the jobs in `explain` (all if None) when the
-    quota frees up. With no Queue at all, every job is admitted.
-    """
-    return admission_cycle(view, jobs, decided, now, explain=explain, serving=serving).admissions
-
-
 @dataclass(frozen=True)
 class QuotaCycle:
     """One admission cycle's verdicts, and where quota lets the running jobs asked about move."""
@@ -486,11 +465,18 @@ def admission_cycle(
     serving: Sequence[AdmittedWorkload] = (),
     moving: Collection[str] = (),
 ) -> QuotaCycle:
-    """`quota_admissions`, and the types quota lets each running job of `moving` move to.
+    """The quota verdict of every waiting job now: one admission cycle (Kueue's).
 
-    The fleet policy's lease may stop a running job to restart it on a faster type
-    (`workloads.fleet`): a move quota would not admit only restarts the job where it
-    was, so the policy is offered just the types quota admits.
+    `decided` maps a job key to its start decision (a START asks for its type and
+    workers first). ADMIT or BORROW name the GPU type quota lets a job start on;
+    RECLAIM names the borrowed jobs to stop first (with their grace period); WAIT
+    says which quota blocks, and for the jobs in `explain` (all if None) when the
+    quota frees up. With no Queue at all, every job is admitted.
+
+    Also the types quota lets each running job of `moving` move to: the fleet
+    policy's lease may stop a running job to restart it on a faster type
+    (`workloads.fleet`), and a move quota would not admit only restarts the job
+    where it was, so the policy is offered just the types quota admits.
     """
     if not view.on:
         off = "no Queue exists: quotas are off"

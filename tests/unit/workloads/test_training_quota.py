@@ -5,15 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chronotope.workloads.quota import Unit, Verdict
+from chronotope.workloads.quota import Admission, Unit, Verdict
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_quota import (
     QuotaView,
+    admission_cycle,
     drain_victims,
     local_queue_report,
     pending_order,
     queue_report,
-    quota_admissions,
     quota_wait,
     serving_admission,
     serving_room,
@@ -23,6 +23,11 @@ from chronotope.workloads.training_status import waiting_status
 from chronotope.workloads.views import explain, queue_place
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def quota_admissions(*args: Any, **kwargs: Any) -> dict[str, Admission]:
+    """The verdicts of one admission cycle (`admission_cycle`)."""
+    return admission_cycle(*args, **kwargs).admissions
 
 
 def _job(name: str, ns: str, gpus: int, phase: str | None = None, **extra: Any) -> dict[str, Any]:
