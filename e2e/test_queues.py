@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -257,11 +258,18 @@ def _was_preempted(
     why: str,
     counted: tuple[str, str],
 ) -> None:
-    """`name`'s Preempted event says `why`; /metrics counts it once, as (cause, queue)."""
-    events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
-    preempted = [e.message for e in events if e.reason == "Preempted"]
-    assert preempted, f"{name} was not preempted"
-    assert why in preempted[0]
+    """`name`'s Preempted event says `why`; /metrics counts it once, as (cause, queue).
+
+    The operator posts events in the background, so the event may come a moment after
+    the job that preempted it runs.
+    """
+
+    def preempted() -> list[str]:
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
+        return [e.message for e in events.items if e.reason == "Preempted"]
+
+    wait_for(lambda: bool(preempted()), 30, f"{name}'s Preempted event")
+    assert why in preempted()[0]
     cause, queue = counted
     line = f'chronotope_trainingjob_preemptions_total{{cause="{cause}",queue="{queue}"}} 1.0'
     wait_for(lambda: line in operator_metrics(cluster), 30, f"metrics: {line}")
@@ -300,6 +308,7 @@ def test_a_higher_priority_job_preempts_lower_priority_work_of_its_queue(
             )
             submit("low1", 0, True)
             _running(custom, ns, "low1", 60, "low1 running")
+            time.sleep(1.1)  # plan.startTime is to the second: low2 starts strictly later
             submit("low2", 0, True)
             _running(custom, ns, "low2", 60, "low2 running")
             submit("high", 10, False)
