@@ -85,10 +85,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0
+"""A reconcile that raised is tried again after this long."""
 
 BURST_S = 3.0
 """The longest a pass waits for a burst of TrainingJob creations to end (`settle_left`)."""
-"""A reconcile that raised is tried again after this long."""
 
 _OPEN = (None, "", "Waiting", "Pending", "Resizing")
 """Phases of a job that has not started: capacity changes concern it."""

@@ -75,10 +75,10 @@ __all__ = [
     "admit",
     "demands_of",
     "fits_now",
-    "fits_without_preempting",
     "forecast_starts",
     "queue_statuses",
     "reclaim_victims",
+    "room_once_released",
     "stopped",
     "within_queue_victims",
 ]
@@ -551,14 +551,34 @@ def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Dem
     return None
 
 
-def fits_without_preempting(book: QuotaBook, queue: QueueQuota, demand: Demand) -> bool:
-    """Whether `demand` fits `queue` now, within nominal quota or by borrowing (the book unchanged).
+def room_once_released(
+    book: QuotaBook, asks: Mapping[str, Sequence[Demand]]
+) -> dict[str, list[Demand]]:
+    """Admitted workload -> those of its `asks` that fit its queue once it gives its own hold up.
 
-    Nothing would have to be reclaimed or preempted for it, and the queue is not stopped.
+    Each alone, within nominal quota or by borrowing (nothing reclaimed or
+    preempted; a stopped queue has room for nothing); `book` is left as it was.
+    A key the book does not count (its Queue is gone) is left out.
     """
-    if queue.stop is not StopPolicy.NONE:
-        return False
-    return _fit(book, queue, demand).verdict in (Verdict.ADMIT, Verdict.BORROW)
+    order = list(book.workloads)
+    out: dict[str, list[Demand]] = {}
+    for key, demands in asks.items():
+        held = book.workloads.get(key)
+        if held is None:
+            continue
+        queue = book.queues[held.queue]
+        book.remove(key)
+        try:
+            out[key] = [
+                d
+                for d in demands
+                if queue.stop is StopPolicy.NONE
+                and _fit(book, queue, d).verdict in (Verdict.ADMIT, Verdict.BORROW)
+            ]
+        finally:
+            book.add(held)
+    _put_back(book, [], order)
+    return out
 
 
 def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple[str, ...] | None:

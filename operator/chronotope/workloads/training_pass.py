@@ -253,7 +253,7 @@ def _lease_stops(run: _Pass) -> dict[str, str]:
     (`Cycle.band_on`), so a band's plan is made once for both.
     """
     stops: dict[str, str] = {}
-    for priority in sorted(set(_may_yield(run.band_on.jobs).values())):
+    for priority in sorted(set(run.may_yield.values())):
         plan, _ = run.decider.band_on(run.band_on, run.now, priority)
         stops.update(plan.stops)
     return stops
@@ -337,6 +337,7 @@ def _round(
     }
     admissions: dict[str, Admission] = {}
     band_types: dict[str, frozenset[str]] = {}
+    may_yield = _may_yield(jobs)
     if view.on:
         asking = {k: d for k, d in first.items() if d.action is not Action.IMPOSSIBLE}
         # what holds quota (started jobs; InferencePipeline and serving-group pods), and what
@@ -348,7 +349,7 @@ def _round(
         ]
         serving = serving_workloads(view, pods)
         quota = admission_cycle(
-            view, holding, asking, now, serving=serving, moving=_may_yield(holding)
+            view, holding, asking, now, serving=serving, moving=may_yield.keys()
         )
         admissions = quota.admissions
         # the fleet policy's band gives a job only the types quota lets it run on: the
@@ -375,6 +376,7 @@ def _round(
         left=capacity,
         others=others,
         band_on=BandView(capacity, list(others), band_types),
+        may_yield=may_yield,
         index={job_key(j): i for i, j in enumerate(others)},
         nodes=nodes,
         pods=pods,
@@ -401,6 +403,8 @@ class _Pass:
     left: Capacity
     others: list[Mapping[str, Any]]
     band_on: BandView
+    may_yield: dict[str, int]
+    """The running jobs whose lease the policy may give up, with their priority."""
     index: dict[str, int]
     nodes: Sequence[Mapping[str, Any]]
     pods: Sequence[Mapping[str, Any]]

@@ -64,9 +64,9 @@ from chronotope.workloads.quota import (
     admit,
     demands_of,
     fits_now,
-    fits_without_preempting,
     forecast_starts,
     queue_statuses,
+    room_once_released,
 )
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import GROUP_LABEL
@@ -549,32 +549,21 @@ def _move_types(
     (it would wait with `QueueMissing`): no type, so it keeps what it runs on, as
     docs/queues.md promises for a deleted Queue's work.
     """
-    out: dict[str, frozenset[str]] = {}
-    order = list(book.workloads)
+    own: dict[str, str] = {}
+    asks: dict[str, list[Demand]] = {}
     for job, spec in _live(jobs):
         key = _key(job)
         plan = (job.get("status") or {}).get("plan") or {}
         if key not in moving or not plan.get("gpuType"):
             continue
-        own = str(plan["gpuType"])
-        held = book.workloads.get(key)
-        if held is None:
-            out[key] = frozenset()
-            continue
-        queue = book.queues[held.queue]
+        own[key] = str(plan["gpuType"])
         workers = int(plan.get("workers") or spec.replicas)
-        book.remove(key)
-        try:
-            room = {
-                d.gpu_type
-                for d in demands_of(spec, workers)
-                if d.gpu_type != own and fits_without_preempting(book, queue, d)
-            }
-        finally:
-            book.add(held)
-        out[key] = frozenset({own, *room})
-    book.workloads = {key: book.workloads[key] for key in order}  # in their order, as before
-    return out
+        asks[key] = [d for d in demands_of(spec, workers) if d.gpu_type != own[key]]
+    room = room_once_released(book, asks)
+    return {
+        key: frozenset({own[key], *(d.gpu_type for d in room[key])}) if key in room else frozenset()
+        for key in asks
+    }
 
 
 def _falls_with_time(spec: TrainingJobSpec) -> bool:
