@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Traffic
 from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
+from chronotope.controllers.reads import Reads
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.planners.inferline import (
     ENVELOPE_LARGEST_S,
@@ -71,16 +72,8 @@ from chronotope.workloads.variants import group_name
 __all__ = ["PipelineOps", "TunerSettings", "reconcile"]
 
 
-class PipelineOps(Protocol):
+class PipelineOps(Reads, Protocol):
     """What `reconcile` reads from and writes to the cluster."""
-
-    def nodes(self) -> list[dict[str, Any]]:
-        """All nodes."""
-        ...
-
-    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ConfigMap, or None."""
-        ...
 
     def model_variant(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ModelVariant, or None."""
@@ -90,38 +83,12 @@ class PipelineOps(Protocol):
         """One Deployment (a serving group's), or None."""
         ...
 
-    def query_rate(self, address: str | None, query: str) -> float | str:
-        """A Prometheus instant query's first value (a rate, a latency), or why not read."""
-        ...
-
     def deployments(self, namespace: str, pipeline: str) -> dict[str, dict[str, Any]]:
         """The pipeline's stage Deployments, by name."""
         ...
 
     def apply(self, deployment: dict[str, Any], service: dict[str, Any]) -> None:
         """Create or update a stage's Deployment and Service."""
-        ...
-
-    def training_jobs(self) -> list[dict[str, Any]]:
-        """All TrainingJobs (what holds and waits for quota)."""
-        ...
-
-    def pods_matching(
-        self, namespace: str | None = None, selector: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The pods in `namespace` (all if None) matching the label `selector`."""
-        ...
-
-    def queues(self) -> list[dict[str, Any]]:
-        """All Queues."""
-        ...
-
-    def local_queues(self) -> list[dict[str, Any]]:
-        """All LocalQueues."""
-        ...
-
-    def namespaces(self) -> list[dict[str, Any]]:
-        """All Namespaces (their labels: Queues' namespaceSelector)."""
         ...
 
 

@@ -26,6 +26,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, Protocol
 
+from chronotope.controllers.reads import Reads
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.solver.model import Reason
 from chronotope.workloads.placement import parse_doc
@@ -49,53 +50,19 @@ Key = tuple[str, str]
 """(namespace, serving group)"""
 
 
-class VariantOps(Protocol):
+class VariantOps(Reads, Protocol):
     """What `reconcile` reads from and writes to the cluster."""
 
     def variants(self, namespace: str) -> list[dict[str, Any]]:
         """The ModelVariants of a namespace."""
         ...
 
-    def nodes(self) -> list[dict[str, Any]]:
-        """All nodes."""
-        ...
-
     def pods(self, namespace: str, group: str) -> list[dict[str, Any]]:
         """The serving group's pods."""
         ...
 
-    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ConfigMap, or None."""
-        ...
-
-    def query_rate(self, address: str | None, query: str) -> float | str:
-        """Queries per second from Prometheus, or why it could not be read."""
-        ...
-
     def apply(self, objects: Sequence[dict[str, Any]]) -> None:
         """Create or update the objects, in order."""
-        ...
-
-    def training_jobs(self) -> list[dict[str, Any]]:
-        """All TrainingJobs (what holds and waits for quota)."""
-        ...
-
-    def pods_matching(
-        self, namespace: str | None = None, selector: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The pods in `namespace` (all if None) matching the label `selector`."""
-        ...
-
-    def queues(self) -> list[dict[str, Any]]:
-        """All Queues."""
-        ...
-
-    def local_queues(self) -> list[dict[str, Any]]:
-        """All LocalQueues."""
-        ...
-
-    def namespaces(self) -> list[dict[str, Any]]:
-        """All Namespaces (their labels: Queues' namespaceSelector)."""
         ...
 
 

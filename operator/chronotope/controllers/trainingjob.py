@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from chronotope.api.v1alpha1.trainingjob import RestartPolicy, TrainingJobSpec
+from chronotope.controllers.reads import QuotaReads
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import (
     GENERATION_ANNOTATION,
@@ -112,25 +113,17 @@ def preemption_cause(preempted_by: str) -> tuple[str, str]:
     return "Priority", ""
 
 
-class ClusterOps(Protocol):
+class ClusterOps(QuotaReads, Protocol):
     """What `reconcile` reads from and writes to the cluster."""
 
     decide_lock: threading.Lock
     """Deciding and starting is one critical section across all jobs: the next
     decision must see the workers the previous one created."""
 
-    def nodes(self) -> list[dict[str, Any]]:
-        """All nodes, as API dicts."""
-        ...
-
     def pods(
         self, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
         """The pods in `namespace` (all namespaces if None) matching the label `selector`."""
-        ...
-
-    def training_jobs(self) -> list[dict[str, Any]]:
-        """All TrainingJobs, as API dicts."""
         ...
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
@@ -145,18 +138,6 @@ class ClusterOps(Protocol):
 
     def stop(self, namespace: str, names: Sequence[str]) -> None:
         """Stop the named pods, after asking them to checkpoint."""
-        ...
-
-    def queues(self) -> list[dict[str, Any]]:
-        """All Queues (cluster-scoped), as API dicts."""
-        ...
-
-    def local_queues(self) -> list[dict[str, Any]]:
-        """All LocalQueues, as API dicts."""
-        ...
-
-    def namespaces(self) -> list[dict[str, Any]]:
-        """All Namespaces (their labels: Queues' namespaceSelector), as API dicts."""
         ...
 
     def preempt(self, job_key: str, by: str, why: str, grace_seconds: int) -> None:
