@@ -8,6 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from e2e.kubetest import KubeCluster, wait_for
+from e2e.test_trainingjob import job
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "inferencepipelines"
 
@@ -185,5 +186,92 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
             wait_for(lambda: l4_used() >= 1, 60, "the queue counts the pipeline's L4 pods")
             assert l4_used() <= 8
             assert embed["gpuType"] == "L4"
+        finally:
+            custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+def test_a_pipeline_is_cut_to_what_its_queue_admits_now_and_moves_back_once_it_may(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    """The queue's one L4 is held by a TrainingJob of the same queue: embed, which the
+    plan without a cut puts on the (cheaper) L4, is planned on a V100 and serves there;
+    once the job is deleted the pipeline is planned again and embed moves to the L4."""
+    queue = f"cut-{namespace[-6:]}"
+    spec = {
+        "quotas": [
+            {"gpuType": "L4", "gpus": 1},
+            {"gpuType": "V100-SXM2-32GB", "gpus": 2, "shareMilli": 4000},
+        ]
+    }
+    both = pipeline("cut")
+    both["spec"]["stages"][0]["profiles"].append(
+        {
+            "gpuType": "V100-SXM2-32GB",
+            "batches": [
+                {"batchSize": 1, "latencyMs": 8, "throughputQPS": 125},
+                {"batchSize": 8, "latencyMs": 30, "throughputQPS": 266},
+            ],
+        }
+    )
+    holder = job("holder", 1, 1, [("L4", 1.0)])
+
+    def planned() -> tuple[str, str]:
+        status = _status(custom, namespace, "cut")
+        embed: dict[str, Any] = next(
+            (s for s in status.get("stages") or [] if s["name"] == "embed"), {}
+        )
+        cond: dict[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c["type"] == "Planned"), {}
+        )
+        return str(embed.get("gpuType")), str(cond.get("reason"))
+
+    with kube_cluster.api_client() as api:
+        custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
+        custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
+        try:
+            local = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": "default"},
+                "spec": {"queue": queue},
+            }
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "trainingjobs", holder
+            )
+
+            def holder_runs() -> bool:
+                got = custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "trainingjobs", "holder"
+                )
+                return (got.get("status") or {}).get("phase") == "Running"
+
+            wait_for(holder_runs, 120, "the TrainingJob holding the queue's L4 runs")
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, both)
+            wait_for(
+                lambda: _status(custom, namespace, "cut").get("phase") == "Serving",
+                120,
+                "pipeline serving within what its queue admits now",
+            )
+            assert planned() == ("V100-SXM2-32GB", "WithinQueueQuota")
+            status = _status(custom, namespace, "cut")
+            room = {r["gpuType"]: r for r in status["quotaRoom"]}
+            assert room["L4"]["gpus"] == 0  # the job holds it
+            selector = apps.read_namespaced_deployment("cut-embed", namespace).spec.template.spec
+            assert selector.node_selector["nvidia.com/gpu.product"] == "V100-SXM2-32GB"
+            # the job ends: the queue admits the L4 again, and embed goes back to it
+            custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, "trainingjobs", "holder"
+            )
+            wait_for(lambda: planned() == ("L4", "Planned"), 120, "embed planned on the L4 again")
+            wait_for(
+                lambda: _status(custom, namespace, "cut").get("phase") == "Serving",
+                120,
+                "pipeline serving on its plan without a cut",
+            )
+            assert not _status(custom, namespace, "cut").get("quotaRoom")
+            spec_now = apps.read_namespaced_deployment("cut-embed", namespace).spec.template.spec
+            assert spec_now.node_selector["nvidia.com/gpu.product"] == "L4"
         finally:
             custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)

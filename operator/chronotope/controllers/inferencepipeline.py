@@ -63,6 +63,7 @@ from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_quota import (
     QuotaView,
+    ServingRoom,
     serving_admission,
     serving_room,
 )
@@ -189,8 +190,8 @@ def reconcile(
     view = QuotaView.parse(
         ops.queues(), ops.local_queues(), ops.namespaces()
     )  # planning and admission
-    plan, sample = (
-        (groups, None)
+    plan, sample, room = (
+        (groups, None, None)
         if isinstance(groups, Reason)
         else _plan(ops, obj, spec, old, out, view=view, replan=due)
     )
@@ -249,6 +250,9 @@ def reconcile(
             deployments[object_name(group)] = found
     out.status = pipeline_status(obj, running, deployments, now, planned, groups=groups)
     out.status["quotaHeld"] = held
+    # what the queue admitted when it was planned: a cut plan, or one quota holds back
+    # with nothing running, is planned again once the queue admits more (`_plan`)
+    out.status["quotaRoom"] = room.rows() if room is not None and (running.cut or waiting) else None
     if waiting:  # nothing of it runs: it waits for its queue's quota (the plan is kept)
         out.status |= {"phase": "Pending", "whyWaiting": f"{QUOTA_WAIT}{held}"}
     out.status["costPerHour"] = round(cost_per_hour(model, running.outcome.config), 3)
@@ -285,7 +289,7 @@ def _apply_within_quota(
     def objects(replicas: Sequence[int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         return stage_objects(obj, spec, with_replicas(running, replicas), groups)
 
-    jobs, pods = (ops.training_jobs(), ops.pods_matching(namespace)) if view.on else ([], [])
+    jobs, pods = (ops.training_jobs(), ops.pods_matching()) if view.on else ([], [])
 
     def why(replicas: Sequence[int]) -> str | None:
         if not view.on:
@@ -294,7 +298,7 @@ def _apply_within_quota(
             view,
             jobs,
             pods,
-            key=f"{namespace}/pipeline:{name}",
+            key=_key(obj),
             local_queue=spec.queue,
             objects=[d for d, _ in objects(replicas)],
         )
@@ -387,46 +391,97 @@ def _plan(
     *,
     view: QuotaView,
     replan: bool = False,
-) -> tuple[PipelinePlan | Reason, list[float] | None]:
+) -> tuple[PipelinePlan | Reason, list[float] | None, ServingRoom | None]:
     """The recorded plan if it still holds, else a new one (and its sample), else why not.
+
+    The third value is what the pipeline's queue admits (None: quotas off).
 
     With `replan` (a low-frequency re-plan on live traffic) a new plan is made even
     though the recorded one holds; it is announced only if a stage's GPU type,
     batch or planned replicas change, and if it cannot be made the recorded plan stays.
+    A recorded plan cut to fit its queue's quota, or one the quota holds back with
+    nothing running, is planned again once the queue admits more than when it was
+    planned (`status.quotaRoom`): a waiting pipeline takes the new plan, a serving
+    one only a plan that is not cut (its stages are not moved for every change of
+    room, only back to the plan the quota held them from).
     """
     meta = obj["metadata"]
     namespace = meta["namespace"]
     types = gpu_types(ops.nodes())
-    room = serving_room(view, namespace, spec.queue)
+    holders = (ops.training_jobs(), ops.pods_matching(), _key(obj)) if view.on else None
+    room = serving_room(view, namespace, spec.queue, now=holders)
+    recorded: PipelinePlan | None = None
+    more_room = False
     if old.get("observedGeneration") == meta.get("generation"):
         recorded = plan_from_status(spec, old, types, room)
         if recorded is not None and not replan:
-            return recorded, None
+            waiting = old.get("phase") == "Pending" and bool(old.get("quotaHeld"))
+            if not ((recorded.cut or waiting) and _room_grew(old, room)):
+                return recorded, None, room
+            more_room = True
     arrivals = _arrivals(ops, namespace, spec.traffic)
     plan = arrivals if isinstance(arrivals, Reason) else plan_pipeline(spec, arrivals, types, room)
+    if more_room:
+        assert recorded is not None
+        if not isinstance(plan, PipelinePlan) or (plan.cut and old.get("phase") != "Pending"):
+            return recorded, None, room  # nothing better it may take now
     if isinstance(plan, PipelinePlan):
-        rows = [
-            (r.get("name"), r.get("gpuType"), r.get("batchSize"), r.get("plannedReplicas"))
-            for r in old.get("stages") or []
-        ]
-        new = [
-            (s.name, c.gpu_type, c.batch, c.replicas)
-            for s, c in zip(plan.stages, plan.outcome.config, strict=True)
-        ]
-        if not replan:
-            out.events.append(("Normal", "Planned", _plan_words(plan)))
-        elif rows != new:
-            assert not isinstance(arrivals, Reason)
-            rate = len(arrivals) / max(arrivals[-1] - arrivals[0], 1e-9)
-            words = f"re-planned on live traffic ({rate:.1f} queries/s): {_plan_words(plan)}"
-            out.events.append(("Normal", "Replanned", words))
-        return plan, arrivals if not isinstance(arrivals, Reason) else None
+        assert not isinstance(arrivals, Reason)
+        _announce(plan, old, out, arrivals, replan=replan, more_room=more_room)
+        return plan, arrivals, room
     if old.get("observedGeneration") == meta.get("generation"):
         # nothing better now (its GPU types not Ready, traffic unreadable): keep what runs
         kept = plan_from_status(spec, old, None)
         if kept is not None:
-            return kept, None
-    return plan, None
+            return kept, None, room
+    return plan, None, room
+
+
+def _announce(
+    plan: PipelinePlan,
+    old: Mapping[str, Any],
+    out: Outcome,
+    arrivals: list[float],
+    *,
+    replan: bool,
+    more_room: bool,
+) -> None:
+    """A new plan's event: `Planned`; `Replanned` only if a stage's choice changed."""
+    rows = [
+        (r.get("name"), r.get("gpuType"), r.get("batchSize"), r.get("plannedReplicas"))
+        for r in old.get("stages") or []
+    ]
+    new = [
+        (s.name, c.gpu_type, c.batch, c.replicas)
+        for s, c in zip(plan.stages, plan.outcome.config, strict=True)
+    ]
+    if not replan and not more_room:
+        out.events.append(("Normal", "Planned", _plan_words(plan)))
+    elif rows != new and more_room:
+        words = f"its queue's quota admits more now: {_plan_words(plan)}"
+        out.events.append(("Normal", "Replanned", words))
+    elif rows != new:
+        rate = len(arrivals) / max(arrivals[-1] - arrivals[0], 1e-9)
+        words = f"re-planned on live traffic ({rate:.1f} queries/s): {_plan_words(plan)}"
+        out.events.append(("Normal", "Replanned", words))
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    """The pipeline as a quota holder (`training_quota.serving_workloads`' key)."""
+    return f"{obj['metadata']['namespace']}/pipeline:{obj['metadata']['name']}"
+
+
+def _room_grew(old: Mapping[str, Any], room: ServingRoom | None) -> bool:
+    """Whether the queue admits more of some GPU type than `status.quotaRoom` recorded."""
+    before = old.get("quotaRoom")
+    if room is None or before is None:
+        return False
+    was = {r.get("gpuType"): r for r in before}
+    return any(
+        row[k] > int((was.get(row["gpuType"]) or {}).get(k) or 0)
+        for row in room.rows()
+        for k in ("gpus", "shareMilli")
+    )
 
 
 def _plan_words(plan: PipelinePlan) -> str:
@@ -434,9 +489,10 @@ def _plan_words(plan: PipelinePlan) -> str:
         f"{s.name}: {c.replicas}x {c.gpu_type} batch {c.batch}"
         for s, c in zip(plan.stages, plan.outcome.config, strict=True)
     )
+    cut = "; cut to fit what its queue's quota admits now" if plan.cut else ""
     return (
         f"{cfg}; predicted P99 {plan.outcome.p99_s * 1000:.0f} ms, "
-        f"{plan.outcome.cost_per_hour:.2f}/h"
+        f"{plan.outcome.cost_per_hour:.2f}/h{cut}"
     )
 
 

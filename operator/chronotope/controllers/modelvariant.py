@@ -224,7 +224,7 @@ def _quota_held(
     return serving_admission(
         view,
         ops.training_jobs(),
-        ops.pods_matching(namespace),
+        ops.pods_matching(),  # every namespace's serving pods hold quota in the cohort
         key=f"{namespace}/serving-group:{group.name}",
         local_queue="default",
         objects=[o for o in result.objects if o.get("kind") == "Deployment"],

@@ -59,6 +59,7 @@ __all__ = [
     "model_from_spec",
     "plan_chronotope",
     "plan_inferline",
+    "plan_within",
     "scaling_table",
     "serve",
     "service_time",
@@ -581,6 +582,83 @@ def plan_chronotope(
     est = _Estimator(model, np.asarray(arrivals, dtype=np.float64), seed)
     steps = list(first.steps)
     config = _greedy(est, model, first.config, _any_moves, steps)
+    return PlanOutcome(
+        config,
+        est.p99(config),
+        cost_per_hour(model, config),
+        first.evaluations + est.evaluations,
+        steps,
+    )
+
+
+def _repair_moves(model: PipelineModel, config: Config) -> list[tuple[str, Config]]:
+    """`_any_moves`, and each type jump with one or two replicas more.
+
+    A slower type's latency may need them to keep the SLO.
+    """
+    out = _any_moves(model, config)
+    for i, (s, c) in enumerate(zip(model.stages, config, strict=True)):
+        keep = c.replicas * s.throughput(c.gpu_type, c.batch)
+        for g in s.profiles:
+            for b in s.batches(g):
+                k = _replicas_for(s, g, b, keep)
+                for extra in (1, 2):
+                    if (g, b) != (c.gpu_type, c.batch) and k + extra <= s.max_replicas:
+                        cand = _set(config, i, StageConfig(g, b, k + extra))
+                        out.append((f"{s.name}: {g}, batch {b}, {k + extra} replica(s)", cand))
+    return out
+
+
+def plan_within(
+    model: PipelineModel,
+    arrivals: Arrivals,
+    over: Callable[[Config], float],
+    *,
+    seed: int = 0,
+    first: PlanOutcome | None = None,
+) -> PlanOutcome | Infeasible:
+    """`plan_chronotope`'s plan, cut to what `over` admits (0: the configuration fits).
+
+    `over` measures how far a configuration exceeds the GPUs it may have (a queue's
+    quota now). If the plan fits, it is the answer. Otherwise, from it, each step
+    takes the move (any stage to any profiled type and batch, with the replicas that
+    keep its throughput, or one or two more, or one fewer; InferLine's own moves)
+    that meets the SLO and exceeds least, the cheapest among equals, until nothing
+    exceeds; then InferLine's cost-cutting greedy runs over the moves that still fit.
+    Infeasible when no such step is left before the plan fits. `first`: that plan,
+    where the caller has already made it (same model, arrivals and seed).
+    """
+    made = plan_chronotope(model, arrivals, seed=seed) if first is None else first
+    if isinstance(made, Infeasible) or over(made.config) <= 0:
+        return made
+    first = made
+    est = _Estimator(model, np.asarray(arrivals, dtype=np.float64), seed)
+    steps = list(first.steps)
+    config = first.config
+    excess = over(config)
+    while excess > 0:
+        ranked = sorted(
+            (
+                (over(cand), cost_per_hour(model, cand), what, cand)
+                for what, cand in _repair_moves(model, config)
+            ),
+            key=lambda row: (row[0], row[1], row[2]),
+        )
+        step = next(
+            (row for row in ranked if row[0] < excess and est.p99(row[3]) <= model.slo_s), None
+        )
+        if step is None:
+            return Infeasible(
+                "no configuration within the GPUs it may have meets the SLO on the sample trace",
+                minimum_service_time(model),
+            )
+        excess, _, what, config = step
+        steps.append(f"{what} (to fit the GPUs it may have)")
+
+    def fitting(m: PipelineModel, c: Config) -> list[tuple[str, Config]]:
+        return [(w, cand) for w, cand in _any_moves(m, c) if over(cand) <= 0]
+
+    config = _greedy(est, model, config, fitting, steps)
     return PlanOutcome(
         config,
         est.p99(config),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -34,10 +35,12 @@ from chronotope.api.v1alpha1.inferencepipeline import (
     Stage,
 )
 from chronotope.planners.inferline import (
+    Config,
     Infeasible,
     PlanOutcome,
     model_from_spec,
     plan_chronotope,
+    plan_within,
     stage_share,
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, QUEUE_LABEL, SCHEDULER_NAME
@@ -52,6 +55,7 @@ __all__ = [
     "PIPELINE_LABEL",
     "QUOTA_WAIT",
     "STAGE_LABEL",
+    "WITHIN_QUOTA",
     "PipelinePlan",
     "QueueRoom",
     "SloObservation",
@@ -88,6 +92,9 @@ class PipelinePlan:
 
     outcome: PlanOutcome
     stages: tuple[Stage, ...]
+    cut: bool = False
+    """Cut to fit the GPUs its queue's quota admits now (`plan_within`), not the plan
+    the planner makes without that limit."""
 
 
 def parse_trace(text: str) -> list[float] | Reason:
@@ -148,8 +155,12 @@ QUOTA_WAIT = "waiting for quota: "
 """How `whyWaiting` starts for a pipeline its queue's quota holds back."""
 
 
+WITHIN_QUOTA = "WithinQueueQuota"
+"""The `Planned` condition's reason for a plan cut to fit its queue's quota now."""
+
+
 class QueueRoom(Protocol):
-    """What a pipeline's queue could ever hold (`training_quota.ServingRoom`)."""
+    """What a pipeline's queue could ever hold, and now (`training_quota.ServingRoom`)."""
 
     @property
     def queue(self) -> str:
@@ -162,6 +173,26 @@ class QueueRoom(Protocol):
         """Whether one pod with GPU `limits` and share `annotations` could ever be admitted."""
         ...
 
+    def pod_quota(
+        self, gpu_type: str, limits: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> tuple[Any, int] | None:
+        """The quota pool one such pod takes, and how much (None: no GPU)."""
+        ...
+
+    def excess(self, usage: Mapping[Any, int]) -> float:
+        """How far `usage` (per pool) exceeds what the queue admits now, in GPUs; 0 if unknown."""
+        ...
+
+    def rows(self) -> list[dict[str, Any]]:
+        """What the queue admits now per GPU type, as `status.quotaRoom` rows."""
+        ...
+
+
+def _replica_resources(stage: Stage) -> tuple[dict[str, str], dict[str, str]]:
+    """One replica's GPU limits and share annotations, as its Deployment asks."""
+    gpu = stage.gpu
+    return gpu_resources(gpu.shared if gpu is not None else None, (gpu.count if gpu else None) or 1)
+
 
 def _usable(stage: Stage, gpu_types: set[str] | None, room: QueueRoom | None) -> list[GpuProfile]:
     """The stage's profiles on `gpu_types` (all if None) where its queue could hold a replica.
@@ -172,11 +203,34 @@ def _usable(stage: Stage, gpu_types: set[str] | None, room: QueueRoom | None) ->
     usable = [p for p in stage.profiles if gpu_types is None or p.gpu_type in gpu_types]
     if room is None or stage.model.variant:
         return usable
-    gpu = stage.gpu
-    limits, annotations = gpu_resources(
-        gpu.shared if gpu is not None else None, (gpu.count if gpu else None) or 1
-    )
+    limits, annotations = _replica_resources(stage)
     return [p for p in usable if room.holds(p.gpu_type, limits, annotations)]
+
+
+def _over(stages: Sequence[Stage], room: QueueRoom) -> Callable[[Config], float]:
+    """How far a configuration of `stages` exceeds what `room` admits now (0: it fits).
+
+    A stage a ModelVariant serving group serves takes nothing of the pipeline's quota.
+    """
+    demand: list[dict[str, tuple[Any, int] | None]] = []
+    for stage in stages:
+        if stage.model.variant:
+            demand.append({})
+            continue
+        limits, annotations = _replica_resources(stage)
+        demand.append(
+            {p.gpu_type: room.pod_quota(p.gpu_type, limits, annotations) for p in stage.profiles}
+        )
+
+    def over(config: Config) -> float:
+        usage: Counter[Any] = Counter()
+        for per_type, c in zip(demand, config, strict=True):
+            held = per_type.get(c.gpu_type)
+            if held is not None:
+                usage[held[0]] += c.replicas * held[1]
+        return room.excess(usage)
+
+    return over
 
 
 def plan_pipeline(
@@ -189,7 +243,11 @@ def plan_pipeline(
 
     `room`: what the pipeline's queue could ever hold (`training_quota.serving_room`);
     the stages it deploys itself go only on types where a replica could be admitted
-    (a stage a ModelVariant serving group serves is that group's).
+    (a stage a ModelVariant serving group serves is that group's). Where `room` also
+    knows what the queue admits now and the plan takes more, the plan is cut to fit
+    it (`plan_within`: other GPU types, batches and replica counts that still meet
+    the SLO; `cut`); if no such plan exists, the plan is the uncut one and admission
+    holds it back as before.
     """
     stages = []
     for stage in spec.stages:
@@ -217,6 +275,12 @@ def plan_pipeline(
     out = plan_chronotope(model, arrivals)
     if isinstance(out, Infeasible):
         return Reason(code="SLOInfeasible", message=out.reason, unresolvable=True)
+    if room is not None:
+        over = _over(stages, room)
+        if over(out.config) > 0:
+            within = plan_within(model, arrivals, over, first=out)
+            if isinstance(within, PlanOutcome):
+                return PipelinePlan(within, tuple(stages), cut=True)
     return PipelinePlan(out, tuple(stages))
 
 
@@ -387,9 +451,10 @@ def pipeline_status(
             condition(
                 "Planned",
                 True,
-                "Planned",
+                WITHIN_QUOTA if plan.cut else "Planned",
                 f"{len(stages)} stage(s), predicted P99 {plan.outcome.p99_s * 1000:.0f} ms, "
-                f"{plan.outcome.cost_per_hour:.2f}/h",
+                f"{plan.outcome.cost_per_hour:.2f}/h"
+                + ("; cut to fit what its queue's quota admits now" if plan.cut else ""),
                 now=now,
                 generation=generation,
             ),
@@ -488,7 +553,11 @@ def plan_from_status(
         float(status.get("costPerHour") or 0.0),
         0,
     )
-    return PipelinePlan(outcome, tuple(stages))
+    cut = any(
+        c.get("type") == "Planned" and c.get("reason") == WITHIN_QUOTA
+        for c in status.get("conditions") or []
+    )
+    return PipelinePlan(outcome, tuple(stages), cut=cut)
 
 
 @dataclass(frozen=True)

@@ -394,6 +394,24 @@ class QuotaBook:
         key = (queue.group, pool)
         return own + max(0, self._pool_lendable[key] - self._pool_over[key])
 
+    def room_now(self, queue: QueueQuota, pool: Resource) -> int:
+        """The most of `pool` one more workload of `queue` may take now without reclaiming.
+
+        What `_fit` admits within nominal quota or by borrowing: no more than
+        `cohort_free`, and no more than its nominal quota left without a cohort,
+        or its nominal quota plus borrowing limit left with one. 0 for a type its
+        Queue does not list. A stopped queue is the caller's to refuse.
+        """
+        if pool[0] not in queue.types:
+            return 0
+        used = self.used(queue.name, pool) if queue.name in self.usage else 0
+        nominal = queue.nominal.get(pool, 0)
+        free = self.cohort_free(queue, pool)
+        if queue.cohort is None:
+            return max(0, min(free, nominal - used))
+        limit = queue.borrowing_limit.get(pool)
+        return max(0, free if limit is None else min(free, nominal + limit - used))
+
     def dominant_share(
         self, queue: QueueQuota, extra: Mapping[Resource, int] | None = None
     ) -> float:

@@ -272,13 +272,7 @@ def serving_admission(
     local = view.local_queues.get((namespace, local_queue))
     if local is None:
         return f"no LocalQueue {local_queue} in namespace {namespace}"
-    holding = [j for j in jobs if (j.get("status") or {}).get("phase") in HOLDING]
-    serving = serving_workloads(view, pods)
-    own: Counter[Resource] = Counter()
-    for w in serving:
-        if w.key == key:
-            own.update(w.usage)
-    book, _ = _cycle(view, holding, serving=[w for w in serving if w.key != key])
+    book, own = _serving_book(view, jobs, pods, key)
     queue = book.queues.get(local.queue)
     if queue is None:
         return (
@@ -304,20 +298,40 @@ def serving_admission(
     return fits_now(book, queue, key, demands)
 
 
+def _serving_book(
+    view: QuotaView, jobs: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], key: str
+) -> tuple[QuotaBook, Counter[Resource]]:
+    """The book of what everyone but serving workload `key` holds now, and what `key` holds."""
+    holding = [j for j in jobs if (j.get("status") or {}).get("phase") in HOLDING]
+    serving = serving_workloads(view, pods)
+    own: Counter[Resource] = Counter()
+    for w in serving:
+        if w.key == key:
+            own.update(w.usage)
+    book, _ = _cycle(view, holding, serving=[w for w in serving if w.key != key])
+    return book, own
+
+
 @dataclass(frozen=True)
 class ServingRoom:
-    """The most a serving workload's queue could ever hold, per pool (`QuotaBook.ceiling`)."""
+    """The most a serving workload's queue could ever hold, per pool (`QuotaBook.ceiling`).
+
+    `now`, where the caller gave the cluster's workloads: the most the workload may
+    hold now, per pool (what it holds counts as room: `QuotaBook.room_now` on the
+    book without it); None where not asked.
+    """
 
     queue: str
     ceilings: Mapping[Resource, int]
+    now: Mapping[Resource, int] | None = None
 
-    def holds(
+    def pod_quota(
         self, gpu_type: str, limits: Mapping[str, str], annotations: Mapping[str, str]
-    ) -> bool:
-        """Whether one pod asking `limits` (and share `annotations`) on `gpu_type` could ever fit.
+    ) -> tuple[Resource, int] | None:
+        """The pool one pod asking `limits` (and share `annotations`) on `gpu_type` takes.
 
-        The pod is read as admission reads a serving pod (`_pod_quota`); one
-        that asks for no GPU always fits.
+        And how much, read as admission reads a serving pod (`_pod_quota`); None
+        without a GPU.
         """
         pod = {
             "metadata": {"annotations": dict(annotations)},
@@ -326,18 +340,57 @@ class ServingRoom:
                 "containers": [{"name": "server", "resources": {"limits": dict(limits)}}],
             },
         }
-        held = _pod_quota(pod)
+        return _pod_quota(pod)
+
+    def holds(
+        self, gpu_type: str, limits: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> bool:
+        """Whether one pod asking `limits` (and share `annotations`) on `gpu_type` could ever fit.
+
+        One that asks for no GPU always fits.
+        """
+        held = self.pod_quota(gpu_type, limits, annotations)
         return held is None or held[1] <= self.ceilings.get(held[0], 0)
 
+    def excess(self, usage: Mapping[Resource, int]) -> float:
+        """How far `usage` exceeds the room now, in GPUs (a share's milli / 1000).
 
-def serving_room(view: QuotaView, namespace: str, local_queue: str) -> ServingRoom | None:
+        0 without `now`.
+        """
+        if self.now is None:
+            return 0.0
+        out = 0.0
+        for pool, amount in usage.items():
+            over = amount - self.now.get(pool, 0)
+            if over > 0:
+                out += over if pool[1] is Unit.GPUS else over / MILLI
+        return out
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The room now per GPU type as status rows (`gpuType`, `gpus`, `shareMilli`)."""
+        by_type: dict[str, dict[str, Any]] = {}
+        for (gpu_type, unit), amount in sorted((self.now or {}).items()):
+            row = by_type.setdefault(gpu_type, {"gpuType": gpu_type, "gpus": 0, "shareMilli": 0})
+            row["gpus" if unit is Unit.GPUS else "shareMilli"] = amount
+        return list(by_type.values())
+
+
+def serving_room(
+    view: QuotaView,
+    namespace: str,
+    local_queue: str,
+    *,
+    now: tuple[Sequence[Mapping[str, Any]], Iterable[Mapping[str, Any]], str] | None = None,
+) -> ServingRoom | None:
     """What the queue of LocalQueue `namespace/local_queue` could ever hold, or None.
 
     A replica on a pool its Queue does not list, or whose nominal quota and what it
     may borrow in its cohort are below one replica, is never admitted: a pipeline
     planned on it would wait for quota that cannot come. None: no limit (quotas
     off), or the LocalQueue or its Queue is missing, or the Queue does not admit
-    the namespace (admission reports those).
+    the namespace (admission reports those). With `now` (the TrainingJobs, the pods
+    and the serving workload's key, as `serving_admission` takes them) it also says
+    what the workload may hold now (nothing more in a stopped queue).
     """
     if not view.on:
         return None
@@ -348,7 +401,16 @@ def serving_room(view: QuotaView, namespace: str, local_queue: str) -> ServingRo
     queue = book.queues[local.queue]
     if book.refuses(queue, namespace) is not None:  # admission says why, as for a missing one
         return None
-    return ServingRoom(queue.name, {pool: book.ceiling(queue, pool) for pool in queue.nominal})
+    ceilings = {pool: book.ceiling(queue, pool) for pool in queue.nominal}
+    if now is None:
+        return ServingRoom(queue.name, ceilings)
+    jobs, pods, key = now
+    current, own = _serving_book(view, jobs, pods, key)
+    if queue.stop is not StopPolicy.NONE:  # it may keep what it holds, and take nothing more
+        return ServingRoom(queue.name, ceilings, {pool: own[pool] for pool in queue.nominal})
+    return ServingRoom(
+        queue.name, ceilings, {pool: current.room_now(queue, pool) for pool in queue.nominal}
+    )
 
 
 def _held(job: Mapping[str, Any], spec: TrainingJobSpec, queue: str) -> AdmittedWorkload | None:

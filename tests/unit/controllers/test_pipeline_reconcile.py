@@ -700,3 +700,101 @@ def test_the_tuner_reads_the_live_envelope_and_scales_up_on_sustained_traffic(
     ]
     risk = next(c for c in held.status["conditions"] if c["type"] == "SLOAtRisk")
     assert risk["reason"] == "PrometheusUnreachable"
+
+
+def _other_namespace_pod(gpu_type: str) -> dict[str, Any]:
+    """A pod of a pipeline in namespace `other`, whose LocalQueue admits into the same Queue."""
+    pod = _quota_pod("theirs-0", gpu_type)
+    pod["metadata"]["namespace"] = "other"
+    return pod
+
+
+def _share_queue_with_other(ops: FakeOps) -> None:
+    ops.local_queue_objs.append(
+        {"metadata": {"name": "default", "namespace": "other"}, "spec": {"queue": "serving"}}
+    )
+
+
+def test_a_plan_over_what_its_queue_admits_now_is_cut_to_fit_and_goes_back_once_it_may() -> None:
+    # the queue has one whole T4 (detect's) and shares for pose; a pipeline of another
+    # namespace in the same Queue holds that T4: detect is planned on an A100 instead
+    ops, obj = _ops(), _sample()
+    _quota(ops, whole=1, shares_milli=8000)
+    ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 8
+    _share_queue_with_other(ops)
+    free = reconcile(obj, _fresh_copy(ops), NOW)  # the plan without the other pipeline
+    assert {s["name"]: s["gpuType"] for s in free.status["stages"]}["detect"] == "T4"
+    ops.pods = [_other_namespace_pod("T4")]
+    out = reconcile(obj, ops, NOW)
+    types = {s["name"]: s["gpuType"] for s in out.status["stages"]}
+    assert types["detect"] == "A100-SXM4-80GB"
+    assert out.status["phase"] == "Serving"
+    assert out.status.get("quotaHeld") is None
+    planned = next(c for c in out.status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "WithinQueueQuota"
+    assert "cut to fit what its queue's quota admits now" in out.events[0][2]
+    room = {r["gpuType"]: r for r in out.status["quotaRoom"]}
+    assert room["T4"]["gpus"] == 0  # the other namespace's pod holds the queue's T4
+    assert room["A100-SXM4-80GB"]["gpus"] == 8
+    assert ops.applied["video-analytics-detect"]["spec"]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "A100-SXM4-80GB"
+    }
+    # nothing changes: the recorded cut plan stands, nothing is said
+    again = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert again.events == []
+    assert again.status["quotaRoom"] == out.status["quotaRoom"]
+    # the other pipeline ends: the queue admits the T4 again, and detect goes back to it
+    ops.pods = []
+    back = reconcile(obj | {"status": again.status}, ops, NOW)
+    assert {s["name"]: s["gpuType"] for s in back.status["stages"]}["detect"] == "T4"
+    assert [e[1] for e in back.events] == ["Replanned"]
+    assert back.events[0][2].startswith("its queue's quota admits more now:")
+    assert back.status["quotaRoom"] is None
+    planned = next(c for c in back.status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "Planned"
+
+
+def _fresh_copy(ops: FakeOps) -> FakeOps:
+    twin = _ops()
+    twin.queue_objs = copy.deepcopy(ops.queue_objs)
+    twin.local_queue_objs = copy.deepcopy(ops.local_queue_objs)
+    return twin
+
+
+def test_another_namespaces_serving_pods_count_against_the_shared_queue() -> None:
+    # the queue's only A100 and no T4: detect could go on the A100 alone, but a pipeline of
+    # another namespace in the same Queue holds it
+    ops, obj = _ops(), _sample()
+    _quota(ops, whole=1, shares_milli=8000)
+    ops.queue_objs[0]["spec"]["quotas"][1]["gpus"] = 0
+    _share_queue_with_other(ops)
+    ops.pods = [_other_namespace_pod("A100-SXM4-80GB")]
+    out = reconcile(obj, ops, NOW)
+    assert ops.applied == {}
+    assert out.status["phase"] == "Pending"
+    assert out.status["quotaHeld"].startswith("queue serving:")
+
+
+def test_a_pipeline_waiting_for_quota_takes_a_cut_plan_once_its_queue_admits_one() -> None:
+    ops, obj = _ops(), _sample()
+    _quota(ops, whole=1, shares_milli=8000)
+    ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 1
+    _share_queue_with_other(ops)
+    theirs = _other_namespace_pod("A100-SXM4-80GB")
+    ops.pods = [
+        _other_namespace_pod("T4"),
+        theirs | {"metadata": theirs["metadata"] | {"name": "a"}},
+    ]
+    out = reconcile(obj, ops, NOW)  # neither the T4 nor the A100 is free: it waits
+    assert ops.applied == {}
+    assert out.status["phase"] == "Pending"
+    assert out.status["quotaRoom"] is not None
+    again = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert again.events == []  # the same room: no new plan, nothing said
+    # the A100 frees up, the T4 does not: detect is planned on the A100 and built
+    ops.pods = ops.pods[:1]
+    built = reconcile(obj | {"status": again.status}, ops, NOW)
+    assert {s["name"]: s["gpuType"] for s in built.status["stages"]}["detect"] == ("A100-SXM4-80GB")
+    assert [e[1] for e in built.events] == ["Replanned"]
+    assert built.status["phase"] == "Serving"
+    assert "video-analytics-detect" in ops.applied

@@ -27,6 +27,7 @@ from chronotope.planners.inferline import (
     model_from_spec,
     plan_chronotope,
     plan_inferline,
+    plan_within,
     scaling_table,
     serve,
     simulate_pipeline,
@@ -263,3 +264,52 @@ def test_scaling_table_rows_carry_their_sample_s_envelope_up_to_half_its_span() 
         [5.0],
     ]
     assert envelope_windows(5.0, 60.0) == [5.0, 10.0, 20.0, 40.0, 60.0]
+
+
+def _gpus_by_type(model: PipelineModel, config: tuple[StageConfig, ...]) -> dict[str, float]:
+    use: dict[str, float] = {}
+    for stage, c in zip(model.stages, config, strict=True):
+        use[c.gpu_type] = use.get(c.gpu_type, 0.0) + c.replicas * stage.share
+    return use
+
+
+def _over(model: PipelineModel, caps: dict[str, float]) -> Any:
+    def over(config: tuple[StageConfig, ...]) -> float:
+        use = _gpus_by_type(model, config)
+        return sum(max(0.0, n - caps.get(g, 0.0)) for g, n in use.items())
+
+    return over
+
+
+def test_a_plan_that_fits_is_not_cut() -> None:
+    model, trace = _sample(), _poisson(400, 8000)
+    free = plan_chronotope(model, trace)
+    assert isinstance(free, PlanOutcome)
+    within = plan_within(model, trace, _over(model, {"T4": 100, "A100-SXM4-80GB": 100}))
+    assert isinstance(within, PlanOutcome)
+    assert within.config == free.config
+
+
+def test_a_plan_over_the_gpus_it_may_have_moves_stages_to_types_with_room() -> None:
+    """The sample's plan holds 4 T4 GPUs; with 2, detect moves to an A100 and the SLO holds."""
+    model, trace = _sample(), _poisson(400, 8000)
+    free = plan_chronotope(model, trace)
+    assert isinstance(free, PlanOutcome)
+    assert _gpus_by_type(model, free.config)["T4"] == 4
+    caps = {"T4": 2.0, "A100-SXM4-80GB": 100.0}
+    within = plan_within(model, trace, _over(model, caps))
+    assert isinstance(within, PlanOutcome)
+    use = _gpus_by_type(model, within.config)
+    assert use.get("T4", 0) <= 2
+    assert within.config[0].gpu_type == "A100-SXM4-80GB"
+    assert within.p99_s <= model.slo_s
+    assert float(np.percentile(simulate_pipeline(model, within.config, trace), 99)) <= model.slo_s
+    assert within.cost_per_hour >= free.cost_per_hour  # the cut plan is never cheaper
+    assert any(s.endswith("(to fit the GPUs it may have)") for s in within.steps)
+
+
+def test_no_plan_within_too_few_gpus_is_infeasible() -> None:
+    model, trace = _sample(), _poisson(400, 8000)
+    out = plan_within(model, trace, _over(model, {"T4": 0.5, "A100-SXM4-80GB": 1.0}))
+    assert isinstance(out, Infeasible)
+    assert "GPUs it may have" in out.reason

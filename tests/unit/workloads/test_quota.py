@@ -1019,3 +1019,36 @@ def test_when_can_preempt_preempt_stops_the_queues_lower_priority_work_on_the_pr
     kept = replace(low, preemptible=False)
     out = admit(QuotaBook(queues, local, [kept]), [high])["high"]
     assert (out.verdict, out.demand, out.victims) == (Verdict.ADMIT, Demand(L4, 4), ())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=_queue_sizes,
+    running=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), max_size=8),
+    cohort=st.booleans(),
+)
+def test_room_now_is_exactly_what_admission_admits_or_lends_without_reclaiming(
+    *,
+    sizes: list[tuple[int, int | None, int, int | None]],
+    running: list[tuple[int, int]],
+    cohort: bool,
+) -> None:
+    """`room_now` is the largest demand `_fit` admits or lets borrow, on every queue."""
+    queues = {
+        f"q{i}": _queue(
+            (A100, n, limit) if limit is not None and cohort else (A100, n),
+            cohort="ml" if cohort else None,
+            lend=lend if cohort else None,
+        )
+        for i, (n, limit, _w, lend) in enumerate(sizes)
+    }
+    names = sorted(queues)
+    book = _book(queues, [(f"r{k}", names[q % len(names)], n) for k, (q, n) in enumerate(running)])
+    for name in names:
+        queue = book.queues[name]
+        room = book.room_now(queue, (A100, GPUS))
+        for amount in range(1, 20):
+            fit = quota_module._fit(book, queue, Demand(A100, gpus=amount))
+            admitted = fit.verdict in (Verdict.ADMIT, Verdict.BORROW)
+            assert admitted == (amount <= room), (name, amount, room, fit)
+        assert book.room_now(queue, (L4, GPUS)) == 0  # a type the queue does not list

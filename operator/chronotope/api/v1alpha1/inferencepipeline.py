@@ -46,6 +46,7 @@ __all__ = [
     "P99Point",
     "PipelinePhase",
     "PrometheusSource",
+    "QuotaRoom",
     "ScalingRow",
     "Stage",
     "StagePlan",
@@ -429,6 +430,14 @@ class P99Point(ApiModel):
     )
 
 
+class QuotaRoom(ApiModel):
+    """What the pipeline's queue admitted for it on one GPU type when it was last planned."""
+
+    gpu_type: str = Field(max_length=63, description="GPU type.")
+    gpus: int = Field(default=0, ge=0, description="Whole GPUs (its own included).")
+    share_milli: int = Field(default=0, ge=0, description="GPU-share units (its own included).")
+
+
 class InferencePipelineStatus(ApiModel):
     """The planner's configuration, its predictions, and the tuner's state."""
 
@@ -468,6 +477,17 @@ class InferencePipelineStatus(ApiModel):
         description=(
             "Why its queue's quota holds back the planned replicas (a serving pipeline keeps "
             "what runs); absent when quota admits them."
+        ),
+    )
+    quota_room: list[QuotaRoom] | None = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "What its queue's quota admitted for it per GPU type when it was last planned, "
+            "written while its plan is cut to fit that (condition Planned, reason "
+            "WithinQueueQuota) or quota holds back a pipeline that runs nothing yet. When "
+            "the queue admits more, it is planned again: a waiting pipeline takes the new "
+            "plan, a serving one only the plan without a cut."
         ),
     )
 
