@@ -28,6 +28,8 @@ class FakeOps(QuotaInputs):
         self.applies = 0
         self.queries = 0
         self.rate: float | str = 0.2
+        self.elsewhere: list[dict[str, Any]] = []
+        """Pods of other namespaces' workloads."""
 
     def variants(self, namespace: str) -> list[dict[str, Any]]:
         return list(self.objs.values())
@@ -53,7 +55,8 @@ class FakeOps(QuotaInputs):
     def pods_matching(
         self, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
-        return [p for pods in self._pods.values() for p in pods]
+        every = [p for pods in self._pods.values() for p in pods] + self.elsewhere
+        return [p for p in every if namespace in (None, p["metadata"].get("namespace", "ns"))]
 
     def run_pods(self, group: str, *, ready: bool = True) -> None:
         """The Deployment controller and scheduler: one bound pod per replica, as templated."""
@@ -291,3 +294,31 @@ def test_a_serving_group_above_a_lowered_quota_shrinks_but_does_not_grow_back() 
     held = _pass(ops, memo, NOW + timedelta(seconds=2))
     assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 3
     assert [e[1] for e in held["a"].events] == ["QuotaExceeded"]
+
+
+def test_another_namespaces_serving_pods_count_against_the_shared_queue() -> None:
+    """A pipeline of namespace `other`, in the same Queue, holds all 16 GPUs: the group waits."""
+    ops, memo = _three(), GroupMemo()
+    _serving_queue(ops, 16)
+    ops.local_queue_objs.append(
+        {"metadata": {"name": "default", "namespace": "other"}, "spec": {"queue": "serving"}}
+    )
+    ops.elsewhere = [
+        {
+            "metadata": {
+                "name": "theirs-0",
+                "namespace": "other",
+                "labels": {"chronotope.dev/pipeline": "theirs", "chronotope.dev/queue": "default"},
+            },
+            "spec": {
+                "nodeSelector": {"nvidia.com/gpu.product": GPU},
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "16"}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+    ]
+    out = _pass(ops, memo)
+    assert ops.applies == 0
+    for outcome in out.values():
+        assert outcome.status["phase"] == "Pending"
+        assert outcome.status["whyWaiting"].startswith("waiting for quota: queue serving:")
