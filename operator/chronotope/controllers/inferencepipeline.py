@@ -63,8 +63,10 @@ from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_quota import (
     QuotaView,
+    ServingHolders,
     ServingRoom,
     serving_admission,
+    serving_holders,
     serving_room,
 )
 from chronotope.workloads.training_status import condition
@@ -190,10 +192,11 @@ def reconcile(
     view = QuotaView.parse(
         ops.queues(), ops.local_queues(), ops.namespaces()
     )  # planning and admission
+    holders = _holders(ops, obj, view)  # for planning and admission alike
     plan, sample, room = (
         (groups, None, None)
         if isinstance(groups, Reason)
-        else _plan(ops, obj, spec, old, out, view=view, replan=due)
+        else _plan(ops, obj, spec, old, out, view=view, holders=holders, replan=due)
     )
     if isinstance(plan, Reason):
         out.status = failed_status(obj, plan, now)
@@ -235,7 +238,7 @@ def reconcile(
         )
     assert not isinstance(groups, Reason)
     running = with_replicas(plan, current)
-    held, waiting = _apply_within_quota(ops, obj, spec, running, groups, view=view)
+    held, waiting = _apply_within_quota(ops, obj, spec, running, groups, view=view, holders=holders)
     if held is not None and old.get("quotaHeld") != held:
         text = (
             f"{QUOTA_WAIT}{held}"
@@ -249,10 +252,12 @@ def reconcile(
         if found is not None:
             deployments[object_name(group)] = found
     out.status = pipeline_status(obj, running, deployments, now, planned, groups=groups)
-    out.status["quotaHeld"] = held
-    # what the queue admitted when it was planned: a cut plan, or one quota holds back
-    # with nothing running, is planned again once the queue admits more (`_plan`)
-    out.status["quotaRoom"] = room.rows() if room is not None and (running.cut or waiting) else None
+    # quotaRoom: what the queue admitted when it was planned; a cut plan, or one quota
+    # holds back with nothing running, is planned again once the queue admits more (`_plan`)
+    out.status |= {
+        "quotaHeld": held,
+        "quotaRoom": room.rows() if room is not None and (running.cut or waiting) else None,
+    }
     if waiting:  # nothing of it runs: it waits for its queue's quota (the plan is kept)
         out.status |= {"phase": "Pending", "whyWaiting": f"{QUOTA_WAIT}{held}"}
     out.status["costPerHour"] = round(cost_per_hour(model, running.outcome.config), 3)
@@ -272,6 +277,7 @@ def _apply_within_quota(
     groups: Mapping[str, str],
     *,
     view: QuotaView,
+    holders: ServingHolders | None,
 ) -> tuple[str | None, bool]:
     """Apply the stages' Deployments and Services as far as the pipeline's queue quota admits.
 
@@ -289,16 +295,12 @@ def _apply_within_quota(
     def objects(replicas: Sequence[int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         return stage_objects(obj, spec, with_replicas(running, replicas), groups)
 
-    jobs, pods = (ops.training_jobs(), ops.pods_matching()) if view.on else ([], [])
-
     def why(replicas: Sequence[int]) -> str | None:
-        if not view.on:
+        if holders is None:  # quotas off
             return None
         return serving_admission(
             view,
-            jobs,
-            pods,
-            key=_key(obj),
+            holders,
             local_queue=spec.queue,
             objects=[d for d, _ in objects(replicas)],
         )
@@ -390,6 +392,7 @@ def _plan(
     out: Outcome,
     *,
     view: QuotaView,
+    holders: ServingHolders | None,
     replan: bool = False,
 ) -> tuple[PipelinePlan | Reason, list[float] | None, ServingRoom | None]:
     """The recorded plan if it still holds, else a new one (and its sample), else why not.
@@ -408,7 +411,6 @@ def _plan(
     meta = obj["metadata"]
     namespace = meta["namespace"]
     types = gpu_types(ops.nodes())
-    holders = (ops.training_jobs(), ops.pods_matching(), _key(obj)) if view.on else None
     room = serving_room(view, namespace, spec.queue, now=holders)
     recorded: PipelinePlan | None = None
     more_room = False
@@ -464,6 +466,13 @@ def _announce(
         rate = len(arrivals) / max(arrivals[-1] - arrivals[0], 1e-9)
         words = f"re-planned on live traffic ({rate:.1f} queries/s): {_plan_words(plan)}"
         out.events.append(("Normal", "Replanned", words))
+
+
+def _holders(ops: PipelineOps, obj: Mapping[str, Any], view: QuotaView) -> ServingHolders | None:
+    """What everyone else holds of the queues now (every namespace's serving pods count)."""
+    if not view.on:
+        return None
+    return serving_holders(view, ops.training_jobs(), ops.pods_matching(), _key(obj))
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -36,7 +36,7 @@ from chronotope.workloads.serving_group import (
     failed_status,
     serve_group,
 )
-from chronotope.workloads.training_quota import QuotaView, serving_admission
+from chronotope.workloads.training_quota import QuotaView, serving_admission, serving_holders
 from chronotope.workloads.variants import (
     ServingGroup,
     gpu_pool,
@@ -221,11 +221,12 @@ def _quota_held(
     view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
     if not view.on:
         return None
+    key = f"{namespace}/serving-group:{group.name}"
+    # every namespace's serving pods hold quota in the cohort
+    holders = serving_holders(view, ops.training_jobs(), ops.pods_matching(), key)
     return serving_admission(
         view,
-        ops.training_jobs(),
-        ops.pods_matching(),  # every namespace's serving pods hold quota in the cohort
-        key=f"{namespace}/serving-group:{group.name}",
+        holders,
         local_queue="default",
         objects=[o for o in result.objects if o.get("kind") == "Deployment"],
     )

@@ -79,6 +79,7 @@ __all__ = [
     "SERVING_OWNERS",
     "QuotaCycle",
     "QuotaView",
+    "ServingHolders",
     "ServingRoom",
     "admission_cycle",
     "drain_victims",
@@ -87,6 +88,7 @@ __all__ = [
     "queue_report",
     "quota_wait",
     "serving_admission",
+    "serving_holders",
     "serving_room",
     "serving_workloads",
 ]
@@ -250,14 +252,12 @@ def serving_workloads(view: QuotaView, pods: Iterable[Mapping[str, Any]]) -> lis
 
 def serving_admission(
     view: QuotaView,
-    jobs: Sequence[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
+    holders: ServingHolders,
     *,
-    key: str,
     local_queue: str,
     objects: Iterable[Mapping[str, Any]],
 ) -> str | None:
-    """Whether serving workload `key` (`namespace/kind:NAME`) may run `objects` now, or why not.
+    """Whether serving workload `holders.key` may run `objects` now, or why not.
 
     `objects` are the workload's Deployments as it would apply them: their
     replicas times their pod template's GPUs are its demand, per GPU type; what
@@ -268,11 +268,12 @@ def serving_admission(
     """
     if not view.on:
         return None
+    key = holders.key
     namespace = key.split("/", 1)[0]
     local = view.local_queues.get((namespace, local_queue))
     if local is None:
         return f"no LocalQueue {local_queue} in namespace {namespace}"
-    book, own = _serving_book(view, jobs, pods, key)
+    book, own = holders.book.copy(), holders.own  # fits_now counts on the book: a copy
     queue = book.queues.get(local.queue)
     if queue is None:
         return (
@@ -298,10 +299,24 @@ def serving_admission(
     return fits_now(book, queue, key, demands)
 
 
-def _serving_book(
+@dataclass(frozen=True)
+class ServingHolders:
+    """What everyone but serving workload `key` holds now (`book`), and what it holds (`own`).
+
+    Built once per reconcile (`serving_holders`); `serving_admission` and
+    `serving_room` read it, never change it.
+    """
+
+    key: str
+    """`namespace/pipeline:NAME` or `namespace/serving-group:NAME`."""
+    book: QuotaBook
+    own: Counter[Resource]
+
+
+def serving_holders(
     view: QuotaView, jobs: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], key: str
-) -> tuple[QuotaBook, Counter[Resource]]:
-    """The book of what everyone but serving workload `key` holds now, and what `key` holds."""
+) -> ServingHolders:
+    """The started TrainingJobs' and the serving pods' holdings, all but `key`'s, and `key`'s."""
     holding = [j for j in jobs if (j.get("status") or {}).get("phase") in HOLDING]
     serving = serving_workloads(view, pods)
     own: Counter[Resource] = Counter()
@@ -309,7 +324,7 @@ def _serving_book(
         if w.key == key:
             own.update(w.usage)
     book, _ = _cycle(view, holding, serving=[w for w in serving if w.key != key])
-    return book, own
+    return ServingHolders(key, book, own)
 
 
 @dataclass(frozen=True)
@@ -380,7 +395,7 @@ def serving_room(
     namespace: str,
     local_queue: str,
     *,
-    now: tuple[Sequence[Mapping[str, Any]], Iterable[Mapping[str, Any]], str] | None = None,
+    now: ServingHolders | None = None,
 ) -> ServingRoom | None:
     """What the queue of LocalQueue `namespace/local_queue` could ever hold, or None.
 
@@ -388,9 +403,9 @@ def serving_room(
     may borrow in its cohort are below one replica, is never admitted: a pipeline
     planned on it would wait for quota that cannot come. None: no limit (quotas
     off), or the LocalQueue or its Queue is missing, or the Queue does not admit
-    the namespace (admission reports those). With `now` (the TrainingJobs, the pods
-    and the serving workload's key, as `serving_admission` takes them) it also says
-    what the workload may hold now (nothing more in a stopped queue).
+    the namespace (admission reports those). With `now` (what everyone holds, as
+    `serving_admission` reads it) it also says what the workload may hold now
+    (nothing more in a stopped queue).
     """
     if not view.on:
         return None
@@ -404,12 +419,11 @@ def serving_room(
     ceilings = {pool: book.ceiling(queue, pool) for pool in queue.nominal}
     if now is None:
         return ServingRoom(queue.name, ceilings)
-    jobs, pods, key = now
-    current, own = _serving_book(view, jobs, pods, key)
     if queue.stop is not StopPolicy.NONE:  # it may keep what it holds, and take nothing more
-        return ServingRoom(queue.name, ceilings, {pool: own[pool] for pool in queue.nominal})
+        return ServingRoom(queue.name, ceilings, {pool: now.own[pool] for pool in queue.nominal})
+    held = now.book.queues.get(queue.name, queue)
     return ServingRoom(
-        queue.name, ceilings, {pool: current.room_now(queue, pool) for pool in queue.nominal}
+        queue.name, ceilings, {pool: now.book.room_now(held, pool) for pool in queue.nominal}
     )
 
 

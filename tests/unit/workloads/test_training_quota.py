@@ -16,6 +16,7 @@ from chronotope.workloads.training_quota import (
     queue_report,
     quota_wait,
     serving_admission,
+    serving_holders,
     serving_room,
     serving_workloads,
 )
@@ -256,7 +257,10 @@ def test_a_serving_workload_above_a_lowered_quota_may_shrink_but_not_grow() -> N
 
     def admit(*objects: dict[str, Any]) -> str | None:
         return serving_admission(
-            view, [], pods, key="a/pipeline:web", local_queue="default", objects=objects
+            view,
+            serving_holders(view, [], pods, "a/pipeline:web"),
+            local_queue="default",
+            objects=objects,
         )
 
     assert admit(_deployment(3, 2)) is None  # 6 L4, above the quota: it gives 2 back
@@ -269,7 +273,10 @@ def test_a_serving_workload_above_a_lowered_quota_may_shrink_but_not_grow() -> N
     # a new workload of team-a (nothing of its own) is held to the quota, and it is full
     assert (
         serving_admission(
-            view, [], pods, key="a/pipeline:new", local_queue="default", objects=[_deployment(1, 2)]
+            view,
+            serving_holders(view, [], pods, "a/pipeline:new"),
+            local_queue="default",
+            objects=[_deployment(1, 2)],
         )
         == "queue team-a: L4 8/4 in use, no cohort to borrow from; it asks for 2 L4"
     )
@@ -303,9 +310,7 @@ def test_a_stopped_queue_admits_no_serving_growth_but_a_shrink() -> None:
     def admit(replicas: int) -> str | None:
         return serving_admission(
             _stopped_view("Hold"),
-            [],
-            pods,
-            key="a/pipeline:web",
+            serving_holders(_stopped_view("Hold"), [], pods, "a/pipeline:web"),
             local_queue="default",
             objects=[_deployment(replicas, 1)],
         )
@@ -346,9 +351,7 @@ def test_a_namespace_the_queue_does_not_select_gets_no_serving_quota() -> None:
     ) -> str | None:
         return serving_admission(
             where,
-            [],
-            pods or [],
-            key=f"{ns}/pipeline:web",
+            serving_holders(where, [], pods or [], f"{ns}/pipeline:web"),
             local_queue="default",
             objects=[_deployment(grown, 1)],
         )
