@@ -582,6 +582,13 @@ def plan_chronotope(
     est = _Estimator(model, np.asarray(arrivals, dtype=np.float64), seed)
     steps = list(first.steps)
     config = _greedy(est, model, first.config, _any_moves, steps)
+    return _outcome(est, model, config, first, steps)
+
+
+def _outcome(
+    est: _Estimator, model: PipelineModel, config: Config, first: PlanOutcome, steps: list[str]
+) -> PlanOutcome:
+    """A search's result on top of InferLine's `first` plan (the evaluations of both)."""
     return PlanOutcome(
         config,
         est.p99(config),
@@ -659,13 +666,7 @@ def plan_within(
         return [(w, cand) for w, cand in _any_moves(m, c) if over(cand) <= 0]
 
     config = _greedy(est, model, config, fitting, steps)
-    return PlanOutcome(
-        config,
-        est.p99(config),
-        cost_per_hour(model, config),
-        first.evaluations + est.evaluations,
-        steps,
-    )
+    return _outcome(est, model, config, first, steps)
 
 
 SCALING_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
