@@ -324,10 +324,7 @@ def stage_objects(
         if stage.model.variant:  # served by its variant's serving group
             continue
         labels = {PIPELINE_LABEL: name, STAGE_LABEL: stage.name}
-        gpu = stage.gpu
-        limits, annotations = gpu_resources(
-            gpu.shared if gpu is not None else None, (gpu.count if gpu else None) or 1
-        )
+        limits, annotations = _replica_resources(stage)
         image = str(stage.model.image)
         env = [
             {"name": "CHRONOTOPE_STAGE", "value": stage.name},
