@@ -8,6 +8,24 @@ from __future__ import annotations
 from typing import Any
 
 
+def serving_pod(
+    name: str, gpu_type: str, *, namespace: str, pipeline: str, gpus: int = 1
+) -> dict[str, Any]:
+    """A running pod of InferencePipeline `pipeline` (LocalQueue `default`) holding whole GPUs."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"chronotope.dev/pipeline": pipeline, "chronotope.dev/queue": "default"},
+        },
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": gpu_type},
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
 class QuotaInputs:
     """TrainingJobs, Queues and LocalQueues in memory, as `KubeReads` would read them."""
 

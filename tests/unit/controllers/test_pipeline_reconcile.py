@@ -12,7 +12,7 @@ import yaml
 
 from chronotope.controllers.inferencepipeline import PipelineOps, reconcile
 from chronotope.workloads.training_quota import QuotaView, serving_workloads
-from tests.quota_inputs import QuotaInputs
+from tests.quota_inputs import QuotaInputs, serving_pod
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -527,18 +527,7 @@ def test_a_pipeline_over_its_queue_quota_waits_and_builds_nothing() -> None:
 
 def _quota_pod(name: str, gpu_type: str) -> dict[str, Any]:
     """A running pod of another pipeline of the same queue holding one whole GPU."""
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "labels": {"chronotope.dev/pipeline": "other", "chronotope.dev/queue": "default"},
-        },
-        "spec": {
-            "nodeSelector": {"nvidia.com/gpu.product": gpu_type},
-            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
-        },
-        "status": {"phase": "Running"},
-    }
+    return serving_pod(name, gpu_type, namespace="ns", pipeline="other")
 
 
 def test_a_pipeline_is_planned_only_on_types_its_queue_could_ever_hold() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps, reconcile
 from chronotope.controllers.trainingjob import Outcome
-from tests.quota_inputs import QuotaInputs
+from tests.quota_inputs import QuotaInputs, serving_pod
 from tests.variant_fixtures import node, pod, variant
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -303,20 +303,7 @@ def test_another_namespaces_serving_pods_count_against_the_shared_queue() -> Non
     ops.local_queue_objs.append(
         {"metadata": {"name": "default", "namespace": "other"}, "spec": {"queue": "serving"}}
     )
-    ops.elsewhere = [
-        {
-            "metadata": {
-                "name": "theirs-0",
-                "namespace": "other",
-                "labels": {"chronotope.dev/pipeline": "theirs", "chronotope.dev/queue": "default"},
-            },
-            "spec": {
-                "nodeSelector": {"nvidia.com/gpu.product": GPU},
-                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "16"}}}],
-            },
-            "status": {"phase": "Running"},
-        }
-    ]
+    ops.elsewhere = [serving_pod("theirs-0", GPU, namespace="other", pipeline="theirs", gpus=16)]
     out = _pass(ops, memo)
     assert ops.applies == 0
     for outcome in out.values():
