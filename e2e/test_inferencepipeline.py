@@ -8,6 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from e2e.kubetest import KubeCluster, wait_for
+from e2e.test_queues import _local_queue
 from e2e.test_trainingjob import job
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "inferencepipelines"
@@ -144,12 +145,7 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
         custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": quotas(0, 0)})
         try:
-            local = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "LocalQueue",
-                "metadata": {"name": "default"},
-                "spec": {"queue": queue},
-            }
+            local = _local_queue(namespace, queue)
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, pipeline("quota")
@@ -230,12 +226,7 @@ def test_a_pipeline_is_cut_to_what_its_queue_admits_now_and_moves_back_once_it_m
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
         custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
         try:
-            local = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "LocalQueue",
-                "metadata": {"name": "default"},
-                "spec": {"queue": queue},
-            }
+            local = _local_queue(namespace, queue)
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, "trainingjobs", holder

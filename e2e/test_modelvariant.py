@@ -14,6 +14,7 @@ from kubernetes import client
 from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
 from chronotope.sim.clusterspec import load_spec, node_manifests
 from e2e.kubetest import KubeCluster, wait_for
+from e2e.test_queues import _local_queue
 
 pytestmark = pytest.mark.cluster
 
@@ -212,12 +213,7 @@ def test_a_new_serving_group_waits_for_its_queue_quota(
         spec = {"quotas": [{"gpuType": H100, "gpus": 0}]}
         k.custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
         try:
-            local = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "LocalQueue",
-                "metadata": {"name": "default"},
-                "spec": {"queue": queue},
-            }
+            local = _local_queue(namespace, queue)
             k.custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, "localqueues", local
             )
