@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chronotope.controllers.metrics import OperatorMetrics
+    from chronotope.kube.store import OperatorCache
     from chronotope.workloads.leader import LeaseTiming
 
 __all__ = ["add_parser"]
@@ -260,13 +261,7 @@ def _run(args: argparse.Namespace) -> int:
         f"http://{args.health_address}:{args.health_port}/healthz" if args.health_port else None
     )
 
-    queues_changed = threading.Event()
-
-    def on_queue_input(kind: str, _event: str, _obj: dict[str, Any]) -> None:
-        if kind in ("trainingjobs", "queues", "localqueues"):
-            queues_changed.set()
-
-    cache.listen(on_queue_input)
+    queues_changed = _queue_inputs(cache)
 
     def queue_status(stop: threading.Event) -> None:
         run_status_loop(job_ops, stop, args.interval, metrics.observe_queue, changed=queues_changed)
@@ -277,6 +272,22 @@ def _run(args: argparse.Namespace) -> int:
     metrics.leader.set(1)  # no election: this process is the one writer
     run_controllers(None)
     return 0
+
+
+def _queue_inputs(cache: OperatorCache) -> threading.Event:
+    """An event the cache sets when something the Queue loop reads changes."""
+    from chronotope.workloads.training_quota import is_serving_pod
+
+    changed = threading.Event()
+
+    def on_queue_input(kind: str, _event: str, obj: dict[str, Any]) -> None:
+        if kind in ("trainingjobs", "queues", "localqueues") or (
+            kind == "pods" and is_serving_pod(obj)  # serving pods may reclaim lent quota
+        ):
+            changed.set()
+
+    cache.listen(on_queue_input)
+    return changed
 
 
 def _controllers(

@@ -65,8 +65,10 @@ from chronotope.workloads.training_quota import (
     QuotaView,
     ServingHolders,
     ServingRoom,
+    reclaim_words,
     serving_admission,
     serving_holders,
+    serving_reclaim,
     serving_room,
 )
 from chronotope.workloads.training_status import condition
@@ -238,28 +240,19 @@ def reconcile(
         )
     assert not isinstance(groups, Reason)
     running = with_replicas(plan, current)
-    held, waiting = _apply_within_quota(ops, obj, spec, running, groups, view=view, holders=holders)
-    if held is not None and old.get("quotaHeld") != held:
-        text = (
-            f"{QUOTA_WAIT}{held}"
-            if waiting
-            else f"scaling up only as far as its queue's quota admits: {held}"
-        )
-        out.events.append(("Normal", "QuotaExceeded", text))
+    held, waiting, reclaiming = _apply_within_quota(
+        ops, obj, spec, running, groups, view=view, holders=holders
+    )
     deployments = dict(ops.deployments(namespace, name))
     for group in set(groups.values()):
         found = ops.deployment(namespace, object_name(group))
         if found is not None:
             deployments[object_name(group)] = found
     out.status = pipeline_status(obj, running, deployments, now, planned, groups=groups)
+    _quota_outcome(out, old, held, waiting, reclaiming)
     # quotaRoom: what the queue admitted when it was planned; a cut plan, or one quota
     # holds back with nothing running, is planned again once the queue admits more (`_plan`)
-    out.status |= {
-        "quotaHeld": held,
-        "quotaRoom": room.rows() if room is not None and (running.cut or waiting) else None,
-    }
-    if waiting:  # nothing of it runs: it waits for its queue's quota (the plan is kept)
-        out.status |= {"phase": "Pending", "whyWaiting": f"{QUOTA_WAIT}{held}"}
+    out.status["quotaRoom"] = room.rows() if room is not None and (running.cut or waiting) else None
     out.status["costPerHour"] = round(cost_per_hour(model, running.outcome.config), 3)
     if tuned is not None:
         out.status["tuner"] = tuned[0]
@@ -267,6 +260,30 @@ def reconcile(
             out.status["conditions"].append(tuned[1])
     _observe(ops, spec, obj, out, now)
     return out
+
+
+def _quota_outcome(
+    out: Outcome,
+    old: Mapping[str, Any],
+    held: str | None,
+    waiting: bool,
+    reclaiming: str | None,
+) -> None:
+    """The status and events of what quota holds back (`_apply_within_quota`'s answer)."""
+    if reclaiming is not None:
+        out.events.append(("Normal", "ReclaimingQuota", reclaiming))
+        if out.status.get("whyWaiting"):
+            out.status["whyWaiting"] += f"; {reclaiming}"
+    if held is not None and old.get("quotaHeld") != held:
+        text = (
+            f"{QUOTA_WAIT}{held}"
+            if waiting
+            else f"scaling up only as far as its queue's quota admits: {held}"
+        )
+        out.events.append(("Normal", "QuotaExceeded", text))
+    out.status["quotaHeld"] = held
+    if waiting:  # nothing of it runs: it waits for its queue's quota (the plan is kept)
+        out.status |= {"phase": "Pending", "whyWaiting": f"{QUOTA_WAIT}{held}"}
 
 
 def _apply_within_quota(
@@ -278,16 +295,19 @@ def _apply_within_quota(
     *,
     view: QuotaView,
     holders: ServingHolders | None,
-) -> tuple[str | None, bool]:
+) -> tuple[str | None, bool, str | None]:
     """Apply the stages' Deployments and Services as far as the pipeline's queue quota admits.
 
-    Returns why quota holds (part of) them back (None: all applied) and whether the
-    pipeline therefore waits (nothing of it runs yet). A serving pipeline whose
-    target does not fit grows as far as the quota admits (`pipeline.grow_within`:
-    shrinking stages shrink, then one replica at a time to the stage furthest
-    below its target), and keeps what runs if not even that fits. Quotas are off
-    until a Queue exists; the pipeline's own pods do not count against it
-    (`training_quota.serving_admission`).
+    Returns why quota holds (part of) them back (None: all applied), whether the
+    pipeline therefore waits (nothing of it runs yet), and, for one that fits its
+    nominal quota only once the borrowers its queue lent to give it back, what is
+    reclaimed: its Deployments are applied, their pods reserve the quota, and the
+    queue loop stops the borrowed TrainingJobs (`controllers.queues.reclaim_for_serving`).
+    A serving pipeline whose target does not fit grows as far as the quota
+    admits (`pipeline.grow_within`: shrinking stages shrink, then one replica at
+    a time to the stage furthest below its target), and keeps what runs if not
+    even that fits. Quotas are off until a Queue exists; the pipeline's own pods
+    do not count against it (`training_quota.serving_admission`).
     """
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     target = [c.replicas for c in running.outcome.config]
@@ -309,10 +329,20 @@ def _apply_within_quota(
     if held is None:
         for deployment, service in objects(target):
             ops.apply(deployment, service)
-        return None, False
+        return None, False, None
     deployed = ops.deployments(namespace, name)
     if not deployed:
-        return held, True
+        reclaim = None
+        if holders is not None:
+            reclaim = serving_reclaim(
+                view, holders, local_queue=spec.queue, objects=[d for d, _ in objects(target)]
+            )
+        if reclaim is None:
+            return held, True, None
+        # its pods reserve the quota it lent; the queue loop stops the borrowers for them
+        for deployment, service in objects(target):
+            ops.apply(deployment, service)
+        return None, False, reclaim_words(*reclaim)
     have = [
         target[i]
         if stage.model.variant
@@ -327,7 +357,7 @@ def _apply_within_quota(
     if grown is not None:
         for deployment, service in objects(grown):
             ops.apply(deployment, service)
-    return held, False
+    return held, False, None
 
 
 def _observe(

@@ -36,7 +36,13 @@ from chronotope.workloads.serving_group import (
     failed_status,
     serve_group,
 )
-from chronotope.workloads.training_quota import QuotaView, serving_admission, serving_holders
+from chronotope.workloads.training_quota import (
+    QuotaView,
+    reclaim_words,
+    serving_admission,
+    serving_holders,
+    serving_reclaim,
+)
 from chronotope.workloads.variants import (
     ServingGroup,
     gpu_pool,
@@ -195,9 +201,16 @@ def _within_quota(
     one that does not fit keeps its last plan and grows no further.
     """
     result = group_pass()
-    held = _quota_held(ops, namespace, group, result)
+    held, reclaim = _quota_held(ops, namespace, group, result, running=running)
     if held is None:
         return result
+    if reclaim is not None:  # its pods reserve the quota it lent; the queue loop stops borrowers
+        words = reclaim_words(*reclaim)
+        events = {
+            m.name: [*result.events.get(m.name, []), ("Normal", "ReclaimingQuota", words)]
+            for m in group.members
+        }
+        return replace(result, events=events)
     if running:
         return group_pass(hold=Reason(code="QuotaExceeded", message=f"not scaling up: {held}"))
     why = Reason(code="QuotaExceeded", message=f"waiting for quota: {held}")
@@ -206,30 +219,32 @@ def _within_quota(
 
 
 def _quota_held(
-    ops: VariantOps, namespace: str, group: ServingGroup, result: GroupResult
-) -> str | None:
-    """Why its queue's quota does not admit the group's new Deployment now; None if it does.
+    ops: VariantOps, namespace: str, group: ServingGroup, result: GroupResult, *, running: bool
+) -> tuple[str | None, tuple[str, tuple[str, ...]] | None]:
+    """Why quota holds the group's new Deployment back (None: it fits), and whom a reclaim stops.
 
     The group's pods count against the LocalQueue `default` of its namespace
     (`training_quota.serving_workloads`), its own pods never against itself. A
     group that runs nothing yet is built only when its Deployment's GPUs fit that
-    queue now; a running one keeps its last plan until a new one fits (as an
-    InferencePipeline that serves does). Quotas are off until a Queue exists.
+    queue now, or fit its nominal quota once the borrowed TrainingJobs of the
+    cohort give back what it lent (`training_quota.serving_reclaim`: its pods then
+    reserve the quota and the queue loop stops them); a running one keeps its last
+    plan until a new one fits (as an InferencePipeline that serves does). Quotas
+    are off until a Queue exists.
     """
     if not result.objects:
-        return None
+        return None, None
     view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
     if not view.on:
-        return None
+        return None, None
     key = f"{namespace}/serving-group:{group.name}"
     # every namespace's serving pods hold quota in the cohort
     holders = serving_holders(view, ops.training_jobs(), ops.pods_matching(), key)
-    return serving_admission(
-        view,
-        holders,
-        local_queue="default",
-        objects=[o for o in result.objects if o.get("kind") == "Deployment"],
-    )
+    deployments = [o for o in result.objects if o.get("kind") == "Deployment"]
+    held = serving_admission(view, holders, local_queue="default", objects=deployments)
+    if held is None or running:
+        return held, None
+    return held, serving_reclaim(view, holders, local_queue="default", objects=deployments)
 
 
 def fingerprint(

@@ -19,12 +19,19 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from chronotope.api.v1alpha1.queue import QueueStatus, QuotaRelease, StopPolicy
-from chronotope.controllers.trainingjob import DRAINING, ClusterOps, Outcome, merged_status
+from chronotope.controllers.trainingjob import (
+    DRAINING,
+    RECLAIMING,
+    ClusterOps,
+    Outcome,
+    merged_status,
+)
 from chronotope.workloads.training_quota import (
     QuotaView,
     drain_victims,
     local_queue_report,
     queue_report,
+    serving_reclaims,
     serving_workloads,
 )
 from chronotope.workloads.training_status import condition
@@ -34,6 +41,7 @@ __all__ = [
     "QueueOps",
     "Reports",
     "drain",
+    "reclaim_for_serving",
     "reconcile_local_queue",
     "reconcile_queue",
     "run_status_loop",
@@ -204,12 +212,39 @@ def drain(ops: ClusterOps) -> list[str]:
     return [key for key, _, _ in victims]
 
 
+def reclaim_for_serving(ops: ClusterOps) -> list[str]:
+    """Checkpoint and stop borrowed TrainingJobs whose quota waiting serving pods reclaim.
+
+    An InferencePipeline or serving group whose queue lent the quota it needs
+    creates its pods anyway (they reserve the quota, `training_quota.serving_reclaims`);
+    each borrowed job to stop is asked once, with the reclaiming queue's grace
+    period; its own reconcile posts `Preempted` ("preempted by InferencePipeline
+    NS/NAME (reclaiming quota of queue Q)") and re-queues it, and the quota holds
+    it back while the serving pods hold the quota. Returns the victims' keys.
+    """
+    view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
+    if not view.on:
+        return []
+    out = serving_reclaims(view, ops.training_jobs, ops.pods())
+    for r in out:
+        namespace, _, owner = r.workload.partition("/")
+        kind, _, name = owner.partition(":")
+        by = f"{_SERVING_KINDS.get(kind, kind)} {namespace}/{name}"
+        log.info("%s: %s reclaims queue %s's lent quota: stopping it", r.victim, by, r.queue)
+        ops.preempt(r.victim, by=by, why=f"{RECLAIMING}{r.queue}", grace_seconds=r.grace_seconds)
+    return [r.victim for r in out]
+
+
+_SERVING_KINDS = {"pipeline": "InferencePipeline", "serving-group": "serving group"}
+
+
 def write_statuses(ops: QueueOps, now: datetime, observe: QueueObserver | None = None) -> int:
-    """One pass: `drain`, then every Queue's and LocalQueue's status where it changed.
+    """One pass: `drain`, `reclaim_for_serving`, then every Queue's and LocalQueue's changed status.
 
     Returns how many statuses it wrote.
     """
     drain(ops)
+    reclaim_for_serving(ops)
     reports = Reports(ttl_s=float("inf"))  # one reading for the whole pass
     written = 0
     for obj in ops.queues():

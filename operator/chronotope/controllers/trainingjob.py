@@ -56,6 +56,7 @@ from chronotope.workloads.training_status import (
 
 __all__ = [
     "DRAINING",
+    "RECLAIMING",
     "UNWATCHED_CAUSES",
     "ClusterOps",
     "Outcome",
@@ -86,7 +87,9 @@ class Outcome:
 
 
 _WITHIN_QUEUE = "higher priority in queue "
-_RECLAIM = "reclaiming quota of queue "
+RECLAIMING = "reclaiming quota of queue "
+"""The why of a preemption that reclaims lent quota (a TrainingJob's, or `controllers.queues`' for
+serving pods)."""
 _PRIORITY = "higher priority"
 DRAINING = "draining queue "
 """The why of a preemption by a queue under `stopPolicy: HoldAndDrain` (`controllers.queues`)."""
@@ -105,7 +108,7 @@ def preemption_cause(preempted_by: str) -> tuple[str, str]:
     why = why.removesuffix(")")
     for prefix, cause in (
         (_WITHIN_QUEUE, "WithinQueue"),
-        (_RECLAIM, "Reclaim"),
+        (RECLAIMING, "Reclaim"),
         (DRAINING, "Drain"),
     ):
         if why.startswith(prefix):
@@ -468,7 +471,7 @@ def _enact(
             c.ops.preempt(
                 victim,
                 by=c.key,
-                why=f"{_WITHIN_QUEUE if admission.within_queue else _RECLAIM}{admission.queue}",
+                why=f"{_WITHIN_QUEUE if admission.within_queue else RECLAIMING}{admission.queue}",
                 grace_seconds=grace,
             )
     elif preempting and decision.action is Action.WAIT and not verdict.held_by_quota:

@@ -77,6 +77,7 @@ __all__ = [
     "fits_now",
     "forecast_starts",
     "queue_statuses",
+    "reclaim_to_fit",
     "reclaim_victims",
     "room_once_released",
     "stopped",
@@ -567,6 +568,35 @@ def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Dem
             return f"{fit.blocked}; it asks for {asks}"
         _apply(book, key, queue, demand, 0.0)
     return None
+
+
+def reclaim_to_fit(
+    book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Demand]
+) -> tuple[str, ...] | None:
+    """The borrowed workloads to stop so that all of `demands` fit `queue`; None if none do.
+
+    Each demand fits within nominal quota, by borrowing, or within nominal quota
+    once borrowers of the cohort give back what it lent (`reclaim_victims`: only
+    under `reclaim.policy: PreemptBorrowed`, serving borrowers never stopped).
+    Empty: everything fits without stopping anyone. The book counts the demands
+    and no longer the victims, so the next demand is checked on top of them.
+    """
+    if queue.stop is not StopPolicy.NONE:
+        return None
+    victims: list[str] = []
+    for demand in demands:
+        fit = _fit(book, queue, demand)
+        if fit.verdict is Verdict.WAIT:
+            return None
+        if fit.verdict is Verdict.RECLAIM:
+            stop = reclaim_victims(book, queue, demand)
+            if stop is None:
+                return None
+            for victim in stop:
+                book.remove(victim)
+            victims.extend(stop)
+        _apply(book, key, queue, demand, 0.0)
+    return tuple(victims)
 
 
 def room_once_released(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +56,7 @@ from chronotope.workloads.quota import (
     AdmittedWorkload,
     Demand,
     PendingWorkload,
+    QueueQuota,
     QuotaBook,
     Resource,
     Unit,
@@ -66,6 +67,7 @@ from chronotope.workloads.quota import (
     fits_now,
     forecast_starts,
     queue_statuses,
+    reclaim_to_fit,
     room_once_released,
 )
 from chronotope.workloads.replan import parse_time
@@ -80,15 +82,20 @@ __all__ = [
     "QuotaCycle",
     "QuotaView",
     "ServingHolders",
+    "ServingReclaim",
     "ServingRoom",
     "admission_cycle",
     "drain_victims",
+    "is_serving_pod",
     "local_queue_report",
     "pending_order",
     "queue_report",
     "quota_wait",
+    "reclaim_words",
     "serving_admission",
     "serving_holders",
+    "serving_reclaim",
+    "serving_reclaims",
     "serving_room",
     "serving_workloads",
 ]
@@ -217,6 +224,12 @@ def _pod_quota(pod: Mapping[str, Any]) -> tuple[Resource, int] | None:
     return (req.gpu_models[0], Unit.SHARE_MILLI), req.gpu_milli
 
 
+def is_serving_pod(pod: Mapping[str, Any]) -> bool:
+    """Whether `pod` belongs to an InferencePipeline stage or a serving group."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return any(k in labels for k, _ in SERVING_OWNERS)
+
+
 def serving_workloads(view: QuotaView, pods: Iterable[Mapping[str, Any]]) -> list[AdmittedWorkload]:
     """Serving workloads as holders of quota, from their pods.
 
@@ -250,6 +263,42 @@ def serving_workloads(view: QuotaView, pods: Iterable[Mapping[str, Any]]) -> lis
     ]
 
 
+def _serving_demands(namespace: str, objects: Iterable[Mapping[str, Any]]) -> Counter[Resource]:
+    """What Deployments `objects` ask of quota per pool: replicas x their pod template's GPUs."""
+    wanted: Counter[Resource] = Counter()
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        template = spec.get("template") or {}
+        pod = {"metadata": {"namespace": namespace, **(template.get("metadata") or {})}}
+        held = _pod_quota(pod | {"spec": template.get("spec") or {}})
+        if held is not None:
+            wanted[held[0]] += int(spec.get("replicas", 1)) * held[1]
+    return wanted
+
+
+def _as_demands(wanted: Mapping[Resource, int]) -> list[Demand]:
+    """Per-pool amounts as one Demand per GPU type (whole GPUs and share milli together)."""
+    return [
+        Demand(t, wanted.get((t, Unit.GPUS), 0), wanted.get((t, Unit.SHARE_MILLI), 0))
+        for t in sorted({pool[0] for pool in wanted})
+    ]
+
+
+def _serving_queue(
+    view: QuotaView, namespace: str, local_queue: str, book: QuotaBook
+) -> QueueQuota | str:
+    """The Queue of LocalQueue `namespace/local_queue` in `book`, or why there is none."""
+    local = view.local_queues.get((namespace, local_queue))
+    if local is None:
+        return f"no LocalQueue {local_queue} in namespace {namespace}"
+    queue = book.queues.get(local.queue)
+    if queue is None:
+        return (
+            f"LocalQueue {namespace}/{local_queue} names Queue {local.queue}, which does not exist"
+        )
+    return queue
+
+
 def serving_admission(
     view: QuotaView,
     holders: ServingHolders,
@@ -270,33 +319,111 @@ def serving_admission(
         return None
     key = holders.key
     namespace = key.split("/", 1)[0]
-    local = view.local_queues.get((namespace, local_queue))
-    if local is None:
-        return f"no LocalQueue {local_queue} in namespace {namespace}"
     book, own = holders.book.copy(), holders.own  # fits_now counts on the book: a copy
-    queue = book.queues.get(local.queue)
-    if queue is None:
-        return (
-            f"LocalQueue {namespace}/{local_queue} names Queue {local.queue}, which does not exist"
-        )
+    queue = _serving_queue(view, namespace, local_queue, book)
+    if isinstance(queue, str):
+        return queue
     refused = book.refuses(queue, namespace)
-    wanted: Counter[Resource] = Counter()
-    for obj in objects:
-        spec = obj.get("spec") or {}
-        template = spec.get("template") or {}
-        pod = {"metadata": {"namespace": namespace, **(template.get("metadata") or {})}}
-        held = _pod_quota(pod | {"spec": template.get("spec") or {}})
-        if held is not None:
-            wanted[held[0]] += int(spec.get("replicas", 1)) * held[1]
+    wanted = _serving_demands(namespace, objects)
     if own and all(n <= own[pool] for pool, n in wanted.items()):
         return None  # a shrink gives back, even in a namespace the Queue no longer selects
     if refused is not None:
         return refused
-    demands = [
-        Demand(t, wanted[(t, Unit.GPUS)], wanted[(t, Unit.SHARE_MILLI)])
-        for t in sorted({pool[0] for pool in wanted})
+    return fits_now(book, queue, key, _as_demands(wanted))
+
+
+def serving_reclaim(
+    view: QuotaView,
+    holders: ServingHolders,
+    *,
+    local_queue: str,
+    objects: Iterable[Mapping[str, Any]],
+) -> tuple[str, tuple[str, ...]] | None:
+    """(its Queue, the borrowed TrainingJobs to stop) for `objects` to fit; None if that cannot.
+
+    For a serving workload that `serving_admission` holds back because its queue
+    lent the quota it needs: within its nominal quota, and under the Queue's
+    `reclaim.policy: PreemptBorrowed`, the borrowers of the cohort give it back
+    (`quota.reclaim_to_fit`, the victims a TrainingJob reclaiming that quota
+    would stop). None also when it fits without stopping anyone, or quota is off.
+    """
+    if not view.on:
+        return None
+    namespace = holders.key.split("/", 1)[0]
+    book = holders.book.copy()
+    queue = _serving_queue(view, namespace, local_queue, book)
+    if isinstance(queue, str) or book.refuses(queue, namespace) is not None:
+        return None
+    victims = reclaim_to_fit(
+        book, queue, holders.key, _as_demands(_serving_demands(namespace, objects))
+    )
+    return (queue.name, victims) if victims else None
+
+
+def reclaim_words(queue: str, victims: Sequence[str]) -> str:
+    """What a serving workload that reclaims lent quota says (event, `whyWaiting`)."""
+    return (
+        f"queue {queue} reclaims the quota it lent: stopping borrowed TrainingJob(s) "
+        f"{', '.join(victims)} (checkpointed within the queue's grace period); its pods "
+        "start once they have stopped"
+    )
+
+
+@dataclass(frozen=True)
+class ServingReclaim:
+    """A borrowed TrainingJob to stop because a serving workload's queue needs its quota back."""
+
+    victim: str
+    queue: str
+    grace_seconds: int
+    workload: str
+    """The serving workload whose pods wait for it (`namespace/pipeline:NAME` ...)."""
+
+
+def serving_reclaims(
+    view: QuotaView,
+    jobs: Callable[[], Sequence[Mapping[str, Any]]],
+    pods: Sequence[Mapping[str, Any]],
+) -> list[ServingReclaim]:
+    """The borrowed TrainingJobs to stop so that serving pods waiting for lent quota may run.
+
+    A serving workload's pods that no node holds yet (unbound) reserve quota
+    (`serving_workloads` counts them). Where that reservation fits its queue's
+    nominal quota only once borrowers in the cohort give back what it lent, and
+    the Queue reclaims (`PreemptBorrowed`), the borrowed TrainingJobs
+    `reclaim_to_fit` picks are stopped with the reclaiming queue's grace period,
+    as a TrainingJob's reclaim stops them. Jobs already asked to stop (their
+    `preempted-by` annotation is set) count as gone and are not asked again; a
+    reservation that fits without stopping anyone, or cannot fit even then,
+    stops nobody. `jobs` (the TrainingJobs) is read only when a serving pod waits.
+    """
+    if not view.on:
+        return []
+    unbound = serving_workloads(
+        view, [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
+    )
+    if not unbound:
+        return []  # the common case: every serving pod is on a node
+    bound = serving_workloads(view, [p for p in pods if (p.get("spec") or {}).get("nodeName")])
+    holding = [
+        j
+        for j in jobs()
+        if (j.get("status") or {}).get("phase") in HOLDING
+        and not ((j.get("metadata") or {}).get("annotations") or {}).get(PREEMPTED_BY_ANNOTATION)
     ]
-    return fits_now(book, queue, key, demands)
+    book, _ = _cycle(view, holding, serving=bound)
+    out: list[ServingReclaim] = []
+    for waiting in unbound:
+        queue = book.queues[waiting.queue]
+        trial = book.copy()
+        pending = f"{waiting.key} (unbound)"
+        victims = reclaim_to_fit(trial, queue, pending, _as_demands(waiting.usage))
+        if not victims:  # fits as it is, or cannot fit by reclaiming: it holds what it asks
+            book.add(replace(waiting, key=pending))
+            continue
+        book = trial
+        out.extend(ServingReclaim(v, queue.name, queue.grace_seconds, waiting.key) for v in victims)
+    return out
 
 
 @dataclass(frozen=True)

@@ -787,3 +787,70 @@ def test_a_pipeline_waiting_for_quota_takes_a_cut_plan_once_its_queue_admits_one
     assert [e[1] for e in built.events] == ["Replanned"]
     assert built.status["phase"] == "Serving"
     assert "video-analytics-detect" in ops.applied
+
+
+def _borrowing_job(name: str, gpu_type: str) -> dict[str, Any]:
+    """A running TrainingJob of namespace t (Queue train) holding one `gpu_type` GPU."""
+    return {
+        "metadata": {"name": name, "namespace": "t", "creationTimestamp": "2030-01-01T00:00:00Z"},
+        "spec": {
+            "replicas": 1,
+            "gpu": {"count": 1},
+            "gpuTypes": [{"name": gpu_type, "relativeSpeed": 1.0}],
+            "estimate": {"referenceGpuType": gpu_type, "durationSeconds": 3600},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+        "status": {"phase": "Running", "plan": {"gpuType": gpu_type, "workers": 1, "totalGpus": 1}},
+    }
+
+
+def _lent_to_training(ops: FakeOps, policy: str) -> None:
+    """The pipeline's queue has one A100 (detect's only type), lent to a training queue."""
+    _quota(ops, whole=1, shares_milli=8000)
+    ops.queue_objs[0]["spec"]["quotas"][1]["gpus"] = 0
+    ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": policy}}
+    ops.queue_objs.append(
+        {
+            "metadata": {"name": "train"},
+            "spec": {"cohort": "ml", "quotas": [{"gpuType": "A100-SXM4-80GB", "gpus": 0}]},
+        }
+    )
+    ops.local_queue_objs.append(
+        {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
+    )
+    ops.jobs = [_borrowing_job("big", "A100-SXM4-80GB")]
+
+
+def test_a_waiting_pipeline_reclaims_its_queues_lent_quota_from_training() -> None:
+    # under reclaim policy Never it waits for the borrower to finish, as before
+    ops, obj = _ops(), _sample()
+    _lent_to_training(ops, "Never")
+    held = reconcile(obj, ops, NOW)
+    assert ops.applied == {}
+    assert held.status["phase"] == "Pending"
+    assert "reclaim policy Never waits" in held.status["quotaHeld"]
+    # under PreemptBorrowed its Deployments are applied (their pods reserve the quota; the
+    # queue loop stops the borrower) and it says whom it reclaims from
+    ops, obj = _ops(), _sample()
+    _lent_to_training(ops, "PreemptBorrowed")
+    out = reconcile(obj, ops, NOW)
+    assert set(ops.applied) == {"video-analytics-detect", "video-analytics-pose"}
+    assert out.status.get("quotaHeld") is None
+    reclaiming = [e[2] for e in out.events if e[1] == "ReclaimingQuota"]
+    assert reclaiming == [
+        "queue serving reclaims the quota it lent: stopping borrowed TrainingJob(s) t/big "
+        "(checkpointed within the queue's grace period); its pods start once they have stopped"
+    ]
+    # its pods (not yet on a node) hold the quota now: nothing more is reclaimed or said
+    ops.pods = [
+        {
+            "metadata": d["spec"]["template"]["metadata"] | {"name": f"p{i}", "namespace": "ns"},
+            "spec": d["spec"]["template"]["spec"],
+            "status": {"phase": "Pending"},
+        }
+        for d in ops.applied.values()
+        for i in range(d["spec"]["replicas"])
+    ]
+    again = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert [e for e in again.events if e[1] == "ReclaimingQuota"] == []
+    assert again.status.get("quotaHeld") is None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from chronotope.controllers.queues import drain
+from chronotope.controllers.queues import drain, reclaim_for_serving
 from chronotope.controllers.trainingjob import preemption_cause, reconcile
 from chronotope.sharing.labels import PREEMPTED_BY_ANNOTATION
+from tests.quota_inputs import serving_pod
 from tests.unit.controllers.test_reconcile import NOW, FakeOps, job, node
 
 
@@ -293,3 +294,38 @@ def test_when_can_preempt_preempt_reclaims_the_preferred_type_instead_of_a_slowe
     out = reconcile(a1, ops, NOW)
     assert ops.preempted == [("b/b2", "a/a1")]
     assert _cond(out) == ("True", "ReclaimingQuota")
+
+
+def test_serving_pods_waiting_for_lent_quota_stop_the_borrower_once() -> None:
+    # team-a runs a1 on its own 8 H100 and a2 on team-b's 8; team-b's pipeline web
+    # (8 pods x 1 H100, within team-b's nominal quota) is applied: its pods wait unbound
+    a1 = running(team_job("a1", "a"), "2030-01-01T11:00:00Z")
+    a2 = running(team_job("a2", "a", 1), "2030-01-01T11:30:00Z")
+    queues = [
+        queue("team-a", 8, cohort="ml"),
+        queue("team-b", 8, cohort="ml", reclaim="PreemptBorrowed"),
+    ]
+    ops = ops_with(2, [a1, a2], queues)
+    web = [
+        serving_pod(f"web-{i}", "H100", namespace="b", pipeline="web")
+        | {"status": {"phase": "Pending"}}
+        for i in range(8)
+    ]
+    ops._pods = web
+    assert reclaim_for_serving(ops) == ["a/a2"]
+    assert ops.annotated["a/a2"] == "InferencePipeline b/web (reclaiming quota of queue team-b)"
+    stopped = _preempted(a2, ops)  # the annotation is on it now: it is not asked again
+    assert reclaim_for_serving(ops) == []
+    assert stopped.preempted == ("Reclaim", "team-b")
+    assert [e[1] for e in stopped.events] == ["Preempted"]
+    # re-queued, it waits: the pipeline's pods hold team-b's quota
+    a2["status"] = {"phase": "Waiting"}
+    a2["metadata"]["annotations"] = {}
+    again = reconcile(a2, ops, NOW)
+    assert again.status["phase"] == "Waiting"
+    assert _quota(again) == ("False", "QuotaExceeded")
+    # under reclaim policy Never nobody is stopped
+    queues[1]["spec"]["reclaim"]["policy"] = "Never"
+    a2 = running(a2)
+    ops.annotated.clear()
+    assert reclaim_for_serving(ops) == []

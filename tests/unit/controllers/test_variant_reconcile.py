@@ -309,3 +309,49 @@ def test_another_namespaces_serving_pods_count_against_the_shared_queue() -> Non
     for outcome in out.values():
         assert outcome.status["phase"] == "Pending"
         assert outcome.status["whyWaiting"].startswith("waiting for quota: queue serving:")
+
+
+def test_a_new_serving_group_reclaims_its_queues_quota_lent_to_training() -> None:
+    """Queue serving (16 GPUs, PreemptBorrowed) lent them all to a TrainingJob of queue train."""
+    ops, memo = _three(), GroupMemo()
+    _serving_queue(ops, 16)
+    ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": "PreemptBorrowed"}}
+    ops.queue_objs.append(
+        {
+            "metadata": {"name": "train"},
+            "spec": {"cohort": "ml", "quotas": [{"gpuType": GPU, "gpus": 0}]},
+        }
+    )
+    ops.local_queue_objs.append(
+        {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
+    )
+    ops.jobs = [
+        {
+            "metadata": {"name": "big", "namespace": "t"},
+            "spec": {
+                "replicas": 2,
+                "gpu": {"count": 8},
+                "gpuTypes": [{"name": GPU, "relativeSpeed": 1.0}],
+                "estimate": {"referenceGpuType": GPU, "durationSeconds": 3600},
+                "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+            },
+            "status": {"phase": "Running", "plan": {"gpuType": GPU, "workers": 2}},
+        }
+    ]
+    out = _pass(ops, memo)
+    assert ops.applies == 1  # built: its pods reserve the quota while t/big is stopped
+    for outcome in out.values():
+        assert [e[1] for e in outcome.events if e[1] == "ReclaimingQuota"] == ["ReclaimingQuota"]
+        assert "stopping borrowed TrainingJob(s) t/big" in outcome.events[-1][2]
+    # under reclaim policy Never it waits, as before
+    ops2, memo2 = _three(), GroupMemo()
+    _serving_queue(ops2, 16)
+    ops2.queue_objs, ops2.local_queue_objs, ops2.jobs = (
+        copy.deepcopy(ops.queue_objs),
+        ops.local_queue_objs,
+        ops.jobs,
+    )
+    ops2.queue_objs[0]["spec"]["reclaim"]["policy"] = "Never"
+    held = _pass(ops2, memo2)
+    assert ops2.applies == 0
+    assert all(o.status["phase"] == "Pending" for o in held.values())

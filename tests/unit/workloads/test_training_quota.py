@@ -17,6 +17,8 @@ from chronotope.workloads.training_quota import (
     quota_wait,
     serving_admission,
     serving_holders,
+    serving_reclaim,
+    serving_reclaims,
     serving_room,
     serving_workloads,
 )
@@ -454,3 +456,77 @@ def test_why_a_job_waits_says_where_it_stands_in_its_queue() -> None:
         "queue: 2 of 3 pending in Queue team-a, 1 of 1 in LocalQueue a/batch"
     )
     assert not any(line.startswith("queue:") for line in explain("TrainingJob", jobs[1], []))
+
+
+def _lending_view(policy: str = "PreemptBorrowed") -> QuotaView:
+    """team-a and team-b, 4 L4 each in cohort ml; team-b reclaims under `policy`."""
+    spec = {"quotas": [{"gpuType": "L4", "gpus": 4}], "cohort": "ml"}
+    b = spec | {"reclaim": {"policy": policy, "gracePeriodSeconds": 45}}
+    return QuotaView.parse(
+        [
+            {"metadata": {"name": "team-a"}, "spec": spec},
+            {"metadata": {"name": "team-b"}, "spec": b},
+        ],
+        [
+            {"metadata": {"name": "default", "namespace": ns}, "spec": {"queue": f"team-{ns}"}}
+            for ns in ("a", "b")
+        ],
+    )
+
+
+def _borrowers() -> list[dict[str, Any]]:
+    """team-a runs 8 L4: its own 4 and all 4 of team-b's (a2 and a3 borrow them)."""
+    return [
+        _job("a1", "a", 4, "Running"),
+        _job("a2", "a", 2, "Running"),
+        _job("a3", "a", 2, "Running"),
+    ]
+
+
+def test_a_serving_workload_within_its_nominal_quota_reclaims_what_its_queue_lent() -> None:
+    def reclaim(view: QuotaView, replicas: int, jobs: list[dict[str, Any]]) -> Any:
+        holders = serving_holders(view, jobs, [], "b/pipeline:web")
+        return serving_reclaim(
+            view, holders, local_queue="default", objects=[_deployment(replicas, 1)]
+        )
+
+    holders = serving_holders(_lending_view(), _borrowers(), [], "b/pipeline:web")
+    held = serving_admission(
+        _lending_view(), holders, local_queue="default", objects=[_deployment(2, 1)]
+    )
+    assert held is not None
+    assert "only once borrowers in cohort ml give it back" in held
+    # 2 of its own 4 L4: one borrower (the newest of the lowest priority: a3) gives 2 back
+    assert reclaim(_lending_view(), 2, _borrowers()) == ("team-b", ("a/a3",))
+    assert reclaim(_lending_view(), 4, _borrowers()) == ("team-b", ("a/a3", "a/a2"))
+    assert reclaim(_lending_view(), 5, _borrowers()) is None  # beyond nominal: no reclaim
+    assert reclaim(_lending_view("Never"), 2, _borrowers()) is None
+    assert reclaim(_lending_view(), 2, _borrowers()[:2]) is None  # fits as it is
+
+
+def _unbound(pod: dict[str, Any]) -> dict[str, Any]:
+    return pod | {"status": {"phase": "Pending"}}
+
+
+def test_unbound_serving_pods_stop_the_borrowers_of_their_queues_lent_quota_once() -> None:
+    view = _lending_view()
+    waiting = [_unbound(_serving_pod(f"web-{i}", "b", 1)) for i in range(2)]
+    got = serving_reclaims(view, _borrowers, waiting)
+    assert [(r.victim, r.queue, r.grace_seconds, r.workload) for r in got] == [
+        ("a/a3", "team-b", 45, "b/pipeline:web")
+    ]
+    # a3 was asked to stop: it counts as gone, and nobody else is asked
+    asked = _borrowers()
+    asked[2]["metadata"]["annotations"] = {"chronotope.dev/preempted-by": "b/pipeline:web (x)"}
+    assert serving_reclaims(view, lambda: asked, waiting) == []
+    # pods on nodes reserve nothing: they run (the jobs are not even read)
+    bound = [p | {"spec": p["spec"] | {"nodeName": "n1"}} for p in waiting]
+
+    def unread() -> list[dict[str, Any]]:
+        raise AssertionError("the jobs were read")
+
+    assert serving_reclaims(view, unread, bound) == []
+    assert serving_reclaims(_lending_view("Never"), _borrowers, waiting) == []
+    # beyond its nominal quota (it would have to borrow what it reclaims): nobody is stopped
+    many = [_unbound(_serving_pod(f"web-{i}", "b", 1)) for i in range(5)]
+    assert serving_reclaims(view, _borrowers, many) == []
