@@ -3,13 +3,15 @@ chronotope scheduler on the planned GPU types; bad input gets a condition and bu
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kubernetes import client
 
 from e2e.kubetest import KubeCluster, wait_for
-from e2e.test_queues import _local_queue
-from e2e.test_trainingjob import job
+from e2e.test_queues import _local_queue, _queues, _quota_reserved, _running, _was_preempted
+from e2e.test_queues import _status as _job_status
+from e2e.test_trainingjob import _gpu_nodes, job
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "inferencepipelines"
 
@@ -266,3 +268,78 @@ def test_a_pipeline_is_cut_to_what_its_queue_admits_now_and_moves_back_once_it_m
             assert spec_now.node_selector["nvidia.com/gpu.product"] == "L4"
         finally:
             custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    """Queue serve lends its 2 GPUs (a type only this test uses) to Queue train's job big;
+    the pipeline of serve, which fits only that type, applies its Deployment, big is
+    checkpointed and stopped, the pipeline serves, and big waits for quota."""
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, serve, train = f"RECL-{tag.upper()}", f"r{tag}-serve", f"r{tag}-train"
+
+    def queue(name: str, gpus: int, reclaim: str) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {
+                "cohort": f"r{tag}",
+                "quotas": [{"gpuType": gpu_type, "gpus": gpus}],
+                "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5},
+            },
+        }
+
+    stage = pipeline("x")["spec"]["stages"][0]
+    stage["profiles"][0]["gpuType"] = gpu_type
+    serving = pipeline(
+        "recl",
+        stages=[stage],
+        edges=[],
+        traffic={"fixedQPS": 50},
+        costs=[{"gpuType": gpu_type, "perHour": 1.0}],
+    )
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        ns_t = f"{namespace}-t"
+        core.create_namespace({"metadata": {"name": ns_t}})
+        wait_for(lambda: bool(core.list_namespaced_service_account(ns_t).items), 60, "sa")
+        try:
+            with (
+                _gpu_nodes(api, core, f"rn-{tag}", gpu_type, 1, per_node=2),
+                _queues(custom, queue(serve, 2, "PreemptBorrowed"), queue(train, 0, "Never")),
+            ):
+                for ns, target in ((namespace, serve), (ns_t, train)):
+                    custom.create_namespaced_custom_object(
+                        GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
+                    )
+                big = job("big", 1, 2, [(gpu_type, 1.0)], checkpoint={"path": "/ckpt/big"})
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns_t, "trainingjobs", big)
+                _running(custom, ns_t, "big", 90, "big running on serve's lent quota")
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving)
+
+                def reclaiming() -> list[str]:
+                    events = core.list_namespaced_event(
+                        namespace, field_selector="involvedObject.name=recl"
+                    )
+                    return [e.message for e in events.items if e.reason == "ReclaimingQuota"]
+
+                wait_for(lambda: bool(reclaiming()), 60, "the pipeline's ReclaimingQuota event")
+                assert f"stopping borrowed TrainingJob(s) {ns_t}/big" in reclaiming()[0]
+                wait_for(
+                    lambda: _status(custom, namespace, "recl").get("phase") == "Serving",
+                    120,
+                    "pipeline serving on the reclaimed quota",
+                )
+                why = f"InferencePipeline {namespace}/recl (reclaiming quota of queue {serve})"
+                _was_preempted(kube_cluster, core, ns_t, "big", why=why, counted=("Reclaim", serve))
+
+                def big_waits() -> bool:
+                    status = _job_status(custom, ns_t, "big")
+                    return _quota_reserved(status) == ("False", "QuotaExceeded")
+
+                wait_for(big_waits, 60, "big re-queued, waiting for quota")
+                assert _job_status(custom, ns_t, "big")["phase"] == "Waiting"
+        finally:
+            core.delete_namespace(ns_t)

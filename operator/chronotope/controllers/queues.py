@@ -1,4 +1,4 @@
-"""Queue and LocalQueue status, and the drain of queues under `stopPolicy: HoldAndDrain`.
+"""Queue and LocalQueue status; the drain of stopped queues and the reclaim for serving pods.
 
 Status: usage, borrowed and lent GPUs, admitted and pending jobs.
 
@@ -6,7 +6,10 @@ The accounting is `workloads.training_quota.queue_report` (the same reading of
 TrainingJobs the start decision uses); this edge only reads the objects through
 `ClusterOps` and returns the status to write; `run_status_loop` writes it
 every interval on a thread of its own (not kopf's: the operator may patch only
-the status subresource of Queues, which platform teams own).
+the status subresource of Queues, which platform teams own). The same loop
+stops what a queue under `stopPolicy: HoldAndDrain` runs (`drain`) and the
+borrowed TrainingJobs whose quota waiting serving pods reclaim
+(`reclaim_for_serving`).
 """
 
 from __future__ import annotations

@@ -551,8 +551,8 @@ def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Dem
     """Whether a workload that needs all of `demands` at once fits `queue` now, or why not.
 
     Within nominal quota or by borrowing in the cohort; a demand that would need
-    reclaiming lent quota does not fit (a serving workload reclaims nothing). The
-    book counts what fits, so the next demand is checked on top of it.
+    reclaiming lent quota does not fit (`reclaim_to_fit` says what reclaiming
+    would stop). The book counts what fits, so the next demand is checked on top of it.
     """
     if queue.stop is not StopPolicy.NONE:
         return stopped(queue)
