@@ -26,6 +26,27 @@ def serving_pod(
     }
 
 
+def training_job(
+    name: str, namespace: str, gpu_type: str, *, workers: int = 1, gpus: int = 1
+) -> dict[str, Any]:
+    """A running TrainingJob of `workers` x `gpus` GPUs of `gpu_type` (LocalQueue `default`)."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "creationTimestamp": "2030-01-01T00:00:00Z",
+        },
+        "spec": {
+            "replicas": workers,
+            "gpu": {"count": gpus},
+            "gpuTypes": [{"name": gpu_type, "relativeSpeed": 1.0}],
+            "estimate": {"referenceGpuType": gpu_type, "durationSeconds": 3600},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+        "status": {"phase": "Running", "plan": {"gpuType": gpu_type, "workers": workers}},
+    }
+
+
 class QuotaInputs:
     """TrainingJobs, Queues and LocalQueues in memory, as `KubeReads` would read them."""
 

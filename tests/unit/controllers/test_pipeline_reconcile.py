@@ -12,7 +12,7 @@ import yaml
 
 from chronotope.controllers.inferencepipeline import PipelineOps, reconcile
 from chronotope.workloads.training_quota import QuotaView, serving_workloads
-from tests.quota_inputs import QuotaInputs, serving_pod
+from tests.quota_inputs import QuotaInputs, serving_pod, training_job
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -789,21 +789,6 @@ def test_a_pipeline_waiting_for_quota_takes_a_cut_plan_once_its_queue_admits_one
     assert "video-analytics-detect" in ops.applied
 
 
-def _borrowing_job(name: str, gpu_type: str) -> dict[str, Any]:
-    """A running TrainingJob of namespace t (Queue train) holding one `gpu_type` GPU."""
-    return {
-        "metadata": {"name": name, "namespace": "t", "creationTimestamp": "2030-01-01T00:00:00Z"},
-        "spec": {
-            "replicas": 1,
-            "gpu": {"count": 1},
-            "gpuTypes": [{"name": gpu_type, "relativeSpeed": 1.0}],
-            "estimate": {"referenceGpuType": gpu_type, "durationSeconds": 3600},
-            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
-        },
-        "status": {"phase": "Running", "plan": {"gpuType": gpu_type, "workers": 1, "totalGpus": 1}},
-    }
-
-
 def _lent_to_training(ops: FakeOps, policy: str) -> None:
     """The pipeline's queue has one A100 (detect's only type), lent to a training queue."""
     _quota(ops, whole=1, shares_milli=8000)
@@ -818,7 +803,7 @@ def _lent_to_training(ops: FakeOps, policy: str) -> None:
     ops.local_queue_objs.append(
         {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
     )
-    ops.jobs = [_borrowing_job("big", "A100-SXM4-80GB")]
+    ops.jobs = [training_job("big", "t", "A100-SXM4-80GB")]
 
 
 def test_a_waiting_pipeline_reclaims_its_queues_lent_quota_from_training() -> None:

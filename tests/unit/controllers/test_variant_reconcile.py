@@ -10,7 +10,7 @@ from typing import Any
 
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps, reconcile
 from chronotope.controllers.trainingjob import Outcome
-from tests.quota_inputs import QuotaInputs, serving_pod
+from tests.quota_inputs import QuotaInputs, serving_pod, training_job
 from tests.variant_fixtures import node, pod, variant
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -325,19 +325,7 @@ def test_a_new_serving_group_reclaims_its_queues_quota_lent_to_training() -> Non
     ops.local_queue_objs.append(
         {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
     )
-    ops.jobs = [
-        {
-            "metadata": {"name": "big", "namespace": "t"},
-            "spec": {
-                "replicas": 2,
-                "gpu": {"count": 8},
-                "gpuTypes": [{"name": GPU, "relativeSpeed": 1.0}],
-                "estimate": {"referenceGpuType": GPU, "durationSeconds": 3600},
-                "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
-            },
-            "status": {"phase": "Running", "plan": {"gpuType": GPU, "workers": 2}},
-        }
-    ]
+    ops.jobs = [training_job("big", "t", GPU, workers=2, gpus=8)]
     out = _pass(ops, memo)
     assert ops.applies == 1  # built: its pods reserve the quota while t/big is stopped
     for outcome in out.values():
