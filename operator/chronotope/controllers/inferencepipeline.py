@@ -315,33 +315,31 @@ def _apply_within_quota(
     def objects(replicas: Sequence[int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         return stage_objects(obj, spec, with_replicas(running, replicas), groups)
 
-    def why(replicas: Sequence[int]) -> str | None:
+    def why(built: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> str | None:
         if holders is None:  # quotas off
             return None
         return serving_admission(
-            view,
-            holders,
-            local_queue=spec.queue,
-            objects=[d for d, _ in objects(replicas)],
+            view, holders, local_queue=spec.queue, objects=[d for d, _ in built]
         )
 
-    held = why(target)
-    if held is None:
-        for deployment, service in objects(target):
+    def apply(built: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        for deployment, service in built:
             ops.apply(deployment, service)
+
+    built = objects(target)
+    held = why(built)
+    if held is None:
+        apply(built)
         return None, False, None
+    assert holders is not None  # quota held it back: quotas are on
     deployed = ops.deployments(namespace, name)
     if not deployed:
-        reclaim = None
-        if holders is not None:
-            reclaim = serving_reclaim(
-                view, holders, local_queue=spec.queue, objects=[d for d, _ in objects(target)]
-            )
+        reclaim = serving_reclaim(
+            view, holders, local_queue=spec.queue, objects=[d for d, _ in built]
+        )
         if reclaim is None:
             return held, True, None
-        # its pods reserve the quota it lent; the queue loop stops the borrowers for them
-        for deployment, service in objects(target):
-            ops.apply(deployment, service)
+        apply(built)  # its pods reserve the quota it lent; the queue loop stops the borrowers
         return None, False, reclaim_words(*reclaim)
     have = [
         target[i]
@@ -353,10 +351,9 @@ def _apply_within_quota(
         )
         for i, stage in enumerate(running.stages)
     ]
-    grown = grow_within(have, target, lambda r: why(r) is None)
+    grown = grow_within(have, target, lambda r: why(objects(r)) is None)
     if grown is not None:
-        for deployment, service in objects(grown):
-            ops.apply(deployment, service)
+        apply(objects(grown))
     return held, False, None
 
 

@@ -93,7 +93,7 @@ class Reports:
     def _refresh(self, ops: ClusterOps) -> None:
         if self._at is not None and self.clock() - self._at < self.ttl_s:
             return
-        view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
+        view = _view(ops)
         jobs = ops.training_jobs()
         self._reports = queue_report(view, jobs, serving_workloads(view, ops.pods()))
         self._local = local_queue_report(view, jobs)
@@ -197,15 +197,15 @@ def _changed(obj: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
     return {k: v for k, v in new.items() if old.get(k) != v}
 
 
-def drain(ops: ClusterOps) -> list[str]:
+def drain(ops: ClusterOps, view: QuotaView | None = None) -> list[str]:
     """Checkpoint and stop the started TrainingJobs of queues under `stopPolicy: HoldAndDrain`.
 
     Each victim is asked once (`training_quota.drain_victims`), with its queue's
     reclaim grace period; its own reconcile posts `Preempted` ("preempted by
     Queue Q (draining queue Q)") and re-queues it, and the stopped queue holds it.
-    Returns the victims' keys.
+    Returns the victims' keys. `view`: the Queues as read for this pass (read if None).
     """
-    view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
+    view = view if view is not None else _view(ops)
     if all(q.stop_policy is not StopPolicy.HOLD_AND_DRAIN for q in view.queues.values()):
         return []  # the common case: no job to read
     victims = drain_victims(view, ops.training_jobs())
@@ -215,7 +215,7 @@ def drain(ops: ClusterOps) -> list[str]:
     return [key for key, _, _ in victims]
 
 
-def reclaim_for_serving(ops: ClusterOps) -> list[str]:
+def reclaim_for_serving(ops: ClusterOps, view: QuotaView | None = None) -> list[str]:
     """Checkpoint and stop borrowed TrainingJobs whose quota waiting serving pods reclaim.
 
     An InferencePipeline or serving group whose queue lent the quota it needs
@@ -224,8 +224,9 @@ def reclaim_for_serving(ops: ClusterOps) -> list[str]:
     period; its own reconcile posts `Preempted` ("preempted by InferencePipeline
     NS/NAME (reclaiming quota of queue Q)") and re-queues it, and the quota holds
     it back while the serving pods hold the quota. Returns the victims' keys.
+    `view`: the Queues as read for this pass (read if None).
     """
-    view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
+    view = view if view is not None else _view(ops)
     if not view.on:
         return []
     out = serving_reclaims(view, ops.training_jobs, ops.pods())
@@ -238,6 +239,10 @@ def reclaim_for_serving(ops: ClusterOps) -> list[str]:
     return [r.victim for r in out]
 
 
+def _view(ops: ClusterOps) -> QuotaView:
+    return QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
+
+
 _SERVING_KINDS = {"pipeline": "InferencePipeline", "serving-group": "serving group"}
 
 
@@ -246,8 +251,9 @@ def write_statuses(ops: QueueOps, now: datetime, observe: QueueObserver | None =
 
     Returns how many statuses it wrote.
     """
-    drain(ops)
-    reclaim_for_serving(ops)
+    view = _view(ops)
+    drain(ops, view)
+    reclaim_for_serving(ops, view)
     reports = Reports(ttl_s=float("inf"))  # one reading for the whole pass
     written = 0
     for obj in ops.queues():
