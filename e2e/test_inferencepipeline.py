@@ -3,12 +3,14 @@ chronotope scheduler on the planned GPU types; bad input gets a condition and bu
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 from kubernetes import client
 
 from e2e.kubetest import KubeCluster, wait_for
+from e2e.test_kubectl_plugin import _kubectl
 from e2e.test_queues import _local_queue, _queues, _quota_reserved, _running, _was_preempted
 from e2e.test_queues import _status as _job_status
 from e2e.test_trainingjob import _gpu_nodes, job
@@ -162,6 +164,26 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
             # no quota for any of its types: not even planned (nothing could be admitted)
             assert status["whyWaiting"].startswith(f"waiting for quota: queue {queue}: stage")
             assert not apps.list_namespaced_deployment(namespace).items
+
+            def pending() -> tuple[int, list[str], int]:
+                got = custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)
+                status = got.get("status") or {}
+                mine = custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "localqueues", "default"
+                )
+                return (
+                    int(status.get("pendingWorkloads") or 0),
+                    [q["workload"] for q in status.get("pendingHead") or []],
+                    int((mine.get("status") or {}).get("pendingWorkloads") or 0),
+                )
+
+            # its Queue and LocalQueue count it as a pending workload
+            listed = (1, [f"{namespace}/pipeline:quota"], 1)
+            wait_for(lambda: pending() == listed, 60, "the Queue lists the waiting pipeline")
+            out = _kubectl(kube_cluster, "queue", queue, "-o", "json")
+            assert out.returncode == 0, out.stderr
+            rows = [(r["workload"], r["position"], r["reason"]) for r in json.loads(out.stdout)]
+            assert rows == [(f"{namespace}/pipeline:quota", 1, "QuotaExceeded")]
             # the platform team gives the queue room: it is built and serves
             custom.patch_cluster_custom_object(
                 GROUP, VERSION, "queues", queue, {"spec": quotas(8, 4000)}
@@ -173,6 +195,7 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
             )
             status = _status(custom, namespace, "quota")
             assert not status.get("quotaHeld")
+            wait_for(lambda: pending() == (0, [], 0), 60, "the Queue has nothing pending")
 
             def l4_used() -> int:
                 got = custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)

@@ -157,14 +157,27 @@ def _why(api: Any, args: argparse.Namespace, namespace: str) -> int:
 
 
 def _pending_order(api: Any, queues: list[Any], jobs: list[Any]) -> dict[str, Any]:
-    """Every Queue's pending TrainingJobs in admission order (`training_quota.pending_order`)."""
+    """Every Queue's pending workloads in admission order (`training_quota.pending_order`).
+
+    The InferencePipelines and serving groups that wait for quota come after
+    the TrainingJobs, as the Queue's status lists them.
+    """
     from chronotope.kube.views import list_kind
-    from chronotope.workloads.training_quota import QuotaView, pending_order
+    from chronotope.workloads.training_quota import (
+        QuotaView,
+        pending_order,
+        serving_workloads,
+        waiting_serving,
+    )
 
     view = QuotaView.parse(
         queues, list_kind(api, "localqueue", None), list_kind(api, "namespace", None)
     )
-    return dict(pending_order(view, jobs))
+    held = serving_workloads(view, list_kind(api, "pod", None))
+    waiting = waiting_serving(
+        list_kind(api, "inferencepipeline", None), list_kind(api, "modelvariant", None)
+    )
+    return dict(pending_order(view, jobs, held, waiting))
 
 
 def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
@@ -197,7 +210,7 @@ def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
         _print(rows, args.output)
         return 0
     if not rows:
-        print("no pending TrainingJobs")
+        print("no pending workloads")
         return 0
     width = max([len(r["workload"]) for r in rows] + [8])
     print(

@@ -274,6 +274,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+_QUEUE_INPUTS = ("trainingjobs", "queues", "localqueues", "inferencepipelines", "modelvariants")
+
+
 def _queue_inputs(cache: OperatorCache) -> threading.Event:
     """An event the cache sets when something the Queue loop reads changes."""
     from chronotope.workloads.training_quota import is_serving_pod
@@ -281,9 +284,8 @@ def _queue_inputs(cache: OperatorCache) -> threading.Event:
     changed = threading.Event()
 
     def on_queue_input(kind: str, _event: str, obj: dict[str, Any]) -> None:
-        if kind in ("trainingjobs", "queues", "localqueues") or (
-            kind == "pods" and is_serving_pod(obj)  # serving pods may reclaim lent quota
-        ):
+        # serving workloads that wait for quota are pending; their pods may reclaim lent quota
+        if kind in _QUEUE_INPUTS or (kind == "pods" and is_serving_pod(obj)):
             changed.set()
 
     cache.listen(on_queue_input)

@@ -37,6 +37,7 @@ from chronotope.workloads.serving_group import (
     serve_group,
 )
 from chronotope.workloads.training_quota import (
+    DEFAULT_LOCAL_QUEUE,
     QuotaView,
     reclaim_words,
     serving_admission,
@@ -241,10 +242,12 @@ def _quota_held(
     # every namespace's serving pods hold quota in the cohort
     holders = serving_holders(view, ops.training_jobs(), ops.pods_matching(), key)
     deployments = [o for o in result.objects if o.get("kind") == "Deployment"]
-    held = serving_admission(view, holders, local_queue="default", objects=deployments)
+    held = serving_admission(view, holders, local_queue=DEFAULT_LOCAL_QUEUE, objects=deployments)
     if held is None or running:
         return held, None
-    return held, serving_reclaim(view, holders, local_queue="default", objects=deployments)
+    return held, serving_reclaim(
+        view, holders, local_queue=DEFAULT_LOCAL_QUEUE, objects=deployments
+    )
 
 
 def fingerprint(

@@ -1,6 +1,7 @@
 """Queue and LocalQueue status; the drain of stopped queues and the reclaim for serving pods.
 
-Status: usage, borrowed and lent GPUs, admitted and pending jobs.
+Status: usage, borrowed and lent GPUs, admitted and pending workloads (TrainingJobs, and
+serving workloads that wait for quota with nothing running).
 
 The accounting is `workloads.training_quota.queue_report` (the same reading of
 TrainingJobs the start decision uses); this edge only reads the objects through
@@ -36,12 +37,14 @@ from chronotope.workloads.training_quota import (
     queue_report,
     serving_reclaims,
     serving_workloads,
+    waiting_serving,
 )
 from chronotope.workloads.training_status import condition
 
 __all__ = [
     "QueueObserver",
     "QueueOps",
+    "QueueReads",
     "Reports",
     "drain",
     "reclaim_for_serving",
@@ -62,6 +65,18 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
     return int(value) if value is not None else None
 
 
+class QueueReads(ClusterOps, Protocol):
+    """`ClusterOps` plus the serving workloads a Queue's pending count reads."""
+
+    def inference_pipelines(self) -> list[dict[str, Any]]:
+        """All InferencePipelines, as API dicts."""
+        ...
+
+    def model_variants(self) -> list[dict[str, Any]]:
+        """All ModelVariants, as API dicts."""
+        ...
+
+
 class Reports:
     """One reading of every Queue's report, shared by the Queues' timers for `ttl_s` seconds.
 
@@ -78,25 +93,27 @@ class Reports:
         self._reports: dict[str, QueueStatus] = {}
         self._local: dict[tuple[str, str], tuple[int, int, str | None]] = {}
 
-    def read(self, ops: ClusterOps) -> dict[str, QueueStatus]:
+    def read(self, ops: QueueReads) -> dict[str, QueueStatus]:
         """Every Queue's status numbers and forecast (fresh or recent)."""
         with self._lock:
             self._refresh(ops)
             return self._reports
 
-    def local(self, ops: ClusterOps) -> dict[tuple[str, str], tuple[int, int, str | None]]:
+    def local(self, ops: QueueReads) -> dict[tuple[str, str], tuple[int, int, str | None]]:
         """Every LocalQueue's (admitted, pending, why inactive) (fresh or recent)."""
         with self._lock:
             self._refresh(ops)
             return self._local
 
-    def _refresh(self, ops: ClusterOps) -> None:
+    def _refresh(self, ops: QueueReads) -> None:
         if self._at is not None and self.clock() - self._at < self.ttl_s:
             return
         view = _view(ops)
         jobs = ops.training_jobs()
-        self._reports = queue_report(view, jobs, serving_workloads(view, ops.pods()))
-        self._local = local_queue_report(view, jobs)
+        serving = serving_workloads(view, ops.pods())
+        waiting = waiting_serving(ops.inference_pipelines(), ops.model_variants())
+        self._reports = queue_report(view, jobs, serving, waiting)
+        self._local = local_queue_report(view, jobs, serving, waiting)
         self._at = self.clock()
 
 
@@ -109,7 +126,7 @@ def _what(release: QuotaRelease) -> str:
 
 def reconcile_queue(
     obj: Mapping[str, Any],
-    ops: ClusterOps,
+    ops: QueueReads,
     now: datetime,
     observe: QueueObserver | None = None,
     reports: Reports | None = None,
@@ -146,7 +163,7 @@ def reconcile_queue(
 
 
 def reconcile_local_queue(
-    obj: Mapping[str, Any], ops: ClusterOps, now: datetime, reports: Reports | None = None
+    obj: Mapping[str, Any], ops: QueueReads, now: datetime, reports: Reports | None = None
 ) -> Outcome:
     """The status of LocalQueue `obj`: its jobs, and whether its Queue exists."""
     meta = obj["metadata"]
@@ -177,8 +194,8 @@ def reconcile_local_queue(
     )
 
 
-class QueueOps(ClusterOps, Protocol):
-    """`ClusterOps` plus the two status writes of this module."""
+class QueueOps(QueueReads, Protocol):
+    """`QueueReads` plus the two status writes of this module."""
 
     def write_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
         """Patch Queue `name`'s status subresource with `status`."""

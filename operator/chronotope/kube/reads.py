@@ -1,6 +1,7 @@
 """What the workload controllers' Kubernetes ops read alike (watch cache first).
 
-Nodes, pods, TrainingJobs, Queues and LocalQueues, ConfigMaps, Prometheus.
+Nodes, pods, TrainingJobs, InferencePipelines, ModelVariants, Queues and
+LocalQueues, ConfigMaps, Prometheus.
 
 `KubeReads` holds the API client, the operator's watch cache (when there is
 one) and the default Prometheus address; `trainingjob_ops.KubeClusterOps`,
@@ -18,9 +19,11 @@ from chronotope.kube import workloads as kw
 from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
 from chronotope.kube.store import OperatorCache
 
-__all__ = ["LOCALQUEUES", "QUEUES", "TRAININGJOBS", "KubeReads"]
+__all__ = ["LOCALQUEUES", "MODELVARIANTS", "PIPELINES", "QUEUES", "TRAININGJOBS", "KubeReads"]
 
 TRAININGJOBS = ("chronotope.dev", "v1alpha1", "trainingjobs")
+PIPELINES = ("chronotope.dev", "v1alpha1", "inferencepipelines")
+MODELVARIANTS = ("chronotope.dev", "v1alpha1", "modelvariants")
 QUEUES = ("chronotope.dev", "v1alpha1", "queues")
 LOCALQUEUES = ("chronotope.dev", "v1alpha1", "localqueues")
 
@@ -61,6 +64,18 @@ class KubeReads:
         if self.cache is not None:
             return self.cache.training_jobs.list()
         return kw.list_custom(self.api, *TRAININGJOBS)
+
+    def inference_pipelines(self) -> list[dict[str, Any]]:
+        """All InferencePipelines, as API dicts."""
+        if self.cache is not None:
+            return self.cache.pipelines.list()
+        return kw.list_custom(self.api, *PIPELINES)
+
+    def model_variants(self) -> list[dict[str, Any]]:
+        """All ModelVariants, as API dicts."""
+        if self.cache is not None:
+            return self.cache.variants.list()
+        return kw.list_custom(self.api, *MODELVARIANTS)
 
     def queues(self) -> list[dict[str, Any]]:
         """All Queues (cluster-scoped), as API dicts."""

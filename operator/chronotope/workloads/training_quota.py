@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
+from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
 from chronotope.api.v1alpha1.queue import (
     QueuedWorkload,
     QueueReclaim,
@@ -48,7 +49,7 @@ from chronotope.sharing.labels import (
 )
 from chronotope.solver.model import MILLI
 from chronotope.workloads.job_spec import job_spec_or_none
-from chronotope.workloads.pipeline import PIPELINE_LABEL
+from chronotope.workloads.pipeline import PIPELINE_LABEL, QUOTA_WAIT
 from chronotope.workloads.podreq import PodRequestError, pod_request
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.quota import (
@@ -73,8 +74,10 @@ from chronotope.workloads.quota import (
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import GROUP_LABEL
 from chronotope.workloads.training import Action, Decision
+from chronotope.workloads.variants import group_name
 
 __all__ = [
+    "DEFAULT_LOCAL_QUEUE",
     "ENDED",
     "FORECAST",
     "HOLDING",
@@ -98,6 +101,7 @@ __all__ = [
     "serving_reclaims",
     "serving_room",
     "serving_workloads",
+    "waiting_serving",
 ]
 
 log = logging.getLogger(__name__)
@@ -107,6 +111,9 @@ HOLDING = ("Starting", "Running")
 
 ENDED = ("Succeeded", "Failed")
 """Phases of a job that is over: it holds and asks for nothing."""
+
+DEFAULT_LOCAL_QUEUE = "default"
+"""The LocalQueue of a serving pod without the queue label, and of every serving group."""
 
 
 @dataclass(frozen=True)
@@ -251,7 +258,7 @@ def serving_workloads(view: QuotaView, pods: Iterable[Mapping[str, Any]]) -> lis
             continue
         namespace = str(meta.get("namespace"))
         key = f"{namespace}/{owner[0]}:{owner[1]}"
-        local = view.local_queues.get((namespace, labels.get(QUEUE_LABEL, "default")))
+        local = view.local_queues.get((namespace, labels.get(QUEUE_LABEL, DEFAULT_LOCAL_QUEUE)))
         if local is None or local.queue not in view.queues:
             continue
         held = _pod_quota(pod)
@@ -261,6 +268,52 @@ def serving_workloads(view: QuotaView, pods: Iterable[Mapping[str, Any]]) -> lis
         AdmittedWorkload(key, queue, dict(held), 0.0, reclaimable=False)
         for (key, queue), held in sorted(usage.items())
     ]
+
+
+def waiting_serving(
+    pipelines: Iterable[Mapping[str, Any]], variants: Iterable[Mapping[str, Any]]
+) -> list[PendingWorkload]:
+    """Serving workloads that quota holds back with nothing of them running, oldest first.
+
+    An InferencePipeline whose status waits for quota (`phase: Pending`,
+    `whyWaiting` "waiting for quota: ..."), and a serving group whose Pending
+    variant's `Ready` condition says `QuotaExceeded`; keyed as
+    `serving_workloads` keys them (`namespace/pipeline:NAME`,
+    `namespace/serving-group:NAME`). Each is admitted by its own controller
+    once its demand fits, not by the TrainingJob admission cycle: they are
+    read for the Queues' pending counts and lists only, with no alternatives.
+    """
+    found: dict[str, tuple[str, PendingWorkload]] = {}
+
+    def add(obj: Mapping[str, Any], owner: str, local_queue: str) -> None:
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace"))
+        key = f"{namespace}/{owner}"
+        created = str(meta.get("creationTimestamp") or "")
+        if key not in found or created < found[key][0]:
+            found[key] = (created, PendingWorkload(key, namespace, local_queue, ()))
+
+    for obj in pipelines:
+        status = obj.get("status") or {}
+        if (obj.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") != "Pending":
+            continue
+        if str(status.get("whyWaiting") or "").startswith(QUOTA_WAIT):
+            local = str((obj.get("spec") or {}).get("queue") or DEFAULT_LOCAL_QUEUE)
+            add(obj, f"pipeline:{obj['metadata']['name']}", local)
+    for obj in variants:
+        status = obj.get("status") or {}
+        if (obj.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") != "Pending":
+            continue
+        conditions = status.get("conditions") or []
+        ready: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+        if ready.get("reason") != WaitReason.QUOTA_EXCEEDED:
+            continue
+        try:
+            group = group_name(ModelVariantSpec.model_validate(obj.get("spec") or {}))
+        except ValueError:
+            continue  # a variant the models reject is in no group
+        add(obj, f"serving-group:{group}", DEFAULT_LOCAL_QUEUE)
+    return [p for _, p in sorted(found.values(), key=lambda cp: (cp[0], cp[1].key))]
 
 
 def _serving_demands(namespace: str, objects: Iterable[Mapping[str, Any]]) -> Counter[Resource]:
@@ -865,19 +918,23 @@ def queue_report(
     view: QuotaView,
     jobs: Sequence[Mapping[str, Any]],
     serving: Sequence[AdmittedWorkload] = (),
+    waiting: Sequence[PendingWorkload] = (),
 ) -> dict[str, QueueStatus]:
-    """Every Queue's usage, borrowed and lent GPUs per type, admitted and pending jobs.
+    """Every Queue's usage, borrowed and lent GPUs per type, admitted and pending workloads.
 
     Usage is what started jobs and `serving` workloads hold; every live job that
-    has not started counts as pending in its Queue, whether quota or GPUs hold it back.
+    has not started counts as pending in its Queue, whether quota or GPUs hold it
+    back, and so does each `waiting` serving workload (`waiting_serving`) that
+    holds nothing, listed after the Queue's TrainingJobs.
     """
     book, pending = _cycle(view, jobs, serving=serving)
-    waiting: dict[str, Admission] = {}
+    pending += _still_waiting(serving, waiting)
+    verdicts: dict[str, Admission] = {}
     for p in pending:
         queue = view.local_queues.get((p.namespace, p.local_queue))
         if queue is not None:
-            waiting[p.key] = Admission(p.key, Verdict.WAIT, queue.queue)
-    statuses = queue_statuses(book, waiting)
+            verdicts[p.key] = Admission(p.key, Verdict.WAIT, queue.queue)
+    statuses = queue_statuses(book, verdicts)
     for name, releases in _forecast(book, jobs).items():
         if name in statuses:
             statuses[name] = statuses[name].model_copy(update={"forecast": releases})
@@ -887,6 +944,14 @@ def queue_report(
     return statuses
 
 
+def _still_waiting(
+    serving: Sequence[AdmittedWorkload], waiting: Sequence[PendingWorkload]
+) -> list[PendingWorkload]:
+    """The `waiting` serving workloads that hold no quota (none of their pods exist)."""
+    held = {w.key for w in serving}
+    return [w for w in waiting if w.key not in held]
+
+
 PENDING_HEAD = 10
 """Pending workloads a Queue's status lists at most (the first in admission order)."""
 REASON_CHARS = 128
@@ -894,17 +959,22 @@ REASON_CHARS = 128
 
 
 def pending_order(
-    view: QuotaView, jobs: Sequence[Mapping[str, Any]]
+    view: QuotaView,
+    jobs: Sequence[Mapping[str, Any]],
+    serving: Sequence[AdmittedWorkload] = (),
+    waiting: Sequence[PendingWorkload] = (),
 ) -> dict[str, list[QueuedWorkload]]:
-    """Per Queue, every pending TrainingJob with its position, in admission order.
+    """Per Queue, every pending workload with its position, in admission order.
 
     The order is the one each admission cycle walks (`queueing.queue_key`:
     priority, then deadline, then age), so position 1 is considered first; under
     BestEffortFIFO a job further back still starts first when it fits and those
     ahead do not. A job whose LocalQueue or Queue does not exist is in no Queue.
+    The `waiting` serving workloads that hold nothing come after the jobs, as in
+    `queue_report`.
     """
-    _, pending = _cycle(view, jobs)
-    return _positions(view, pending, jobs)
+    _, pending = _cycle(view, jobs, serving=serving)
+    return _positions(view, pending + _still_waiting(serving, waiting), jobs)
 
 
 def _positions(
@@ -931,6 +1001,9 @@ def _positions(
                 ),
                 None,
             )
+    for p in pending:
+        if p.key not in reasons:  # not a TrainingJob: a serving workload quota holds back
+            reasons[p.key] = str(WaitReason.QUOTA_EXCEEDED)
     out: dict[str, list[QueuedWorkload]] = {}
     local: Counter[tuple[str, str]] = Counter()
     for p in pending:
@@ -956,11 +1029,17 @@ def _positions(
 
 
 def local_queue_report(
-    view: QuotaView, jobs: Sequence[Mapping[str, Any]]
+    view: QuotaView,
+    jobs: Sequence[Mapping[str, Any]],
+    serving: Sequence[AdmittedWorkload] = (),
+    waiting: Sequence[PendingWorkload] = (),
 ) -> dict[tuple[str, str], tuple[int, int, str | None]]:
-    """Per LocalQueue: (admitted jobs, pending jobs, why it is inactive or None).
+    """Per LocalQueue: (admitted workloads, pending workloads, why it is inactive or None).
 
-    A LocalQueue is inactive while the Queue it names does not exist.
+    Jobs count as in `queue_report`; `waiting` serving workloads that hold
+    nothing count as pending (those holding quota are the `serving` workloads of
+    its Queue, not counted here). A LocalQueue is inactive while the Queue it
+    names does not exist.
     """
     counts: dict[tuple[str, str], list[int]] = {key: [0, 0] for key in view.local_queues}
     for job, spec in _live(jobs):
@@ -969,6 +1048,9 @@ def local_queue_report(
         key = (str(meta.get("namespace")), spec.queue)
         if key in counts:
             counts[key][0 if status.get("phase") in HOLDING else 1] += 1
+    for w in _still_waiting(serving, waiting):
+        if (w.namespace, w.local_queue) in counts:
+            counts[(w.namespace, w.local_queue)][1] += 1
     out: dict[tuple[str, str], tuple[int, int, str | None]] = {}
     for key, (admitted, pending) in counts.items():
         target = view.local_queues[key].queue

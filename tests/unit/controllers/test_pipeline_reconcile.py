@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from chronotope.controllers.inferencepipeline import PipelineOps, reconcile
-from chronotope.workloads.training_quota import QuotaView, serving_workloads
+from chronotope.workloads.training_quota import QuotaView, serving_workloads, waiting_serving
 from tests.quota_inputs import QuotaInputs, serving_pod, training_job
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -514,6 +514,9 @@ def test_a_pipeline_over_its_queue_quota_waits_and_builds_nothing() -> None:
     assert out.status["whyWaiting"].startswith("waiting for quota: queue serving:")
     assert out.status["quotaHeld"].startswith("queue serving:")
     assert [e[1] for e in out.events] == ["Planned", "QuotaExceeded"]
+    # its Queue counts it as a pending workload (from the status it writes)
+    key = f"ns/pipeline:{obj['metadata']['name']}"
+    assert [w.key for w in waiting_serving([obj | {"status": out.status}], [])] == [key]
     # the plan is kept: the next reconcile neither re-plans nor repeats the event
     again = reconcile(obj | {"status": out.status}, ops, NOW)
     assert again.events == []
@@ -523,6 +526,7 @@ def test_a_pipeline_over_its_queue_quota_waits_and_builds_nothing() -> None:
     built = reconcile(obj | {"status": again.status}, ops, NOW)
     assert built.status["phase"] == "Serving"
     assert set(ops.applied) == {"video-analytics-detect", "video-analytics-pose"}
+    assert waiting_serving([obj | {"status": built.status}], []) == []
 
 
 def _quota_pod(name: str, gpu_type: str) -> dict[str, Any]:

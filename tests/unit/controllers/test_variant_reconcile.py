@@ -10,6 +10,7 @@ from typing import Any
 
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps, reconcile
 from chronotope.controllers.trainingjob import Outcome
+from chronotope.workloads.training_quota import waiting_serving
 from tests.quota_inputs import QuotaInputs, serving_pod, training_job
 from tests.variant_fixtures import node, pod, variant
 
@@ -234,10 +235,13 @@ def test_a_new_serving_group_over_its_queue_quota_waits_and_builds_nothing() -> 
         assert outcome.status["phase"] == "Pending"
         assert outcome.status["whyWaiting"].startswith("waiting for quota: queue serving:")
         assert outcome.status["conditions"][0]["reason"] == "QuotaExceeded"
+    # its Queue counts the group (not each variant) as one pending workload
+    assert [w.key for w in waiting_serving([], ops.objs.values())] == ["ns/serving-group:llama"]
     # the quota is raised: the next group pass builds it
     ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 16
     _pass(ops, memo, NOW + timedelta(seconds=60))
     assert ops.applies == 1
+    assert waiting_serving([], ops.objs.values()) == []
     assert ("Deployment", next(iter(memo._entries))[1]) in ops.applied
 
 

@@ -21,9 +21,11 @@ from chronotope.workloads.training_quota import (
     serving_reclaims,
     serving_room,
     serving_workloads,
+    waiting_serving,
 )
 from chronotope.workloads.training_status import waiting_status
 from chronotope.workloads.views import explain, queue_place
+from tests.variant_fixtures import variant
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -429,6 +431,72 @@ def test_pending_jobs_are_listed_per_queue_in_admission_order_with_positions() -
     report = queue_report(_two_local_queues(), jobs)
     assert report["team-a"].pending_head == order["team-a"]
     assert report["team-a"].pending_workloads == 4
+
+
+def _quota_waiting_pipeline(name: str, ns: str, t: str, **status: Any) -> dict[str, Any]:
+    """An InferencePipeline as its controller writes it while quota holds all of it back."""
+    return {
+        "metadata": {"name": name, "namespace": ns, "creationTimestamp": t},
+        "spec": {"queue": "batch"},
+        "status": {"phase": "Pending", "whyWaiting": "waiting for quota: queue team-a: ..."}
+        | status,
+    }
+
+
+def test_serving_workloads_waiting_for_quota_are_pending_in_their_queue() -> None:
+    view = _two_local_queues()
+    jobs = [_waiting("a1", "a", "2030-01-01T00:00:09Z")]
+    pipelines = [
+        _quota_waiting_pipeline("web", "a", "2030-01-01T00:00:02Z"),
+        _quota_waiting_pipeline("old", "a", "2030-01-01T00:00:01Z"),
+        # waits for something else, or serves: not pending for quota
+        _quota_waiting_pipeline("gpus", "a", "", whyWaiting="no node has room"),
+        _quota_waiting_pipeline("up", "a", "", phase="Serving"),
+    ]
+    quota_wait = {"type": "Ready", "status": "False", "reason": "QuotaExceeded"}
+    variants = [variant(v, group=None) for v in ("v1", "v2")]  # one group: one workload
+    for v in variants:
+        v["metadata"] |= {"namespace": "b", "creationTimestamp": ""}
+        v["status"] = {"phase": "Pending", "conditions": [quota_wait]}
+    waiting = waiting_serving(pipelines, variants)
+    assert [(w.key, w.local_queue) for w in waiting] == [
+        ("b/serving-group:meta-llama-llama-2-7b-hf", "default"),  # no creation time: first
+        ("a/pipeline:old", "batch"),
+        ("a/pipeline:web", "batch"),
+    ]
+    report = queue_report(view, jobs, (), waiting)
+    assert report["team-a"].pending_workloads == 3
+    head = [
+        (q.workload, q.position, q.local_queue_position, q.reason)
+        for q in report["team-a"].pending_head
+    ]
+    assert head == [  # after the Queue's TrainingJobs: not in the jobs' admission cycle
+        ("a/a1", 1, 1, "QuotaExceeded"),
+        ("a/pipeline:old", 2, 1, "QuotaExceeded"),
+        ("a/pipeline:web", 3, 2, "QuotaExceeded"),
+    ]
+    assert report["team-b"].pending_workloads == 1
+    local = local_queue_report(view, jobs, (), waiting)
+    assert local[("a", "batch")][:2] == (0, 2)
+    assert local[("b", "default")][:2] == (0, 1)
+    # once its pods exist (they hold or reserve quota) a workload is no longer pending
+    serving = serving_workloads(
+        view,
+        [
+            _serving_pod("web-0", "a", 1)
+            | {
+                "metadata": {
+                    "name": "web-0",
+                    "namespace": "a",
+                    "labels": {"chronotope.dev/pipeline": "web", "chronotope.dev/queue": "batch"},
+                }
+            }
+        ],
+    )
+    report = queue_report(view, jobs, serving, waiting)
+    assert [q.workload for q in report["team-a"].pending_head] == ["a/a1", "a/pipeline:old"]
+    assert (report["team-a"].admitted_workloads, report["team-a"].pending_workloads) == (1, 2)
+    assert local_queue_report(view, jobs, serving, waiting)[("a", "batch")][1] == 1
 
 
 def test_a_queue_status_lists_only_the_first_ten_pending() -> None:

@@ -368,7 +368,13 @@ class QuotaRelease(ApiModel):
     """A started workload's predicted end: the quota it gives back to its queue, and when."""
 
     at: datetime = Field(description="The workload's predicted completion time.")
-    workload: str = Field(max_length=317, description="The workload, as namespace/name.")
+    workload: str = Field(
+        max_length=317,
+        description=(
+            "The workload: a TrainingJob as namespace/name; a serving workload that waits for "
+            "quota as namespace/pipeline:NAME or namespace/serving-group:NAME."
+        ),
+    )
     gpu_type: str = Field(max_length=63, description="GPU type it holds.")
     gpus: int = Field(default=0, ge=0, description="Whole GPUs it gives back.")
     share_milli: int = Field(default=0, ge=0, description="GPU-share units it gives back.")
@@ -377,11 +383,21 @@ class QuotaRelease(ApiModel):
 class QueuedWorkload(ApiModel):
     """A pending workload's place in its queue (Kueue's pending-workloads visibility)."""
 
-    workload: str = Field(max_length=317, description="The workload, as namespace/name.")
+    workload: str = Field(
+        max_length=317,
+        description=(
+            "The workload: a TrainingJob as namespace/name; a serving workload that waits for "
+            "quota as namespace/pipeline:NAME or namespace/serving-group:NAME."
+        ),
+    )
     local_queue: str = Field(max_length=63, description="The LocalQueue it was submitted to.")
     priority: int = Field(default=0, description="Its priority.")
     position: int = Field(
-        ge=1, description="1 for the first of the Queue's pending workloads, in admission order."
+        ge=1,
+        description=(
+            "1 for the first of the Queue's pending workloads, in admission order (serving "
+            "workloads, admitted by their own controllers once they fit, after the TrainingJobs)."
+        ),
     )
     local_queue_position: int = Field(
         ge=1, description="Its position among its LocalQueue's pending workloads."
