@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from e2e.kubetest import KubeCluster, wait_for
@@ -293,12 +294,15 @@ def test_a_pipeline_is_cut_to_what_its_queue_admits_now_and_moves_back_once_it_m
             custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
+@pytest.mark.parametrize("gpus", [2, 4], ids=["pods-wait-for-its-gpus", "free-gpus"])
 def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
-    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str, gpus: int
 ) -> None:
     """Queue serve lends its 2 GPUs (a type only this test uses) to Queue train's job big;
     the pipeline of serve, which fits only that type, applies its Deployment, big is
-    checkpointed and stopped, the pipeline serves, and big waits for quota."""
+    checkpointed and stopped, the pipeline serves, and big waits for quota. With `gpus`
+    4, two GPUs are free: the pipeline's pods run at once, and big is stopped all the
+    same (it holds quota its lender now uses)."""
     tag = uuid.uuid4().hex[:6]
     gpu_type, serve, train = f"RECL-{tag.upper()}", f"r{tag}-serve", f"r{tag}-train"
 
@@ -330,7 +334,7 @@ def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
         wait_for(lambda: bool(core.list_namespaced_service_account(ns_t).items), 60, "sa")
         try:
             with (
-                _gpu_nodes(api, core, f"rn-{tag}", gpu_type, 1, per_node=2),
+                _gpu_nodes(api, core, f"rn-{tag}", gpu_type, 1, per_node=gpus),
                 _queues(custom, queue(serve, 2, "PreemptBorrowed"), queue(train, 0, "Never")),
             ):
                 for ns, target in ((namespace, serve), (ns_t, train)):

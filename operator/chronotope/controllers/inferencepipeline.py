@@ -299,11 +299,12 @@ def _apply_within_quota(
     """Apply the stages' Deployments and Services as far as the pipeline's queue quota admits.
 
     Returns why quota holds (part of) them back (None: all applied), whether the
-    pipeline therefore waits (nothing of it runs yet), and, for one that fits its
-    nominal quota only once the borrowers its queue lent to give it back, what is
-    reclaimed: its Deployments are applied, their pods reserve the quota, and the
-    queue loop stops the borrowed TrainingJobs (`controllers.queues.reclaim_for_serving`).
-    A serving pipeline whose target does not fit grows as far as the quota
+    pipeline therefore waits (nothing of it runs yet), and, for a target (a new
+    pipeline's, or a serving one's scale-up) that fits its nominal quota only
+    once the borrowers its queue lent to give it back, what is reclaimed: its
+    Deployments are applied, their pods take the quota, and the queue loop stops
+    the borrowed TrainingJobs (`controllers.queues.reclaim_for_serving`). A
+    serving pipeline whose target does not fit even so grows as far as the quota
     admits (`pipeline.grow_within`: shrinking stages shrink, then one replica at
     a time to the stage furthest below its target), and keeps what runs if not
     even that fits. Quotas are off until a Queue exists; the pipeline's own pods
@@ -333,14 +334,12 @@ def _apply_within_quota(
         return None, False, None
     assert holders is not None  # quota held it back: quotas are on
     deployed = ops.deployments(namespace, name)
-    if not deployed:
-        reclaim = serving_reclaim(
-            view, holders, local_queue=spec.queue, objects=[d for d, _ in built]
-        )
-        if reclaim is None:
-            return held, True, None
-        apply(built)  # its pods reserve the quota it lent; the queue loop stops the borrowers
+    reclaim = serving_reclaim(view, holders, local_queue=spec.queue, objects=[d for d, _ in built])
+    if reclaim is not None:  # its pods take the quota it lent; the queue loop stops the borrowers
+        apply(built)
         return None, False, reclaim_words(*reclaim)
+    if not deployed:
+        return held, True, None
     have = [
         target[i]
         if stage.model.variant

@@ -10,9 +10,11 @@ its last apply is older than `refresh_s`. `GroupMemo` keeps the last result
 per group, so the other variants' passes read their status from it. The
 variant then gets its status and its events: one per distinct waiting
 reason, one when it starts serving, one per placement change. A group's
-GPUs hold its namespace's `default` LocalQueue's quota: a new group is built
-only when its Deployment fits that queue now, and a running group whose new
-plan does not fit keeps its last plan (`QuotaExceeded` event).
+GPUs hold its namespace's `default` LocalQueue's quota: a new group is built,
+and a running group takes a new plan, only when its Deployment fits that
+queue now or fits its nominal quota once the TrainingJobs that borrowed it give
+it back (`ReclaimingQuota` event); otherwise a new group waits and a running
+one keeps its last plan (`QuotaExceeded` event).
 """
 
 from __future__ import annotations
@@ -198,11 +200,13 @@ def _within_quota(
 ) -> GroupResult:
     """The group's pass as its queue's quota allows (`_quota_held`).
 
-    A new group that does not fit builds nothing and its variants wait; a running
-    one that does not fit keeps its last plan and grows no further.
+    A group whose Deployment fits once the borrowers give back its queue's lent
+    quota is applied (`ReclaimingQuota`); otherwise a new group that does not fit
+    builds nothing and its variants wait, and a running one keeps its last plan
+    and grows no further.
     """
     result = group_pass()
-    held, reclaim = _quota_held(ops, namespace, group, result, running=running)
+    held, reclaim = _quota_held(ops, namespace, group, result)
     if held is None:
         return result
     if reclaim is not None:  # its pods reserve the quota it lent; the queue loop stops borrowers
@@ -220,18 +224,17 @@ def _within_quota(
 
 
 def _quota_held(
-    ops: VariantOps, namespace: str, group: ServingGroup, result: GroupResult, *, running: bool
+    ops: VariantOps, namespace: str, group: ServingGroup, result: GroupResult
 ) -> tuple[str | None, tuple[str, tuple[str, ...]] | None]:
     """Why quota holds the group's new Deployment back (None: it fits), and whom a reclaim stops.
 
     The group's pods count against the LocalQueue `default` of its namespace
     (`training_quota.serving_workloads`), its own pods never against itself. A
-    group that runs nothing yet is built only when its Deployment's GPUs fit that
-    queue now, or fit its nominal quota once the borrowed TrainingJobs of the
-    cohort give back what it lent (`training_quota.serving_reclaim`: its pods then
-    reserve the quota and the queue loop stops them); a running one keeps its last
-    plan until a new one fits (as an InferencePipeline that serves does). Quotas
-    are off until a Queue exists.
+    group's Deployment (new, or a running group's new plan) is applied only when
+    its GPUs fit that queue now, or fit its nominal quota once the borrowed
+    TrainingJobs of the cohort give back what it lent (`training_quota.serving_reclaim`:
+    its pods then take the quota and the queue loop stops them), as an
+    InferencePipeline's is. Quotas are off until a Queue exists.
     """
     if not result.objects:
         return None, None
@@ -243,8 +246,8 @@ def _quota_held(
     holders = serving_holders(view, ops.training_jobs(), ops.pods_matching(), key)
     deployments = [o for o in result.objects if o.get("kind") == "Deployment"]
     held = serving_admission(view, holders, local_queue=DEFAULT_LOCAL_QUEUE, objects=deployments)
-    if held is None or running:
-        return held, None
+    if held is None:
+        return None, None
     return held, serving_reclaim(
         view, holders, local_queue=DEFAULT_LOCAL_QUEUE, objects=deployments
     )

@@ -9,7 +9,7 @@ TrainingJobs the start decision uses); this edge only reads the objects through
 every interval on a thread of its own (not kopf's: the operator may patch only
 the status subresource of Queues, which platform teams own). The same loop
 stops what a queue under `stopPolicy: HoldAndDrain` runs (`drain`) and the
-borrowed TrainingJobs whose quota waiting serving pods reclaim
+borrowed TrainingJobs whose quota serving pods reclaim
 (`reclaim_for_serving`).
 """
 
@@ -233,7 +233,7 @@ def drain(ops: ClusterOps, view: QuotaView | None = None) -> list[str]:
 
 
 def reclaim_for_serving(ops: ClusterOps, view: QuotaView | None = None) -> list[str]:
-    """Checkpoint and stop borrowed TrainingJobs whose quota waiting serving pods reclaim.
+    """Checkpoint and stop borrowed TrainingJobs whose quota serving pods reclaim.
 
     An InferencePipeline or serving group whose queue lent the quota it needs
     creates its pods anyway (they reserve the quota, `training_quota.serving_reclaims`);

@@ -438,44 +438,45 @@ def serving_reclaims(
     jobs: Callable[[], Sequence[Mapping[str, Any]]],
     pods: Sequence[Mapping[str, Any]],
 ) -> list[ServingReclaim]:
-    """The borrowed TrainingJobs to stop so that serving pods waiting for lent quota may run.
+    """The borrowed TrainingJobs to stop so that serving workloads get their lent quota back.
 
-    A serving workload's pods that no node holds yet (unbound) reserve quota
-    (`serving_workloads` counts them). Where that reservation fits its queue's
-    nominal quota only once borrowers in the cohort give back what it lent, and
-    the Queue reclaims (`PreemptBorrowed`), the borrowed TrainingJobs
+    Each serving workload's live pods, bound to a node or not, hold or reserve
+    quota (`serving_workloads`). Where what a workload's pods ask fits its
+    queue's nominal quota only once borrowers in the cohort give back what it
+    lent, and the Queue reclaims (`PreemptBorrowed`), the borrowed TrainingJobs
     `reclaim_to_fit` picks are stopped with the reclaiming queue's grace period,
-    as a TrainingJob's reclaim stops them. Jobs already asked to stop (their
-    `preempted-by` annotation is set) count as gone and are not asked again; a
-    reservation that fits without stopping anyone, or cannot fit even then,
-    stops nobody. `jobs` (the TrainingJobs) is read only when a serving pod waits.
+    as a TrainingJob's reclaim stops them. Bound pods count as unbound ones do:
+    on free GPUs of the type a serving workload's pods run at once, but the
+    borrower still holds quota its lender now uses. Jobs already asked to stop
+    (their `preempted-by` annotation is set) count as gone and are not asked
+    again; a workload that fits without stopping anyone, or cannot fit even then
+    (above its nominal quota), stops nobody. `jobs` (the TrainingJobs) is read
+    only when a serving pod exists.
     """
     if not view.on:
         return []
-    unbound = serving_workloads(
-        view, [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
-    )
-    if not unbound:
-        return []  # the common case: every serving pod is on a node
-    bound = serving_workloads(view, [p for p in pods if (p.get("spec") or {}).get("nodeName")])
+    serving = serving_workloads(view, pods)
+    if not serving:
+        return []  # no serving workload holds quota: no job to read
     holding = [
         j
         for j in jobs()
         if (j.get("status") or {}).get("phase") in HOLDING
         and not ((j.get("metadata") or {}).get("annotations") or {}).get(PREEMPTED_BY_ANNOTATION)
     ]
-    book, _ = _cycle(view, holding, serving=bound)
+    book, _ = _cycle(view, holding)
     out: list[ServingReclaim] = []
-    for waiting in unbound:
-        queue = book.queues[waiting.queue]
+    for workload in serving:
+        queue = book.queues[workload.queue]
         trial = book.copy()
-        pending = f"{waiting.key} (unbound)"
-        victims = reclaim_to_fit(trial, queue, pending, _as_demands(waiting.usage))
+        victims = reclaim_to_fit(trial, queue, workload.key, _as_demands(workload.usage))
         if not victims:  # fits as it is, or cannot fit by reclaiming: it holds what it asks
-            book.add(replace(waiting, key=pending))
+            book.add(workload)
             continue
         book = trial
-        out.extend(ServingReclaim(v, queue.name, queue.grace_seconds, waiting.key) for v in victims)
+        out.extend(
+            ServingReclaim(v, queue.name, queue.grace_seconds, workload.key) for v in victims
+        )
     return out
 
 

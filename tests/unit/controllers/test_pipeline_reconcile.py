@@ -636,6 +636,44 @@ def test_a_serving_pipeline_grows_as_far_as_its_queue_quota_admits() -> None:
     assert grown.events[0][2].startswith("scaling up only as far as its queue's quota admits")
 
 
+def test_a_serving_pipelines_scale_up_reclaims_its_queues_lent_quota() -> None:
+    def scaled(policy: str) -> tuple[FakeOps, Any]:
+        ops, obj = _ops(), _sample()
+        _quota(ops, whole=8, shares_milli=8000)
+        out = reconcile(obj, ops, NOW)
+        # the queue's 4 whole T4s and 1500 milli of shares fit the tuner's 4 detect and
+        # 3 pose, but a training queue of the cohort borrows 2 of those T4s
+        _quota(ops, whole=4, shares_milli=1500)
+        ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": policy}}
+        ops.queue_objs.append(
+            {
+                "metadata": {"name": "train"},
+                "spec": {"cohort": "ml", "quotas": [{"gpuType": "T4", "gpus": 0}]},
+            }
+        )
+        ops.local_queue_objs.append(
+            {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
+        )
+        ops.jobs = [training_job("big", "t", "T4", gpus=2)]
+        status = copy.deepcopy(out.status)
+        for row in status["stages"]:
+            row["replicas"] = {"detect": 4, "pose": 3}.get(row["name"], row["replicas"])
+        return ops, reconcile(obj | {"status": status}, ops, NOW)
+
+    def replicas(ops: FakeOps) -> list[int]:
+        return [ops.applied[f"video-analytics-{s}"]["spec"]["replicas"] for s in ("detect", "pose")]
+
+    ops, up = scaled("PreemptBorrowed")
+    assert replicas(ops) == [4, 3]  # the whole scale-up: its new pods take the lent quota
+    assert up.status.get("quotaHeld") is None
+    assert [e[1] for e in up.events] == ["ReclaimingQuota"]
+    assert "stopping borrowed TrainingJob(s) t/big" in up.events[0][2]
+    # under Never it grows only as far as the quota admits now, as before
+    ops, cut = scaled("Never")
+    assert replicas(ops) == [2, 3]
+    assert [e[1] for e in cut.events] == ["QuotaExceeded"]
+
+
 def test_the_tuner_reads_the_live_envelope_and_scales_up_on_sustained_traffic(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

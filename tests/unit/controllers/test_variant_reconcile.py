@@ -279,6 +279,33 @@ def test_a_running_serving_group_grows_only_as_far_as_its_queue_quota_admits() -
     assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 2
 
 
+def test_a_running_serving_groups_new_plan_reclaims_its_queues_lent_quota() -> None:
+    def grown(policy: str) -> tuple[FakeOps, dict[str, Outcome]]:
+        ops, memo = _three(), GroupMemo()
+        _serving_queue(ops, 16)
+        _pass(ops, memo)
+        ops.run_pods("llama")
+        _pass(ops, memo)
+        replica = ops.applied["Deployment", "llama"]["spec"]["template"]["spec"]
+        gpus = int(replica["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+        # a training queue of the cohort borrows all its queue does not use; then a
+        # variant's traffic needs a replica more
+        _lent_to_training(ops, 16 - gpus, policy)
+        hot = variant("a", qps=8, generation=2)
+        ops.objs["a"] = hot | {"status": ops.objs["a"]["status"]}
+        return ops, _pass(ops, memo, NOW + timedelta(seconds=1))
+
+    ops, up = grown("PreemptBorrowed")
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 2
+    for outcome in up.values():
+        reclaiming = [e[2] for e in outcome.events if e[1] == "ReclaimingQuota"]
+        assert len(reclaiming) == 1
+        assert "stopping borrowed TrainingJob(s) t/big" in reclaiming[0]
+    ops, held = grown("Never")
+    assert ops.applied["Deployment", "llama"]["spec"]["replicas"] == 1
+    assert all([e[1] for e in o.events] == ["QuotaExceeded"] for o in held.values())
+
+
 def test_a_serving_group_above_a_lowered_quota_shrinks_but_does_not_grow_back() -> None:
     ops, memo = FakeOps([variant("a", qps=20), variant("b"), variant("c")]), GroupMemo()
     _serving_queue(ops, 16)
@@ -315,11 +342,10 @@ def test_another_namespaces_serving_pods_count_against_the_shared_queue() -> Non
         assert outcome.status["whyWaiting"].startswith("waiting for quota: queue serving:")
 
 
-def test_a_new_serving_group_reclaims_its_queues_quota_lent_to_training() -> None:
-    """Queue serving (16 GPUs, PreemptBorrowed) lent them all to a TrainingJob of queue train."""
-    ops, memo = _three(), GroupMemo()
+def _lent_to_training(ops: FakeOps, gpus: int, policy: str = "PreemptBorrowed") -> None:
+    """Queue serving (16 GPUs, `policy`) lent `gpus` to TrainingJob t/big of queue train."""
     _serving_queue(ops, 16)
-    ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": "PreemptBorrowed"}}
+    ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": policy}}
     ops.queue_objs.append(
         {
             "metadata": {"name": "train"},
@@ -329,7 +355,13 @@ def test_a_new_serving_group_reclaims_its_queues_quota_lent_to_training() -> Non
     ops.local_queue_objs.append(
         {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
     )
-    ops.jobs = [training_job("big", "t", GPU, workers=2, gpus=8)]
+    ops.jobs = [training_job("big", "t", GPU, workers=gpus)]
+
+
+def test_a_new_serving_group_reclaims_its_queues_quota_lent_to_training() -> None:
+    """Queue serving (16 GPUs, PreemptBorrowed) lent them all to a TrainingJob of queue train."""
+    ops, memo = _three(), GroupMemo()
+    _lent_to_training(ops, 16)
     out = _pass(ops, memo)
     assert ops.applies == 1  # built: its pods reserve the quota while t/big is stopped
     for outcome in out.values():

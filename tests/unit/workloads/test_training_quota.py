@@ -576,7 +576,7 @@ def _unbound(pod: dict[str, Any]) -> dict[str, Any]:
     return pod | {"status": {"phase": "Pending"}}
 
 
-def test_unbound_serving_pods_stop_the_borrowers_of_their_queues_lent_quota_once() -> None:
+def test_serving_pods_stop_the_borrowers_of_their_queues_lent_quota_once() -> None:
     view = _lending_view()
     waiting = [_unbound(_serving_pod(f"web-{i}", "b", 1)) for i in range(2)]
     got = serving_reclaims(view, _borrowers, waiting)
@@ -587,13 +587,18 @@ def test_unbound_serving_pods_stop_the_borrowers_of_their_queues_lent_quota_once
     asked = _borrowers()
     asked[2]["metadata"]["annotations"] = {"chronotope.dev/preempted-by": "b/pipeline:web (x)"}
     assert serving_reclaims(view, lambda: asked, waiting) == []
-    # pods on nodes reserve nothing: they run (the jobs are not even read)
+    # pods that free GPUs of the type let run at once reclaim as well: the borrower
+    # still holds quota its lender now uses
     bound = [p | {"spec": p["spec"] | {"nodeName": "n1"}} for p in waiting]
+    assert [r.victim for r in serving_reclaims(view, _borrowers, bound)] == ["a/a3"]
+    # beside a borrower that leaves it the 2 it runs (a1 4 + a2 2 + its 2 = the cohort's 8):
+    # nobody; without serving pods the jobs are not even read
+    assert serving_reclaims(view, lambda: _borrowers()[:2], bound) == []
 
     def unread() -> list[dict[str, Any]]:
         raise AssertionError("the jobs were read")
 
-    assert serving_reclaims(view, unread, bound) == []
+    assert serving_reclaims(view, unread, []) == []
     assert serving_reclaims(_lending_view("Never"), _borrowers, waiting) == []
     # beyond its nominal quota (it would have to borrow what it reclaims): nobody is stopped
     many = [_unbound(_serving_pod(f"web-{i}", "b", 1)) for i in range(5)]
