@@ -644,17 +644,7 @@ def test_a_serving_pipelines_scale_up_reclaims_its_queues_lent_quota() -> None:
         # the queue's 4 whole T4s and 1500 milli of shares fit the tuner's 4 detect and
         # 3 pose, but a training queue of the cohort borrows 2 of those T4s
         _quota(ops, whole=4, shares_milli=1500)
-        ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": policy}}
-        ops.queue_objs.append(
-            {
-                "metadata": {"name": "train"},
-                "spec": {"cohort": "ml", "quotas": [{"gpuType": "T4", "gpus": 0}]},
-            }
-        )
-        ops.local_queue_objs.append(
-            {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
-        )
-        ops.jobs = [training_job("big", "t", "T4", gpus=2)]
+        _training_borrows(ops, policy, "T4", 2)
         status = copy.deepcopy(out.status)
         for row in status["stages"]:
             row["replicas"] = {"detect": 4, "pose": 3}.get(row["name"], row["replicas"])
@@ -835,17 +825,22 @@ def _lent_to_training(ops: FakeOps, policy: str) -> None:
     """The pipeline's queue has one A100 (detect's only type), lent to a training queue."""
     _quota(ops, whole=1, shares_milli=8000)
     ops.queue_objs[0]["spec"]["quotas"][1]["gpus"] = 0
+    _training_borrows(ops, policy, "A100-SXM4-80GB", 1)
+
+
+def _training_borrows(ops: FakeOps, policy: str, gpu_type: str, gpus: int) -> None:
+    """Queue serving (under reclaim `policy`) lends `gpus` of `gpu_type` to t/big of queue train."""
     ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": policy}}
     ops.queue_objs.append(
         {
             "metadata": {"name": "train"},
-            "spec": {"cohort": "ml", "quotas": [{"gpuType": "A100-SXM4-80GB", "gpus": 0}]},
+            "spec": {"cohort": "ml", "quotas": [{"gpuType": gpu_type, "gpus": 0}]},
         }
     )
     ops.local_queue_objs.append(
         {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
     )
-    ops.jobs = [training_job("big", "t", "A100-SXM4-80GB")]
+    ops.jobs = [training_job("big", "t", gpu_type, gpus=gpus)]
 
 
 def test_a_waiting_pipeline_reclaims_its_queues_lent_quota_from_training() -> None:
