@@ -183,8 +183,11 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
             wait_for(lambda: pending() == listed, 60, "the Queue lists the waiting pipeline")
             out = _kubectl(kube_cluster, "queue", queue, "-o", "json")
             assert out.returncode == 0, out.stderr
-            rows = [(r["workload"], r["position"], r["reason"]) for r in json.loads(out.stdout)]
-            assert rows == [(f"{namespace}/pipeline:quota", 1, "QuotaExceeded")]
+            rows = json.loads(out.stdout)
+            assert [(r["workload"], r["position"], r["reason"]) for r in rows] == [
+                (f"{namespace}/pipeline:quota", 1, "QuotaExceeded")
+            ]
+            assert rows[0]["whyWaiting"] == status["whyWaiting"]
             # the platform team gives the queue room: it is built and serves
             custom.patch_cluster_custom_object(
                 GROUP, VERSION, "queues", queue, {"spec": quotas(8, 4000)}

@@ -139,7 +139,7 @@ def _why(api: Any, args: argparse.Namespace, namespace: str) -> int:
     order = None
     if kind == "trainingjob" and (obj.get("status") or {}).get("phase") not in (*HOLDING, *ENDED):
         jobs = list_kind(api, "trainingjob", None)
-        order = _pending_order(api, list_kind(api, "queue", None), jobs)
+        order, _ = _pending_order(api, list_kind(api, "queue", None), jobs)
     lines = explain(
         KINDS[kind][0],
         obj,
@@ -156,11 +156,14 @@ def _why(api: Any, args: argparse.Namespace, namespace: str) -> int:
     return 0
 
 
-def _pending_order(api: Any, queues: list[Any], jobs: list[Any]) -> dict[str, Any]:
+def _pending_order(
+    api: Any, queues: list[Any], jobs: list[Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
     """Every Queue's pending workloads in admission order (`training_quota.pending_order`).
 
     The InferencePipelines and serving groups that wait for quota come after
-    the TrainingJobs, as the Queue's status lists them.
+    the TrainingJobs, as the Queue's status lists them; the second map is why
+    each of those waits (its `whyWaiting`, a group's from its first variant).
     """
     from chronotope.kube.views import list_kind
     from chronotope.workloads.training_quota import (
@@ -174,17 +177,24 @@ def _pending_order(api: Any, queues: list[Any], jobs: list[Any]) -> dict[str, An
         queues, list_kind(api, "localqueue", None), list_kind(api, "namespace", None)
     )
     held = serving_workloads(view, list_kind(api, "pod", None))
-    waiting = waiting_serving(
-        list_kind(api, "inferencepipeline", None), list_kind(api, "modelvariant", None)
-    )
-    return dict(pending_order(view, jobs, held, waiting))
+    pipelines = list_kind(api, "inferencepipeline", None)
+    variants = list_kind(api, "modelvariant", None)
+    why: dict[str, str] = {}
+    for obj, found in [
+        *((p, waiting_serving([p], [])) for p in pipelines),
+        *((v, waiting_serving([], [v])) for v in variants),
+    ]:
+        for w in found:  # keyed as the Queue keys it
+            why.setdefault(w.key, str((obj.get("status") or {}).get("whyWaiting") or ""))
+    waiting = waiting_serving(pipelines, variants)
+    return dict(pending_order(view, jobs, held, waiting)), why
 
 
 def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
     from chronotope.kube.views import list_kind
 
     queues, jobs = list_kind(api, "queue", None), list_kind(api, "trainingjob", None)
-    order = _pending_order(api, queues, jobs)
+    order, serving_why = _pending_order(api, queues, jobs)
     known = {str(q["metadata"]["name"]) for q in queues}
     if args.name is not None and args.name not in known:
         print(f"error: Queue {args.name} not found", file=sys.stderr)
@@ -195,7 +205,7 @@ def _queue(api: Any, args: argparse.Namespace, namespace: str) -> int:
         )
         or ""
         for j in jobs
-    }
+    } | serving_why
     rows = []
     for queue in sorted(known if args.name is None else {args.name}):
         for entry in order.get(queue, []):
