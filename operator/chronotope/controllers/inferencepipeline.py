@@ -307,7 +307,8 @@ def _apply_within_quota(
     serving pipeline whose target does not fit even so grows as far as the quota
     admits (`pipeline.grow_within`: shrinking stages shrink, then one replica at
     a time to the stage furthest below its target), and keeps what runs if not
-    even that fits. Quotas are off until a Queue exists; the pipeline's own pods
+    even that fits. A target its Deployments already ask for is neither applied
+    nor reclaimed again (after a reclaim, its pods are being created). Quotas are off until a Queue exists; the pipeline's own pods
     do not count against it (`training_quota.serving_admission`).
     """
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
@@ -334,12 +335,6 @@ def _apply_within_quota(
         return None, False, None
     assert holders is not None  # quota held it back: quotas are on
     deployed = ops.deployments(namespace, name)
-    reclaim = serving_reclaim(view, holders, local_queue=spec.queue, objects=[d for d, _ in built])
-    if reclaim is not None:  # its pods take the quota it lent; the queue loop stops the borrowers
-        apply(built)
-        return None, False, reclaim_words(*reclaim)
-    if not deployed:
-        return held, True, None
     have = [
         target[i]
         if stage.model.variant
@@ -350,6 +345,14 @@ def _apply_within_quota(
         )
         for i, stage in enumerate(running.stages)
     ]
+    if deployed and have == target:
+        return None, False, None  # applied already (a reclaim's): its pods are being created
+    reclaim = serving_reclaim(view, holders, local_queue=spec.queue, objects=[d for d, _ in built])
+    if reclaim is not None:  # its pods take the quota it lent; the queue loop stops the borrowers
+        apply(built)
+        return None, False, reclaim_words(*reclaim)
+    if not deployed:
+        return held, True, None
     grown = grow_within(have, target, lambda r: why(objects(r)) is None)
     if grown is not None:
         apply(objects(grown))

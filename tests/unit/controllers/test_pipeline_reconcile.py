@@ -863,6 +863,10 @@ def test_a_waiting_pipeline_reclaims_its_queues_lent_quota_from_training() -> No
         "queue serving reclaims the quota it lent: stopping borrowed TrainingJob(s) t/big "
         "(checkpointed within the queue's grace period); its pods start once they have stopped"
     ]
+    # its Deployments ask for what it reclaimed; before their pods exist nothing is said again
+    gap = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert gap.events == []
+    assert gap.status.get("quotaHeld") is None
     # its pods (not yet on a node) hold the quota now: nothing more is reclaimed or said
     ops.pods = [
         {
