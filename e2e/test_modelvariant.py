@@ -232,6 +232,16 @@ def test_a_new_serving_group_waits_for_its_queue_quota(
             ready = next(c for c in status["conditions"] if c["type"] == "Ready")
             assert ready["reason"] == "QuotaExceeded"
             assert not k.apps.list_namespaced_deployment(namespace).items
+
+            def pending() -> tuple[int, list[str]]:
+                got = k.custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)
+                q = got.get("status") or {}
+                head = [w["workload"] for w in q.get("pendingHead") or []]
+                return int(q.get("pendingWorkloads") or 0), head
+
+            # the group is one pending workload of its Queue
+            listed = (1, [f"{namespace}/serving-group:quota"])
+            k.wait(lambda: pending() == listed, 60, "the Queue lists the waiting group")
             # room in the queue: the group is built at its next pass (within its refresh)
             spec["quotas"][0]["gpus"] = 16
             k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
@@ -241,6 +251,7 @@ def test_a_new_serving_group_waits_for_its_queue_quota(
                 "the group's Deployment once the quota allows it",
             )
             k.wait(lambda: _serving(k, ["held"]), 120, "the variant serving")
+            k.wait(lambda: pending() == (0, []), 60, "nothing pending in the Queue")
             # the queue is capped at what runs; then the variant's traffic wants a replica more
             spec["quotas"][0]["gpus"] = 1
             k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
