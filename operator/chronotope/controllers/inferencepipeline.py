@@ -308,8 +308,9 @@ def _apply_within_quota(
     admits (`pipeline.grow_within`: shrinking stages shrink, then one replica at
     a time to the stage furthest below its target), and keeps what runs if not
     even that fits. A target its Deployments already ask for is neither applied
-    nor reclaimed again (after a reclaim, its pods are being created). Quotas are off until a Queue exists; the pipeline's own pods
-    do not count against it (`training_quota.serving_admission`).
+    nor reclaimed again (after a reclaim, its pods are being created). Quotas
+    are off until a Queue exists; the pipeline's own pods do not count against
+    it (`training_quota.serving_admission`).
     """
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     target = [c.replicas for c in running.outcome.config]

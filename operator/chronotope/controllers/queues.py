@@ -236,7 +236,8 @@ def reclaim_for_serving(ops: ClusterOps, view: QuotaView | None = None) -> list[
     """Checkpoint and stop borrowed TrainingJobs whose quota serving pods reclaim.
 
     An InferencePipeline or serving group whose queue lent the quota it needs
-    creates its pods anyway (they reserve the quota, `training_quota.serving_reclaims`);
+    creates its pods anyway (on a node or not, they take the quota:
+    `training_quota.serving_reclaims`);
     each borrowed job to stop is asked once, with the reclaiming queue's grace
     period; its own reconcile posts `Preempted` ("preempted by InferencePipeline
     NS/NAME (reclaiming quota of queue Q)") and re-queues it, and the quota holds

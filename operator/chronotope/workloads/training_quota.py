@@ -1035,12 +1035,13 @@ def local_queue_report(
     serving: Sequence[AdmittedWorkload] = (),
     waiting: Sequence[PendingWorkload] = (),
 ) -> dict[tuple[str, str], tuple[int, int, str | None]]:
-    """Per LocalQueue: (admitted workloads, pending workloads, why it is inactive or None).
+    """Per LocalQueue: (admitted jobs, pending workloads, why it is inactive or None).
 
     Jobs count as in `queue_report`; `waiting` serving workloads that hold
-    nothing count as pending (those holding quota are the `serving` workloads of
-    its Queue, not counted here). A LocalQueue is inactive while the Queue it
-    names does not exist.
+    nothing count as pending. Serving workloads that hold quota count in their
+    Queue's `admittedWorkloads` only (their LocalQueue is a pod label, not kept
+    in the accounting). A LocalQueue is inactive while the Queue it names does
+    not exist.
     """
     counts: dict[tuple[str, str], list[int]] = {key: [0, 0] for key in view.local_queues}
     for job, spec in _live(jobs):

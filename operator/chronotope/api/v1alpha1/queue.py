@@ -368,13 +368,7 @@ class QuotaRelease(ApiModel):
     """A started workload's predicted end: the quota it gives back to its queue, and when."""
 
     at: datetime = Field(description="The workload's predicted completion time.")
-    workload: str = Field(
-        max_length=317,
-        description=(
-            "The workload: a TrainingJob as namespace/name; a serving workload that waits for "
-            "quota as namespace/pipeline:NAME or namespace/serving-group:NAME."
-        ),
-    )
+    workload: str = Field(max_length=317, description="The workload, as namespace/name.")
     gpu_type: str = Field(max_length=63, description="GPU type it holds.")
     gpus: int = Field(default=0, ge=0, description="Whole GPUs it gives back.")
     share_milli: int = Field(default=0, ge=0, description="GPU-share units it gives back.")
