@@ -4,6 +4,7 @@ chronotope scheduler on the planned GPU types; bad input gets a condition and bu
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -373,3 +374,66 @@ def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
                 assert _job_status(custom, ns_t, "big")["phase"] == "Waiting"
         finally:
             core.delete_namespace(ns_t)
+
+
+def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_job(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    """Queue q (2 GPUs of a type only this test uses) runs job first; pipeline turn waits for
+    quota, then job later (younger) does too. When first ends, the quota goes to the
+    pipeline, which asked first: later keeps waiting QuotaExceeded."""
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, name = f"TURN-{tag.upper()}", f"t{tag}"
+    stage = pipeline("x")["spec"]["stages"][0]
+    stage["profiles"][0]["gpuType"] = gpu_type
+    serving = pipeline(
+        "turn",
+        stages=[stage],
+        edges=[],
+        traffic={"fixedQPS": 50},
+        costs=[{"gpuType": gpu_type, "perHour": 1.0}],
+    )
+    queue = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"quotas": [{"gpuType": gpu_type, "gpus": 2}]},
+    }
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with _gpu_nodes(api, core, f"tn-{tag}", gpu_type, 1, per_node=2), _queues(custom, queue):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "localqueues", _local_queue(namespace, name)
+            )
+            first = job("first", 1, 2, [(gpu_type, 1.0)])
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainingjobs", first)
+            _running(custom, namespace, "first", 90, "first running on the queue's 2 GPUs")
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving)
+            wait_for(
+                lambda: bool(_status(custom, namespace, "turn").get("quotaDemand")),
+                60,
+                "the pipeline waiting for quota, with what it asks",
+            )
+            demand = _status(custom, namespace, "turn")["quotaDemand"]
+            assert [d["gpuType"] for d in demand] == [gpu_type]  # one type: in the cycle
+            assert 1 <= demand[0]["gpus"] <= 2
+            time.sleep(1.1)  # creation times have whole seconds: later is younger
+            later = job("later", 1, 2, [(gpu_type, 1.0)])
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainingjobs", later)
+
+            def later_waits() -> bool:
+                status = _job_status(custom, namespace, "later")
+                return _quota_reserved(status) == ("False", "QuotaExceeded")
+
+            wait_for(later_waits, 60, "later waiting for quota")
+            custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, "trainingjobs", "first"
+            )
+            wait_for(
+                lambda: _status(custom, namespace, "turn").get("phase") == "Serving",
+                120,
+                "the pipeline serving on the quota first gave back",
+            )
+            status = _job_status(custom, namespace, "later")
+            assert status["phase"] == "Waiting", status
+            assert _quota_reserved(status) == ("False", "QuotaExceeded")

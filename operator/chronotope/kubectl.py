@@ -185,7 +185,7 @@ def _pending_order(
         *((v, waiting_serving([], [v])) for v in variants),
     ]:
         for w in found:  # keyed as the Queue keys it
-            why.setdefault(w.key, str((obj.get("status") or {}).get("whyWaiting") or ""))
+            why.setdefault(w.workload.key, str((obj.get("status") or {}).get("whyWaiting") or ""))
     waiting = waiting_serving(pipelines, variants)
     return dict(pending_order(view, jobs, held, waiting)), why
 

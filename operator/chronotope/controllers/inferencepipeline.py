@@ -67,6 +67,7 @@ from chronotope.workloads.training_quota import (
     ServingRoom,
     reclaim_words,
     serving_admission,
+    serving_demand,
     serving_holders,
     serving_reclaim,
     serving_room,
@@ -240,7 +241,7 @@ def reconcile(
         )
     assert not isinstance(groups, Reason)
     running = with_replicas(plan, current)
-    held, waiting, reclaiming = _apply_within_quota(
+    held, demand, reclaiming = _apply_within_quota(
         ops, obj, spec, running, groups, view=view, holders=holders
     )
     deployments = dict(ops.deployments(namespace, name))
@@ -249,7 +250,8 @@ def reconcile(
         if found is not None:
             deployments[object_name(group)] = found
     out.status = pipeline_status(obj, running, deployments, now, planned, groups=groups)
-    _quota_outcome(out, old, held, waiting, reclaiming)
+    _quota_outcome(out, old, held, demand, reclaiming)
+    waiting = demand is not None
     # quotaRoom: what the queue admitted when it was planned; a cut plan, or one quota
     # holds back with nothing running, is planned again once the queue admits more (`_plan`)
     out.status["quotaRoom"] = room.rows() if room is not None and (running.cut or waiting) else None
@@ -266,10 +268,15 @@ def _quota_outcome(
     out: Outcome,
     old: Mapping[str, Any],
     held: str | None,
-    waiting: bool,
+    demand: list[dict[str, Any]] | None,
     reclaiming: str | None,
 ) -> None:
-    """The status and events of what quota holds back (`_apply_within_quota`'s answer)."""
+    """The status and events of what quota holds back (`_apply_within_quota`'s answer).
+
+    `demand`: what it asks of its queue while quota holds all of it back (None:
+    something of it runs, or nothing is held): `status.quotaDemand`.
+    """
+    waiting = demand is not None
     if reclaiming is not None:
         out.events.append(("Normal", "ReclaimingQuota", reclaiming))
         if out.status.get("whyWaiting"):
@@ -282,6 +289,7 @@ def _quota_outcome(
         )
         out.events.append(("Normal", "QuotaExceeded", text))
     out.status["quotaHeld"] = held
+    out.status["quotaDemand"] = demand
     if waiting:  # nothing of it runs: it waits for its queue's quota (the plan is kept)
         out.status |= {"phase": "Pending", "whyWaiting": f"{QUOTA_WAIT}{held}"}
 
@@ -295,11 +303,12 @@ def _apply_within_quota(
     *,
     view: QuotaView,
     holders: ServingHolders | None,
-) -> tuple[str | None, bool, str | None]:
+) -> tuple[str | None, list[dict[str, Any]] | None, str | None]:
     """Apply the stages' Deployments and Services as far as the pipeline's queue quota admits.
 
-    Returns why quota holds (part of) them back (None: all applied), whether the
-    pipeline therefore waits (nothing of it runs yet), and, for a target (a new
+    Returns why quota holds (part of) them back (None: all applied), what it
+    asks of its queue if it therefore waits (nothing of it runs yet; None
+    otherwise: `training_quota.serving_demand`), and, for a target (a new
     pipeline's, or a serving one's scale-up) that fits its nominal quota only
     once the borrowers its queue lent to give it back, what is reclaimed: its
     Deployments are applied, their pods take the quota, and the queue loop stops
@@ -333,7 +342,7 @@ def _apply_within_quota(
     held = why(built)
     if held is None:
         apply(built)
-        return None, False, None
+        return None, None, None
     assert holders is not None  # quota held it back: quotas are on
     deployed = ops.deployments(namespace, name)
     have = [
@@ -347,17 +356,17 @@ def _apply_within_quota(
         for i, stage in enumerate(running.stages)
     ]
     if deployed and have == target:
-        return None, False, None  # applied already (a reclaim's): its pods are being created
+        return None, None, None  # applied already (a reclaim's): its pods are being created
     reclaim = serving_reclaim(view, holders, local_queue=spec.queue, objects=[d for d, _ in built])
     if reclaim is not None:  # its pods take the quota it lent; the queue loop stops the borrowers
         apply(built)
-        return None, False, reclaim_words(*reclaim)
+        return None, None, reclaim_words(*reclaim)
     if not deployed:
-        return held, True, None
+        return held, serving_demand(namespace, [d for d, _ in built]), None
     grown = grow_within(have, target, lambda r: why(objects(r)) is None)
     if grown is not None:
         apply(objects(grown))
-    return held, False, None
+    return held, None, None
 
 
 def _observe(

@@ -43,6 +43,7 @@ from chronotope.workloads.training_quota import (
     QuotaView,
     reclaim_words,
     serving_admission,
+    serving_demand,
     serving_holders,
     serving_reclaim,
 )
@@ -219,7 +220,12 @@ def _within_quota(
     if running:
         return group_pass(hold=Reason(code="QuotaExceeded", message=f"not scaling up: {held}"))
     why = Reason(code="QuotaExceeded", message=f"waiting for quota: {held}")
-    statuses = {m.name: failed_status(m.generation, why, now) for m in group.members}
+    deployments = [o for o in result.objects if o.get("kind") == "Deployment"]
+    demand = serving_demand(namespace, deployments)  # the admission cycle keeps its place
+    statuses = {
+        m.name: failed_status(m.generation, why, now) | {"quotaDemand": demand}
+        for m in group.members
+    }
     return replace(result, objects=(), statuses=statuses, events={})
 
 

@@ -44,7 +44,6 @@ from chronotope.workloads.training_status import condition
 __all__ = [
     "QueueObserver",
     "QueueOps",
-    "QueueReads",
     "Reports",
     "drain",
     "reclaim_for_serving",
@@ -65,18 +64,6 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
     return int(value) if value is not None else None
 
 
-class QueueReads(ClusterOps, Protocol):
-    """`ClusterOps` plus the serving workloads a Queue's pending count reads."""
-
-    def inference_pipelines(self) -> list[dict[str, Any]]:
-        """All InferencePipelines, as API dicts."""
-        ...
-
-    def model_variants(self) -> list[dict[str, Any]]:
-        """All ModelVariants, as API dicts."""
-        ...
-
-
 class Reports:
     """One reading of every Queue's report, shared by the Queues' timers for `ttl_s` seconds.
 
@@ -93,19 +80,19 @@ class Reports:
         self._reports: dict[str, QueueStatus] = {}
         self._local: dict[tuple[str, str], tuple[int, int, str | None]] = {}
 
-    def read(self, ops: QueueReads) -> dict[str, QueueStatus]:
+    def read(self, ops: ClusterOps) -> dict[str, QueueStatus]:
         """Every Queue's status numbers and forecast (fresh or recent)."""
         with self._lock:
             self._refresh(ops)
             return self._reports
 
-    def local(self, ops: QueueReads) -> dict[tuple[str, str], tuple[int, int, str | None]]:
+    def local(self, ops: ClusterOps) -> dict[tuple[str, str], tuple[int, int, str | None]]:
         """Every LocalQueue's (admitted, pending, why inactive) (fresh or recent)."""
         with self._lock:
             self._refresh(ops)
             return self._local
 
-    def _refresh(self, ops: QueueReads) -> None:
+    def _refresh(self, ops: ClusterOps) -> None:
         if self._at is not None and self.clock() - self._at < self.ttl_s:
             return
         view = _view(ops)
@@ -126,7 +113,7 @@ def _what(release: QuotaRelease) -> str:
 
 def reconcile_queue(
     obj: Mapping[str, Any],
-    ops: QueueReads,
+    ops: ClusterOps,
     now: datetime,
     observe: QueueObserver | None = None,
     reports: Reports | None = None,
@@ -163,7 +150,7 @@ def reconcile_queue(
 
 
 def reconcile_local_queue(
-    obj: Mapping[str, Any], ops: QueueReads, now: datetime, reports: Reports | None = None
+    obj: Mapping[str, Any], ops: ClusterOps, now: datetime, reports: Reports | None = None
 ) -> Outcome:
     """The status of LocalQueue `obj`: its jobs, and whether its Queue exists."""
     meta = obj["metadata"]
@@ -194,8 +181,8 @@ def reconcile_local_queue(
     )
 
 
-class QueueOps(QueueReads, Protocol):
-    """`QueueReads` plus the two status writes of this module."""
+class QueueOps(ClusterOps, Protocol):
+    """`ClusterOps` plus the two status writes of this module."""
 
     def write_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
         """Patch Queue `name`'s status subresource with `status`."""

@@ -41,7 +41,7 @@ from chronotope.workloads.quota import Verdict
 from chronotope.workloads.replan import better_plan, parse_time, progress, remaining_work
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import JobVerdict, SchedulingPass, schedule
-from chronotope.workloads.training_quota import QuotaView
+from chronotope.workloads.training_quota import QuotaView, waiting_serving
 from chronotope.workloads.training_status import (
     QUOTA_RESERVED,
     condition,
@@ -131,6 +131,14 @@ class ClusterOps(QuotaReads, Protocol):
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
+        ...
+
+    def inference_pipelines(self) -> list[dict[str, Any]]:
+        """All InferencePipelines, as API dicts (serving workloads waiting for quota)."""
+        ...
+
+    def model_variants(self) -> list[dict[str, Any]]:
+        """All ModelVariants, as API dicts (serving groups waiting for quota)."""
         ...
 
     def start(
@@ -510,15 +518,22 @@ def _enact(
 
 
 def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) -> SchedulingPass:
-    """A scheduling pass over every waiting job, on the cluster as `ops` reads it now."""
+    """A scheduling pass over every waiting job, on the cluster as `ops` reads it now.
+
+    With Queues, the serving workloads that wait for quota keep their place by
+    age in its admission cycle (`training_quota.waiting_serving`).
+    """
+    view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
+    waits = waiting_serving(ops.inference_pipelines(), ops.model_variants()) if view.on else []
     return schedule(
         ops.training_jobs(),
         ops.nodes(),
         ops.pods(),
-        QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces()),
+        view,
         decider=_decider(ops),
         now=now,
         include=include,
+        serving_waits=waits,
     )
 
 

@@ -476,6 +476,7 @@ def failed_status(pipeline: Mapping[str, Any], why: Reason, now: datetime) -> di
         "observedGeneration": generation,
         "whyWaiting": why.message,
         "quotaHeld": quota,
+        "quotaDemand": None,  # not planned: it asks nothing it could be admitted on
         "conditions": [
             condition("Planned", False, why.code, why.message, now=now, generation=generation),
         ],

@@ -196,6 +196,7 @@ def failed_status(generation: int | None, why: Reason, now: datetime) -> dict[st
         "residency": None,
         "expectedSwapLatencyMs": None,
         "whyWaiting": why.message,
+        "quotaDemand": None,  # the group controller adds it where quota holds the group back
         "conditions": [
             condition("Ready", False, why.code, why.message, now=now, generation=generation),
             condition("Resident", False, why.code, why.message, now=now, generation=generation),
@@ -250,6 +251,7 @@ def _variant_status(
         "residency": str(Residency(str(placement.residency))),
         "expectedSwapLatencyMs": placement.swap_ms,
         "whyWaiting": why,
+        "quotaDemand": None,
         "conditions": [
             condition(
                 "Ready",

@@ -67,6 +67,7 @@ from chronotope.workloads.training_quota import (
     ENDED,
     HOLDING,
     QuotaView,
+    ServingWait,
     admission_cycle,
     quota_wait,
     serving_workloads,
@@ -206,16 +207,28 @@ def schedule(
     include: Collection[str] = (),
     gates: Sequence[Gate] = START_GATES,
     capacity: Capacity | None = None,
+    serving_waits: Sequence[ServingWait] = (),
 ) -> SchedulingPass:
     """Decide every waiting job (and those in `include`) at `now`; see the module docstring.
 
     A job waits when it has no live gang and is neither started nor ended; a
     job whose spec the models reject is left out (it holds nothing back).
     `capacity` replaces the one read from `nodes` and `pods` (a test seam).
+    `serving_waits`: the serving workloads quota holds back
+    (`training_quota.waiting_serving`), which keep their place by age in the
+    admission cycle.
     """
     if capacity is None:
         capacity = cluster_capacity(nodes, pods)
-    one_round = partial(_round, nodes=nodes, pods=pods, decider=decider, now=now, gates=gates)
+    one_round = partial(
+        _round,
+        nodes=nodes,
+        pods=pods,
+        decider=decider,
+        now=now,
+        gates=gates,
+        serving_waits=serving_waits,
+    )
     run, verdicts = one_round(jobs, view, capacity, include=include, joint_left=JOINT_PER_PASS)
     stops = _lease_stops(run)
     calm = view.without_preemption() if run.crowded else view
@@ -308,6 +321,7 @@ def _round(
     gates: Sequence[Gate],
     joint_left: int,
     only: Collection[str] | None = None,
+    serving_waits: Sequence[ServingWait] = (),
 ) -> tuple[_Pass, dict[str, JobVerdict]]:
     """One round of the pass: steps 1-3 of the module docstring on `capacity`.
 
@@ -349,7 +363,13 @@ def _round(
         ]
         serving = serving_workloads(view, pods)
         quota = admission_cycle(
-            view, holding, asking, now, serving=serving, moving=may_yield.keys()
+            view,
+            holding,
+            asking,
+            now,
+            serving=serving,
+            moving=may_yield.keys(),
+            serving_waits=serving_waits,
         )
         admissions = quota.admissions
         # the fleet policy's band gives a job only the types quota lets it run on: the

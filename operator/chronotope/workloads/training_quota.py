@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from chronotope.api.v1alpha1.common import QuotaDemand
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
 from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
 from chronotope.api.v1alpha1.queue import (
@@ -87,6 +88,7 @@ __all__ = [
     "ServingHolders",
     "ServingReclaim",
     "ServingRoom",
+    "ServingWait",
     "admission_cycle",
     "drain_victims",
     "is_serving_pod",
@@ -96,6 +98,7 @@ __all__ = [
     "quota_wait",
     "reclaim_words",
     "serving_admission",
+    "serving_demand",
     "serving_holders",
     "serving_reclaim",
     "serving_reclaims",
@@ -270,28 +273,50 @@ def serving_workloads(view: QuotaView, pods: Iterable[Mapping[str, Any]]) -> lis
     ]
 
 
+@dataclass(frozen=True)
+class ServingWait:
+    """A serving workload that quota holds back with nothing of it running (`waiting_serving`)."""
+
+    order: tuple[int, str, str, str]
+    """Its place among the TrainingJobs (`queueing.queue_key`: priority 0, no deadline, age)."""
+    workload: PendingWorkload
+    """Its one alternative: what it asks when that is one GPU type (it takes part in the
+    admission cycle); none when it asks several types at once or did not say (it is only
+    counted and listed)."""
+
+
 def waiting_serving(
     pipelines: Iterable[Mapping[str, Any]], variants: Iterable[Mapping[str, Any]]
-) -> list[PendingWorkload]:
+) -> list[ServingWait]:
     """Serving workloads that quota holds back with nothing of them running, oldest first.
 
     An InferencePipeline whose status waits for quota (`phase: Pending`,
     `whyWaiting` "waiting for quota: ..."), and a serving group whose Pending
     variant's `Ready` condition says `QuotaExceeded`; keyed as
     `serving_workloads` keys them (`namespace/pipeline:NAME`,
-    `namespace/serving-group:NAME`). Each is admitted by its own controller
-    once its demand fits, not by the TrainingJob admission cycle: they are
-    read for the Queues' pending counts and lists only, with no alternatives.
+    `namespace/serving-group:NAME`), with the demand their status records
+    (`quotaDemand`, `serving_demand`; a group's from its oldest variant). Each
+    is admitted by its own controller once its demand fits; in the TrainingJob
+    admission cycle a one-type demand keeps its place by age (`_cycle`).
     """
-    found: dict[str, tuple[str, PendingWorkload]] = {}
+    found: dict[str, ServingWait] = {}
 
     def add(obj: Mapping[str, Any], owner: str, local_queue: str) -> None:
         meta = obj.get("metadata") or {}
         namespace = str(meta.get("namespace"))
         key = f"{namespace}/{owner}"
         created = str(meta.get("creationTimestamp") or "")
-        if key not in found or created < found[key][0]:
-            found[key] = (created, PendingWorkload(key, namespace, local_queue, ()))
+        order = queue_key({"metadata": {"creationTimestamp": created, "name": key}})
+        if key in found and found[key].order <= order:
+            return
+        rows = (obj.get("status") or {}).get("quotaDemand") or []
+        wanted: Counter[Resource] = Counter()
+        for row in rows:
+            wanted[(str(row.get("gpuType")), Unit.GPUS)] += int(row.get("gpus") or 0)
+            wanted[(str(row.get("gpuType")), Unit.SHARE_MILLI)] += int(row.get("shareMilli") or 0)
+        demands = _as_demands(+wanted)
+        alternatives = tuple(demands) if len(demands) == 1 else ()
+        found[key] = ServingWait(order, PendingWorkload(key, namespace, local_queue, alternatives))
 
     for obj in pipelines:
         status = obj.get("status") or {}
@@ -313,7 +338,17 @@ def waiting_serving(
         except ValueError:
             continue  # a variant the models reject is in no group
         add(obj, f"serving-group:{group}", DEFAULT_LOCAL_QUEUE)
-    return [p for _, p in sorted(found.values(), key=lambda cp: (cp[0], cp[1].key))]
+    return sorted(found.values(), key=lambda w: w.order)
+
+
+def serving_demand(namespace: str, objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The `quotaDemand` rows of a serving workload's Deployments `objects` (per GPU type)."""
+    return [
+        QuotaDemand(gpu_type=d.gpu_type, gpus=d.gpus, share_milli=d.share_milli).model_dump(
+            by_alias=True, mode="json"
+        )
+        for d in _as_demands(_serving_demands(namespace, objects))
+    ]
 
 
 def _serving_demands(namespace: str, objects: Iterable[Mapping[str, Any]]) -> Counter[Resource]:
@@ -659,14 +694,19 @@ def _cycle(
     jobs: Sequence[Mapping[str, Any]],
     first: Mapping[str, Decision] | None = None,
     serving: Sequence[AdmittedWorkload] = (),
+    waiting: Sequence[ServingWait] = (),
 ) -> tuple[QuotaBook, list[PendingWorkload]]:
     """The book of what started jobs and `serving` workloads hold; the waiting jobs in order.
 
     `first` maps a job key to its START decision: that job asks for the
-    decision's type and workers before its other alternatives.
+    decision's type and workers before its other alternatives. The `waiting`
+    serving workloads that ask one GPU type and hold nothing yet wait among the
+    jobs in their order (`ServingWait.order`), so a younger job does not take
+    quota an older serving workload fits.
     """
     admitted: list[AdmittedWorkload] = list(serving)
     pending: list[PendingWorkload] = []
+    orders: dict[str, tuple[int, str, str, str]] = {}
     for job, spec in _live(sorted(jobs, key=queue_key)):
         meta = job.get("metadata") or {}
         status = job.get("status") or {}
@@ -685,6 +725,12 @@ def _cycle(
         pending.append(
             PendingWorkload(key, namespace, spec.queue, alternatives, priority=spec.priority)
         )
+        orders[key] = queue_key(job)
+    for w in _still_waiting(serving, waiting):
+        if w.workload.alternatives:
+            pending.append(w.workload)
+            orders[w.workload.key] = w.order
+    pending.sort(key=lambda p: orders[p.key])
     return QuotaBook(view.queues, view.local_queues, admitted, view.namespaces), pending
 
 
@@ -721,6 +767,7 @@ def admission_cycle(
     explain: Iterable[str] | None = None,
     serving: Sequence[AdmittedWorkload] = (),
     moving: Collection[str] = (),
+    serving_waits: Sequence[ServingWait] = (),
 ) -> QuotaCycle:
     """The quota verdict of every waiting job now: one admission cycle (Kueue's).
 
@@ -729,6 +776,10 @@ def admission_cycle(
     RECLAIM names the borrowed jobs to stop first (with their grace period); WAIT
     says which quota blocks, and for the jobs in `explain` (all if None) when the
     quota frees up. With no Queue at all, every job is admitted.
+
+    The `serving_waits` (serving workloads) that ask one GPU type wait among the jobs by
+    age (`_cycle`): one that fits keeps its quota from the younger jobs of its
+    queue until its own controller admits it; they get no verdict here.
 
     Also the types quota lets each running job of `moving` move to: the fleet
     policy's lease may stop a running job to restart it on a faster type
@@ -744,8 +795,10 @@ def admission_cycle(
             },
             {},
         )
-    book, pending = _cycle(view, jobs, decided, serving)
+    book, pending = _cycle(view, jobs, decided, serving, serving_waits)
     decisions = admit(book, pending, now.timestamp())
+    others = {w.workload.key for w in serving_waits}
+    pending = [p for p in pending if p.key not in others]  # jobs only from here
     move_types = _move_types(book, jobs, moving) if moving else {}
     wanted = None if explain is None else set(explain)
     waiting = [
@@ -794,7 +847,7 @@ def admission_cycle(
         when = datetime.fromtimestamp(found[0], UTC)
         text = f"{mine.message}; its quota frees up {when:%Y-%m-%d %H:%M} ({found[1]} ends)"
         decisions[asking.key] = replace(mine, message=text, quota_frees_at=found[0])
-    return QuotaCycle(decisions, move_types)
+    return QuotaCycle({k: d for k, d in decisions.items() if k not in others}, move_types)
 
 
 def _move_types(
@@ -919,17 +972,18 @@ def queue_report(
     view: QuotaView,
     jobs: Sequence[Mapping[str, Any]],
     serving: Sequence[AdmittedWorkload] = (),
-    waiting: Sequence[PendingWorkload] = (),
+    waiting: Sequence[ServingWait] = (),
 ) -> dict[str, QueueStatus]:
     """Every Queue's usage, borrowed and lent GPUs per type, admitted and pending workloads.
 
     Usage is what started jobs and `serving` workloads hold; every live job that
     has not started counts as pending in its Queue, whether quota or GPUs hold it
     back, and so does each `waiting` serving workload (`waiting_serving`) that
-    holds nothing, listed after the Queue's TrainingJobs.
+    holds nothing: in admission order when it takes part in the cycle, else
+    listed after the Queue's others.
     """
-    book, pending = _cycle(view, jobs, serving=serving)
-    pending += _still_waiting(serving, waiting)
+    book, pending = _cycle(view, jobs, serving=serving, waiting=waiting)
+    pending += _outside_cycle(serving, waiting)
     verdicts: dict[str, Admission] = {}
     for p in pending:
         queue = view.local_queues.get((p.namespace, p.local_queue))
@@ -946,11 +1000,18 @@ def queue_report(
 
 
 def _still_waiting(
-    serving: Sequence[AdmittedWorkload], waiting: Sequence[PendingWorkload]
-) -> list[PendingWorkload]:
+    serving: Sequence[AdmittedWorkload], waiting: Sequence[ServingWait]
+) -> list[ServingWait]:
     """The `waiting` serving workloads that hold no quota (none of their pods exist)."""
     held = {w.key for w in serving}
-    return [w for w in waiting if w.key not in held]
+    return [w for w in waiting if w.workload.key not in held]
+
+
+def _outside_cycle(
+    serving: Sequence[AdmittedWorkload], waiting: Sequence[ServingWait]
+) -> list[PendingWorkload]:
+    """The still waiting serving workloads the admission cycle leaves out (several types)."""
+    return [w.workload for w in _still_waiting(serving, waiting) if not w.workload.alternatives]
 
 
 PENDING_HEAD = 10
@@ -963,7 +1024,7 @@ def pending_order(
     view: QuotaView,
     jobs: Sequence[Mapping[str, Any]],
     serving: Sequence[AdmittedWorkload] = (),
-    waiting: Sequence[PendingWorkload] = (),
+    waiting: Sequence[ServingWait] = (),
 ) -> dict[str, list[QueuedWorkload]]:
     """Per Queue, every pending workload with its position, in admission order.
 
@@ -971,11 +1032,10 @@ def pending_order(
     priority, then deadline, then age), so position 1 is considered first; under
     BestEffortFIFO a job further back still starts first when it fits and those
     ahead do not. A job whose LocalQueue or Queue does not exist is in no Queue.
-    The `waiting` serving workloads that hold nothing come after the jobs, as in
-    `queue_report`.
+    The `waiting` serving workloads that hold nothing are placed as in `queue_report`.
     """
-    _, pending = _cycle(view, jobs, serving=serving)
-    return _positions(view, pending + _still_waiting(serving, waiting), jobs)
+    _, pending = _cycle(view, jobs, serving=serving, waiting=waiting)
+    return _positions(view, pending + _outside_cycle(serving, waiting), jobs)
 
 
 def _positions(
@@ -1033,7 +1093,7 @@ def local_queue_report(
     view: QuotaView,
     jobs: Sequence[Mapping[str, Any]],
     serving: Sequence[AdmittedWorkload] = (),
-    waiting: Sequence[PendingWorkload] = (),
+    waiting: Sequence[ServingWait] = (),
 ) -> dict[tuple[str, str], tuple[int, int, str | None]]:
     """Per LocalQueue: (admitted jobs, pending workloads, why it is inactive or None).
 
@@ -1051,8 +1111,9 @@ def local_queue_report(
         if key in counts:
             counts[key][0 if status.get("phase") in HOLDING else 1] += 1
     for w in _still_waiting(serving, waiting):
-        if (w.namespace, w.local_queue) in counts:
-            counts[(w.namespace, w.local_queue)][1] += 1
+        at = (w.workload.namespace, w.workload.local_queue)
+        if at in counts:
+            counts[at][1] += 1
     out: dict[tuple[str, str], tuple[int, int, str | None]] = {}
     for key, (admitted, pending) in counts.items():
         target = view.local_queues[key].queue

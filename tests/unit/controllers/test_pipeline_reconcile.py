@@ -514,9 +514,14 @@ def test_a_pipeline_over_its_queue_quota_waits_and_builds_nothing() -> None:
     assert out.status["whyWaiting"].startswith("waiting for quota: queue serving:")
     assert out.status["quotaHeld"].startswith("queue serving:")
     assert [e[1] for e in out.events] == ["Planned", "QuotaExceeded"]
-    # its Queue counts it as a pending workload (from the status it writes)
+    # what it asks (detect on the A100, pose on a T4 share), which its Queue's admission
+    # cycle reads; and its Queue counts it as a pending workload
+    assert out.status["quotaDemand"] == [
+        {"gpuType": "A100-SXM4-80GB", "gpus": 1, "shareMilli": 0},
+        {"gpuType": "T4", "gpus": 0, "shareMilli": 500},
+    ]
     key = f"ns/pipeline:{obj['metadata']['name']}"
-    assert [w.key for w in waiting_serving([obj | {"status": out.status}], [])] == [key]
+    assert [w.workload.key for w in waiting_serving([obj | {"status": out.status}], [])] == [key]
     # the plan is kept: the next reconcile neither re-plans nor repeats the event
     again = reconcile(obj | {"status": out.status}, ops, NOW)
     assert again.events == []
@@ -527,6 +532,7 @@ def test_a_pipeline_over_its_queue_quota_waits_and_builds_nothing() -> None:
     assert built.status["phase"] == "Serving"
     assert set(ops.applied) == {"video-analytics-detect", "video-analytics-pose"}
     assert waiting_serving([obj | {"status": built.status}], []) == []
+    assert built.status["quotaDemand"] is None
 
 
 def _quota_pod(name: str, gpu_type: str) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import pytest
 import chronotope.controllers.queues as queues_module
 from chronotope.controllers.queues import (
     QueueOps,
-    QueueReads,
     Reports,
     reconcile_local_queue,
     reconcile_queue,
@@ -24,21 +23,10 @@ from tests.unit.controllers.test_reconcile_quota import local_queue, queue, runn
 
 class CountingOps(FakeOps):
     reads = 0
-    pipelines: tuple[dict[str, Any], ...] = ()
 
     def training_jobs(self) -> list[dict[str, Any]]:
         self.reads += 1
         return super().training_jobs()
-
-    def inference_pipelines(self) -> list[dict[str, Any]]:
-        return list(self.pipelines)
-
-    def model_variants(self) -> list[dict[str, Any]]:
-        return []
-
-
-def _check_reads(ops: CountingOps) -> QueueReads:
-    return ops  # mypy checks the fake against the Protocol
 
 
 def _ops() -> CountingOps:
@@ -72,13 +60,13 @@ def test_a_queue_reports_usage_borrowing_and_its_next_release() -> None:
 
 def test_a_pipeline_waiting_for_quota_is_pending_in_its_queue_and_local_queue() -> None:
     ops = _ops()
-    ops.pipelines = (
+    ops.pipeline_objs = [
         {
             "metadata": {"name": "web", "namespace": "a"},
             "spec": {},
             "status": {"phase": "Pending", "whyWaiting": "waiting for quota: queue team-a: ..."},
-        },
-    )
+        }
+    ]
     out = reconcile_queue(ops.queue_objs[0], ops, NOW)
     assert (out.status["admittedWorkloads"], out.status["pendingWorkloads"]) == (1, 2)
     assert [q["workload"] for q in out.status["pendingHead"]] == ["a/a2", "a/pipeline:web"]

@@ -42,6 +42,8 @@ class FakeOps:
         self.queue_objs: list[dict[str, Any]] = []
         self.local_queue_objs: list[dict[str, Any]] = []
         self.namespace_objs: list[dict[str, Any]] = []
+        self.pipeline_objs: list[dict[str, Any]] = []
+        self.variant_objs: list[dict[str, Any]] = []
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
@@ -73,6 +75,12 @@ class FakeOps:
     def stop(self, namespace: str, names: Sequence[str]) -> None:
         self.stopped += names
         self._pods = [p for p in self._pods if p["metadata"]["name"] not in names]
+
+    def inference_pipelines(self) -> list[dict[str, Any]]:
+        return self.pipeline_objs
+
+    def model_variants(self) -> list[dict[str, Any]]:
+        return self.variant_objs
 
     def queues(self) -> list[dict[str, Any]]:
         return self.queue_objs

@@ -93,6 +93,29 @@ def test_a_job_over_its_quota_waits_with_the_queue_and_the_quota() -> None:
     assert _quota(out) == ("False", "QuotaExceeded")  # a Kueue user's "not admitted"
 
 
+def test_a_pipeline_waiting_for_quota_before_a_job_keeps_the_quota_from_it() -> None:
+    # team-a has 8 H100s, all free; a pipeline of namespace a asked for them first
+    me = team_job("a2", "a", 30)
+    ops = ops_with(1, [me], [queue("team-a", 8)])
+    pipeline: dict[str, Any] = {
+        "metadata": {"name": "web", "namespace": "a", "creationTimestamp": "2030-01-01T00:00:10Z"},
+        "spec": {},
+        "status": {
+            "phase": "Pending",
+            "whyWaiting": "waiting for quota: queue team-a: ...",
+            "quotaDemand": [{"gpuType": "H100", "gpus": 8}],
+        },
+    }
+    ops.pipeline_objs = [pipeline]
+    out = reconcile(me, ops, NOW)
+    assert ops.started == []
+    assert _quota(out) == ("False", "QuotaExceeded")
+    # a pipeline younger than the job does not keep it from starting
+    pipeline["metadata"]["creationTimestamp"] = "2030-01-01T00:00:40Z"
+    started = reconcile(me, ops, NOW)
+    assert started.status["phase"] == "Starting"
+
+
 def test_a_job_borrows_idle_quota_of_its_cohort() -> None:
     first, second = running(team_job("a1", "a")), team_job("a2", "a", 1)
     queues = [queue("team-a", 8, cohort="ml"), queue("team-b", 8, cohort="ml")]

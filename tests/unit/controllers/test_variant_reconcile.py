@@ -236,7 +236,10 @@ def test_a_new_serving_group_over_its_queue_quota_waits_and_builds_nothing() -> 
         assert outcome.status["whyWaiting"].startswith("waiting for quota: queue serving:")
         assert outcome.status["conditions"][0]["reason"] == "QuotaExceeded"
     # its Queue counts the group (not each variant) as one pending workload
-    assert [w.key for w in waiting_serving([], ops.objs.values())] == ["ns/serving-group:llama"]
+    waits = waiting_serving([], ops.objs.values())
+    assert [w.workload.key for w in waits] == ["ns/serving-group:llama"]
+    (demand,) = waits[0].workload.alternatives  # its Deployment's GPUs: one type, in the cycle
+    assert (demand.gpu_type, demand.gpus > 0) == (GPU, True)
     # the quota is raised: the next group pass builds it
     ops.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 16
     _pass(ops, memo, NOW + timedelta(seconds=60))

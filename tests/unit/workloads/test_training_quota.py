@@ -459,7 +459,7 @@ def test_serving_workloads_waiting_for_quota_are_pending_in_their_queue() -> Non
         v["metadata"] |= {"namespace": "b", "creationTimestamp": ""}
         v["status"] = {"phase": "Pending", "conditions": [quota_wait]}
     waiting = waiting_serving(pipelines, variants)
-    assert [(w.key, w.local_queue) for w in waiting] == [
+    assert [(w.workload.key, w.workload.local_queue) for w in waiting] == [
         ("b/serving-group:meta-llama-llama-2-7b-hf", "default"),  # no creation time: first
         ("a/pipeline:old", "batch"),
         ("a/pipeline:web", "batch"),
@@ -497,6 +497,41 @@ def test_serving_workloads_waiting_for_quota_are_pending_in_their_queue() -> Non
     assert [q.workload for q in report["team-a"].pending_head] == ["a/a1", "a/pipeline:old"]
     assert (report["team-a"].admitted_workloads, report["team-a"].pending_workloads) == (1, 2)
     assert local_queue_report(view, jobs, serving, waiting)[("a", "batch")][1] == 1
+
+
+def test_an_older_waiting_serving_workload_keeps_its_quota_from_younger_jobs() -> None:
+    view = _view(cohort=False)  # team-a: 4 L4, no borrowing
+    running = _job("r", "a", 2, "Running", t="2030-01-01T00:00:00Z")  # 2 L4 left
+    young = _job("young", "a", 2, t="2030-01-01T00:00:03Z")
+    two = {"gpuType": "L4", "gpus": 2}
+    web = _quota_waiting_pipeline("web", "a", "2030-01-01T00:00:02Z", quotaDemand=[two])
+    web["spec"]["queue"] = "default"
+    start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=2)
+
+    def verdicts(*pipelines: dict[str, Any], jobs: tuple[dict[str, Any], ...] = ()) -> Any:
+        waits = waiting_serving(pipelines, [])
+        asking = [young, *jobs]
+        decided = {f"a/{j['metadata']['name']}": start for j in asking}
+        got = admission_cycle(view, [running, *asking], decided, NOW, serving_waits=waits)
+        return {k: a.verdict for k, a in got.admissions.items()}
+
+    # alone, the younger job takes the 2 L4s
+    assert verdicts() == {"a/young": Verdict.ADMIT}
+    # the pipeline asked first and fits: its 2 L4s are kept for it (it gets no verdict here:
+    # its own controller admits it), the younger job waits
+    assert verdicts(web) == {"a/young": Verdict.WAIT}
+    # a job older than the pipeline goes first, as a job does
+    old = _job("old", "a", 2, t="2030-01-01T00:00:01Z")
+    assert verdicts(web, jobs=(old,)) == {"a/young": Verdict.WAIT, "a/old": Verdict.ADMIT}
+    # a demand of several GPU types at once is not in the cycle (counted only)
+    both = [two, {"gpuType": "T4", "gpus": 1}]
+    assert verdicts(web | {"status": web["status"] | {"quotaDemand": both}}) == {
+        "a/young": Verdict.ADMIT
+    }
+    # the Queue lists them in that order
+    waits = waiting_serving([web], [])
+    head = queue_report(view, [running, young, old], (), waits)["team-a"].pending_head
+    assert [q.workload for q in head] == ["a/old", "a/pipeline:web", "a/young"]
 
 
 def test_a_queue_status_lists_only_the_first_ten_pending() -> None:

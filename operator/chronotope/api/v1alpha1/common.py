@@ -20,6 +20,7 @@ from chronotope.api.v1alpha1._base import ApiModel, Rule
 __all__ = [
     "GPU_TYPE_PATTERN",
     "GROUP",
+    "QUOTA_DEMAND_DESCRIPTION",
     "VERSION",
     "Condition",
     "ConditionStatus",
@@ -28,6 +29,7 @@ __all__ = [
     "GpuShare",
     "GpuTypeName",
     "ObjectMeta",
+    "QuotaDemand",
     "SharePriority",
     "WorkloadProfile",
 ]
@@ -111,6 +113,22 @@ class GpuRequest(ApiModel):
     shared: GpuShare | None = Field(
         default=None, description="A share of one GPU. Omit when `count` is set."
     )
+
+
+class QuotaDemand(ApiModel):
+    """What a serving workload asks of its queue's quota on one GPU type."""
+
+    gpu_type: str = Field(max_length=63, description="GPU type.")
+    gpus: int = Field(default=0, ge=0, description="Whole GPUs.")
+    share_milli: int = Field(default=0, ge=0, description="GPU-share units.")
+
+
+QUOTA_DEMAND_DESCRIPTION = (
+    "What it asks of its queue's quota per GPU type (its planned Deployments' replicas x "
+    "their pods' GPUs), written while quota holds all of it back; the TrainingJob admission "
+    "cycle keeps a demand of one GPU type that fits for it, in age order, so a younger "
+    "TrainingJob of its queue does not take it (docs/queues.md)."
+)
 
 
 class ConditionStatus(StrEnum):

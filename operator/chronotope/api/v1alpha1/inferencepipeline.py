@@ -23,11 +23,13 @@ from pydantic import Field
 
 from chronotope.api.v1alpha1._base import ApiModel, KindInfo, PrinterColumn, Rule
 from chronotope.api.v1alpha1.common import (
+    QUOTA_DEMAND_DESCRIPTION,
     Condition,
     DnsLabel,
     GpuRequest,
     GpuTypeName,
     ObjectMeta,
+    QuotaDemand,
 )
 
 __all__ = [
@@ -489,6 +491,9 @@ class InferencePipelineStatus(ApiModel):
             "the queue admits more, it is planned again: a waiting pipeline takes the new "
             "plan, a serving one only the plan without a cut."
         ),
+    )
+    quota_demand: list[QuotaDemand] | None = Field(
+        default=None, max_length=64, description=QUOTA_DEMAND_DESCRIPTION
     )
 
 

@@ -19,7 +19,14 @@ from typing import Literal
 from pydantic import Field
 
 from chronotope.api.v1alpha1._base import ApiModel, KindInfo, PrinterColumn, Rule
-from chronotope.api.v1alpha1.common import Condition, DnsLabel, GpuRequest, ObjectMeta
+from chronotope.api.v1alpha1.common import (
+    QUOTA_DEMAND_DESCRIPTION,
+    Condition,
+    DnsLabel,
+    GpuRequest,
+    ObjectMeta,
+    QuotaDemand,
+)
 from chronotope.api.v1alpha1.inferencepipeline import PrometheusSource
 
 __all__ = [
@@ -206,6 +213,11 @@ class ModelVariantStatus(ApiModel):
     )
     why_waiting: str | None = Field(
         default=None, max_length=4096, description="Plain-language reason it is not serving."
+    )
+    quota_demand: list[QuotaDemand] | None = Field(
+        default=None,
+        max_length=64,
+        description=f"Its serving group's demand. {QUOTA_DEMAND_DESCRIPTION}",
     )
 
 
