@@ -379,9 +379,13 @@ def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
 def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_job(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
 ) -> None:
-    """Queue q (2 GPUs of a type only this test uses) runs job first; pipeline turn waits for
-    quota, then job later (younger) does too. When first ends, the quota goes to the
-    pipeline, which asked first: later keeps waiting QuotaExceeded."""
+    """Queue q (2 GPUs of a type only this test uses, whose node has 4) runs job first;
+    pipeline turn waits for quota, then job later (younger) does too. When first ends, the
+    quota goes to the pipeline, which asked first: later keeps waiting QuotaExceeded.
+
+    Here the pipeline's own reconcile also comes before the younger job is woken, so this
+    passes without the admission cycle keeping the pipeline's turn as well (checked); the
+    unit tests (test_training_quota, test_reconcile_quota) pin that down."""
     tag = uuid.uuid4().hex[:6]
     gpu_type, name = f"TURN-{tag.upper()}", f"t{tag}"
     stage = pipeline("x")["spec"]["stages"][0]
@@ -401,7 +405,8 @@ def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_j
     }
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        with _gpu_nodes(api, core, f"tn-{tag}", gpu_type, 1, per_node=2), _queues(custom, queue):
+        # 4 GPUs: later could start at once on the 2 first does not use, as soon as quota admits
+        with _gpu_nodes(api, core, f"tn-{tag}", gpu_type, 1, per_node=4), _queues(custom, queue):
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, "localqueues", _local_queue(namespace, name)
             )
