@@ -298,6 +298,19 @@ def test_a_pipeline_is_cut_to_what_its_queue_admits_now_and_moves_back_once_it_m
             custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
+def _one_stage_pipeline(name: str, gpu_type: str) -> dict[str, Any]:
+    """A pipeline of one stage, profiled only on `gpu_type`, at a fixed 50 queries/s."""
+    stage = pipeline("x")["spec"]["stages"][0]
+    stage["profiles"][0]["gpuType"] = gpu_type
+    return pipeline(
+        name,
+        stages=[stage],
+        edges=[],
+        traffic={"fixedQPS": 50},
+        costs=[{"gpuType": gpu_type, "perHour": 1.0}],
+    )
+
+
 @pytest.mark.parametrize("gpus", [2, 4], ids=["pods-wait-for-its-gpus", "free-gpus"])
 def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str, gpus: int
@@ -322,15 +335,7 @@ def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
             },
         }
 
-    stage = pipeline("x")["spec"]["stages"][0]
-    stage["profiles"][0]["gpuType"] = gpu_type
-    serving = pipeline(
-        "recl",
-        stages=[stage],
-        edges=[],
-        traffic={"fixedQPS": 50},
-        costs=[{"gpuType": gpu_type, "perHour": 1.0}],
-    )
+    serving = _one_stage_pipeline("recl", gpu_type)
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         ns_t = f"{namespace}-t"
@@ -388,15 +393,7 @@ def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_j
     unit tests (test_training_quota, test_reconcile_quota) pin that down."""
     tag = uuid.uuid4().hex[:6]
     gpu_type, name = f"TURN-{tag.upper()}", f"t{tag}"
-    stage = pipeline("x")["spec"]["stages"][0]
-    stage["profiles"][0]["gpuType"] = gpu_type
-    serving = pipeline(
-        "turn",
-        stages=[stage],
-        edges=[],
-        traffic={"fixedQPS": 50},
-        costs=[{"gpuType": gpu_type, "perHour": 1.0}],
-    )
+    serving = _one_stage_pipeline("turn", gpu_type)
     queue = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Queue",
