@@ -47,6 +47,27 @@ def training_job(
     }
 
 
+def training_borrows(
+    ops: QuotaInputs, policy: str, gpu_type: str, *, workers: int = 1, gpus: int = 1
+) -> None:
+    """The first Queue (reclaim `policy`) lends to TrainingJob t/big of Queue train.
+
+    Both Queues join cohort ml; train has no quota of `gpu_type` of its own, so
+    t/big (`workers` x `gpus` of `gpu_type`, running) borrows all it holds.
+    """
+    ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": policy}}
+    ops.queue_objs.append(
+        {
+            "metadata": {"name": "train"},
+            "spec": {"cohort": "ml", "quotas": [{"gpuType": gpu_type, "gpus": 0}]},
+        }
+    )
+    ops.local_queue_objs.append(
+        {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
+    )
+    ops.jobs = [training_job("big", "t", gpu_type, workers=workers, gpus=gpus)]
+
+
 class QuotaInputs:
     """TrainingJobs, Queues and LocalQueues in memory, as `KubeReads` would read them."""
 

@@ -12,7 +12,7 @@ import yaml
 
 from chronotope.controllers.inferencepipeline import PipelineOps, reconcile
 from chronotope.workloads.training_quota import QuotaView, serving_workloads, waiting_serving
-from tests.quota_inputs import QuotaInputs, serving_pod, training_job
+from tests.quota_inputs import QuotaInputs, serving_pod, training_borrows
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -650,7 +650,7 @@ def test_a_serving_pipelines_scale_up_reclaims_its_queues_lent_quota() -> None:
         # the queue's 4 whole T4s and 1500 milli of shares fit the tuner's 4 detect and
         # 3 pose, but a training queue of the cohort borrows 2 of those T4s
         _quota(ops, whole=4, shares_milli=1500)
-        _training_borrows(ops, policy, "T4", 2)
+        training_borrows(ops, policy, "T4", gpus=2)
         status = copy.deepcopy(out.status)
         for row in status["stages"]:
             row["replicas"] = {"detect": 4, "pose": 3}.get(row["name"], row["replicas"])
@@ -831,22 +831,7 @@ def _lent_to_training(ops: FakeOps, policy: str) -> None:
     """The pipeline's queue has one A100 (detect's only type), lent to a training queue."""
     _quota(ops, whole=1, shares_milli=8000)
     ops.queue_objs[0]["spec"]["quotas"][1]["gpus"] = 0
-    _training_borrows(ops, policy, "A100-SXM4-80GB", 1)
-
-
-def _training_borrows(ops: FakeOps, policy: str, gpu_type: str, gpus: int) -> None:
-    """Queue serving (under reclaim `policy`) lends `gpus` of `gpu_type` to t/big of queue train."""
-    ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": policy}}
-    ops.queue_objs.append(
-        {
-            "metadata": {"name": "train"},
-            "spec": {"cohort": "ml", "quotas": [{"gpuType": gpu_type, "gpus": 0}]},
-        }
-    )
-    ops.local_queue_objs.append(
-        {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
-    )
-    ops.jobs = [training_job("big", "t", gpu_type, gpus=gpus)]
+    training_borrows(ops, policy, "A100-SXM4-80GB")
 
 
 def test_a_waiting_pipeline_reclaims_its_queues_lent_quota_from_training() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from chronotope.controllers.modelvariant import GroupMemo, VariantOps, reconcile
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.workloads.training_quota import waiting_serving
-from tests.quota_inputs import QuotaInputs, serving_pod, training_job
+from tests.quota_inputs import QuotaInputs, serving_pod, training_borrows
 from tests.variant_fixtures import node, pod, variant
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -348,17 +348,7 @@ def test_another_namespaces_serving_pods_count_against_the_shared_queue() -> Non
 def _lent_to_training(ops: FakeOps, gpus: int, policy: str = "PreemptBorrowed") -> None:
     """Queue serving (16 GPUs, `policy`) lent `gpus` to TrainingJob t/big of queue train."""
     _serving_queue(ops, 16)
-    ops.queue_objs[0]["spec"] |= {"cohort": "ml", "reclaim": {"policy": policy}}
-    ops.queue_objs.append(
-        {
-            "metadata": {"name": "train"},
-            "spec": {"cohort": "ml", "quotas": [{"gpuType": GPU, "gpus": 0}]},
-        }
-    )
-    ops.local_queue_objs.append(
-        {"metadata": {"name": "default", "namespace": "t"}, "spec": {"queue": "train"}}
-    )
-    ops.jobs = [training_job("big", "t", GPU, workers=gpus)]
+    training_borrows(ops, policy, GPU, workers=gpus)
 
 
 def test_a_new_serving_group_reclaims_its_queues_quota_lent_to_training() -> None:
