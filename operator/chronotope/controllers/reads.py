@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["QuotaReads", "Reads"]
+__all__ = ["QuotaReads", "Reads", "ServingReads"]
 
 
 class QuotaReads(Protocol):
@@ -32,6 +32,18 @@ class QuotaReads(Protocol):
 
     def namespaces(self) -> list[dict[str, Any]]:
         """All Namespaces (their labels: Queues' namespaceSelector), as API dicts."""
+        ...
+
+
+class ServingReads(Protocol):
+    """The serving workloads' objects, which quota admission also reads while they wait."""
+
+    def inference_pipelines(self) -> list[dict[str, Any]]:
+        """All InferencePipelines, as API dicts."""
+        ...
+
+    def model_variants(self) -> list[dict[str, Any]]:
+        """All ModelVariants, as API dicts."""
         ...
 
 

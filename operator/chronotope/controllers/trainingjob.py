@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from chronotope.api.v1alpha1.trainingjob import RestartPolicy, TrainingJobSpec
-from chronotope.controllers.reads import QuotaReads
+from chronotope.controllers.reads import QuotaReads, ServingReads
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import (
     GENERATION_ANNOTATION,
@@ -116,7 +116,7 @@ def preemption_cause(preempted_by: str) -> tuple[str, str]:
     return "Priority", ""
 
 
-class ClusterOps(QuotaReads, Protocol):
+class ClusterOps(QuotaReads, ServingReads, Protocol):
     """What `reconcile` reads from and writes to the cluster."""
 
     decide_lock: threading.Lock
@@ -131,14 +131,6 @@ class ClusterOps(QuotaReads, Protocol):
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
-        ...
-
-    def inference_pipelines(self) -> list[dict[str, Any]]:
-        """All InferencePipelines, as API dicts (serving workloads waiting for quota)."""
-        ...
-
-    def model_variants(self) -> list[dict[str, Any]]:
-        """All ModelVariants, as API dicts (serving groups waiting for quota)."""
         ...
 
     def start(

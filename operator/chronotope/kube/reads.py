@@ -11,13 +11,14 @@ their own reads and writes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 
 from chronotope.kube import workloads as kw
 from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
-from chronotope.kube.store import OperatorCache
+from chronotope.kube.store import OperatorCache, Store
 
 __all__ = ["LOCALQUEUES", "MODELVARIANTS", "PIPELINES", "QUEUES", "TRAININGJOBS", "KubeReads"]
 
@@ -61,39 +62,37 @@ class KubeReads:
 
     def training_jobs(self) -> list[dict[str, Any]]:
         """All TrainingJobs, as API dicts."""
-        if self.cache is not None:
-            return self.cache.training_jobs.list()
-        return kw.list_custom(self.api, *TRAININGJOBS)
+        return self._custom(lambda cache: cache.training_jobs, TRAININGJOBS)
 
     def inference_pipelines(self) -> list[dict[str, Any]]:
         """All InferencePipelines, as API dicts."""
-        if self.cache is not None:
-            return self.cache.pipelines.list()
-        return kw.list_custom(self.api, *PIPELINES)
+        return self._custom(lambda cache: cache.pipelines, PIPELINES)
 
     def model_variants(self) -> list[dict[str, Any]]:
         """All ModelVariants, as API dicts."""
-        if self.cache is not None:
-            return self.cache.variants.list()
-        return kw.list_custom(self.api, *MODELVARIANTS)
+        return self._custom(lambda cache: cache.variants, MODELVARIANTS)
 
     def queues(self) -> list[dict[str, Any]]:
         """All Queues (cluster-scoped), as API dicts."""
-        if self.cache is not None:
-            return self.cache.queues.list()
-        return kw.list_custom(self.api, *QUEUES)
+        return self._custom(lambda cache: cache.queues, QUEUES)
 
     def local_queues(self) -> list[dict[str, Any]]:
         """All LocalQueues, as API dicts."""
-        if self.cache is not None:
-            return self.cache.local_queues.list()
-        return kw.list_custom(self.api, *LOCALQUEUES)
+        return self._custom(lambda cache: cache.local_queues, LOCALQUEUES)
 
     def namespaces(self) -> list[dict[str, Any]]:
         """All Namespaces (their labels: Queues' namespaceSelector), as API dicts."""
         if self.cache is not None:
             return self.cache.namespaces.list()
         return kw.list_namespaces(self.api)
+
+    def _custom(
+        self, store: Callable[[OperatorCache], Store], resource: tuple[str, str, str]
+    ) -> list[dict[str, Any]]:
+        """Every object of custom `resource` (group, version, plural): its `store` first."""
+        if self.cache is not None:
+            return store(self.cache).list()
+        return kw.list_custom(self.api, *resource)
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap, or None."""
