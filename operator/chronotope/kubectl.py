@@ -161,9 +161,10 @@ def _pending_order(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Every Queue's pending workloads in admission order (`training_quota.pending_order`).
 
-    The InferencePipelines and serving groups that wait for quota come after
-    the TrainingJobs, as the Queue's status lists them; the second map is why
-    each of those waits (its `whyWaiting`, a group's from its first variant).
+    The InferencePipelines and serving groups that wait for quota are placed as
+    the Queue's status places them (by age among the TrainingJobs when they ask
+    one GPU type, else after them); the second map is why each of those waits
+    (its `whyWaiting`, a group's of its oldest variant).
     """
     from chronotope.kube.views import list_kind
     from chronotope.workloads.training_quota import (
@@ -177,16 +178,10 @@ def _pending_order(
         queues, list_kind(api, "localqueue", None), list_kind(api, "namespace", None)
     )
     held = serving_workloads(view, list_kind(api, "pod", None))
-    pipelines = list_kind(api, "inferencepipeline", None)
-    variants = list_kind(api, "modelvariant", None)
-    why: dict[str, str] = {}
-    for obj, found in [
-        *((p, waiting_serving([p], [])) for p in pipelines),
-        *((v, waiting_serving([], [v])) for v in variants),
-    ]:
-        for w in found:  # keyed as the Queue keys it
-            why.setdefault(w.workload.key, str((obj.get("status") or {}).get("whyWaiting") or ""))
-    waiting = waiting_serving(pipelines, variants)
+    waiting = waiting_serving(
+        list_kind(api, "inferencepipeline", None), list_kind(api, "modelvariant", None)
+    )
+    why = {w.workload.key: w.why for w in waiting}
     return dict(pending_order(view, jobs, held, waiting)), why
 
 

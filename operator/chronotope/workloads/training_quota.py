@@ -283,6 +283,8 @@ class ServingWait:
     """Its one alternative: what it asks when that is one GPU type (it takes part in the
     admission cycle); none when it asks several types at once or did not say (it is only
     counted and listed)."""
+    why: str = ""
+    """Its `whyWaiting` (a group's, of its oldest variant)."""
 
 
 def waiting_serving(
@@ -316,7 +318,9 @@ def waiting_serving(
             wanted[(str(row.get("gpuType")), Unit.SHARE_MILLI)] += int(row.get("shareMilli") or 0)
         demands = _as_demands(+wanted)
         alternatives = tuple(demands) if len(demands) == 1 else ()
-        found[key] = ServingWait(order, PendingWorkload(key, namespace, local_queue, alternatives))
+        why = str((obj.get("status") or {}).get("whyWaiting") or "")
+        pending = PendingWorkload(key, namespace, local_queue, alternatives)
+        found[key] = ServingWait(order, pending, why)
 
     for obj in pipelines:
         status = obj.get("status") or {}

@@ -389,8 +389,9 @@ class QueuedWorkload(ApiModel):
     position: int = Field(
         ge=1,
         description=(
-            "1 for the first of the Queue's pending workloads, in admission order (serving "
-            "workloads, admitted by their own controllers once they fit, after the TrainingJobs)."
+            "1 for the first of the Queue's pending workloads, in admission order (a serving "
+            "workload asking one GPU type by its age among the TrainingJobs, one asking "
+            "several after them)."
         ),
     )
     local_queue_position: int = Field(
