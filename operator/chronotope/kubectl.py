@@ -162,8 +162,8 @@ def _pending_order(
     """Every Queue's pending workloads in admission order (`training_quota.pending_order`).
 
     The InferencePipelines and serving groups that wait for quota are placed as
-    the Queue's status places them (by age among the TrainingJobs when they ask
-    one GPU type, else after them); the second map is why each of those waits
+    the Queue's status places them (by age among the TrainingJobs; one whose
+    status does not say what it asks after them); the second map is why each of those waits
     (its `whyWaiting`, a group's of its oldest variant).
     """
     from chronotope.kube.views import list_kind

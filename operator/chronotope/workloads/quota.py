@@ -42,7 +42,7 @@ import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from copy import copy as shallow_copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
@@ -187,16 +187,41 @@ class QueueQuota:
 
 @dataclass(frozen=True)
 class Demand:
-    """What a workload holds on one GPU-type alternative."""
+    """What a workload holds on one alternative: one GPU type, or several at once (`also`)."""
 
     gpu_type: str
     gpus: int = 0
     share_milli: int = 0
+    also: tuple[Demand, ...] = ()
+    """What it holds on other GPU types at the same time (a serving workload whose stages
+    run on several types): admitted all together or not at all (`Demand.together`)."""
+
+    @classmethod
+    def together(cls, parts: Sequence[Demand]) -> Demand:
+        """One demand for all of `parts` (one per GPU type) at once; the first names it."""
+        first, *rest = parts
+        return replace(first, also=(*first.also, *rest))
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """Every GPU type it takes quota of, its own first."""
+        return (self.gpu_type, *(t for d in self.also for t in d.gpu_types))
+
+    @property
+    def label(self) -> str:
+        """Its GPU types for messages: `A100` or `A100 + L4`."""
+        return " + ".join(self.gpu_types)
 
     def pools(self) -> dict[Resource, int]:
         """The quota pools this demand takes, with amounts (zero amounts left out)."""
-        found = {(self.gpu_type, Unit.GPUS): self.gpus}
-        found[(self.gpu_type, Unit.SHARE_MILLI)] = self.share_milli
+        found: Counter[Resource] = Counter(
+            {
+                (self.gpu_type, Unit.GPUS): self.gpus,
+                (self.gpu_type, Unit.SHARE_MILLI): self.share_milli,
+            }
+        )
+        for part in self.also:
+            found.update(part.pools())
         return {r: n for r, n in found.items() if n > 0}
 
 
@@ -441,9 +466,10 @@ def _label(pool: Resource) -> str:
 
 def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
     """Whether `demand` fits `queue` now: within nominal, by borrowing, by reclaiming, or not."""
-    if demand.gpu_type not in queue.types:
+    missing = [t for t in demand.gpu_types if t not in queue.types]
+    if missing:
         types = ", ".join(queue.gpu_types())
-        text = f"queue {queue.name} has no quota for {demand.gpu_type} (its types: {types})"
+        text = f"queue {queue.name} has no quota for {', '.join(missing)} (its types: {types})"
         return _Fit(Verdict.WAIT, {}, text, WaitReason.NO_QUOTA_FOR_TYPE)
     verdicts: list[Verdict] = []
     borrowed: dict[Resource, int] = {}
@@ -472,7 +498,7 @@ def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
         verdicts.append(Verdict.BORROW)
         borrowed[pool] = over - book.borrowed(queue, pool)
     if Verdict.RECLAIM in verdicts and Verdict.BORROW in verdicts:
-        text = f"queue {queue.name}: {demand.gpu_type} needs both borrowed and reclaimed quota"
+        text = f"queue {queue.name}: {demand.label} needs both borrowed and reclaimed quota"
         return _Fit(Verdict.WAIT, {}, text)
     worst = max(verdicts, key=_ORDER.index, default=Verdict.ADMIT)
     return _Fit(worst, borrowed)
@@ -560,7 +586,7 @@ def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Dem
         fit = _fit(book, queue, demand)
         if fit.verdict is Verdict.RECLAIM:
             return (
-                f"queue {queue.name}: {demand.gpu_type} fits its nominal quota only once "
+                f"queue {queue.name}: {demand.label} fits its nominal quota only once "
                 f"borrowers in cohort {queue.cohort} give it back"
             )
         if fit.verdict is Verdict.WAIT:
@@ -995,7 +1021,7 @@ def _preempt_lower_priority(
             fit = _fit(book, queue, demand)
             _apply(book, p.key, queue, demand, now)
             text = (
-                f"queue {queue.name}: {demand.gpu_type} quota is held by its own "
+                f"queue {queue.name}: {demand.label} quota is held by its own "
                 f"lower-priority work; priority {p.priority} preempts it"
             )
             decisions[p.key] = Admission(
@@ -1033,7 +1059,7 @@ def _reclaim(
             book.remove(key)
         stopped_any = stopped_any or bool(victims)
         _apply(book, p.key, queue, demand, now)
-        text = f"queue {queue.name} reclaims {demand.gpu_type} lent in cohort {queue.cohort}"
+        text = f"queue {queue.name} reclaims {demand.label} lent in cohort {queue.cohort}"
         decisions[p.key] = Admission(
             p.key,
             fit.verdict,

@@ -280,9 +280,8 @@ class ServingWait:
     order: tuple[int, str, str, str]
     """Its place among the TrainingJobs (`queueing.queue_key`: priority 0, no deadline, age)."""
     workload: PendingWorkload
-    """Its one alternative: what it asks when that is one GPU type (it takes part in the
-    admission cycle); none when it asks several types at once or did not say (it is only
-    counted and listed)."""
+    """Its one alternative: what it asks, on every GPU type at once (it takes part in the
+    admission cycle); none when its status does not say (it is only counted and listed)."""
     why: str = ""
     """Its `whyWaiting` (a group's, of its oldest variant)."""
 
@@ -299,7 +298,8 @@ def waiting_serving(
     `namespace/serving-group:NAME`), with the demand their status records
     (`quotaDemand`, `serving_demand`; a group's from its oldest variant). Each
     is admitted by its own controller once its demand fits; in the TrainingJob
-    admission cycle a one-type demand keeps its place by age (`_cycle`).
+    admission cycle its demand (all its GPU types at once) keeps its place by age
+    (`_cycle`).
     """
     found: dict[str, ServingWait] = {}
 
@@ -317,7 +317,7 @@ def waiting_serving(
             wanted[(str(row.get("gpuType")), Unit.GPUS)] += int(row.get("gpus") or 0)
             wanted[(str(row.get("gpuType")), Unit.SHARE_MILLI)] += int(row.get("shareMilli") or 0)
         demands = _as_demands(+wanted)
-        alternatives = tuple(demands) if len(demands) == 1 else ()
+        alternatives = (Demand.together(demands),) if demands else ()
         why = str((obj.get("status") or {}).get("whyWaiting") or "")
         pending = PendingWorkload(key, namespace, local_queue, alternatives)
         found[key] = ServingWait(order, pending, why)
@@ -704,9 +704,9 @@ def _cycle(
 
     `first` maps a job key to its START decision: that job asks for the
     decision's type and workers before its other alternatives. The `waiting`
-    serving workloads that ask one GPU type and hold nothing yet wait among the
-    jobs in their order (`ServingWait.order`), so a younger job does not take
-    quota an older serving workload fits.
+    serving workloads that say what they ask and hold nothing yet wait among the
+    jobs in their order (`ServingWait.order`), each asking all its GPU types at
+    once, so a younger job does not take quota an older serving workload fits.
     """
     admitted: list[AdmittedWorkload] = list(serving)
     pending: list[PendingWorkload] = []
@@ -781,9 +781,9 @@ def admission_cycle(
     says which quota blocks, and for the jobs in `explain` (all if None) when the
     quota frees up. With no Queue at all, every job is admitted.
 
-    The `serving_waits` (serving workloads) that ask one GPU type wait among the jobs by
-    age (`_cycle`): one that fits keeps its quota from the younger jobs of its
-    queue until its own controller admits it; they get no verdict here.
+    The `serving_waits` (serving workloads) wait among the jobs by age (`_cycle`),
+    asking all their GPU types at once: one that fits keeps its quota from the
+    younger jobs of its queue until its own controller admits it; they get no verdict here.
 
     Also the types quota lets each running job of `moving` move to: the fleet
     policy's lease may stop a running job to restart it on a faster type
@@ -1014,7 +1014,7 @@ def _still_waiting(
 def _outside_cycle(
     serving: Sequence[AdmittedWorkload], waiting: Sequence[ServingWait]
 ) -> list[PendingWorkload]:
-    """The still waiting serving workloads the admission cycle leaves out (several types)."""
+    """The still waiting serving workloads the admission cycle leaves out (no demand said)."""
     return [w.workload for w in _still_waiting(serving, waiting) if not w.workload.alternatives]
 
 

@@ -413,6 +413,36 @@ def test_reclaim_takes_from_the_biggest_borrower_newest_first_only_as_needed() -
     assert "queue team-a reclaims A100 lent in cohort ml" in out.message
 
 
+def test_a_demand_on_several_gpu_types_is_admitted_all_together_or_waits() -> None:
+    both = Demand.together([Demand(A100, gpus=2), Demand(L4, gpus=1)])
+    assert (both.gpu_types, both.label) == ((A100, L4), "A100 + L4")
+    assert both.pools() == {(A100, GPUS): 2, (L4, GPUS): 1}
+
+    def one(queues: dict[str, QueueSpec], running: Sequence[tuple[str, str, int]] = ()) -> Any:
+        pending = PendingWorkload("a1", "team-a", "default", (both,))
+        return admit(_book(queues, running), [pending])["a1"]
+
+    # within nominal quota on both: admitted, holding both
+    got = one({"team-a": _queue((A100, 2), (L4, 1), cohort=None)})
+    assert (got.verdict, got.demand) == (Verdict.ADMIT, both)
+    # its A100 quota taken: it waits, taking no L4 either
+    got = one({"team-a": _queue((A100, 2), (L4, 1), cohort=None)}, [("r", "team-a", 1)])
+    assert got.verdict is Verdict.WAIT
+    assert got.message == "queue team-a: A100 1/2 in use, no cohort to borrow from"
+    # a type its queue has no quota for: every missing one named
+    got = one({"team-a": _queue((A100, 2), cohort=None)})
+    assert (got.verdict, got.reason) == (Verdict.WAIT, WaitReason.NO_QUOTA_FOR_TYPE)
+    assert got.message == "queue team-a has no quota for L4 (its types: A100)"
+    # its A100 lent to a borrower: reclaimed for it, under PreemptBorrowed
+    queues = {
+        "team-a": _queue((A100, 2), (L4, 1), reclaim="PreemptBorrowed"),
+        "team-b": _queue((A100, 2)),
+    }
+    got = one(queues, [("b1", "team-b", 2), ("b2", "team-b", 2)])
+    assert (got.verdict, got.victims) == (Verdict.RECLAIM, ("b2",))
+    assert got.message == "queue team-a reclaims A100 + L4 lent in cohort ml"
+
+
 def test_reclaim_takes_the_borrowers_lowest_priority_work_first() -> None:
     # Kueue's candidate order within the borrower: lower priority first, then newest
     book = _reclaim_book()

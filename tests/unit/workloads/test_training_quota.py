@@ -523,15 +523,50 @@ def test_an_older_waiting_serving_workload_keeps_its_quota_from_younger_jobs() -
     # a job older than the pipeline goes first, as a job does
     old = _job("old", "a", 2, t="2030-01-01T00:00:01Z")
     assert verdicts(web, jobs=(old,)) == {"a/young": Verdict.WAIT, "a/old": Verdict.ADMIT}
-    # a demand of several GPU types at once is not in the cycle (counted only)
-    both = [two, {"gpuType": "T4", "gpus": 1}]
-    assert verdicts(web | {"status": web["status"] | {"quotaDemand": both}}) == {
-        "a/young": Verdict.ADMIT
-    }
     # the Queue lists them in that order
     waits = waiting_serving([web], [])
     head = queue_report(view, [running, young, old], (), waits)["team-a"].pending_head
     assert [q.workload for q in head] == ["a/old", "a/pipeline:web", "a/young"]
+
+
+def test_a_serving_workload_waiting_on_several_gpu_types_keeps_them_all_or_none() -> None:
+    quotas = [{"gpuType": "L4", "gpus": 4}, {"gpuType": "T4", "gpus": 2}]
+    view = QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+    running = _job("r", "a", 2, "Running", t="2030-01-01T00:00:00Z")  # 2 of 4 L4 left
+    young = _job("young", "a", 2, t="2030-01-01T00:00:03Z")  # asks 2 L4
+    start = Decision(Action.START, "fits", gpu_type="L4", workers=1, gpus_per_worker=2)
+    both = [{"gpuType": "L4", "gpus": 2}, {"gpuType": "T4", "gpus": 2}]
+    web = _quota_waiting_pipeline("web", "a", "2030-01-01T00:00:02Z", quotaDemand=both)
+    web["spec"]["queue"] = "default"
+
+    def young_verdict(*others: dict[str, Any]) -> Verdict:
+        waits = waiting_serving([web], [])
+        jobs = [running, young, *others]
+        got = admission_cycle(view, jobs, {"a/young": start}, NOW, serving_waits=waits)
+        return got.admissions["a/young"].verdict
+
+    # the older pipeline fits on both types: its 2 L4 and 2 T4 are kept, the job waits
+    assert young_verdict() is Verdict.WAIT
+    # with the T4 quota taken it fits on neither (all or none): the younger job takes the L4s
+    t4 = _job("t4", "a", 2, "Running", t="2030-01-01T00:00:00Z")
+    t4["status"]["plan"]["gpuType"] = "T4"
+    t4["spec"] |= {
+        "gpuTypes": [{"name": "T4", "relativeSpeed": 1.0}],
+        "estimate": {"referenceGpuType": "T4", "durationSeconds": 60},
+    }
+    assert young_verdict(t4) is Verdict.ADMIT
+    # its one alternative names every type, and the queue lists it before the job
+    (wait,) = waiting_serving([web], [])
+    assert wait.workload.alternatives[0].gpu_types == ("L4", "T4")
+    assert wait.workload.alternatives[0].pools() == {
+        ("L4", Unit.GPUS): 2,
+        ("T4", Unit.GPUS): 2,
+    }
+    head = queue_report(view, [running, young], (), [wait])["team-a"].pending_head
+    assert [q.workload for q in head] == ["a/pipeline:web", "a/young"]
 
 
 def test_a_queue_status_lists_only_the_first_ten_pending() -> None:

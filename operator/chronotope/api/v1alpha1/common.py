@@ -126,7 +126,7 @@ class QuotaDemand(ApiModel):
 QUOTA_DEMAND_DESCRIPTION = (
     "What it asks of its queue's quota per GPU type (its planned Deployments' replicas x "
     "their pods' GPUs), written while quota holds all of it back; the TrainingJob admission "
-    "cycle keeps a demand of one GPU type that fits for it, in age order, so a younger "
+    "cycle keeps it (all its GPU types at once) for it when it fits, in age order, so a younger "
     "TrainingJob of its queue does not take it (docs/queues.md)."
 )
 

@@ -390,8 +390,8 @@ class QueuedWorkload(ApiModel):
         ge=1,
         description=(
             "1 for the first of the Queue's pending workloads, in admission order (a serving "
-            "workload asking one GPU type by its age among the TrainingJobs, one asking "
-            "several after them)."
+            "workload by its age among the TrainingJobs; one whose status does not say what "
+            "it asks after them)."
         ),
     )
     local_queue_position: int = Field(
