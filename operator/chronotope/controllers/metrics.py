@@ -17,7 +17,8 @@
   checkpointed and stopped for another workload (Kueue's
   `kueue_preempted_workloads_total`), counted once each, when the victim's
   own reconcile re-queues it: `cause` `Reclaim` (`queue` reclaims the quota it
-  lent), `WithinQueue` (higher priority in its own `queue`), `Drain` (its
+  lent), `FairShare` (`queue` borrows for its fair share: `reclaim.fairShare`),
+  `WithinQueue` (higher priority in its own `queue`), `Drain` (its
   `queue` is drained: `stopPolicy: HoldAndDrain`), `Priority` (priority
   preemption for GPUs, `queue` empty) or `Lease` (the cluster policy gave its
   lease to other work of its priority, or moved it: `workloads.fleet`, `queue`

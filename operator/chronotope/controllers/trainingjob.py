@@ -37,7 +37,7 @@ from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_serv
 from chronotope.workloads.gates import Cycle, Decider, preempt
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.parallelism import choose_degrees
-from chronotope.workloads.quota import Verdict
+from chronotope.workloads.quota import StopCause, Verdict
 from chronotope.workloads.replan import better_plan, parse_time, progress, remaining_work
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import JobVerdict, SchedulingPass, schedule
@@ -87,9 +87,16 @@ class Outcome:
 
 
 _WITHIN_QUEUE = "higher priority in queue "
+_FAIR_SHARE = "fair share of queue "
 RECLAIMING = "reclaiming quota of queue "
 """The why of a preemption that reclaims lent quota (a TrainingJob's, or `controllers.queues`' for
 serving pods)."""
+_STOP_WHY = {
+    StopCause.RECLAIM: RECLAIMING,
+    StopCause.FAIR_SHARE: _FAIR_SHARE,
+    StopCause.WITHIN_QUEUE: _WITHIN_QUEUE,
+}
+"""The why a quota verdict's victims are preempted with, by whose work they are."""
 _PRIORITY = "higher priority"
 DRAINING = "draining queue "
 """The why of a preemption by a queue under `stopPolicy: HoldAndDrain` (`controllers.queues`)."""
@@ -100,15 +107,17 @@ def preemption_cause(preempted_by: str) -> tuple[str, str]:
 
     The annotation is `NS/JOB (WHY)`, the WHY one of those `_enact` and
     `_try_preempt` write: `WithinQueue` (higher priority in the queue named),
-    `Reclaim` (the queue named reclaims its lent quota), `Drain` (the queue
+    `Reclaim` (the queue named reclaims its lent quota), `FairShare` (the queue
+    named borrows for its fair share), `Drain` (the queue
     named is drained, `controllers.queues`), or `Priority` (priority
     preemption for GPUs, no queue).
     """
     _, _, why = preempted_by.partition(" (")
     why = why.removesuffix(")")
     for prefix, cause in (
-        (_WITHIN_QUEUE, "WithinQueue"),
-        (RECLAIMING, "Reclaim"),
+        (_WITHIN_QUEUE, StopCause.WITHIN_QUEUE.value),
+        (_FAIR_SHARE, StopCause.FAIR_SHARE.value),
+        (RECLAIMING, StopCause.RECLAIM.value),
         (DRAINING, "Drain"),
     ):
         if why.startswith(prefix):
@@ -471,7 +480,7 @@ def _enact(
             c.ops.preempt(
                 victim,
                 by=c.key,
-                why=f"{_WITHIN_QUEUE if admission.within_queue else RECLAIMING}{admission.queue}",
+                why=f"{_STOP_WHY[admission.cause]}{admission.queue}",
                 grace_seconds=grace,
             )
     elif preempting and decision.action is Action.WAIT and not verdict.held_by_quota:

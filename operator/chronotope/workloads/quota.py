@@ -25,6 +25,10 @@ what it returns. The rules (docs/queues.md):
   may borrow preempts preemptible workloads of its own queue with a lower
   priority, lowest priority and newest first, only as many as needed (pass 4,
   Kueue's `withinClusterQueue: LowerPriority`);
+- under `reclaim.fairShare: Preempt`, a workload that would borrow but finds
+  nothing left to lend stops borrowed work of the cohort's queues above their
+  fair share, the highest weighted dominant share first (pass 5, Kueue's
+  fair-sharing preemption, `fair_share_victims`);
 - everything else waits with a message naming the queue, the GPU type and
   the quota that blocks.
 
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from copy import copy as shallow_copy
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -48,6 +52,7 @@ from enum import StrEnum
 from chronotope.api.v1alpha1.localqueue import LocalQueueSpec
 from chronotope.api.v1alpha1.queue import (
     MILLI_PER_GPU,
+    FairSharePolicy,
     GpuTypeUsage,
     LabelSelector,
     QueueingStrategy,
@@ -69,11 +74,13 @@ __all__ = [
     "QueueQuota",
     "QuotaBook",
     "Resource",
+    "StopCause",
     "Unit",
     "Verdict",
     "WaitReason",
     "admit",
     "demands_of",
+    "fair_share_victims",
     "fits_now",
     "forecast_starts",
     "queue_statuses",
@@ -110,6 +117,9 @@ class QueueQuota:
     reclaim: ReclaimPolicy = ReclaimPolicy.NEVER
     grace_seconds: int = 30
     within_queue: WithinQueuePolicy = WithinQueuePolicy.NEVER
+    fair_share: bool = False
+    """`reclaim.fairShare: Preempt`: a borrower may stop borrowed work of queues above their
+    fair share (`fair_share_victims`)."""
     stop: StopPolicy = StopPolicy.NONE
     strict: bool = False
     """`queueingStrategy: StrictFIFO`: its first waiting workload holds back the later ones."""
@@ -159,6 +169,7 @@ class QueueQuota:
             reclaim=spec.reclaim.policy,
             grace_seconds=spec.reclaim.grace_period_seconds,
             within_queue=spec.reclaim.within_queue,
+            fair_share=spec.reclaim.fair_share is FairSharePolicy.PREEMPT,
             stop=spec.stop_policy,
             strict=spec.queueing_strategy is QueueingStrategy.STRICT_FIFO,
             borrow_first=spec.flavor_fungibility.when_can_borrow is WhenCanBorrow.BORROW,
@@ -261,6 +272,14 @@ class PendingWorkload:
     priority: int = 0
 
 
+class StopCause(StrEnum):
+    """Whose work a RECLAIM verdict stops (the victims' preemption cause in metrics)."""
+
+    RECLAIM = "Reclaim"  # borrowers of the quota its queue lent (pass 2)
+    FAIR_SHARE = "FairShare"  # borrowers above their fair share (pass 5)
+    WITHIN_QUEUE = "WithinQueue"  # its own queue's lower-priority work (pass 4)
+
+
 class Verdict(StrEnum):
     """What a pending workload may do now."""
 
@@ -291,8 +310,8 @@ class Admission:
     demand: Demand | None = None  # the alternative chosen (None while waiting)
     borrowed: Mapping[Resource, int] = field(default_factory=dict)
     victims: tuple[str, ...] = ()  # RECLAIM: stop these (with grace_seconds) first
-    within_queue: bool = False
-    """RECLAIM: the victims are its own queue's lower-priority work, not borrowers."""
+    cause: StopCause = StopCause.RECLAIM
+    """RECLAIM: whose work the victims are."""
     grace_seconds: int | None = None
     reason: WaitReason | None = None
     message: str = ""
@@ -911,6 +930,8 @@ def admit(
     if _preempt_lower_priority(book, resolved, decisions, now):
         # its victims may free more than it needed: the passes admit what now fits
         _admit_passes(book, resolved, decisions, now)
+    if _preempt_for_fair_share(book, resolved, decisions, now):
+        _admit_passes(book, resolved, decisions, now)
     heads: dict[str, str] = {}
     for p, queue in resolved:
         if p.key in decisions:
@@ -1031,13 +1052,142 @@ def _preempt_lower_priority(
                 demand,
                 fit.borrowed,
                 victims=victims,
-                within_queue=True,
+                cause=StopCause.WITHIN_QUEUE,
                 grace_seconds=queue.grace_seconds,
                 message=text,
             )
             preempted = True
             break
     return preempted
+
+
+def _preempt_for_fair_share(
+    book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
+) -> bool:
+    """Pass 5: under `fairShare: Preempt`, stop borrowers above their fair share to borrow.
+
+    True if it stopped anything.
+    """
+    preempted = False
+    for p, queue in _eligible(resolved, decisions):
+        if not queue.fair_share:
+            continue
+        for demand in p.alternatives:
+            victims = fair_share_victims(book, queue, demand, spare=decisions.keys())
+            if not victims:
+                continue
+            for key in victims:
+                book.remove(key)
+            fit = _fit(book, queue, demand)
+            _apply(book, p.key, queue, demand, now)
+            text = (
+                f"queue {queue.name} borrows {demand.label} for its fair share of cohort "
+                f"{queue.cohort}"
+            )
+            decisions[p.key] = Admission(
+                p.key,
+                Verdict.RECLAIM,
+                queue.name,
+                demand,
+                fit.borrowed,
+                victims=victims,
+                cause=StopCause.FAIR_SHARE,
+                grace_seconds=queue.grace_seconds,
+                message=text,
+            )
+            preempted = True
+            break
+    return preempted
+
+
+def fair_share_victims(
+    book: QuotaBook, queue: QueueQuota, demand: Demand, spare: Collection[str] = ()
+) -> tuple[str, ...] | None:
+    """Borrowed work to stop so that `queue` may borrow `demand`; None if not fair or too little.
+
+    Only for a demand above the queue's nominal quota (within it, reclaiming is
+    pass 2's) that its borrowing limit allows, in a cohort that lends too little
+    now. Candidates are the workloads (never serving ones) of the cohort's other
+    queues that hold a pool the demand lacks while their queue borrows: the queue
+    with the highest weighted dominant share (`QuotaBook.dominant_share`) first,
+    re-ranked after each victim, its lowest-priority and newest workload first.
+    Kueue's two fair-sharing strategies, in its default order: a candidate is
+    stopped only if the queue's share with `demand` is at most its queue's share
+    without it (LessThanOrEqualToFinalShare); when that frees too little, the
+    rest are tried again, stopped if the queue's share with `demand` is below
+    theirs before the stop (LessThanInitialShare). A queue whose candidate fails
+    is passed over. Either way the stopped queue, asking for the same work back,
+    would have a share above the borrower's, so it cannot stop the borrower in
+    turn. Victims the others cover are spared, and so are the workloads of `spare`
+    (those admitted in this cycle). `book` is left as it was.
+    """
+    need = _lacking_to_borrow(book, queue, demand)
+    if not need:
+        return None
+    mine = book.dominant_share(queue, demand.pools())  # others' use does not move it
+    others = [q for q in book.members(queue) if q.name != queue.name]
+
+    def fits() -> bool:
+        return _fit(book, queue, demand).verdict in (Verdict.ADMIT, Verdict.BORROW)
+
+    order = list(book.workloads)
+    chosen: list[AdmittedWorkload] = []
+    try:
+        for initial in (False, True):
+            passed: set[str] = set()
+            while not fits():
+                ranked = sorted(
+                    (q for q in others if q.name not in passed and book.dominant_share(q) > 0),
+                    key=lambda q: (-book.dominant_share(q), q.name),
+                )
+                if not ranked:
+                    break
+                top = ranked[0]
+                mine_there = [
+                    w
+                    for w in book.workloads.values()
+                    if w.queue == top.name
+                    and w.reclaimable
+                    and w.key not in spare
+                    and any(w.usage.get(p) for p in need)
+                ]
+                if not mine_there:
+                    passed.add(top.name)
+                    continue
+                victim = max(mine_there, key=lambda w: (-w.priority, w.admitted_at, w.key))
+                before = book.dominant_share(top)
+                book.remove(victim.key)
+                fair = mine < before if initial else mine <= book.dominant_share(top)
+                if fair:
+                    chosen.append(victim)
+                else:
+                    book.add(victim)
+                    passed.add(top.name)
+            if fits():
+                return _spared(book, chosen, fits)
+        return None
+    finally:
+        _put_back(book, chosen, order)
+
+
+def _lacking_to_borrow(book: QuotaBook, queue: QueueQuota, demand: Demand) -> list[Resource]:
+    """The pools the cohort lends too little of for `demand`, a borrow its limits allow.
+
+    Empty when the demand is within the queue's nominal quota, its queue has no
+    cohort or no quota for one of its types, a borrowing limit holds it back
+    (stopping others frees nothing for it), or it fits as it is.
+    """
+    pools = demand.pools()
+    if queue.cohort is None or any(t not in queue.types for t in demand.gpu_types):
+        return []
+    over = {p: book.used(queue.name, p) + n - queue.nominal.get(p, 0) for p, n in pools.items()}
+    if all(n <= 0 for n in over.values()):
+        return []
+    for p, n in over.items():
+        limit = queue.borrowing_limit.get(p)
+        if limit is not None and n > limit:
+            return []
+    return [p for p, n in pools.items() if book.cohort_free(queue, p) < n]
 
 
 def _reclaim(

@@ -61,6 +61,7 @@ from chronotope.workloads.quota import (
     QueueQuota,
     QuotaBook,
     Resource,
+    StopCause,
     Unit,
     Verdict,
     WaitReason,
@@ -956,12 +957,13 @@ def quota_wait(admission: Admission) -> Decision:
     """The WAIT decision that carries a quota verdict's reason (the job's condition)."""
     if admission.verdict is Verdict.RECLAIM:
         victims = ", ".join(admission.victims)
-        whose = "lower-priority preemptible" if admission.within_queue else "borrowed"
+        within = admission.cause is StopCause.WITHIN_QUEUE
+        whose = "lower-priority preemptible" if within else "borrowed"
         text = (
             f"{admission.message}: stopping {whose} {victims} "
             f"(checkpoint, grace {admission.grace_seconds}s), then it starts"
         )
-        cause = "PreemptingWithinQueue" if admission.within_queue else "ReclaimingQuota"
+        cause = "PreemptingWithinQueue" if within else "ReclaimingQuota"
         return Decision(Action.WAIT, text, cause=cause)
     reason = admission.reason.value if admission.reason is not None else "QuotaExceeded"
     start = (

@@ -20,13 +20,21 @@ def queue(
     reclaim: str = "Never",
     limit: int | None = None,
     within: str = "Never",
+    fair: str = "Never",
+    weight: float = 1,
 ) -> dict[str, Any]:
     quota: dict[str, Any] = {"gpuType": gpu_type, "gpus": gpus}
     if limit is not None:
         quota["borrowingLimit"] = limit
     spec: dict[str, Any] = {
         "quotas": [quota],
-        "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5, "withinQueue": within},
+        "reclaim": {
+            "policy": reclaim,
+            "gracePeriodSeconds": 5,
+            "withinQueue": within,
+            "fairShare": fair,
+        },
+        "weight": weight,
     }
     if cohort:
         spec["cohort"] = cohort
@@ -152,6 +160,39 @@ def test_a_lender_reclaims_its_quota_from_the_newest_borrower() -> None:
     assert [e[1] for e in out.events] == ["ReclaimingQuota"]
 
 
+def test_a_borrower_below_its_fair_share_stops_a_borrower_above_it() -> None:
+    # team-c (8, no jobs) lends its 8 to team-a (a2); team-b (weight 2) wants to borrow 8
+    a1 = running(team_job("a1", "a"), "2030-01-01T11:00:00Z")
+    a2 = running(team_job("a2", "a", 1), "2030-01-01T11:30:00Z")  # borrows team-c's 8
+    b1 = running(team_job("b1", "b"), "2030-01-01T11:00:00Z")
+    b2 = team_job("b2", "b", 2)
+
+    def queues(fair: str) -> list[dict[str, Any]]:
+        return [
+            queue("team-a", 8, cohort="ml", fair=fair),
+            queue("team-b", 8, cohort="ml", fair=fair, weight=2),
+            queue("team-c", 8, cohort="ml", fair=fair),
+        ]
+
+    ops = ops_with(3, [a1, a2, b1, b2], queues("Preempt"))
+    out = reconcile(b2, ops, NOW)
+    # with it team-b's share is 8/24 / 2, below team-a's 8/24: a2 is stopped for it
+    assert ops.preempted == [("a/a2", "b/b2")]
+    assert ops.annotated["a/a2"] == "b/b2 (fair share of queue team-b)"
+    assert _quota(out) == ("False", "ReclaimingQuota")
+    assert out.status["whyWaiting"] == (
+        "queue team-b borrows H100 for its fair share of cohort ml: stopping borrowed a/a2 "
+        "(checkpoint, grace 5s), then it starts"
+    )
+    # without fairShare: Preempt it waits for team-a's borrowed job to end
+    never = ops_with(3, [a1, a2, b1, b2], queues("Never"))
+    waits = reconcile(b2, never, NOW)
+    assert never.preempted == []
+    assert waits.status["whyWaiting"].startswith("queue team-b: H100 8/8 in use, cohort ml has 0")
+    # the victim counts its preemption by cause and the queue it was stopped for
+    assert _preempted(a2, ops).preempted == ("FairShare", "team-b")
+
+
 def test_a_higher_priority_job_preempts_its_queues_lower_priority_work() -> None:
     low = running(team_job("a1", "a"))
     low["spec"]["preemptible"] = True
@@ -254,6 +295,7 @@ def test_a_victim_reports_the_cause_and_the_queue_it_was_preempted_for() -> None
 def test_preemption_cause_reads_each_why_the_preemptors_write() -> None:
     assert preemption_cause("b/b1 (reclaiming quota of queue team-b)") == ("Reclaim", "team-b")
     assert preemption_cause("a/h (higher priority in queue q-1)") == ("WithinQueue", "q-1")
+    assert preemption_cause("b/b2 (fair share of queue team-b)") == ("FairShare", "team-b")
     assert preemption_cause("Queue q (draining queue q)") == ("Drain", "q")
     assert preemption_cause("a/h (higher priority)") == ("Priority", "")
     assert preemption_cause("a/h") == ("Priority", "")  # an older operator's annotation

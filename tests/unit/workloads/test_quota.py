@@ -27,6 +27,7 @@ from chronotope.workloads.quota import (
     Demand,
     PendingWorkload,
     QuotaBook,
+    StopCause,
     Unit,
     Verdict,
     WaitReason,
@@ -51,6 +52,7 @@ def _queue(
     strict: bool = False,
     fungibility: str = "Borrow",
     preempt: str = "TryNextFlavor",
+    fair: str = "Never",
 ) -> QueueSpec:
     rows: list[dict[str, Any]] = []
     for q in quotas:
@@ -63,7 +65,7 @@ def _queue(
     spec: dict[str, Any] = {
         "quotas": rows,
         "weight": weight,
-        "reclaim": {"policy": reclaim, "withinQueue": within},
+        "reclaim": {"policy": reclaim, "withinQueue": within, "fairShare": fair},
         "queueingStrategy": "StrictFIFO" if strict else "BestEffortFIFO",
         "flavorFungibility": {"whenCanBorrow": fungibility, "whenCanPreempt": preempt},
     }
@@ -443,6 +445,65 @@ def test_a_demand_on_several_gpu_types_is_admitted_all_together_or_waits() -> No
     assert got.message == "queue team-a reclaims A100 + L4 lent in cohort ml"
 
 
+def _fair_book(fair: str = "Preempt", b_weight: float = 1, *, b_borrows: bool = False) -> QuotaBook:
+    """Cohort ml, all lendable: team-a 2, team-b 2, team-c 4 (idle: it lends all 4).
+
+    team-a runs a1 (its nominal 2), a2 and a3 (2 each: it borrows all 4 of team-c's);
+    team-b runs b1 (its nominal 2); with `b_borrows`, a3 is b's (b2) instead.
+    """
+    queues = {
+        "team-a": _queue((A100, 2), fair=fair),
+        "team-b": _queue((A100, 2), fair=fair, weight=b_weight),
+        "team-c": _queue((A100, 4), fair=fair),
+    }
+    third = ("b2", "team-b", 2) if b_borrows else ("a3", "team-a", 2)
+    return _book(queues, [("a1", "team-a", 2), ("a2", "team-a", 2), ("b1", "team-b", 2), third])
+
+
+def test_a_borrower_below_its_fair_share_stops_borrowed_work_above_it() -> None:
+    # team-b asks 2 more: nothing left to lend; with them its share is 2/8, and team-a's
+    # (4/8 borrowed) is still 2/8 without a3, its newest: a3 is stopped (final share rule)
+    out = admit(_fair_book(), [_job("b2", "team-b", (A100, 2))])["b2"]
+    assert (out.verdict, out.victims, out.cause) == (Verdict.RECLAIM, ("a3",), StopCause.FAIR_SHARE)
+    assert out.message == "queue team-b borrows A100 for its fair share of cohort ml"
+    assert out.borrowed == {(A100, GPUS): 2}
+    assert out.grace_seconds == DEFAULT_RECLAIM_GRACE_SECONDS
+    # and team-a cannot take it back: with a3 again its share (4/8) is above team-b's
+    book = _fair_book()
+    book.remove("a3")
+    book.add(AdmittedWorkload("b2", "team-b", {(A100, GPUS): 2}))
+    assert admit(book, [_job("a3", "team-a", (A100, 2))])["a3"].verdict is Verdict.WAIT
+    # under the default (Never) team-b waits for the borrowers to finish
+    out = admit(_fair_book("Never"), [_job("b2", "team-b", (A100, 2))])["b2"]
+    assert out.verdict is Verdict.WAIT
+    assert out.message == "queue team-b: A100 2/2 in use, cohort ml has 0 to lend"
+
+
+def test_fair_share_preemption_falls_back_to_the_initial_share_rule() -> None:
+    # team-a borrows its 4 in one workload: without it its share would be 0, below team-b's
+    # 2/8, so the final-share rule stops nothing; team-b's 2/8 is below team-a's 4/8 before
+    book = _fair_book()
+    for key in ("a2", "a3"):
+        book.remove(key)
+    book.add(AdmittedWorkload("a-big", "team-a", {(A100, GPUS): 4}, admitted_at=5))
+    out = admit(book, [_job("b2", "team-b", (A100, 2))])["b2"]
+    assert (out.verdict, out.victims) == (Verdict.RECLAIM, ("a-big",))
+
+
+def test_fair_share_preemption_weighs_the_shares_and_never_goes_below_the_borrowers() -> None:
+    # team-b already borrows 2 as team-a does: with 2 more its share (4/8) is above team-a's
+    out = admit(_fair_book(b_borrows=True), [_job("b3", "team-b", (A100, 2))])["b3"]
+    assert out.verdict is Verdict.WAIT
+    # weight 2 brings it to 0.25, still not below team-a's 0.25; weight 3 does (0.17)
+    for weight, verdict in ((2, Verdict.WAIT), (3, Verdict.RECLAIM)):
+        book = _fair_book(b_weight=weight, b_borrows=True)
+        assert admit(book, [_job("b3", "team-b", (A100, 2))])["b3"].verdict is verdict
+    # within its nominal quota a queue reclaims (reclaim.policy), not by fair share
+    out = admit(_fair_book(), [_job("c1", "team-c", (A100, 4))])["c1"]
+    assert out.verdict is Verdict.WAIT
+    assert "reclaim policy Never waits" in out.message
+
+
 def test_reclaim_takes_the_borrowers_lowest_priority_work_first() -> None:
     # Kueue's candidate order within the borrower: lower priority first, then newest
     book = _reclaim_book()
@@ -574,7 +635,7 @@ def test_a_higher_priority_job_preempts_its_queues_lowest_priority_newest_work()
     book = _ranked_book([("old", 4, 0, True), ("new", 2, 0, True), ("mid", 2, 5, True)])
     out = admit(book, [_urgent("hi", 2, 10)])["hi"]
     assert out.verdict is Verdict.RECLAIM
-    assert out.within_queue
+    assert out.cause is StopCause.WITHIN_QUEUE
     assert out.victims == ("new",)  # priority 0 before 5; the newest of priority 0 first
     assert out.grace_seconds == DEFAULT_RECLAIM_GRACE_SECONDS
     assert "held by its own lower-priority work; priority 10 preempts it" in out.message
@@ -650,6 +711,7 @@ _queue_sizes = st.lists(
     jobs=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 6)), min_size=1, max_size=10),
     reclaim=st.booleans(),
     within=st.booleans(),
+    fair=st.booleans(),
     ranks=st.lists(st.tuples(st.integers(0, 2), st.booleans()), min_size=18, max_size=18),
     stops=st.lists(st.booleans(), min_size=4, max_size=4),
     stricts=st.lists(st.booleans(), min_size=4, max_size=4),
@@ -661,6 +723,7 @@ def test_invariants(
     jobs: list[tuple[int, int]],
     reclaim: bool,
     within: bool,
+    fair: bool,
     ranks: list[tuple[int, bool]],
     stops: list[bool],
     stricts: list[bool],
@@ -674,6 +737,7 @@ def test_invariants(
             within="LowerPriority" if within else "Never",
             lend=lend,
             strict=stricts[i],
+            fair="Preempt" if fair else "Never",
         )
         for i, (n, limit, w, lend) in enumerate(sizes)
     }
@@ -716,14 +780,14 @@ def test_invariants(
             assert d.reason is WaitReason.QUEUE_STOPPED
         for victim in d.victims:
             assert victim in before  # never a workload admitted in the same cycle
-            if d.within_queue:  # its own queue's lower-priority preemptible work
+            if d.cause is StopCause.WITHIN_QUEUE:  # its own queue's lower-priority preemptible work
                 assert within
                 assert before[victim].queue == d.queue
                 assert before[victim].preemptible
                 assert before[victim].priority < priority[d.key]
             else:
                 assert before[victim].queue != d.queue  # only others' work
-                assert reclaim
+                assert fair if d.cause is StopCause.FAIR_SHARE else reclaim
         # what lies within its nominal quota can always be reclaimed from the borrowers
         assert "too few borrowed workloads" not in d.message
     # a StrictFIFO queue admits in order: nothing of it after a workload that waits
@@ -751,7 +815,9 @@ def _assert_fixed_point(
     by the book it left (within nominal quota or by borrowing), on any type it accepts."""
     again = book.copy()
     again.queues = {
-        n: replace(q, reclaim=ReclaimPolicy.NEVER, within_queue=WithinQueuePolicy.NEVER)
+        n: replace(
+            q, reclaim=ReclaimPolicy.NEVER, within_queue=WithinQueuePolicy.NEVER, fair_share=False
+        )
         for n, q in book.queues.items()
     }
     waiting = [p for p in pending if decisions[p.key].verdict is Verdict.WAIT]
@@ -1039,7 +1105,7 @@ def test_when_can_preempt_preempt_stops_the_queues_lower_priority_work_on_the_pr
     high = replace(_job("high", "team-a", (A100, 4), (L4, 4)), priority=10)
     out = admit(QuotaBook(queues, local, [low]), [high])["high"]
     assert (out.verdict, out.demand, out.victims) == (Verdict.RECLAIM, Demand(A100, 4), ("low",))
-    assert out.within_queue
+    assert out.cause is StopCause.WITHIN_QUEUE
     # TryNextFlavor: the free L4 quota, nothing stopped
     queues = {"team-a": _queue((A100, 4), (L4, 4), within="LowerPriority")}
     out = admit(QuotaBook(queues, local, [low]), [high])["high"]

@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_RECLAIM_GRACE_SECONDS",
     "KIND",
     "MILLI_PER_GPU",
+    "FairSharePolicy",
     "FlavorFungibility",
     "GpuQuota",
     "GpuTypeUsage",
@@ -120,6 +121,13 @@ class ReclaimPolicy(StrEnum):
 
     NEVER = "Never"
     PREEMPT_BORROWED = "PreemptBorrowed"
+
+
+class FairSharePolicy(StrEnum):
+    """What a workload does when it would borrow and the cohort lends nothing more."""
+
+    NEVER = "Never"
+    PREEMPT = "Preempt"
 
 
 class WithinQueuePolicy(StrEnum):
@@ -264,6 +272,16 @@ class QueueReclaim(ApiModel):
         "LowerPriority: a workload that neither fits nor may borrow checkpoints and stops "
         "preemptible workloads of the same queue with a lower priority (lowest priority "
         "first, newest first, only as many as needed), with the grace period above.",
+    )
+    fair_share: FairSharePolicy = Field(
+        default=FairSharePolicy.NEVER,
+        description="Never: a workload that would borrow waits while other queues of the "
+        "cohort hold what it lends. Preempt: it checkpoints and stops borrowed work of queues "
+        "above their fair share (Kueue's fair-sharing preemption): a workload of another "
+        "queue is stopped only if this queue's weighted dominant borrowed share, with the new "
+        "workload, is at most that queue's without the stopped one (or, when that frees too "
+        "little, below that queue's before); the highest share first, its lowest-priority "
+        "and newest workload first, only as many as needed, with the grace period above.",
     )
 
 
