@@ -547,3 +547,57 @@ def test_a_queue_admits_only_the_namespaces_its_selector_selects(
             assert f"Queue {team}'s namespaceSelector does not select namespace {ns}" in why
             core.patch_namespace(ns, {"metadata": {"labels": {"chronotope.dev/team": team}}})
             _running(custom, ns, "j1", 60, "j1 running once its namespace is selected")
+
+
+def test_a_team_below_its_fair_share_preempts_a_borrower_above_it(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    """Cohort: team a (2 GPUs), team b (2) and an idle team c (4), all `fairShare: Preempt`.
+
+    a runs a1 on its quota and a2, a3 on c's (it borrows 4 of 8); b runs b1 on its own. b's
+    next job would borrow 2 with nothing left to lend: with it b's share is 2/8, a's without
+    a3 (its newest) 2/8, so a3 is checkpointed and stopped and b2 starts; a3 then waits, as
+    with it back a's share (4/8) would be above b's."""
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, cohort, ns = f"FAIR-{tag.upper()}", f"f{tag}", namespace
+    team_a, team_b = f"{cohort}-a", f"{cohort}-b"
+
+    def queue(name: str, gpus: int) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {
+                "cohort": cohort,
+                "quotas": [{"gpuType": gpu_type, "gpus": gpus}],
+                "reclaim": {"fairShare": "Preempt", "gracePeriodSeconds": 5},
+            },
+        }
+
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"fn-{tag}", gpu_type, 1, per_node=8),
+            _queues(custom, queue(team_a, 2), queue(team_b, 2), queue(f"{cohort}-c", 4)),
+        ):
+            for name, target in (("default", team_a), ("team-b", team_b)):
+                local = _local_queue(ns, target)
+                local["metadata"]["name"] = name
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", local)
+            for name in ("a1", "a2", "a3"):
+                _submit(custom, ns, name, gpu_type, "default")
+                _running(custom, ns, name, 60, f"{name} running")
+                time.sleep(1.1)  # plan.startTime is to the second: a3 is the newest
+            _submit(custom, ns, "b1", gpu_type, "team-b")
+            _running(custom, ns, "b1", 60, "b1 running on team b's quota")
+            wait_for(lambda: _usage(custom, team_a)[:2] == (6, 4), 30, "team a borrows 4")
+            _submit(custom, ns, "b2", gpu_type, "team-b")
+            _running(custom, ns, "b2", 90, "b2 running after a3 is stopped for b's fair share")
+            why = f"{ns}/b2 (fair share of queue {team_b})"
+            _was_preempted(kube_cluster, core, ns, "a3", why=why, counted=("FairShare", team_b))
+            assert _status(custom, ns, "a1")["phase"] == "Running"  # only as many as needed
+            assert _status(custom, ns, "a2")["phase"] == "Running"
+            # a3 cannot take it back: it waits for quota, b2 keeps running
+            wait_for(lambda: _reason(_status(custom, ns, "a3")) == "QuotaExceeded", 30, "a3 waits")
+            assert _status(custom, ns, "b2")["phase"] == "Running"
+            wait_for(lambda: _usage(custom, team_b)[:2] == (4, 2), 30, "team b borrows 2")
