@@ -270,6 +270,9 @@ class PendingWorkload:
     local_queue: str
     alternatives: tuple[Demand, ...]
     priority: int = 0
+    preempts: bool = True
+    """False: it may reclaim lent quota (pass 2) but never preempts (passes 4 and 5): a
+    serving workload in the TrainingJob admission cycle, whose controller does neither."""
 
 
 class StopCause(StrEnum):
@@ -1031,7 +1034,7 @@ def _preempt_lower_priority(
     """
     preempted = False
     for p, queue in _eligible(resolved, decisions):
-        if queue.within_queue is not WithinQueuePolicy.LOWER_PRIORITY:
+        if queue.within_queue is not WithinQueuePolicy.LOWER_PRIORITY or not p.preempts:
             continue
         for demand in p.alternatives:
             victims = within_queue_victims(book, queue, p.priority, demand)
@@ -1070,7 +1073,7 @@ def _preempt_for_fair_share(
     """
     preempted = False
     for p, queue in _eligible(resolved, decisions):
-        if not queue.fair_share:
+        if not queue.fair_share or not p.preempts:
             continue
         for demand in p.alternatives:
             victims = fair_share_victims(book, queue, demand, spare=decisions.keys())

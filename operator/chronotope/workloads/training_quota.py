@@ -320,7 +320,7 @@ def waiting_serving(
         demands = _as_demands(+wanted)
         alternatives = (Demand.together(demands),) if demands else ()
         why = str((obj.get("status") or {}).get("whyWaiting") or "")
-        pending = PendingWorkload(key, namespace, local_queue, alternatives)
+        pending = PendingWorkload(key, namespace, local_queue, alternatives, preempts=False)
         found[key] = ServingWait(order, pending, why)
 
     for obj in pipelines:

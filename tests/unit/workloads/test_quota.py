@@ -479,6 +479,19 @@ def test_a_borrower_below_its_fair_share_stops_borrowed_work_above_it() -> None:
     assert out.message == "queue team-b: A100 2/2 in use, cohort ml has 0 to lend"
 
 
+def test_a_workload_that_does_not_preempt_reclaims_but_never_stops_borrowers_for_fair_share() -> (
+    None
+):
+    # a serving workload in the admission cycle: its controller never preempts for fair share
+    serving = replace(_job("b2", "team-b", (A100, 2)), preempts=False)
+    assert admit(_fair_book(), [serving])["b2"].verdict is Verdict.WAIT
+    # reclaiming what its queue lent is still its (rule 2)
+    queues = {"team-a": _queue((A100, 4), reclaim="PreemptBorrowed"), "team-b": _queue((A100, 4))}
+    book = _book(queues, [("b1", "team-b", 4), ("b2", "team-b", 4)])
+    serving = replace(_job("a1", "team-a", (A100, 2)), preempts=False)
+    assert admit(book, [serving])["a1"].victims == ("b2",)
+
+
 def test_fair_share_preemption_falls_back_to_the_initial_share_rule() -> None:
     # team-a borrows its 4 in one workload: without it its share would be 0, below team-b's
     # 2/8, so the final-share rule stops nothing; team-b's 2/8 is below team-a's 4/8 before

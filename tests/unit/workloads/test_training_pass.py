@@ -181,12 +181,14 @@ def test_a_later_round_reclaims_and_preempts_nothing() -> None:
         "reclaim": {
             "policy": "PreemptBorrowed",
             "withinQueue": "LowerPriority",
+            "fairShare": "Preempt",
             "gracePeriodSeconds": 90,
         },
     }
     view = QuotaView.parse([{"metadata": {"name": "team-a"}, "spec": spec}], [])
     calm = view.without_preemption().queues["team-a"]
-    assert (calm.reclaim.policy.value, calm.reclaim.within_queue.value) == ("Never", "Never")
+    reclaim = calm.reclaim
+    assert (reclaim.policy, reclaim.within_queue, reclaim.fair_share) == ("Never",) * 3
     assert calm.reclaim.grace_period_seconds == 90
     assert calm.quotas == view.queues["team-a"].quotas
     assert view.queues["team-a"].reclaim.policy.value == "PreemptBorrowed"  # a copy

@@ -560,6 +560,7 @@ def test_a_serving_workload_waiting_on_several_gpu_types_keeps_them_all_or_none(
     assert young_verdict(t4) is Verdict.ADMIT
     # its one alternative names every type, and the queue lists it before the job
     (wait,) = waiting_serving([web], [])
+    assert not wait.workload.preempts  # its controller never preempts: nor does the cycle
     assert wait.workload.alternatives[0].gpu_types == ("L4", "T4")
     assert wait.workload.alternatives[0].pools() == {
         ("L4", Unit.GPUS): 2,

@@ -505,6 +505,12 @@ KIND = KindInfo(
             description="Preemption within the queue",
             priority=1,
         ),
+        PrinterColumn(
+            "FairShare",
+            ".spec.reclaim.fairShare",
+            description="Preemption for fair share in the cohort",
+            priority=1,
+        ),
         PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
     ),
     namespaced=False,
