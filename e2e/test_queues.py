@@ -30,20 +30,26 @@ GROUP, VERSION = "chronotope.dev", "v1alpha1"
 JOBS = "trainingjobs"
 
 
-def _queue(name: str, gpu_type: str, *, reclaim: str, limit: int | None = None) -> dict[str, Any]:
-    quota: dict[str, Any] = {"gpuType": gpu_type, "gpus": 2}
-    if limit is not None:
-        quota["borrowingLimit"] = limit
+def _cohort_queue(
+    name: str, cohort: str, gpu_type: str, gpus: int, reclaim: dict[str, str], **quota: int
+) -> dict[str, Any]:
+    """A Queue of `cohort`: `gpus` of `gpu_type` (with `quota`'s limits), a 5 s grace."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Queue",
         "metadata": {"name": name},
         "spec": {
-            "cohort": name.rsplit("-", 1)[0],
-            "quotas": [quota],
-            "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5},
+            "cohort": cohort,
+            "quotas": [{"gpuType": gpu_type, "gpus": gpus, **quota}],
+            "reclaim": {"gracePeriodSeconds": 5, **reclaim},
         },
     }
+
+
+def _queue(name: str, gpu_type: str, *, reclaim: str, limit: int | None = None) -> dict[str, Any]:
+    """2 GPUs of `gpu_type` in the cohort its name starts with (`COHORT-x`)."""
+    limits = {} if limit is None else {"borrowingLimit": limit}
+    return _cohort_queue(name, name.rsplit("-", 1)[0], gpu_type, 2, {"policy": reclaim}, **limits)
 
 
 def _solo_queue(name: str, gpu_type: str, gpus: int, **reclaim: str) -> dict[str, Any]:
@@ -389,16 +395,7 @@ def test_a_lending_limit_keeps_part_of_a_teams_quota_its_own(
     lender, borrower, ns = f"{cohort}-a", f"{cohort}-b", namespace
 
     def queue(name: str, gpus: int, **quota: int) -> dict[str, Any]:
-        return {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Queue",
-            "metadata": {"name": name},
-            "spec": {
-                "cohort": cohort,
-                "quotas": [{"gpuType": gpu_type, "gpus": gpus, **quota}],
-                "reclaim": {"policy": "PreemptBorrowed", "gracePeriodSeconds": 5},
-            },
-        }
+        return _cohort_queue(name, cohort, gpu_type, gpus, {"policy": "PreemptBorrowed"}, **quota)
 
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
@@ -563,16 +560,7 @@ def test_a_team_below_its_fair_share_preempts_a_borrower_above_it(
     team_a, team_b = f"{cohort}-a", f"{cohort}-b"
 
     def queue(name: str, gpus: int) -> dict[str, Any]:
-        return {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Queue",
-            "metadata": {"name": name},
-            "spec": {
-                "cohort": cohort,
-                "quotas": [{"gpuType": gpu_type, "gpus": gpus}],
-                "reclaim": {"fairShare": "Preempt", "gracePeriodSeconds": 5},
-            },
-        }
+        return _cohort_queue(name, cohort, gpu_type, gpus, {"fairShare": "Preempt"})
 
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)

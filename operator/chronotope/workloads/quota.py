@@ -930,11 +930,10 @@ def admit(
         else:
             resolved.append((p, found))
     _admit_passes(book, resolved, decisions, now)
-    if _preempt_lower_priority(book, resolved, decisions, now):
-        # its victims may free more than it needed: the passes admit what now fits
-        _admit_passes(book, resolved, decisions, now)
-    if _preempt_for_fair_share(book, resolved, decisions, now):
-        _admit_passes(book, resolved, decisions, now)
+    for cause in (StopCause.WITHIN_QUEUE, StopCause.FAIR_SHARE):
+        if _preempt(book, resolved, decisions, now, cause):
+            # its victims may free more than it needed: the passes admit what now fits
+            _admit_passes(book, resolved, decisions, now)
     heads: dict[str, str] = {}
     for p, queue in resolved:
         if p.key in decisions:
@@ -1025,68 +1024,49 @@ def _admit_passes(
     _borrow_by_fair_share(book, resolved, decisions, now)
 
 
-def _preempt_lower_priority(
-    book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
+def _preempt(
+    book: QuotaBook,
+    resolved: Resolved,
+    decisions: dict[str, Admission],
+    now: float,
+    cause: StopCause,
 ) -> bool:
-    """Pass 4: under `withinQueue: LowerPriority`, stop the queue's own lower-priority work.
+    """Pass 4 or 5: stop others' work so a workload that still waits fits now.
 
-    True if it preempted anything.
-    """
-    preempted = False
-    for p, queue in _eligible(resolved, decisions):
-        if queue.within_queue is not WithinQueuePolicy.LOWER_PRIORITY or not p.preempts:
-            continue
-        for demand in p.alternatives:
-            victims = within_queue_victims(book, queue, p.priority, demand)
-            if victims is None:
-                continue
-            for key in victims:
-                book.remove(key)
-            fit = _fit(book, queue, demand)
-            _apply(book, p.key, queue, demand, now)
-            text = (
-                f"queue {queue.name}: {demand.label} quota is held by its own "
-                f"lower-priority work; priority {p.priority} preempts it"
-            )
-            decisions[p.key] = Admission(
-                p.key,
-                Verdict.RECLAIM,
-                queue.name,
-                demand,
-                fit.borrowed,
-                victims=victims,
-                cause=StopCause.WITHIN_QUEUE,
-                grace_seconds=queue.grace_seconds,
-                message=text,
-            )
-            preempted = True
-            break
-    return preempted
-
-
-def _preempt_for_fair_share(
-    book: QuotaBook, resolved: Resolved, decisions: dict[str, Admission], now: float
-) -> bool:
-    """Pass 5: under `fairShare: Preempt`, stop borrowers above their fair share to borrow.
-
+    Pass 4 (`cause` WITHIN_QUEUE), under `withinQueue: LowerPriority`: the queue's
+    own lower-priority work (`within_queue_victims`). Pass 5 (FAIR_SHARE), under
+    `fairShare: Preempt`: borrowers above their fair share (`fair_share_victims`).
+    A workload that does not preempt (`PendingWorkload.preempts`) is left out.
     True if it stopped anything.
     """
     preempted = False
     for p, queue in _eligible(resolved, decisions):
-        if not queue.fair_share or not p.preempts:
+        on = (
+            queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY
+            if cause is StopCause.WITHIN_QUEUE
+            else queue.fair_share
+        )
+        if not on or not p.preempts:
             continue
         for demand in p.alternatives:
-            victims = fair_share_victims(book, queue, demand, spare=decisions.keys())
+            if cause is StopCause.WITHIN_QUEUE:
+                victims = within_queue_victims(book, queue, p.priority, demand)
+                text = (
+                    f"queue {queue.name}: {demand.label} quota is held by its own "
+                    f"lower-priority work; priority {p.priority} preempts it"
+                )
+            else:
+                victims = fair_share_victims(book, queue, demand, spare=decisions.keys())
+                text = (
+                    f"queue {queue.name} borrows {demand.label} for its fair share of cohort "
+                    f"{queue.cohort}"
+                )
             if not victims:
                 continue
             for key in victims:
                 book.remove(key)
             fit = _fit(book, queue, demand)
             _apply(book, p.key, queue, demand, now)
-            text = (
-                f"queue {queue.name} borrows {demand.label} for its fair share of cohort "
-                f"{queue.cohort}"
-            )
             decisions[p.key] = Admission(
                 p.key,
                 Verdict.RECLAIM,
@@ -1094,7 +1074,7 @@ def _preempt_for_fair_share(
                 demand,
                 fit.borrowed,
                 victims=victims,
-                cause=StopCause.FAIR_SHARE,
+                cause=cause,
                 grace_seconds=queue.grace_seconds,
                 message=text,
             )
