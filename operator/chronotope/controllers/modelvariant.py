@@ -32,6 +32,7 @@ from chronotope.controllers.reads import Reads
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.solver.model import Reason
 from chronotope.workloads.placement import parse_doc
+from chronotope.workloads.quota import StopCause
 from chronotope.workloads.serving_group import (
     GroupResult,
     config_map_name,
@@ -231,7 +232,7 @@ def _within_quota(
 
 def _quota_held(
     ops: VariantOps, namespace: str, group: ServingGroup, result: GroupResult
-) -> tuple[str | None, tuple[str, tuple[str, ...]] | None]:
+) -> tuple[str | None, tuple[str, Mapping[str, StopCause]] | None]:
     """Why quota holds the group's new Deployment back (None: it fits), and whom a reclaim stops.
 
     The group's pods count against the LocalQueue `default` of its namespace

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from chronotope.api.v1alpha1.queue import QueueStatus, QuotaRelease, StopPolicy
 from chronotope.controllers.trainingjob import (
     DRAINING,
-    RECLAIMING,
+    STOP_WHY,
     ClusterOps,
     Outcome,
     merged_status,
@@ -240,7 +240,8 @@ def reclaim_for_serving(ops: ClusterOps, view: QuotaView | None = None) -> list[
         kind, _, name = owner.partition(":")
         by = f"{_SERVING_KINDS.get(kind, kind)} {namespace}/{name}"
         log.info("%s: %s reclaims queue %s's lent quota: stopping it", r.victim, by, r.queue)
-        ops.preempt(r.victim, by=by, why=f"{RECLAIMING}{r.queue}", grace_seconds=r.grace_seconds)
+        why = f"{STOP_WHY[r.cause]}{r.queue}"
+        ops.preempt(r.victim, by=by, why=why, grace_seconds=r.grace_seconds)
     return [r.victim for r in out]
 
 

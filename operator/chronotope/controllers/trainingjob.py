@@ -57,6 +57,7 @@ from chronotope.workloads.training_status import (
 __all__ = [
     "DRAINING",
     "RECLAIMING",
+    "STOP_WHY",
     "UNWATCHED_CAUSES",
     "ClusterOps",
     "Outcome",
@@ -91,12 +92,13 @@ _FAIR_SHARE = "fair share of queue "
 RECLAIMING = "reclaiming quota of queue "
 """The why of a preemption that reclaims lent quota (a TrainingJob's, or `controllers.queues`' for
 serving pods)."""
-_STOP_WHY = {
+STOP_WHY = {
     StopCause.RECLAIM: RECLAIMING,
     StopCause.FAIR_SHARE: _FAIR_SHARE,
     StopCause.WITHIN_QUEUE: _WITHIN_QUEUE,
 }
-"""The why a quota verdict's victims are preempted with, by whose work they are."""
+"""The why a quota verdict's victims are preempted with, by whose work they are (a
+TrainingJob's verdict, or `controllers.queues`' for serving pods)."""
 _PRIORITY = "higher priority"
 DRAINING = "draining queue "
 """The why of a preemption by a queue under `stopPolicy: HoldAndDrain` (`controllers.queues`)."""
@@ -480,7 +482,7 @@ def _enact(
             c.ops.preempt(
                 victim,
                 by=c.key,
-                why=f"{_STOP_WHY[admission.cause]}{admission.queue}",
+                why=f"{STOP_WHY[admission.cause]}{admission.queue}",
                 grace_seconds=grace,
             )
     elif preempting and decision.action is Action.WAIT and not verdict.held_by_quota:

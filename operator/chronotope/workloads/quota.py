@@ -270,9 +270,9 @@ class PendingWorkload:
     local_queue: str
     alternatives: tuple[Demand, ...]
     priority: int = 0
-    preempts: bool = True
-    """False: it may reclaim lent quota (pass 2) but never preempts (passes 4 and 5): a
-    serving workload in the TrainingJob admission cycle, whose controller does neither."""
+    preempts_within_queue: bool = True
+    """False: it may stop borrowers (passes 2 and 5) but never its own queue's work (pass 4):
+    a serving workload in the TrainingJob admission cycle, whose controller never does."""
 
 
 class StopCause(StrEnum):
@@ -529,7 +529,9 @@ def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
 _ORDER = (Verdict.ADMIT, Verdict.BORROW, Verdict.RECLAIM, Verdict.WAIT)
 
 
-def _best(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> tuple[Demand, _Fit]:
+def _best(
+    book: QuotaBook, queue: QueueQuota, pending: PendingWorkload, spare: Collection[str] = ()
+) -> tuple[Demand, _Fit]:
     """The alternative admission takes (Kueue's flavor fungibility).
 
     In order, the first alternative that fits within nominal quota, or by
@@ -539,7 +541,8 @@ def _best(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> tuple
     the queue's own lower-priority work (pass 4, whose WAIT verdict keeps the
     passes before it from admitting a later alternative). When none does, the
     one with the best verdict (ADMIT, BORROW, RECLAIM, WAIT; earlier
-    alternatives win ties).
+    alternatives win ties). The workloads of `spare` (admitted in this cycle) are
+    never victims, as Kueue preempts only what was admitted before its cycle.
     """
     fits = [(demand, _fit(book, queue, demand)) for demand in pending.alternatives]
     if queue.borrow_first or queue.reclaim_first:
@@ -550,12 +553,15 @@ def _best(book: QuotaBook, queue: QueueQuota, pending: PendingWorkload) -> tuple
                 return demand, fit
             if not queue.reclaim_first:
                 continue
-            if fit.verdict is Verdict.RECLAIM and reclaim_victims(book, queue, demand) is not None:
+            if (
+                fit.verdict is Verdict.RECLAIM
+                and reclaim_victims(book, queue, demand, spare) is not None
+            ):
                 return demand, fit
             if (
                 fit.verdict is Verdict.WAIT
                 and queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY
-                and within_queue_victims(book, queue, pending.priority, demand)
+                and within_queue_victims(book, queue, pending.priority, demand, spare)
             ):
                 return demand, fit
     return min(fits, key=lambda pair: _ORDER.index(pair[1].verdict))
@@ -620,31 +626,36 @@ def fits_now(book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Dem
 
 def reclaim_to_fit(
     book: QuotaBook, queue: QueueQuota, key: str, demands: Sequence[Demand]
-) -> tuple[str, ...] | None:
+) -> dict[str, StopCause] | None:
     """The borrowed workloads to stop so that all of `demands` fit `queue`; None if none do.
 
     Each demand fits within nominal quota, by borrowing, or within nominal quota
     once borrowers of the cohort give back what it lent (`reclaim_victims`: only
-    under `reclaim.policy: PreemptBorrowed`, serving borrowers never stopped).
-    Empty: everything fits without stopping anyone. The book counts the demands
+    under `reclaim.policy: PreemptBorrowed`, serving borrowers never stopped), or,
+    under `reclaim.fairShare: Preempt`, by borrowing once borrowers above their
+    fair share stop (`fair_share_victims`). Victim -> why it stops (in order);
+    empty: everything fits without stopping anyone. The book counts the demands
     and no longer the victims, so the next demand is checked on top of them.
     """
     if queue.stop is not StopPolicy.NONE:
         return None
-    victims: list[str] = []
+    victims: dict[str, StopCause] = {}
     for demand in demands:
         fit = _fit(book, queue, demand)
-        if fit.verdict is Verdict.WAIT:
-            return None
+        stop: tuple[str, ...] | None = ()
+        cause = StopCause.RECLAIM
         if fit.verdict is Verdict.RECLAIM:
             stop = reclaim_victims(book, queue, demand)
-            if stop is None:
-                return None
-            for victim in stop:
-                book.remove(victim)
-            victims.extend(stop)
+        elif fit.verdict is Verdict.WAIT:
+            stop = fair_share_victims(book, queue, demand) if queue.fair_share else None
+            cause = StopCause.FAIR_SHARE
+        if not stop and fit.verdict is not Verdict.ADMIT and fit.verdict is not Verdict.BORROW:
+            return None
+        for victim in stop or ():
+            book.remove(victim)
+            victims[victim] = cause
         _apply(book, key, queue, demand, 0.0)
-    return tuple(victims)
+    return victims
 
 
 def room_once_released(
@@ -677,7 +688,9 @@ def room_once_released(
     return out
 
 
-def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple[str, ...] | None:
+def reclaim_victims(
+    book: QuotaBook, queue: QueueQuota, demand: Demand, spare: Collection[str] = ()
+) -> tuple[str, ...] | None:
     """Borrowed workloads to stop so `demand` fits `queue`'s nominal quota; None if too few.
 
     Only workloads of other cohort queues that borrow a needed pool are
@@ -687,7 +700,8 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
     are spared. A victim frees what the
     book counts it to take from the cohort: the part of it within its own
     queue's guaranteed quota (a lending limit's) stays that queue's, not the
-    cohort's. `book` is left as it was.
+    cohort's. The workloads of `spare` (admitted in this cycle) are never
+    victims. `book` is left as it was.
     """
     need = [p for p, a in demand.pools().items() if book.cohort_free(queue, p) < a]
     others = [q for q in book.members(queue) if q.name != queue.name]
@@ -709,9 +723,12 @@ def reclaim_victims(book: QuotaBook, queue: QueueQuota, demand: Demand) -> tuple
             mine = [
                 w
                 for w in book.workloads.values()
-                if w.queue == top.name and w.reclaimable and any(w.usage.get(p) for p in need)
+                if w.queue == top.name
+                and w.reclaimable
+                and w.key not in spare
+                and any(w.usage.get(p) for p in need)
             ]
-            if not mine:  # what it borrows is held by serving workloads: never stopped
+            if not mine:  # what it borrows is held by serving work or this cycle's: kept
                 others = [q for q in others if q is not top]
                 continue
             # Kueue's candidate order: lower priority first, then the most recently admitted
@@ -748,14 +765,19 @@ def _put_back(book: QuotaBook, chosen: list[AdmittedWorkload], order: list[str])
 
 
 def within_queue_victims(
-    book: QuotaBook, queue: QueueQuota, priority: int, demand: Demand
+    book: QuotaBook,
+    queue: QueueQuota,
+    priority: int,
+    demand: Demand,
+    spare: Collection[str] = (),
 ) -> tuple[str, ...] | None:
     """`queue`'s own lower-priority work to stop so `demand` fits now; None if not enough.
 
     Candidates are the queue's preemptible workloads (never serving ones) with a
     priority below `priority` that hold a pool `demand` needs: the lowest priority
     first, the newest first among equals, until `demand` fits within nominal quota
-    or by borrowing; victims the others cover are spared. `book` is left as it was.
+    or by borrowing; victims the others cover are spared, and so are the workloads
+    of `spare` (admitted in this cycle). `book` is left as it was.
     """
     pools = demand.pools()
     candidates = sorted(
@@ -765,6 +787,7 @@ def within_queue_victims(
             if w.queue == queue.name
             and w.reclaimable
             and w.preemptible
+            and w.key not in spare
             and w.priority < priority
             and any(w.usage.get(p) for p in pools)
         ),
@@ -957,7 +980,7 @@ def _within_nominal(
 ) -> None:
     """Pass 1: admit, in order, what fits its queue's nominal quota with nothing to reclaim."""
     for p, queue in _eligible(resolved, decisions):
-        demand, fit = _best(book, queue, p)
+        demand, fit = _best(book, queue, p, decisions.keys())
         if fit.verdict is Verdict.ADMIT:
             _apply(book, p.key, queue, demand, now)
             decisions[p.key] = Admission(p.key, Verdict.ADMIT, queue.name, demand)
@@ -975,7 +998,7 @@ def _borrow_by_fair_share(
     while True:
         offers = []
         for order, (p, queue) in enumerate(_eligible(resolved, decisions)):
-            demand, fit = _best(book, queue, p)
+            demand, fit = _best(book, queue, p, decisions.keys())
             if fit.verdict is Verdict.ADMIT:
                 _apply(book, p.key, queue, demand, now)
                 decisions[p.key] = Admission(p.key, Verdict.ADMIT, queue.name, demand)
@@ -1017,11 +1040,20 @@ def _admit_passes(
     than its reclaimer needed, or leave its own queue below its nominal quota, so
     what now fits a nominal quota (waiting since pass 1, or until now over its
     queue's quota) is admitted or reclaims before anyone borrows.
+
+    With a `StrictFIFO` queue, all three repeat while pass 3 admits anything: a
+    head admitted by borrowing lets its queue's next workload in, which passes 1
+    and 2 have not seen yet (it may fit its nominal quota, or reclaim for it).
     """
-    _within_nominal(book, resolved, decisions, now)
-    while _reclaim(book, resolved, decisions, now):
+    strict = any(queue.strict for _, queue in resolved)
+    while True:
         _within_nominal(book, resolved, decisions, now)
-    _borrow_by_fair_share(book, resolved, decisions, now)
+        while _reclaim(book, resolved, decisions, now):
+            _within_nominal(book, resolved, decisions, now)
+        decided = len(decisions)
+        _borrow_by_fair_share(book, resolved, decisions, now)
+        if not strict or len(decisions) == decided:
+            return
 
 
 def _preempt(
@@ -1036,21 +1068,22 @@ def _preempt(
     Pass 4 (`cause` WITHIN_QUEUE), under `withinQueue: LowerPriority`: the queue's
     own lower-priority work (`within_queue_victims`). Pass 5 (FAIR_SHARE), under
     `fairShare: Preempt`: borrowers above their fair share (`fair_share_victims`).
-    A workload that does not preempt (`PendingWorkload.preempts`) is left out.
+    Pass 4 leaves out a workload that does not preempt within its queue
+    (`PendingWorkload.preempts_within_queue`).
     True if it stopped anything.
     """
     preempted = False
     for p, queue in _eligible(resolved, decisions):
         on = (
-            queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY
+            queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY and p.preempts_within_queue
             if cause is StopCause.WITHIN_QUEUE
             else queue.fair_share
         )
-        if not on or not p.preempts:
+        if not on:
             continue
         for demand in p.alternatives:
             if cause is StopCause.WITHIN_QUEUE:
-                victims = within_queue_victims(book, queue, p.priority, demand)
+                victims = within_queue_victims(book, queue, p.priority, demand, decisions.keys())
                 text = (
                     f"queue {queue.name}: {demand.label} quota is held by its own "
                     f"lower-priority work; priority {p.priority} preempts it"
@@ -1182,10 +1215,14 @@ def _reclaim(
     """
     stopped_any = False
     for p, queue in _eligible(resolved, decisions):
-        demand, fit = _best(book, queue, p)
+        demand, fit = _best(book, queue, p, decisions.keys())
         if fit.verdict not in (Verdict.RECLAIM, Verdict.ADMIT):
             continue
-        victims = reclaim_victims(book, queue, demand) if fit.verdict is Verdict.RECLAIM else ()
+        victims = (
+            reclaim_victims(book, queue, demand, decisions.keys())
+            if fit.verdict is Verdict.RECLAIM
+            else ()
+        )
         if victims is None:
             continue
         for key in victims:  # a victim may free more than needed: later ones may fit now

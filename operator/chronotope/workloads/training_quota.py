@@ -320,7 +320,9 @@ def waiting_serving(
         demands = _as_demands(+wanted)
         alternatives = (Demand.together(demands),) if demands else ()
         why = str((obj.get("status") or {}).get("whyWaiting") or "")
-        pending = PendingWorkload(key, namespace, local_queue, alternatives, preempts=False)
+        pending = PendingWorkload(
+            key, namespace, local_queue, alternatives, preempts_within_queue=False
+        )
         found[key] = ServingWait(order, pending, why)
 
     for obj in pipelines:
@@ -431,14 +433,15 @@ def serving_reclaim(
     *,
     local_queue: str,
     objects: Iterable[Mapping[str, Any]],
-) -> tuple[str, tuple[str, ...]] | None:
-    """(its Queue, the borrowed TrainingJobs to stop) for `objects` to fit; None if that cannot.
+) -> tuple[str, Mapping[str, StopCause]] | None:
+    """(its Queue, the borrowed TrainingJobs to stop and why) for `objects` to fit; None if not.
 
     For a serving workload that `serving_admission` holds back because its queue
     lent the quota it needs: within its nominal quota, and under the Queue's
-    `reclaim.policy: PreemptBorrowed`, the borrowers of the cohort give it back
-    (`quota.reclaim_to_fit`, the victims a TrainingJob reclaiming that quota
-    would stop). None also when it fits without stopping anyone, or quota is off.
+    `reclaim.policy: PreemptBorrowed`, the borrowers of the cohort give it back;
+    above it, under `reclaim.fairShare: Preempt`, borrowers above their fair share
+    stop (`quota.reclaim_to_fit`, the victims a TrainingJob would stop). None
+    also when it fits without stopping anyone, or quota is off.
     """
     if not view.on:
         return None
@@ -453,10 +456,19 @@ def serving_reclaim(
     return (queue.name, victims) if victims else None
 
 
-def reclaim_words(queue: str, victims: Sequence[str]) -> str:
-    """What a serving workload that reclaims lent quota says (event, `whyWaiting`)."""
+def reclaim_words(queue: str, victims: Mapping[str, StopCause]) -> str:
+    """What a serving workload that reclaims lent quota (or borrows for its fair share) says."""
+    causes = set(victims.values())
+    does = " and ".join(
+        words
+        for cause, words in (
+            (StopCause.RECLAIM, "reclaims the quota it lent"),
+            (StopCause.FAIR_SHARE, "borrows for its fair share"),
+        )
+        if cause in causes
+    )
     return (
-        f"queue {queue} reclaims the quota it lent: stopping borrowed TrainingJob(s) "
+        f"queue {queue} {does}: stopping borrowed TrainingJob(s) "
         f"{', '.join(victims)} (checkpointed within the queue's grace period); its pods "
         "start once they have stopped"
     )
@@ -471,6 +483,8 @@ class ServingReclaim:
     grace_seconds: int
     workload: str
     """The serving workload whose pods wait for it (`namespace/pipeline:NAME` ...)."""
+    cause: StopCause = StopCause.RECLAIM
+    """Why: its queue reclaims what it lent, or borrows for its fair share."""
 
 
 def serving_reclaims(
@@ -485,7 +499,9 @@ def serving_reclaims(
     queue's nominal quota only once borrowers in the cohort give back what it
     lent, and the Queue reclaims (`PreemptBorrowed`), the borrowed TrainingJobs
     `reclaim_to_fit` picks are stopped with the reclaiming queue's grace period,
-    as a TrainingJob's reclaim stops them. Bound pods count as unbound ones do:
+    as a TrainingJob's reclaim stops them; so are those above their fair share
+    where what it asks above its nominal quota fits only once they stop and its
+    Queue sets `fairShare: Preempt`. Bound pods count as unbound ones do:
     on free GPUs of the type a serving workload's pods run at once, but the
     borrower still holds quota its lender now uses. Jobs already asked to stop
     (their `preempted-by` annotation is set) count as gone and are not asked
@@ -515,7 +531,8 @@ def serving_reclaims(
             continue
         book = trial
         out.extend(
-            ServingReclaim(v, queue.name, queue.grace_seconds, workload.key) for v in victims
+            ServingReclaim(v, queue.name, queue.grace_seconds, workload.key, cause)
+            for v, cause in victims.items()
         )
     return out
 

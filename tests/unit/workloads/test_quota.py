@@ -479,17 +479,21 @@ def test_a_borrower_below_its_fair_share_stops_borrowed_work_above_it() -> None:
     assert out.message == "queue team-b: A100 2/2 in use, cohort ml has 0 to lend"
 
 
-def test_a_workload_that_does_not_preempt_reclaims_but_never_stops_borrowers_for_fair_share() -> (
-    None
-):
-    # a serving workload in the admission cycle: its controller never preempts for fair share
-    serving = replace(_job("b2", "team-b", (A100, 2)), preempts=False)
-    assert admit(_fair_book(), [serving])["b2"].verdict is Verdict.WAIT
-    # reclaiming what its queue lent is still its (rule 2)
+def test_a_workload_that_does_not_preempt_within_its_queue_still_stops_borrowers() -> None:
+    # a serving workload in the admission cycle: its controller stops borrowers (rules 2
+    # and 5) but never its own queue's lower-priority work (rule 4)
+    serving = replace(_job("b2", "team-b", (A100, 2)), preempts_within_queue=False)
+    assert admit(_fair_book(), [serving])["b2"].victims == ("a3",)
     queues = {"team-a": _queue((A100, 4), reclaim="PreemptBorrowed"), "team-b": _queue((A100, 4))}
     book = _book(queues, [("b1", "team-b", 4), ("b2", "team-b", 4)])
-    serving = replace(_job("a1", "team-a", (A100, 2)), preempts=False)
+    serving = replace(_job("a1", "team-a", (A100, 2)), preempts_within_queue=False)
     assert admit(book, [serving])["a1"].victims == ("b2",)
+    book = _book({"team-a": _queue((A100, 4), cohort=None, within="LowerPriority")})
+    book.add(AdmittedWorkload("low", "team-a", {(A100, GPUS): 4}, priority=-1, preemptible=True))
+    urgent = _job("hi", "team-a", (A100, 2))
+    assert admit(book.copy(), [urgent])["hi"].victims == ("low",)
+    alone = replace(urgent, preempts_within_queue=False)
+    assert admit(book, [alone])["hi"].verdict is Verdict.WAIT
 
 
 def test_fair_share_preemption_falls_back_to_the_initial_share_rule() -> None:
@@ -916,6 +920,41 @@ def test_invariants_on_two_gpu_types(
     for gpu_type in (A100, L4):
         lent = sum(r[gpu_type].lent for r in rows.values())
         assert lent == sum(r[gpu_type].borrowed for r in rows.values())
+
+
+def test_a_strict_queues_next_workload_after_a_borrowing_head_gets_every_pass() -> None:
+    # found by hypothesis (stop 53): StrictFIFO q0 (4 A100, whenCanPreempt: Preempt) admits
+    # j0-j2 within quota; its head j3 borrows L4 in pass 3, which lets j5 (A100 or L4) in
+    # only then; passes 1 and 2 had run: j5 waited though it could reclaim A100 (or borrow
+    # L4). Now the passes repeat after a strict head borrows, and a workload admitted in
+    # the same cycle (j4, borrowing A100) is never a victim
+    def cycle(running: list[tuple[str, str, int]]) -> dict[str, tuple[str, str, tuple[str, ...]]]:
+        queues = {
+            "q0": _queue(
+                (A100, 4),
+                (L4, 0),
+                reclaim="PreemptBorrowed",
+                strict=True,
+                fungibility="TryNextFlavor",
+                preempt="Preempt",
+            ),
+            "q1": _queue((A100, 0), (L4, 0), reclaim="PreemptBorrowed"),
+            "q2": _queue((A100, 0), (L4, 2), reclaim="PreemptBorrowed"),
+        }
+        jobs = [_job(f"j{i}", "q0", (A100, 1)) for i in range(3)]
+        jobs += [_job("j3", "q0", (L4, 1)), _job("j4", "q1", (A100, 1))]
+        jobs.append(_job("j5", "q0", (A100, 1), (L4, 1)))
+        out = admit(_book(queues, running), jobs)
+        return {
+            k: (d.verdict.value, d.demand.gpu_type if d.demand else "", d.victims)
+            for k, d in out.items()
+        }
+
+    # r0 borrowed A100 before the cycle: j5 reclaims it
+    assert cycle([("r0", "q1", 1)])["j5"] == ("Reclaim", A100, ("r0",))
+    # j4 borrows the A100 in this cycle: not a victim, so j5 borrows L4
+    got = cycle([])
+    assert (got["j4"], got["j5"]) == (("Borrow", A100, ()), ("Borrow", L4, ()))
 
 
 def test_what_a_reclaim_frees_beyond_its_need_is_admitted_in_the_same_cycle() -> None:

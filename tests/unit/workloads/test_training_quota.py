@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chronotope.workloads.quota import Admission, Unit, Verdict
+from chronotope.workloads.quota import Admission, StopCause, Unit, Verdict
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_quota import (
     QuotaView,
@@ -15,6 +15,7 @@ from chronotope.workloads.training_quota import (
     pending_order,
     queue_report,
     quota_wait,
+    reclaim_words,
     serving_admission,
     serving_holders,
     serving_reclaim,
@@ -560,7 +561,7 @@ def test_a_serving_workload_waiting_on_several_gpu_types_keeps_them_all_or_none(
     assert young_verdict(t4) is Verdict.ADMIT
     # its one alternative names every type, and the queue lists it before the job
     (wait,) = waiting_serving([web], [])
-    assert not wait.workload.preempts  # its controller never preempts: nor does the cycle
+    assert not wait.workload.preempts_within_queue  # as its controller, never in its queue
     assert wait.workload.alternatives[0].gpu_types == ("L4", "T4")
     assert wait.workload.alternatives[0].pools() == {
         ("L4", Unit.GPUS): 2,
@@ -636,11 +637,55 @@ def test_a_serving_workload_within_its_nominal_quota_reclaims_what_its_queue_len
     assert held is not None
     assert "only once borrowers in cohort ml give it back" in held
     # 2 of its own 4 L4: one borrower (the newest of the lowest priority: a3) gives 2 back
-    assert reclaim(_lending_view(), 2, _borrowers()) == ("team-b", ("a/a3",))
-    assert reclaim(_lending_view(), 4, _borrowers()) == ("team-b", ("a/a3", "a/a2"))
+    back = StopCause.RECLAIM
+    assert reclaim(_lending_view(), 2, _borrowers()) == ("team-b", {"a/a3": back})
+    assert reclaim(_lending_view(), 4, _borrowers()) == ("team-b", {"a/a3": back, "a/a2": back})
     assert reclaim(_lending_view(), 5, _borrowers()) is None  # beyond nominal: no reclaim
     assert reclaim(_lending_view("Never"), 2, _borrowers()) is None
     assert reclaim(_lending_view(), 2, _borrowers()[:2]) is None  # fits as it is
+
+
+def test_a_serving_workload_that_would_borrow_stops_borrowers_above_their_fair_share() -> None:
+    # cohort ml: team-a 2, team-b 2, team-c 4 (idle), fairShare: Preempt; team-a runs 6
+    # (a2 and a3 borrow 4 of team-c's); b's pipeline asks 4 L4: 2 of its own, 2 borrowed
+    def view(fair: str) -> QuotaView:
+        return QuotaView.parse(
+            [
+                {
+                    "metadata": {"name": f"team-{q}"},
+                    "spec": {
+                        "quotas": [{"gpuType": "L4", "gpus": n}],
+                        "cohort": "ml",
+                        "reclaim": {"fairShare": fair, "gracePeriodSeconds": 45},
+                    },
+                }
+                for q, n in (("a", 2), ("b", 2), ("c", 4))
+            ],
+            [
+                {"metadata": {"name": "default", "namespace": ns}, "spec": {"queue": f"team-{ns}"}}
+                for ns in ("a", "b")
+            ],
+        )
+
+    jobs = [_job(f"a{i}", "a", 2, "Running") for i in (1, 2, 3)]
+    holders = serving_holders(view("Preempt"), jobs, [], "b/pipeline:web")
+    got = serving_reclaim(
+        view("Preempt"), holders, local_queue="default", objects=[_deployment(4, 1)]
+    )
+    # with it team-b's share is 2/8, team-a's without a3 2/8: a3 stops for it
+    assert got == ("team-b", {"a/a3": StopCause.FAIR_SHARE})
+    assert reclaim_words(*got).startswith("queue team-b borrows for its fair share: stopping")
+    # once its pods exist the queue loop stops a3, saying why
+    pods = [_unbound(_serving_pod(f"web-{i}", "b", 1)) for i in range(4)]
+    (stop,) = serving_reclaims(view("Preempt"), lambda: jobs, pods)
+    assert (stop.victim, stop.cause, stop.grace_seconds) == ("a/a3", StopCause.FAIR_SHARE, 45)
+    # without fairShare it waits, and its pods would stop nobody
+    holders = serving_holders(view("Never"), jobs, [], "b/pipeline:web")
+    assert (
+        serving_reclaim(view("Never"), holders, local_queue="default", objects=[_deployment(4, 1)])
+        is None
+    )
+    assert serving_reclaims(view("Never"), lambda: jobs, pods) == []
 
 
 def _unbound(pod: dict[str, Any]) -> dict[str, Any]:

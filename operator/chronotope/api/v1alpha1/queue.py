@@ -333,8 +333,9 @@ class QueueSpec(ApiModel):
     )
     reclaim: QueueReclaim = Field(
         default_factory=QueueReclaim,
-        description="Whether the queue preempts borrowed work to get its quota back, and its "
-        "own lower-priority work for higher-priority work.",
+        description="Whether the queue preempts borrowed work to get its quota back, its "
+        "own lower-priority work for higher-priority work, and borrowed work above its fair "
+        "share to borrow.",
     )
     namespace_selector: LabelSelector | None = Field(
         default=None,
