@@ -361,6 +361,28 @@ def test_when_can_preempt_preempt_reclaims_the_preferred_type_instead_of_a_slowe
     assert _cond(out) == ("True", "ReclaimingQuota")
 
 
+def test_serving_pods_borrowing_for_their_fair_share_stop_a_borrower_above_it() -> None:
+    # as the TrainingJob fair-share test: team-a borrows team-c's 8 (a2); team-b (weight 2)
+    # runs b1 on its own 8 and its pipeline web's 8 pods (borrowing 8) wait unbound
+    a1 = running(team_job("a1", "a"), "2030-01-01T11:00:00Z")
+    a2 = running(team_job("a2", "a", 1), "2030-01-01T11:30:00Z")
+    b1 = running(team_job("b1", "b"), "2030-01-01T11:00:00Z")
+    queues = [
+        queue("team-a", 8, cohort="ml", fair="Preempt"),
+        queue("team-b", 8, cohort="ml", fair="Preempt", weight=2),
+        queue("team-c", 8, cohort="ml", fair="Preempt"),
+    ]
+    ops = ops_with(3, [a1, a2, b1], queues)
+    ops._pods = [
+        serving_pod(f"web-{i}", "H100", namespace="b", pipeline="web")
+        | {"status": {"phase": "Pending"}}
+        for i in range(8)
+    ]
+    assert reclaim_for_serving(ops) == ["a/a2"]
+    assert ops.annotated["a/a2"] == "InferencePipeline b/web (fair share of queue team-b)"
+    assert _preempted(a2, ops).preempted == ("FairShare", "team-b")
+
+
 def test_serving_pods_waiting_for_lent_quota_stop_the_borrower_once() -> None:
     # team-a runs a1 on its own 8 H100 and a2 on team-b's 8; team-b's pipeline web
     # (8 pods x 1 H100, within team-b's nominal quota) is applied: its pods wait unbound
