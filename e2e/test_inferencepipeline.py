@@ -381,6 +381,76 @@ def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
             core.delete_namespace(ns_t)
 
 
+def test_a_pipeline_borrows_for_its_fair_share_from_a_training_queue_above_it(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    """Cohort of Queues serve and train (0 GPUs each) and idle (4, lends them), all
+    `fairShare: Preempt`: train's jobs big1 and big2 borrow all 4. The pipeline of serve
+    (1-2 GPUs, borrowed) would be at most at 2/4 with them, train at 2/4 without big2 (its
+    newest): big2 is checkpointed and stopped for it, the pipeline serves, big1 runs on."""
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, cohort = f"FAIRP-{tag.upper()}", f"p{tag}"
+    serve, train = f"{cohort}-serve", f"{cohort}-train"
+
+    def queue(name: str, gpus: int) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {
+                "cohort": cohort,
+                "quotas": [{"gpuType": gpu_type, "gpus": gpus}],
+                "reclaim": {"fairShare": "Preempt", "gracePeriodSeconds": 5},
+            },
+        }
+
+    serving = _one_stage_pipeline("fair", gpu_type)
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        ns_t = f"{namespace}-t"
+        core.create_namespace({"metadata": {"name": ns_t}})
+        wait_for(lambda: bool(core.list_namespaced_service_account(ns_t).items), 60, "sa")
+        queues = (queue(serve, 0), queue(train, 0), queue(f"{cohort}-idle", 4))
+        try:
+            with (
+                _gpu_nodes(api, core, f"fp-{tag}", gpu_type, 1, per_node=4),
+                _queues(custom, *queues),
+            ):
+                for ns, target in ((namespace, serve), (ns_t, train)):
+                    custom.create_namespaced_custom_object(
+                        GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
+                    )
+                for name in ("big1", "big2"):
+                    big = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
+                    custom.create_namespaced_custom_object(
+                        GROUP, VERSION, ns_t, "trainingjobs", big
+                    )
+                    _running(custom, ns_t, name, 90, f"{name} running on idle's lent quota")
+                    time.sleep(1.1)  # plan.startTime is to the second: big2 is the newest
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving)
+                wait_for(
+                    lambda: _status(custom, namespace, "fair").get("phase") == "Serving",
+                    120,
+                    "pipeline serving on quota borrowed for its fair share",
+                )
+                why = f"InferencePipeline {namespace}/fair (fair share of queue {serve})"
+                _was_preempted(
+                    kube_cluster, core, ns_t, "big2", why=why, counted=("FairShare", serve)
+                )
+                assert _job_status(custom, ns_t, "big1")["phase"] == "Running"
+
+                def said() -> list[str]:
+                    events = core.list_namespaced_event(
+                        namespace, field_selector="involvedObject.name=fair"
+                    )
+                    return [e.message for e in events.items if e.reason == "ReclaimingQuota"]
+
+                wait_for(lambda: bool(said()), 30, "the pipeline's ReclaimingQuota event")
+                assert said()[0].startswith(f"queue {serve} borrows for its fair share")
+        finally:
+            core.delete_namespace(ns_t)
+
+
 def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_job(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
 ) -> None:
