@@ -225,6 +225,10 @@ class Demand:
 
     def pools(self) -> dict[Resource, int]:
         """The quota pools this demand takes, with amounts (zero amounts left out)."""
+        if not self.also:  # the common case, on every fit check: no Counter
+            own = {(self.gpu_type, Unit.GPUS): self.gpus}
+            own[(self.gpu_type, Unit.SHARE_MILLI)] = self.share_milli
+            return {r: n for r, n in own.items() if n > 0}
         found: Counter[Resource] = Counter(
             {
                 (self.gpu_type, Unit.GPUS): self.gpus,
@@ -488,7 +492,11 @@ def _label(pool: Resource) -> str:
 
 def _fit(book: QuotaBook, queue: QueueQuota, demand: Demand) -> _Fit:
     """Whether `demand` fits `queue` now: within nominal, by borrowing, by reclaiming, or not."""
-    missing = [t for t in demand.gpu_types if t not in queue.types]
+    missing = (
+        [t for t in demand.gpu_types if t not in queue.types]
+        if demand.also
+        else [demand.gpu_type] * (demand.gpu_type not in queue.types)
+    )
     if missing:
         types = ", ".join(queue.gpu_types())
         text = f"queue {queue.name} has no quota for {', '.join(missing)} (its types: {types})"
