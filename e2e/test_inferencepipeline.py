@@ -13,7 +13,14 @@ from kubernetes import client
 
 from e2e.kubetest import KubeCluster, wait_for
 from e2e.test_kubectl_plugin import _kubectl
-from e2e.test_queues import _local_queue, _queues, _quota_reserved, _running, _was_preempted
+from e2e.test_queues import (
+    _cohort_queue,
+    _local_queue,
+    _queues,
+    _quota_reserved,
+    _running,
+    _was_preempted,
+)
 from e2e.test_queues import _status as _job_status
 from e2e.test_trainingjob import _gpu_nodes, job
 
@@ -324,16 +331,7 @@ def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
     gpu_type, serve, train = f"RECL-{tag.upper()}", f"r{tag}-serve", f"r{tag}-train"
 
     def queue(name: str, gpus: int, reclaim: str) -> dict[str, Any]:
-        return {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Queue",
-            "metadata": {"name": name},
-            "spec": {
-                "cohort": f"r{tag}",
-                "quotas": [{"gpuType": gpu_type, "gpus": gpus}],
-                "reclaim": {"policy": reclaim, "gracePeriodSeconds": 5},
-            },
-        }
+        return _cohort_queue(name, f"r{tag}", gpu_type, gpus, {"policy": reclaim})
 
     serving = _one_stage_pipeline("recl", gpu_type)
     with kube_cluster.api_client() as api:
@@ -393,16 +391,7 @@ def test_a_pipeline_borrows_for_its_fair_share_from_a_training_queue_above_it(
     serve, train = f"{cohort}-serve", f"{cohort}-train"
 
     def queue(name: str, gpus: int) -> dict[str, Any]:
-        return {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Queue",
-            "metadata": {"name": name},
-            "spec": {
-                "cohort": cohort,
-                "quotas": [{"gpuType": gpu_type, "gpus": gpus}],
-                "reclaim": {"fairShare": "Preempt", "gracePeriodSeconds": 5},
-            },
-        }
+        return _cohort_queue(name, cohort, gpu_type, gpus, {"fairShare": "Preempt"})
 
     serving = _one_stage_pipeline("fair", gpu_type)
     with kube_cluster.api_client() as api:

@@ -728,24 +728,35 @@ def reclaim_victims(
             if not lenders:
                 return None
             top = max(sorted(lenders, key=lambda q: q.name), key=borrowing)  # ties: by name
-            mine = [
-                w
-                for w in book.workloads.values()
-                if w.queue == top.name
-                and w.reclaimable
-                and w.key not in spare
-                and any(w.usage.get(p) for p in need)
-            ]
+            mine = _stoppable(book, top, need, spare)
             if not mine:  # what it borrows is held by serving work or this cycle's: kept
                 others = [q for q in others if q is not top]
                 continue
-            # Kueue's candidate order: lower priority first, then the most recently admitted
-            victim = max(mine, key=lambda w: (-w.priority, w.admitted_at, w.key))
+            victim = _first_victim(mine)
             book.remove(victim.key)
             chosen.append(victim)
         return _spared(book, chosen, fits)
     finally:
         _put_back(book, chosen, order)
+
+
+def _stoppable(
+    book: QuotaBook, queue: QueueQuota, need: Sequence[Resource], spare: Collection[str]
+) -> list[AdmittedWorkload]:
+    """`queue`'s workloads a borrower may stop: never serving ones nor `spare`, holding a `need`."""
+    return [
+        w
+        for w in book.workloads.values()
+        if w.queue == queue.name
+        and w.reclaimable
+        and w.key not in spare
+        and any(w.usage.get(p) for p in need)
+    ]
+
+
+def _first_victim(candidates: Sequence[AdmittedWorkload]) -> AdmittedWorkload:
+    """Kueue's candidate order: the lowest priority first, then the most recently admitted."""
+    return max(candidates, key=lambda w: (-w.priority, w.admitted_at, w.key))
 
 
 def _spared(
@@ -1167,18 +1178,11 @@ def fair_share_victims(
                 if not ranked:
                     break
                 top = ranked[0]
-                mine_there = [
-                    w
-                    for w in book.workloads.values()
-                    if w.queue == top.name
-                    and w.reclaimable
-                    and w.key not in spare
-                    and any(w.usage.get(p) for p in need)
-                ]
+                mine_there = _stoppable(book, top, need, spare)
                 if not mine_there:
                     passed.add(top.name)
                     continue
-                victim = max(mine_there, key=lambda w: (-w.priority, w.admitted_at, w.key))
+                victim = _first_victim(mine_there)
                 before = book.dominant_share(top)
                 book.remove(victim.key)
                 fair = mine < before if initial else mine <= book.dominant_share(top)
