@@ -18,7 +18,6 @@ run them as cluster-admin instead (for debugging a failure that may be RBAC).
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from e2e.kubetest import KubeCluster, kubectl_binary
+from e2e.kubetest import KubeCluster, kubectl_binary, scratch_namespace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = REPO_ROOT / "manifests" / "clusters" / "demo.yaml"
@@ -133,16 +132,5 @@ def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     from kubernetes import client
 
     name = f"t-{uuid.uuid4().hex[:8]}"
-    with kube_cluster.api_client() as api:
-        core = client.CoreV1Api(api)
-        core.create_namespace({"metadata": {"name": name, "labels": {"chronotope.dev/test": "1"}}})
-        # the ServiceAccount admission plugin rejects pods until the default account exists
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if core.list_namespaced_service_account(name).items:
-                break
-            time.sleep(0.2)
-        try:
-            yield name
-        finally:
-            core.delete_namespace(name)
+    with kube_cluster.api_client() as api, scratch_namespace(client.CoreV1Api(api), name):
+        yield name

@@ -67,6 +67,21 @@ def wait_for(predicate: Callable[[], T | None], timeout: float = 60, what: str =
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+@contextlib.contextmanager
+def scratch_namespace(core: Any, name: str) -> Iterator[str]:
+    """Namespace `name` for one test (labelled `chronotope.dev/test`), deleted after it.
+
+    `core` is a `CoreV1Api`. It is ready once its default ServiceAccount exists: the
+    ServiceAccount admission plugin rejects pods until then.
+    """
+    core.create_namespace({"metadata": {"name": name, "labels": {"chronotope.dev/test": "1"}}})
+    try:
+        wait_for(lambda: bool(core.list_namespaced_service_account(name).items), 60, "sa")
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
 def metric_value(text: str, name: str, labels: str) -> float:
     """The value of sample `name{labels}` in Prometheus text; 0 if absent."""
     for line in text.splitlines():

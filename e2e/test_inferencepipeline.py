@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.kubetest import KubeCluster, wait_for
+from e2e.kubetest import KubeCluster, scratch_namespace, wait_for
 from e2e.test_kubectl_plugin import _kubectl
 from e2e.test_queues import (
     _cohort_queue,
@@ -22,7 +22,7 @@ from e2e.test_queues import (
     _was_preempted,
 )
 from e2e.test_queues import _status as _job_status
-from e2e.test_trainingjob import _gpu_nodes, job
+from e2e.test_trainingjob import _events, _gpu_nodes, job
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "inferencepipelines"
 
@@ -336,47 +336,40 @@ def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
     serving = _one_stage_pipeline("recl", gpu_type)
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        ns_t = f"{namespace}-t"
-        core.create_namespace({"metadata": {"name": ns_t}})
-        wait_for(lambda: bool(core.list_namespaced_service_account(ns_t).items), 60, "sa")
-        try:
-            with (
-                _gpu_nodes(api, core, f"rn-{tag}", gpu_type, 1, per_node=gpus),
-                _queues(custom, queue(serve, 2, "PreemptBorrowed"), queue(train, 0, "Never")),
-            ):
-                for ns, target in ((namespace, serve), (ns_t, train)):
-                    custom.create_namespaced_custom_object(
-                        GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
-                    )
-                big = job("big", 1, 2, [(gpu_type, 1.0)], checkpoint={"path": "/ckpt/big"})
-                custom.create_namespaced_custom_object(GROUP, VERSION, ns_t, "trainingjobs", big)
-                _running(custom, ns_t, "big", 90, "big running on serve's lent quota")
-                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving)
-
-                def reclaiming() -> list[str]:
-                    events = core.list_namespaced_event(
-                        namespace, field_selector="involvedObject.name=recl"
-                    )
-                    return [e.message for e in events.items if e.reason == "ReclaimingQuota"]
-
-                wait_for(lambda: bool(reclaiming()), 60, "the pipeline's ReclaimingQuota event")
-                assert f"stopping borrowed TrainingJob(s) {ns_t}/big" in reclaiming()[0]
-                wait_for(
-                    lambda: _status(custom, namespace, "recl").get("phase") == "Serving",
-                    120,
-                    "pipeline serving on the reclaimed quota",
+        with (
+            scratch_namespace(core, f"{namespace}-t") as ns_t,
+            _gpu_nodes(api, core, f"rn-{tag}", gpu_type, 1, per_node=gpus),
+            _queues(custom, queue(serve, 2, "PreemptBorrowed"), queue(train, 0, "Never")),
+        ):
+            for ns, target in ((namespace, serve), (ns_t, train)):
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
                 )
-                why = f"InferencePipeline {namespace}/recl (reclaiming quota of queue {serve})"
-                _was_preempted(kube_cluster, core, ns_t, "big", why=why, counted=("Reclaim", serve))
+            big = job("big", 1, 2, [(gpu_type, 1.0)], checkpoint={"path": "/ckpt/big"})
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns_t, "trainingjobs", big)
+            _running(custom, ns_t, "big", 90, "big running on serve's lent quota")
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving)
 
-                def big_waits() -> bool:
-                    status = _job_status(custom, ns_t, "big")
-                    return _quota_reserved(status) == ("False", "QuotaExceeded")
+            said = wait_for(
+                lambda: _events(core, namespace, "recl").get("ReclaimingQuota"),
+                60,
+                "the pipeline's ReclaimingQuota event",
+            )
+            assert f"stopping borrowed TrainingJob(s) {ns_t}/big" in said
+            wait_for(
+                lambda: _status(custom, namespace, "recl").get("phase") == "Serving",
+                120,
+                "pipeline serving on the reclaimed quota",
+            )
+            why = f"InferencePipeline {namespace}/recl (reclaiming quota of queue {serve})"
+            _was_preempted(kube_cluster, core, ns_t, "big", why=why, counted=("Reclaim", serve))
 
-                wait_for(big_waits, 60, "big re-queued, waiting for quota")
-                assert _job_status(custom, ns_t, "big")["phase"] == "Waiting"
-        finally:
-            core.delete_namespace(ns_t)
+            def big_waits() -> bool:
+                status = _job_status(custom, ns_t, "big")
+                return _quota_reserved(status) == ("False", "QuotaExceeded")
+
+            wait_for(big_waits, 60, "big re-queued, waiting for quota")
+            assert _job_status(custom, ns_t, "big")["phase"] == "Waiting"
 
 
 def test_a_pipeline_borrows_for_its_fair_share_from_a_training_queue_above_it(
@@ -396,48 +389,37 @@ def test_a_pipeline_borrows_for_its_fair_share_from_a_training_queue_above_it(
     serving = _one_stage_pipeline("fair", gpu_type)
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        ns_t = f"{namespace}-t"
-        core.create_namespace({"metadata": {"name": ns_t}})
-        wait_for(lambda: bool(core.list_namespaced_service_account(ns_t).items), 60, "sa")
         queues = (queue(serve, 0), queue(train, 0), queue(f"{cohort}-idle", 4))
-        try:
-            with (
-                _gpu_nodes(api, core, f"fp-{tag}", gpu_type, 1, per_node=4),
-                _queues(custom, *queues),
-            ):
-                for ns, target in ((namespace, serve), (ns_t, train)):
-                    custom.create_namespaced_custom_object(
-                        GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
-                    )
-                for name in ("big1", "big2"):
-                    big = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
-                    custom.create_namespaced_custom_object(
-                        GROUP, VERSION, ns_t, "trainingjobs", big
-                    )
-                    _running(custom, ns_t, name, 90, f"{name} running on idle's lent quota")
-                    time.sleep(1.1)  # plan.startTime is to the second: big2 is the newest
-                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving)
-                wait_for(
-                    lambda: _status(custom, namespace, "fair").get("phase") == "Serving",
-                    120,
-                    "pipeline serving on quota borrowed for its fair share",
+        with (
+            scratch_namespace(core, f"{namespace}-t") as ns_t,
+            _gpu_nodes(api, core, f"fp-{tag}", gpu_type, 1, per_node=4),
+            _queues(custom, *queues),
+        ):
+            for ns, target in ((namespace, serve), (ns_t, train)):
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
                 )
-                why = f"InferencePipeline {namespace}/fair (fair share of queue {serve})"
-                _was_preempted(
-                    kube_cluster, core, ns_t, "big2", why=why, counted=("FairShare", serve)
-                )
-                assert _job_status(custom, ns_t, "big1")["phase"] == "Running"
+            for name in ("big1", "big2"):
+                big = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns_t, "trainingjobs", big)
+                _running(custom, ns_t, name, 90, f"{name} running on idle's lent quota")
+                time.sleep(1.1)  # plan.startTime is to the second: big2 is the newest
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving)
+            wait_for(
+                lambda: _status(custom, namespace, "fair").get("phase") == "Serving",
+                120,
+                "pipeline serving on quota borrowed for its fair share",
+            )
+            why = f"InferencePipeline {namespace}/fair (fair share of queue {serve})"
+            _was_preempted(kube_cluster, core, ns_t, "big2", why=why, counted=("FairShare", serve))
+            assert _job_status(custom, ns_t, "big1")["phase"] == "Running"
 
-                def said() -> list[str]:
-                    events = core.list_namespaced_event(
-                        namespace, field_selector="involvedObject.name=fair"
-                    )
-                    return [e.message for e in events.items if e.reason == "ReclaimingQuota"]
-
-                wait_for(lambda: bool(said()), 30, "the pipeline's ReclaimingQuota event")
-                assert said()[0].startswith(f"queue {serve} borrows for its fair share")
-        finally:
-            core.delete_namespace(ns_t)
+            said = wait_for(
+                lambda: _events(core, namespace, "fair").get("ReclaimingQuota"),
+                30,
+                "the pipeline's ReclaimingQuota event",
+            )
+            assert said.startswith(f"queue {serve} borrows for its fair share")
 
 
 def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_job(

@@ -20,7 +20,13 @@ from kubernetes import client
 
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.replan import parse_time
-from e2e.kubetest import KubeCluster, metric_value, operator_metrics, wait_for
+from e2e.kubetest import (
+    KubeCluster,
+    metric_value,
+    operator_metrics,
+    scratch_namespace,
+    wait_for,
+)
 from e2e.test_kubectl_plugin import _kubectl
 from e2e.test_trainingjob import _gpu_nodes, job
 
@@ -166,9 +172,6 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
     ns_a = namespace
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        ns_b = f"{namespace}-b"
-        core.create_namespace({"metadata": {"name": ns_b}})
-        wait_for(lambda: bool(core.list_namespaced_service_account(ns_b).items), 60, "sa")
 
         def submit(ns: str, name: str, queue: str = "default") -> None:
             _submit(custom, ns, name, gpu_type, queue)
@@ -179,80 +182,78 @@ def test_two_teams_borrow_reclaim_and_wait_for_quota(
         def running(ns: str, name: str, timeout: float, what: str) -> None:
             _running(custom, ns, name, timeout, what)
 
-        try:
-            with (
-                _gpu_nodes(api, core, f"qn-{tag}", gpu_type, 1, per_node=6),
-                _queues(
-                    custom,
-                    _queue(team_a, gpu_type, reclaim="Never", limit=2),
-                    _queue(team_b, gpu_type, reclaim="PreemptBorrowed"),
-                ),
-            ):
-                for ns, target in ((ns_a, team_a), (ns_b, team_b)):
-                    custom.create_namespaced_custom_object(
-                        GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
-                    )
-                # team A: one job within its quota, one on team B's idle quota
-                submit(ns_a, "a1")
-                running(ns_a, "a1", 60, "a1 running")
-                submit(ns_a, "a2")
-                running(ns_a, "a2", 60, "a2 running on borrowed")
-                wait_for(
-                    lambda: _usage(custom, team_a)[:2] == (4, 2) and _usage(custom, team_b)[2] == 2,
-                    30,
-                    "Queue status: team A borrows 2, team B lends 2",
+        with (
+            scratch_namespace(core, f"{namespace}-b") as ns_b,
+            _gpu_nodes(api, core, f"qn-{tag}", gpu_type, 1, per_node=6),
+            _queues(
+                custom,
+                _queue(team_a, gpu_type, reclaim="Never", limit=2),
+                _queue(team_b, gpu_type, reclaim="PreemptBorrowed"),
+            ),
+        ):
+            for ns, target in ((ns_a, team_a), (ns_b, team_b)):
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, "localqueues", _local_queue(ns, target)
                 )
-                # a third would exceed team A's borrowing limit: it waits, saying so
-                submit(ns_a, "a3")
-                wait_for(lambda: _reason(_status(custom, ns_a, "a3")) == "QuotaExceeded", 30, "a3")
-                why = _status(custom, ns_a, "a3")["whyWaiting"]
-                assert why.startswith(f"queue {team_a}: {gpu_type} 4/2 in use, borrowing limit 2")
-                # as a Kueue user reads it: a3's quota is not reserved, a1's (running) is
-                assert [_quota_reserved(_status(custom, ns_a, n)) for n in ("a3", "a1")] == [
-                    ("False", "QuotaExceeded"),
-                    ("True", "QuotaReserved"),
-                ]
-                # the plan-ahead on quota: a1 and a2 are predicted to end; a1 (older) first
-                assert "; its quota frees up 20" in why
-                assert why.endswith(f"({ns_a}/a1 ends)") or why.endswith(f"({ns_a}/a2 ends)")
-                _plan_ahead_as_data(custom, ns_a, team_a, gpu_type)
-                # team B wants its quota back: a2 (borrowed) is checkpointed and stopped
-                submit(ns_b, "b1")
-                running(ns_b, "b1", 90, "b1 running after reclaim")
-                why = f"{ns_b}/b1 (reclaiming quota of queue {team_b})"
-                _was_preempted(kube_cluster, core, ns_a, "a2", why=why, counted=("Reclaim", team_b))
-                assert phase(ns_a, "a1") == "Running"  # within nominal: never touched
-                wait_for(lambda: phase(ns_a, "a2") == "Waiting", 30, "a2 re-queued")
-                # 2 of the 6 GPUs are idle, but the cohort's quota (4) is all in use
-                wait_for(lambda: _reason(_status(custom, ns_a, "a2")) == "QuotaExceeded", 30, "a2")
-                assert "cohort" in _status(custom, ns_a, "a2")["whyWaiting"]
-                wait_for(lambda: _usage(custom, team_b)[:3] == (2, 0, 0), 30, "team B's usage")
-                # a job naming a LocalQueue that does not exist waits with the reason
-                submit(ns_b, "lost", queue="nope")
-                wait_for(
-                    lambda: _reason(_status(custom, ns_b, "lost")) == "LocalQueueMissing",
-                    30,
-                    "lost waits",
-                )
-                assert (
-                    _status(custom, ns_b, "lost")["whyWaiting"]
-                    == f"no LocalQueue nope in namespace {ns_b}"
-                )
-                # the platform team raises team A's quota live: a2 (ahead of a3) starts
-                custom.patch_cluster_custom_object(
-                    GROUP,
-                    VERSION,
-                    "queues",
-                    team_a,
-                    {"spec": {"quotas": [{"gpuType": gpu_type, "gpus": 4, "borrowingLimit": 2}]}},
-                )
-                running(ns_a, "a2", 60, "a2 running on new quota")
-                assert phase(ns_a, "a3") == "Waiting"
-                wait_for(lambda: _usage(custom, team_a)[3:] == (2, 1), 30, "team A counts")
-                # admission waits by Queue: a1, a2, and a2 again after its reclaim; b1
-                _admission_waits(kube_cluster, {team_a: 3, team_b: 1})
-        finally:
-            core.delete_namespace(ns_b)
+            # team A: one job within its quota, one on team B's idle quota
+            submit(ns_a, "a1")
+            running(ns_a, "a1", 60, "a1 running")
+            submit(ns_a, "a2")
+            running(ns_a, "a2", 60, "a2 running on borrowed")
+            wait_for(
+                lambda: _usage(custom, team_a)[:2] == (4, 2) and _usage(custom, team_b)[2] == 2,
+                30,
+                "Queue status: team A borrows 2, team B lends 2",
+            )
+            # a third would exceed team A's borrowing limit: it waits, saying so
+            submit(ns_a, "a3")
+            wait_for(lambda: _reason(_status(custom, ns_a, "a3")) == "QuotaExceeded", 30, "a3")
+            why = _status(custom, ns_a, "a3")["whyWaiting"]
+            assert why.startswith(f"queue {team_a}: {gpu_type} 4/2 in use, borrowing limit 2")
+            # as a Kueue user reads it: a3's quota is not reserved, a1's (running) is
+            assert [_quota_reserved(_status(custom, ns_a, n)) for n in ("a3", "a1")] == [
+                ("False", "QuotaExceeded"),
+                ("True", "QuotaReserved"),
+            ]
+            # the plan-ahead on quota: a1 and a2 are predicted to end; a1 (older) first
+            assert "; its quota frees up 20" in why
+            assert why.endswith(f"({ns_a}/a1 ends)") or why.endswith(f"({ns_a}/a2 ends)")
+            _plan_ahead_as_data(custom, ns_a, team_a, gpu_type)
+            # team B wants its quota back: a2 (borrowed) is checkpointed and stopped
+            submit(ns_b, "b1")
+            running(ns_b, "b1", 90, "b1 running after reclaim")
+            why = f"{ns_b}/b1 (reclaiming quota of queue {team_b})"
+            _was_preempted(kube_cluster, core, ns_a, "a2", why=why, counted=("Reclaim", team_b))
+            assert phase(ns_a, "a1") == "Running"  # within nominal: never touched
+            wait_for(lambda: phase(ns_a, "a2") == "Waiting", 30, "a2 re-queued")
+            # 2 of the 6 GPUs are idle, but the cohort's quota (4) is all in use
+            wait_for(lambda: _reason(_status(custom, ns_a, "a2")) == "QuotaExceeded", 30, "a2")
+            assert "cohort" in _status(custom, ns_a, "a2")["whyWaiting"]
+            wait_for(lambda: _usage(custom, team_b)[:3] == (2, 0, 0), 30, "team B's usage")
+            # a job naming a LocalQueue that does not exist waits with the reason
+            submit(ns_b, "lost", queue="nope")
+            wait_for(
+                lambda: _reason(_status(custom, ns_b, "lost")) == "LocalQueueMissing",
+                30,
+                "lost waits",
+            )
+            assert (
+                _status(custom, ns_b, "lost")["whyWaiting"]
+                == f"no LocalQueue nope in namespace {ns_b}"
+            )
+            # the platform team raises team A's quota live: a2 (ahead of a3) starts
+            custom.patch_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "queues",
+                team_a,
+                {"spec": {"quotas": [{"gpuType": gpu_type, "gpus": 4, "borrowingLimit": 2}]}},
+            )
+            running(ns_a, "a2", 60, "a2 running on new quota")
+            assert phase(ns_a, "a3") == "Waiting"
+            wait_for(lambda: _usage(custom, team_a)[3:] == (2, 1), 30, "team A counts")
+            # admission waits by Queue: a1, a2, and a2 again after its reclaim; b1
+            _admission_waits(kube_cluster, {team_a: 3, team_b: 1})
 
 
 def _was_preempted(
