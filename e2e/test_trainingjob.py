@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
+from chronotope.kube.nodes import apply_nodes, wait_nodes_ready, wait_nodes_untainted
 from chronotope.planners.profile import profile_to_data
 from chronotope.sharing.assignment import GpuAssignment
 from chronotope.sim.clusterspec import ClusterSpec, node_manifests
@@ -668,3 +668,60 @@ def test_jobs_that_could_both_start_are_planned_jointly(
             assigned = GpuAssignment.from_annotations(annotations).gpu_indices
             planned = tuple(int(g) for g in annotations["chronotope.dev/planned-gpus"].split(","))
             assert assigned == planned
+
+
+def test_jobs_are_planned_only_on_nodes_their_pods_may_use(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # a team's dedicated node (tainted) of the fast type, and an open node of the slow one:
+    # before, a job that accepts both was planned on the fast node, whose taint its pods
+    # do not tolerate; they stayed Pending and the stuck rule re-planned it there again
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    taint = {"key": "dedicated", "value": f"team-{tag}", "effect": "NoSchedule"}
+    toleration = {**taint, "operator": "Equal"}
+    with (
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, per_node=2) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1, per_node=2),
+    ):
+        wait_nodes_untainted(api, set(fast_nodes), 60)
+        core.patch_node(fast_nodes[0], {"spec": {"taints": [taint]}})
+        tolerant = job("tolerant", 1, 1, [(fast, 2.0)])
+        tolerant["spec"]["template"]["spec"]["tolerations"] = [toleration]
+        jobs = {
+            "open": job("open", 1, 1, [(fast, 2.0), (slow, 1.0)]),
+            "pinned": job("pinned", 1, 1, [(fast, 2.0)]),
+            "tolerant": tolerant,
+        }
+        for body in jobs.values():
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        for name in ("open", "tolerant"):
+            _wait_job(
+                api,
+                namespace,
+                name,
+                lambda n=name: _phase(api, namespace, n) == "Running",
+                timeout=60,
+                what=f"{name} running",
+            )
+        assert _get(api, namespace, "open")["status"]["plan"]["gpuType"] == slow
+        assert _get(api, namespace, "tolerant")["status"]["plan"]["gpuType"] == fast
+        status = _get(api, namespace, "pinned")["status"]
+        assert status["phase"] == "Pending", status
+        assert f"taint dedicated=team-{tag}:NoSchedule not tolerated" in status["whyWaiting"]
+        assert not [
+            p
+            for p in core.list_namespaced_pod(namespace).items
+            if (p.metadata.labels or {}).get("chronotope.dev/job") == "pinned"
+        ]
+        # the taint goes: the node change makes a new pass, and the pinned job starts there
+        core.patch_node(fast_nodes[0], {"spec": {"taints": None}})
+        _wait_job(
+            api,
+            namespace,
+            "pinned",
+            lambda: _phase(api, namespace, "pinned") == "Running",
+            timeout=60,
+            what="pinned running once the taint is gone",
+        )

@@ -29,8 +29,18 @@ from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import UNBOUNDED
 from chronotope.solver.slots import next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
+from chronotope.workloads.node_fit import NodeRules, Taint, node_taints
 
-__all__ = ["Capacity", "NodeCapacity", "Placements", "cluster_capacity", "of_type", "take"]
+__all__ = [
+    "Capacity",
+    "NodeCapacity",
+    "Placements",
+    "admitting",
+    "cluster_capacity",
+    "of_type",
+    "refuses_some",
+    "take",
+]
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,10 @@ class NodeCapacity:
     """Allocatable CPU not requested by bound pods (UNBOUNDED: the node states none)."""
     memory_free_mib: int = UNBOUNDED
     """Allocatable memory not requested by bound pods (UNBOUNDED: the node states none)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The node's labels, sorted (what a pod's nodeSelector and node affinity read)."""
+    taints: tuple[Taint, ...] = ()
+    """The node's NoSchedule and NoExecute taints (what a pod must tolerate)."""
 
 
 Capacity: TypeAlias = Sequence[NodeCapacity]
@@ -63,6 +77,8 @@ class _Index:
 
     positions: dict[str, tuple[int, ...]]
     nodes: dict[str, tuple[NodeCapacity, ...]]
+    tainted: frozenset[str] = frozenset()
+    """The GPU models some node of which carries a taint."""
 
 
 class _Memo:
@@ -81,6 +97,7 @@ def _index(capacity: Capacity) -> _Index:
     index = _Index(
         {g: tuple(p) for g, p in positions.items()},
         {g: tuple(capacity[i] for i in p) for g, p in positions.items()},
+        frozenset(n.gpu_model for n in capacity if n.taints),
     )
     if isinstance(capacity, tuple):
         _Memo.last = (capacity, index)
@@ -95,6 +112,35 @@ def of_type(capacity: Capacity, gpu_type: str) -> Sequence[NodeCapacity]:
     each is indexed once.
     """
     return _index(capacity).nodes.get(gpu_type, ())
+
+
+def admitting(
+    capacity: Capacity, gpu_type: str, rules: NodeRules
+) -> tuple[Sequence[NodeCapacity], dict[str, int]]:
+    """The nodes of `gpu_type` that pods with `rules` may use, and why the others refuse.
+
+    The refusals count nodes by their first reason (`NodeRules.refuses`). A type none
+    of whose nodes carries a taint is answered without looking at its nodes when the
+    rules select nothing (most jobs, and every job of a cluster without taints).
+    """
+    index = _index(capacity)
+    nodes = index.nodes.get(gpu_type, ())
+    if not rules.selects and gpu_type not in index.tainted:
+        return nodes, {}
+    kept: list[NodeCapacity] = []
+    refused: dict[str, int] = {}
+    for n in nodes:
+        why = rules.refuses(n.name, dict(n.labels) if rules.selects else {}, n.taints)
+        if why is None:
+            kept.append(n)
+        else:
+            refused[why] = refused.get(why, 0) + 1
+    return tuple(kept), refused
+
+
+def refuses_some(capacity: Capacity, gpu_types: Iterable[str], rules: NodeRules) -> bool:
+    """Some node of these GPU types refuses pods with `rules` (so counts per type overstate)."""
+    return any(admitting(capacity, t, rules)[1] for t in gpu_types)
 
 
 def _gpu_count(pod: Mapping[str, Any]) -> int:
@@ -157,6 +203,8 @@ def cluster_capacity(
                 free_gpus=free_gpus,
                 cpu_free_milli=max(0, int(state.cpu_left[i])),
                 memory_free_mib=max(0, int(state.mem_left[i])),
+                labels=tuple(sorted((meta.get("labels") or {}).items())),
+                taints=node_taints(node),
             )
         )
     return tuple(_minus_promised(out, promised))
@@ -174,6 +222,7 @@ def take(
     *,
     strategy: PlacementStrategy = PlacementStrategy.PACK,
     placements: Sequence[tuple[str, Sequence[int]]] = (),
+    rules: NodeRules | None = None,
 ) -> tuple[tuple[NodeCapacity, ...], Placements]:
     """`capacity` after a gang starts, and where its workers go.
 
@@ -184,6 +233,7 @@ def take(
     returned, so the gang's pods can carry them (the extender honours them).
     If some worker fits nowhere, no placements are returned and the unplaced
     workers' GPUs are taken by count, from the largest free nodes first.
+    `rules`: the workers go only on nodes these admit (`admitting`).
     """
     nodes = list(capacity)
     if placements:
@@ -198,14 +248,20 @@ def take(
         return tuple(nodes), tuple((name, tuple(gpus)) for name, gpus in placements)
     index = _index(capacity)
     mine = index.positions.get(gpu_type, ())
-    where = {nodes[i].name: i for i in mine}
+    usable = mine
+    if rules is not None:
+        allowed, refused = admitting(capacity, gpu_type, rules)
+        if refused:
+            names = {n.name for n in allowed}
+            usable = tuple(i for i in mine if nodes[i].name in names)
+    where = {nodes[i].name: i for i in usable}
     used: set[str] = set()
     placed: list[tuple[str, tuple[int, ...]]] = []
     unplaced = 0
     for w in range(workers):
         fitting = [
             (nodes[i].name, nodes[i].free)
-            for i in mine
+            for i in usable
             if nodes[i].schedulable and nodes[i].free >= per_worker
         ]
         slot = next_slot(fitting, used, strategy, (workers - w) * per_worker)
@@ -224,7 +280,11 @@ def take(
     if isinstance(capacity, tuple):  # only this type's nodes changed, in place
         _Memo.last = (
             out,
-            _Index(index.positions, index.nodes | {gpu_type: tuple(out[i] for i in mine)}),
+            _Index(
+                index.positions,
+                index.nodes | {gpu_type: tuple(out[i] for i in mine)},
+                index.tainted,
+            ),
         )
     return out, tuple(placed)
 

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Protocol
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
-from chronotope.workloads.capacity import Capacity
+from chronotope.workloads.capacity import Capacity, refuses_some
 from chronotope.workloads.fleet import (
     BandPlan,
     FleetJob,
@@ -45,6 +45,7 @@ from chronotope.workloads.fleet import (
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.joint import Contender, arbitrate, options_for
+from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.preemption import Preemption, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import queue_key
@@ -426,11 +427,24 @@ def _enact(
             namespace, only, cycle.capacity, cycle.now, remaining=remaining
         )
         if there.action is not Action.START:
+            if _node_bound(cycle.capacity, only):
+                # the policy counts the type's GPUs on every node, and this job may use only
+                # some of them: start where its workers may go rather than wait for nothing
+                return replace(
+                    decision,
+                    reason=f"{decision.reason} (the fleet policy would pick "
+                    f"{outcome.gpu_type}, whose room is on nodes its workers may not use)",
+                )
             return Decision(
                 Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
             )
         decision = there
     return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
+
+
+def _node_bound(capacity: Capacity, spec: TrainingJobSpec) -> bool:
+    """Some node of the job's GPU types refuses its workers (`workloads.node_fit`)."""
+    return refuses_some(capacity, (t.name for t in spec.gpu_types), job_rules(spec))
 
 
 class FleetGate:
@@ -462,7 +476,7 @@ class JointGate:
 
         A shared-GPU job passes unchanged, and so does one with no contenders.
         """
-        if cycle.spec.gpu.shared is not None:
+        if cycle.spec.gpu.shared is not None or _node_bound(cycle.capacity, cycle.spec):
             return decision
         mine_types = {t.name for t in cycle.spec.gpu_types}
         served = {cycle.spec.queue}
@@ -470,6 +484,8 @@ class JointGate:
         for job, spec in cycle.whole_gpu_jobs(sorted(cycle.jobs, key=queue_key), CONTENDING):
             if spec.queue in served or not {t.name for t in spec.gpu_types} & mine_types:
                 continue
+            if _node_bound(cycle.capacity, spec):
+                continue  # the joint plan places on any node of a type: not for this one
             ns = str(job["metadata"].get("namespace"))
             left = remaining_work(job.get("status") or {})
             best = cycle.decider.decide(ns, spec, cycle.capacity, cycle.now, remaining=left)

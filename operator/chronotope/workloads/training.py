@@ -26,7 +26,8 @@ from chronotope.api.v1alpha1.trainingjob import (
     UtilityFunction,
 )
 from chronotope.solver.model import Reason
-from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, of_type
+from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, admitting
+from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.parallelism import Degrees
 
 if TYPE_CHECKING:
@@ -216,9 +217,10 @@ def decide(
     starts: list[Decision] = []
     waits: list[Decision] = []
     why_not: list[str] = []
+    rules = job_rules(spec)
     for option in spec.gpu_types:
-        nodes = of_type(capacity, option.name)
-        start, wait, why = _on_type(est, option.name, nodes, now, frees_at or {})
+        nodes, refused = admitting(capacity, option.name, rules)
+        start, wait, why = _on_type(est, option.name, nodes, now, frees_at or {}, refused=refused)
         starts += start
         waits += wait
         why_not += why
@@ -231,21 +233,31 @@ def _on_type(
     nodes: Sequence[NodeCapacity],
     now: datetime,
     frees_at: Mapping[str, datetime],
+    *,
+    refused: Mapping[str, int],
 ) -> tuple[list[Decision], list[Decision], list[str]]:
-    """The start-now and wait-for-it alternatives on one GPU type, and why not."""
+    """The start-now and wait-for-it alternatives on one GPU type, and why not.
+
+    `nodes`: the type's nodes its workers may use; `refused`: how many others refuse
+    them, by reason (`capacity.admitting`).
+    """
     spec = est.spec
     per_worker = spec.gpu.count or 1
     want, least, strategy = spec.replicas, est.least, spec.placement.strategy
     if not nodes:
+        if refused:
+            return [], [], [f"{gpu_type}: {_refusals(refused, everyone=True)}"]
         return [], [], [f"no node has {gpu_type} GPUs"]
     ever = workers_that_fit(nodes, per_worker, strategy, free=False)
     if ever < least:
+        where = "the cluster holds" if not refused else "the nodes its workers may use hold"
+        more = f"; {_refusals(refused, everyone=False)}" if refused else ""
         return (
             [],
             [],
             [
-                f"{gpu_type}: the cluster holds at most {ever} worker(s) of {per_worker} "
-                f"GPU(s) ({strategy.value}), the job needs {least}"
+                f"{gpu_type}: {where} at most {ever} worker(s) of {per_worker} "
+                f"GPU(s) ({strategy.value}), the job needs {least}{more}"
             ],
         )
     if est.planner is not None:  # can the profile run here at all, with every GPU free?
@@ -263,13 +275,27 @@ def _on_type(
         else:
             starts.append(got)
     else:
-        why_not.append(f"{gpu_type}: room for {now_fit} of {least} worker(s) now")
+        mine = f" on the {len(nodes)} node(s) its workers may use" if refused else ""
+        why_not.append(f"{gpu_type}: room for {now_fit} of {least} worker(s) now{mine}")
     if now_fit < want and gpu_type in frees_at:
         start = max(now, frees_at[gpu_type])
         later = est.alternative(Action.WAIT, gpu_type, nodes, start, min(want, ever))
         if not isinstance(later, str):
             waits.append(later)
     return starts, waits, why_not
+
+
+_REASONS_SHOWN = 3
+
+
+def _refusals(refused: Mapping[str, int], *, everyone: bool) -> str:
+    """The nodes of a type that refuse a job's workers, in words (most common reason first)."""
+    n = sum(refused.values())
+    reasons = sorted(refused.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{count} by {why}" for why, count in reasons[:_REASONS_SHOWN])
+    more = " ..." if len(reasons) > _REASONS_SHOWN else ""
+    lead = f"none of its {n} node(s) admits" if everyone else f"{n} node(s) refuse"
+    return f"{lead} its workers ({shown}{more})"
 
 
 def _best(

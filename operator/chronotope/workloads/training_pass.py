@@ -59,6 +59,7 @@ from chronotope.workloads.gates import (
     run_gates,
 )
 from chronotope.workloads.job_spec import job_spec_or_none
+from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.quota import Admission, QueueQuota, Unit, Verdict
 from chronotope.workloads.replan import remaining_work
@@ -544,6 +545,7 @@ class _Pass:
             d.gpus_per_worker,
             strategy=spec.placement.strategy,
             placements=d.placements,
+            rules=job_rules(spec),
         )
         if len(placements) == d.workers:
             d = replace(d, placements=placements)

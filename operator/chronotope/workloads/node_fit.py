@@ -1,0 +1,243 @@
+"""Which nodes a workload's pods may land on: kube-scheduler's NodeAffinity and TaintToleration.
+
+A TrainingJob's worker pods carry its template's `nodeSelector`, required node
+affinity and tolerations (`workloads.gang` only adds the GPU type's selector).
+kube-scheduler filters every node by them before our extender sees it, so a
+plan on a node they rule out never binds: the gang waits until the stuck rule
+re-plans it, on the same node again. The decisions therefore plan a job only
+on the nodes its pods may use (`NodeRules.admits`), with kube-scheduler's
+rules (`k8s.io/component-helpers/scheduling/corev1`):
+
+- every `nodeSelector` pair (except the GPU product label, which the planner
+  sets) must be among the node's labels;
+- `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`: at
+  least one of its `nodeSelectorTerms` matches (a term's `matchExpressions` on
+  labels and `matchFields` on `metadata.name` all hold; an empty term matches
+  nothing); operators In, NotIn, Exists, DoesNotExist, Gt, Lt;
+- every `NoSchedule` and `NoExecute` taint is tolerated (`PreferNoSchedule` is
+  a preference, not a filter); a toleration with no key and `Exists` tolerates
+  every taint, one with no effect every effect. A taint on `nvidia.com/gpu`
+  counts as tolerated by workers that ask for whole GPUs: the API server's
+  ExtendedResourceToleration admission plugin (on in GKE and most GPU
+  clusters) adds that toleration to every pod that requests the resource.
+
+Preferred (soft) affinity and inter-pod affinity are not filters and are left
+to kube-scheduler's scoring. Pure: plain dicts in, answers out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
+
+__all__ = [
+    "NodeRules",
+    "Taint",
+    "job_rules",
+    "node_taints",
+]
+
+FILTER_EFFECTS = ("NoSchedule", "NoExecute")
+"""Taint effects kube-scheduler's TaintToleration filter enforces."""
+
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node taint (`spec.taints[]`)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def __str__(self) -> str:
+        """As kubectl writes it: `key=value:Effect`."""
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}"
+
+
+def node_taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
+    """The filtering taints (NoSchedule, NoExecute) of a node object, in its order."""
+    out = []
+    for t in (node.get("spec") or {}).get("taints") or []:
+        if not isinstance(t, Mapping) or t.get("effect") not in FILTER_EFFECTS:
+            continue
+        out.append(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"])))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Toleration:
+    key: str
+    operator: str
+    value: str
+    effect: str
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"  # an empty key tolerates everything only so
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True)
+class _Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+    def holds(self, value: str | None) -> bool:
+        op = self.operator
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        # Gt / Lt: one integer value, compared with the label's integer value
+        if value is None or len(self.values) != 1:
+            return False
+        try:
+            have, bound = int(value), int(self.values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+
+    def __str__(self) -> str:
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{self.key} {self.operator}"
+        return f"{self.key} {self.operator} ({','.join(self.values)})"
+
+
+@dataclass(frozen=True)
+class _Term:
+    labels: tuple[_Requirement, ...]
+    fields: tuple[_Requirement, ...]
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        if not self.labels and not self.fields:
+            return False
+        return all(r.holds(labels.get(r.key)) for r in self.labels) and all(
+            r.holds(name if r.key == "metadata.name" else None) for r in self.fields
+        )
+
+
+@dataclass(frozen=True)
+class NodeRules:
+    """What a pod template says about the nodes its pods may run on."""
+
+    selector: tuple[tuple[str, str], ...] = ()
+    terms: tuple[_Term, ...] | None = None
+    """The required node affinity's terms (ORed); None when it states none."""
+    tolerations: tuple[_Toleration, ...] = ()
+    whole_gpus: bool = True
+    """The pods ask for whole `nvidia.com/gpu` GPUs (the admission plugin tolerates that taint)."""
+
+    @classmethod
+    def of_template(cls, template: Mapping[str, Any] | None, *, whole_gpus: bool) -> NodeRules:
+        """The rules of a pod template (`{"spec": {...}}`); malformed parts state nothing.
+
+        The API server rejects a malformed pod when the workers are created, and the
+        controller reports that; here it only must not make a node look forbidden.
+        """
+        spec = (template or {}).get("spec")
+        if not isinstance(spec, Mapping):
+            return cls(whole_gpus=whole_gpus)
+        selector = spec.get("nodeSelector")
+        pairs: tuple[tuple[str, str], ...] = ()
+        if isinstance(selector, Mapping):
+            pairs = tuple(
+                sorted((str(k), str(v)) for k, v in selector.items() if str(k) != GPU_PRODUCT_LABEL)
+            )
+        return cls(
+            selector=pairs,
+            terms=_terms(spec.get("affinity")),
+            tolerations=tuple(_tolerations(spec.get("tolerations"))),
+            whole_gpus=whole_gpus,
+        )
+
+    @property
+    def selects(self) -> bool:
+        """It narrows nodes by their labels or names (a selector or a required affinity)."""
+        return bool(self.selector) or self.terms is not None
+
+    def refuses(self, name: str, labels: Mapping[str, str], taints: Iterable[Taint]) -> str | None:
+        """Why the pods may not run on this node (kube-scheduler's words, short), or None."""
+        for key, value in self.selector:
+            if labels.get(key) != value:
+                return f"nodeSelector {key}={value}"
+        if self.terms is not None and not any(t.matches(name, labels) for t in self.terms):
+            return "required node affinity"
+        for taint in taints:
+            if self.whole_gpus and taint.key == GPU_RESOURCE:
+                continue
+            if not any(t.tolerates(taint) for t in self.tolerations):
+                return f"taint {taint} not tolerated"
+        return None
+
+
+def _terms(affinity: object) -> tuple[_Term, ...] | None:
+    if not isinstance(affinity, Mapping):
+        return None
+    node = affinity.get("nodeAffinity")
+    if not isinstance(node, Mapping):
+        return None
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, Mapping):
+        return None
+    raw = required.get("nodeSelectorTerms")
+    if not isinstance(raw, list) or not raw:
+        return None
+    terms = []
+    for term in raw:
+        if not isinstance(term, Mapping):
+            return None
+        labels = _requirements(term.get("matchExpressions"))
+        fields = _requirements(term.get("matchFields"))
+        if labels is None or fields is None:
+            return None
+        terms.append(_Term(labels, fields))
+    return tuple(terms)
+
+
+def _requirements(raw: object) -> tuple[_Requirement, ...] | None:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for r in raw:
+        if not isinstance(r, Mapping) or r.get("operator") not in _OPERATORS or not r.get("key"):
+            return None
+        values = r.get("values") or []
+        if not isinstance(values, list):
+            return None
+        out.append(_Requirement(str(r["key"]), str(r["operator"]), tuple(map(str, values))))
+    return tuple(out)
+
+
+def _tolerations(raw: object) -> Iterable[_Toleration]:
+    if not isinstance(raw, list):
+        return
+    for t in raw:
+        if not isinstance(t, Mapping):
+            continue
+        operator = str(t.get("operator") or "Equal")
+        yield _Toleration(
+            str(t.get("key") or ""), operator, str(t.get("value") or ""), str(t.get("effect") or "")
+        )
+
+
+def job_rules(spec: TrainingJobSpec) -> NodeRules:
+    """The rules of a TrainingJob's workers (its template; whole GPUs unless it shares)."""
+    return NodeRules.of_template(spec.template, whole_gpus=spec.gpu.shared is None)

@@ -1,0 +1,258 @@
+"""Jobs are planned only on the nodes their pods may use (taints, nodeSelector, node affinity).
+
+Before, the scheduling pass counted every GPU node of a type for every job: a job
+whose template does not tolerate a node's taint (a team's dedicated pool), or
+that selects nodes by label, was planned where kube-scheduler would never put
+its pods. They stayed Pending, the stuck rule re-planned the gang after 45 s on
+the same node, and so on, while GPUs it could use sat idle.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from chronotope.controllers.trainingjob import reconcile
+from chronotope.workloads.capacity import NodeCapacity, admitting, cluster_capacity, take
+from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.node_fit import NodeRules, Taint, node_taints
+from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
+from tests.unit.controllers.test_reconcile import FakeOps
+from tests.unit.workloads.test_backfill import node, tjob
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+A100, V100 = "A100-SXM4-80GB", "V100-SXM2-32GB"
+RESERVED = {"key": "dedicated", "value": "team-b", "effect": "NoSchedule"}
+TOLERATE = {"key": "dedicated", "operator": "Equal", "value": "team-b", "effect": "NoSchedule"}
+
+
+def _rules(**pod_spec: Any) -> NodeRules:
+    return NodeRules.of_template({"spec": pod_spec}, whole_gpus=True)
+
+
+def _term(*expressions: dict[str, Any], fields: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    term: dict[str, Any] = {"matchExpressions": list(expressions)}
+    if fields:
+        term["matchFields"] = list(fields)
+    return term
+
+
+def _affinity(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+        }
+    }
+
+
+LABELS = {"pool": "a", "gen": "4", "zone": "z1"}
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "refused"),
+    [
+        ({}, None),
+        ({"nodeSelector": {"pool": "a"}}, None),
+        ({"nodeSelector": {"pool": "b"}}, "nodeSelector pool=b"),
+        # the planner sets the GPU product itself: the template's is not a constraint
+        ({"nodeSelector": {"nvidia.com/gpu.product": "other"}}, None),
+        ({"affinity": _affinity(_term({"key": "pool", "operator": "In", "values": ["a"]}))}, None),
+        (
+            {"affinity": _affinity(_term({"key": "pool", "operator": "NotIn", "values": ["a"]}))},
+            "required node affinity",
+        ),
+        ({"affinity": _affinity(_term({"key": "pool", "operator": "Exists"}))}, None),
+        (
+            {"affinity": _affinity(_term({"key": "pool", "operator": "DoesNotExist"}))},
+            "required node affinity",
+        ),
+        ({"affinity": _affinity(_term({"key": "gen", "operator": "Gt", "values": ["3"]}))}, None),
+        (
+            {"affinity": _affinity(_term({"key": "gen", "operator": "Lt", "values": ["4"]}))},
+            "required node affinity",
+        ),
+        # the terms are ORed, a term's expressions ANDed
+        (
+            {
+                "affinity": _affinity(
+                    _term(
+                        {"key": "pool", "operator": "In", "values": ["a"]},
+                        {"key": "zone", "operator": "In", "values": ["z2"]},
+                    ),
+                    _term({"key": "zone", "operator": "In", "values": ["z1"]}),
+                )
+            },
+            None,
+        ),
+        (
+            {
+                "affinity": _affinity(
+                    _term(fields=({"key": "metadata.name", "operator": "In", "values": ["n0"]},))
+                )
+            },
+            "required node affinity",
+        ),
+        (
+            {
+                "affinity": _affinity(
+                    _term(fields=({"key": "metadata.name", "operator": "In", "values": ["n1"]},))
+                )
+            },
+            None,
+        ),
+        # an empty term matches no node (kube's rule)
+        ({"affinity": _affinity({})}, "required node affinity"),
+        # malformed affinity states nothing here (the API server rejects the pod)
+        ({"affinity": _affinity(_term({"key": "pool", "operator": "Near"}))}, None),
+    ],
+)
+def test_node_selectors_and_required_affinity_follow_kube_schedulers_rules(
+    pod_spec: dict[str, Any], refused: str | None
+) -> None:
+    assert _rules(**pod_spec).refuses("n1", LABELS, ()) == refused
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "tolerated"),
+    [
+        ([], False),
+        ([TOLERATE], True),
+        ([{**TOLERATE, "value": "team-a"}], False),
+        ([{"key": "dedicated", "operator": "Exists"}], True),  # any value, any effect
+        ([{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}], False),
+        ([{"operator": "Exists"}], True),  # no key and Exists: every taint
+        ([{"key": "other", "operator": "Exists"}], False),
+    ],
+)
+def test_a_taint_must_be_tolerated(tolerations: list[dict[str, Any]], tolerated: bool) -> None:
+    taints = (Taint("dedicated", "team-b", "NoSchedule"),)
+    why = _rules(tolerations=tolerations).refuses("n1", {}, taints)
+    assert (why is None) == tolerated
+    if not tolerated:
+        assert why == "taint dedicated=team-b:NoSchedule not tolerated"
+
+
+def test_only_filtering_taints_count_and_the_gpu_resources_taint_is_tolerated_for_whole_gpus() -> (
+    None
+):
+    obj = {
+        "spec": {
+            "taints": [
+                {"key": "soft", "effect": "PreferNoSchedule"},
+                {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                {"key": "evict", "effect": "NoExecute"},
+            ]
+        }
+    }
+    taints = node_taints(obj)
+    assert [str(t) for t in taints] == ["nvidia.com/gpu=present:NoSchedule", "evict:NoExecute"]
+    whole = NodeRules.of_template({}, whole_gpus=True)
+    shared = NodeRules.of_template({}, whole_gpus=False)
+    assert whole.refuses("n", {}, taints[:1]) is None  # ExtendedResourceToleration adds it
+    assert (
+        shared.refuses("n", {}, taints[:1])
+        == "taint nvidia.com/gpu=present:NoSchedule not tolerated"
+    )
+    assert whole.refuses("n", {}, taints) == "taint evict:NoExecute not tolerated"
+
+
+def _tainted(name: str, product: str, gpus: int, **labels: str) -> dict[str, Any]:
+    n = node(name, product, gpus)
+    n["metadata"]["labels"] |= labels
+    n["spec"] = {"taints": [RESERVED]}
+    return n
+
+
+def test_a_gang_is_placed_only_on_nodes_its_workers_may_use() -> None:
+    capacity = tuple(cluster_capacity([_tainted("big", A100, 8), node("small", A100, 4)], []))
+    plain, tolerant = _rules(), _rules(tolerations=[TOLERATE])
+    kept, refused = admitting(capacity, A100, plain)
+    assert [n.name for n in kept] == ["small"]
+    assert refused == {"taint dedicated=team-b:NoSchedule not tolerated": 1}
+    _, placements = take(capacity, A100, 2, 2, rules=plain)
+    assert [p[0] for p in placements] == ["small", "small"]
+    _, placements = take(capacity, A100, 1, 8, rules=tolerant)
+    assert placements == (("big", tuple(range(8))),)
+    # a worker that fits on no node it may use leaves the gang unplaced
+    _, placements = take(capacity, A100, 1, 8, rules=plain)
+    assert placements == ()
+
+
+def _with_template(job: dict[str, Any], **pod_spec: Any) -> dict[str, Any]:
+    job["spec"]["template"]["spec"] |= pod_spec
+    return job
+
+
+def _planned_nodes(ops: FakeOps) -> dict[str, str]:
+    """job -> the node the pass planned its (one) worker on."""
+    return {
+        p["metadata"]["labels"][JOB_LABEL]: p["metadata"]["annotations"][PLANNED_NODE_ANNOTATION]
+        for p in ops.started
+    }
+
+
+def _status(ops: FakeOps, job: dict[str, Any]) -> dict[str, Any]:
+    out = reconcile(job, ops, NOW)
+    assert out.status is not None
+    return out.status
+
+
+def test_jobs_start_where_their_pods_may_go_and_a_job_no_node_admits_says_why() -> None:
+    # the only free A100s are on team b's dedicated node; the V100 node is open to all
+    nodes = [_tainted("a100-b", A100, 8), node("v100", V100, 4), node("v100-x", V100, 8)]
+    speeds = {A100: 1.0, V100: 0.5}
+    old = NOW - timedelta(hours=1)
+    running = tjob("running", created=old - timedelta(hours=1), types=speeds, phase="Running")
+    either = tjob("either", created=old - timedelta(minutes=30), types=speeds, phase="Waiting")
+    pinned = tjob("pinned", created=old, types={A100: 1.0}, phase="Waiting")
+    team_b = _with_template(
+        tjob("team-b", created=old, types={A100: 1.0}, phase="Waiting"), tolerations=[TOLERATE]
+    )
+    selected = _with_template(
+        tjob("selected", created=old, types={V100: 1.0}, phase="Waiting"),
+        nodeSelector={"pool": "x"},
+    )
+    nodes[2]["metadata"]["labels"]["pool"] = "x"
+    ops = FakeOps(nodes, [running, either, pinned, team_b, selected])
+    ops._pods = []
+    _status(ops, either)
+    _status(ops, team_b)
+    _status(ops, selected)
+    placed = _planned_nodes(ops)
+    # before, "either" was planned on the faster A100 node whose taint it does not
+    # tolerate, and "selected" on the V100 node that fits it best (v100, 4 free)
+    assert placed == {"either": "v100", "team-b": "a100-b", "selected": "v100-x"}
+    why = _status(ops, pinned)
+    assert why["phase"] != "Starting"
+    assert "none of its 1 node(s) admits its workers" in why["whyWaiting"]
+    assert "1 by taint dedicated=team-b:NoSchedule not tolerated" in why["whyWaiting"]
+
+
+def test_a_capacity_built_by_hand_has_no_labels_or_taints() -> None:
+    n = NodeCapacity("a", "L4", 4, 4, True)
+    assert (n.labels, n.taints) == ((), ())
+    assert admitting((n,), "L4", _rules(nodeSelector={"pool": "a"}))[1] == {
+        "nodeSelector pool=a": 1
+    }
+
+
+def test_the_joint_plan_leaves_a_job_bound_to_some_nodes_where_its_pods_may_go() -> None:
+    # two queues' heads contend for V100s: the joint CP-SAT plan places gangs on any
+    # node of a type, so a job that selects nodes is left to the pass's own placement
+    nodes = [node("v100", V100, 2), node("v100-x", V100, 2)]
+    nodes[1]["metadata"]["labels"]["pool"] = "x"
+    old = NOW - timedelta(hours=1)
+    sel = _with_template(
+        tjob("sel", created=old, types={V100: 1.0}, phase="Waiting"), nodeSelector={"pool": "x"}
+    )
+    other = tjob("other", created=old + timedelta(minutes=1), types={V100: 1.0}, phase="Waiting")
+    other["spec"]["queue"] = "q2"
+    ops = FakeOps(nodes, [sel, other])
+    ops._pods = []
+    _status(ops, sel)
+    _status(ops, other)
+    placed = _planned_nodes(ops)
+    assert placed["sel"] == "v100-x"  # the joint plan put it on v100
+    assert "other" in placed
