@@ -38,9 +38,7 @@ from chronotope.planners.inferline import (
     scaling_table,
     tune,
 )
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
-from chronotope.workloads.cluster_feed import node_schedulable
 from chronotope.workloads.pipeline import (
     DEFAULT_RATE_WINDOW_S,
     QUOTA_WAIT,
@@ -73,7 +71,7 @@ from chronotope.workloads.training_quota import (
     serving_room,
 )
 from chronotope.workloads.training_status import condition
-from chronotope.workloads.variants import group_name
+from chronotope.workloads.variants import group_name, usable_gpu_nodes
 
 __all__ = ["PipelineOps", "TunerSettings", "reconcile"]
 
@@ -111,17 +109,8 @@ class TunerSettings:
 
 
 def gpu_types(nodes: list[dict[str, Any]]) -> set[str]:
-    """GPU types of schedulable nodes (`cluster_feed.node_schedulable`) that advertise GPUs."""
-    out = set()
-    for node in nodes:
-        meta, status = node.get("metadata") or {}, node.get("status") or {}
-        if not node_schedulable(node):
-            continue
-        gpus = (status.get("capacity") or {}).get(GPU_RESOURCE)
-        product = (meta.get("labels") or {}).get(GPU_PRODUCT_LABEL)
-        if product and gpus and str(gpus) != "0":
-            out.add(str(product))
-    return out
+    """GPU types of the GPU nodes the stages' pods may use (`variants.usable_gpu_nodes`)."""
+    return {product for product, _, _ in usable_gpu_nodes(nodes)}
 
 
 def _arrivals(ops: PipelineOps, namespace: str, traffic: Traffic) -> list[float] | Reason:

@@ -39,6 +39,7 @@ from chronotope.planners.variants import GroupInput, GroupPlan, VariantDemand
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
 from chronotope.workloads.cluster_feed import node_schedulable
+from chronotope.workloads.node_fit import NodeRules, node_taints
 
 __all__ = [
     "Grouping",
@@ -219,15 +220,24 @@ def replica_request(members: Sequence[Member]) -> GpuRequest:
     )
 
 
-def usable_gpu_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int | None]]:
-    """(GPU product, GPUs, memory MiB if labelled) of every schedulable GPU node.
+_SERVING_PODS = NodeRules()
+"""Serving pods state no nodeSelector, affinity or toleration."""
 
-    Schedulable: `cluster_feed.node_schedulable`.
+
+def usable_gpu_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int | None]]:
+    """(GPU product, GPUs, memory MiB if labelled) of every GPU node serving pods may use.
+
+    Schedulable (`cluster_feed.node_schedulable`), and no taint the pods do not
+    tolerate (`node_fit`): serving pods (a ModelVariant group's, an
+    InferencePipeline stage's) carry no tolerations, so a tainted node is a
+    dedicated one they may not use (the `nvidia.com/gpu` taint aside).
     """
     out = []
     for node in nodes:
         meta, status = node.get("metadata") or {}, node.get("status") or {}
         if not node_schedulable(node):
+            continue
+        if _SERVING_PODS.refuses(str(meta.get("name")), {}, node_taints(node)) is not None:
             continue
         labels = meta.get("labels") or {}
         product = labels.get(GPU_PRODUCT_LABEL)

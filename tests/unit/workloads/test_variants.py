@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from chronotope.api.v1alpha1.common import GpuRequest
+from chronotope.controllers.inferencepipeline import gpu_types
 from chronotope.planners.llmcost import Tier
 from chronotope.planners.variants import GroupPlan, Placement, ReplicaPlan
 from chronotope.workloads.placement import (
@@ -26,6 +27,7 @@ from chronotope.workloads.variants import (
     gpu_pool,
     group_variants,
     replica_request,
+    usable_gpu_nodes,
 )
 from tests.variant_fixtures import LLAMA, node, pod, variant
 
@@ -172,6 +174,22 @@ def test_the_gpu_pool_counts_ready_schedulable_nodes_of_known_types() -> None:
     perf, count = share[H100]
     assert count == 8 * 3  # three 30 % shares per GPU (memory allows four)
     assert perf.memory_mib == 20000
+
+
+def test_the_gpu_pool_leaves_out_nodes_whose_taints_serving_pods_do_not_tolerate() -> None:
+    # serving pods carry no tolerations: a team's dedicated node is not theirs (before,
+    # the group was planned there and its pods stayed Pending); the device plugin's
+    # nvidia.com/gpu taint is tolerated by the API server's ExtendedResourceToleration
+    dedicated, gpu = node("h0", gpus=8), node("h1", gpus=8)
+    dedicated["spec"] = {"taints": [{"key": "dedicated", "value": "b", "effect": "NoSchedule"}]}
+    gpu["spec"] = {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}
+    soft = node("h2", gpus=8)
+    soft["spec"] = {"taints": [{"key": "spot", "effect": "PreferNoSchedule"}]}
+    pool = gpu_pool([dedicated, gpu, soft], GpuRequest(count=1))
+    assert pool[H100][1] == 16
+    assert usable_gpu_nodes([dedicated]) == []
+    assert gpu_types([dedicated, gpu]) == {H100}
+    assert gpu_types([dedicated]) == set()
 
 
 def test_a_replica_takes_the_largest_request_of_its_variants() -> None:
