@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 from chronotope.sharing.labels import (
@@ -35,6 +35,7 @@ __all__ = [
     "Capacity",
     "NodeCapacity",
     "Placements",
+    "Usable",
     "admitting",
     "cluster_capacity",
     "of_type",
@@ -114,33 +115,71 @@ def of_type(capacity: Capacity, gpu_type: str) -> Sequence[NodeCapacity]:
     return _index(capacity).nodes.get(gpu_type, ())
 
 
-def admitting(
-    capacity: Capacity, gpu_type: str, rules: NodeRules
-) -> tuple[Sequence[NodeCapacity], dict[str, int]]:
-    """The nodes of `gpu_type` that pods with `rules` may use, and why the others refuse.
+class Usable(NamedTuple):
+    """The nodes of a GPU type as one job's workers see them (`admitting`)."""
 
-    The refusals count nodes by their first reason (`NodeRules.refuses`). A type none
-    of whose nodes carries a taint is answered without looking at its nodes when the
-    rules select nothing (most jobs, and every job of a cluster without taints).
+    nodes: Sequence[NodeCapacity]
+    """The nodes its workers may use, each one's free GPUs cut to what its free CPU and
+    memory let the workers take."""
+    refused: dict[str, int]
+    """The nodes its workers may not use, counted by their first reason."""
+    short: int = 0
+    """Nodes whose free GPUs its workers cannot all take now for want of CPU or memory."""
+
+
+def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: int = 1) -> Usable:
+    """The nodes of `gpu_type` that pods with `rules` may use now (`workloads.node_fit`).
+
+    A node refused by its labels or taints is left out; a node whose free CPU or
+    memory holds fewer workers of `per_worker` GPUs than its free GPUs do counts
+    only the GPUs those workers take. A type none of whose nodes carries a taint is
+    answered without looking at its nodes when the rules select nothing and request
+    no CPU or memory (most jobs, and every job of a cluster without taints).
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
-    if not rules.selects and gpu_type not in index.tainted:
-        return nodes, {}
+    if not rules.selects and not rules.asks and gpu_type not in index.tainted:
+        return Usable(nodes, {})
     kept: list[NodeCapacity] = []
     refused: dict[str, int] = {}
+    short = 0
     for n in nodes:
         why = rules.refuses(n.name, dict(n.labels) if rules.selects else {}, n.taints)
-        if why is None:
-            kept.append(n)
-        else:
+        if why is not None:
             refused[why] = refused.get(why, 0) + 1
-    return tuple(kept), refused
+            continue
+        room = _room(n, rules, per_worker)
+        if room < n.free:
+            short += 1
+            kept.append(replace(n, free=room, free_gpus=n.free_gpus[:room]))
+        else:
+            kept.append(n)
+    return Usable(tuple(kept), refused, short)
 
 
-def refuses_some(capacity: Capacity, gpu_types: Iterable[str], rules: NodeRules) -> bool:
-    """Some node of these GPU types refuses pods with `rules` (so counts per type overstate)."""
-    return any(admitting(capacity, t, rules)[1] for t in gpu_types)
+def _room(n: NodeCapacity, rules: NodeRules, per_worker: int) -> int:
+    """The free GPUs of `n` that workers with `rules` can take, CPU and memory allowing."""
+    pods = rules.pods_fit(n.cpu_free_milli, n.memory_free_mib) if rules.asks else None
+    return n.free if pods is None else min(n.free, pods * per_worker)
+
+
+def refuses_some(
+    capacity: Capacity,
+    gpu_types: Iterable[str],
+    rules: NodeRules,
+    per_worker: int = 1,
+    *,
+    or_short: bool = False,
+) -> bool:
+    """Some node of these GPU types refuses pods with `rules` (so counts per type overstate).
+
+    `or_short`: or cannot give them all its free GPUs now for want of CPU or memory.
+    """
+    for t in gpu_types:
+        seen = admitting(capacity, t, rules, per_worker)
+        if seen.refused or (or_short and seen.short):
+            return True
+    return False
 
 
 def _gpu_count(pod: Mapping[str, Any]) -> int:
@@ -250,19 +289,22 @@ def take(
     mine = index.positions.get(gpu_type, ())
     usable = mine
     if rules is not None:
-        allowed, refused = admitting(capacity, gpu_type, rules)
-        if refused:
-            names = {n.name for n in allowed}
+        seen = admitting(capacity, gpu_type, rules, per_worker)
+        if seen.refused:
+            names = {n.name for n in seen.nodes}
             usable = tuple(i for i in mine if nodes[i].name in names)
+    asks = rules if rules is not None and rules.asks else None
     where = {nodes[i].name: i for i in usable}
     used: set[str] = set()
     placed: list[tuple[str, tuple[int, ...]]] = []
     unplaced = 0
     for w in range(workers):
         fitting = [
-            (nodes[i].name, nodes[i].free)
+            (nodes[i].name, room)
             for i in usable
-            if nodes[i].schedulable and nodes[i].free >= per_worker
+            if nodes[i].schedulable
+            and (room := nodes[i].free if asks is None else _room(nodes[i], asks, per_worker))
+            >= per_worker
         ]
         slot = next_slot(fitting, used, strategy, (workers - w) * per_worker)
         if slot is None:
@@ -272,7 +314,14 @@ def take(
         i = where[slot]
         n = nodes[i]
         gpus = n.free_gpus[:per_worker] if len(n.free_gpus) >= per_worker else ()
-        nodes[i] = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
+        n = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
+        if asks is not None:  # the worker's CPU and memory are taken too
+            n = replace(
+                n,
+                cpu_free_milli=_less(n.cpu_free_milli, asks.cpu_milli),
+                memory_free_mib=_less(n.memory_free_mib, asks.memory_mib),
+            )
+        nodes[i] = n
         placed.append((slot, gpus))
     if unplaced:
         return tuple(_minus_promised(nodes, {gpu_type: unplaced * per_worker})), ()
@@ -287,6 +336,10 @@ def take(
             ),
         )
     return out, tuple(placed)
+
+
+def _less(free: int, asked: int) -> int:
+    return free if free == UNBOUNDED else max(0, free - asked)
 
 
 def _minus_promised(nodes: list[NodeCapacity], promised: dict[str, int]) -> list[NodeCapacity]:

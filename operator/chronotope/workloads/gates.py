@@ -427,13 +427,14 @@ def _enact(
             namespace, only, cycle.capacity, cycle.now, remaining=remaining
         )
         if there.action is not Action.START:
-            if _node_bound(cycle.capacity, only):
-                # the policy counts the type's GPUs on every node, and this job may use only
-                # some of them: start where its workers may go rather than wait for nothing
+            if _node_bound(cycle.capacity, only, or_short=True):
+                # the policy counts the type's free GPUs on every node, and this job may use
+                # only some of them: start where its workers may go rather than wait for nothing
                 return replace(
                     decision,
                     reason=f"{decision.reason} (the fleet policy would pick "
-                    f"{outcome.gpu_type}, whose room is on nodes its workers may not use)",
+                    f"{outcome.gpu_type}, whose free GPUs its workers may not use now: node "
+                    "rules, CPU or memory)",
                 )
             return Decision(
                 Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
@@ -442,9 +443,13 @@ def _enact(
     return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
 
 
-def _node_bound(capacity: Capacity, spec: TrainingJobSpec) -> bool:
-    """Some node of the job's GPU types refuses its workers (`workloads.node_fit`)."""
-    return refuses_some(capacity, (t.name for t in spec.gpu_types), job_rules(spec))
+def _node_bound(capacity: Capacity, spec: TrainingJobSpec, *, or_short: bool = False) -> bool:
+    """Some node of the job's GPU types refuses its workers (`workloads.node_fit`).
+
+    `or_short`: or has free GPUs its workers cannot take now for want of CPU or memory.
+    """
+    types = (t.name for t in spec.gpu_types)
+    return refuses_some(capacity, types, job_rules(spec), spec.gpu.count or 1, or_short=or_short)
 
 
 class FleetGate:

@@ -21,6 +21,10 @@ rules (`k8s.io/component-helpers/scheduling/corev1`):
   ExtendedResourceToleration admission plugin (on in GKE and most GPU
   clusters) adds that toleration to every pod that requests the resource.
 
+And NodeResourcesFit: a node holds only as many pods as its free CPU and memory
+(allocatable less what bound pods request) allow (`NodeRules.pods_fit`), so a
+node with free GPUs but too little CPU for a worker does not count them for it.
+
 Preferred (soft) affinity and inter-pod affinity are not filters and are left
 to kube-scheduler's scoring. Pure: plain dicts in, answers out.
 """
@@ -33,6 +37,8 @@ from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from chronotope.solver.model import UNBOUNDED
+from chronotope.workloads.podreq import PodRequestError, pod_resources
 
 __all__ = [
     "NodeRules",
@@ -142,6 +148,10 @@ class NodeRules:
     tolerations: tuple[_Toleration, ...] = ()
     whole_gpus: bool = True
     """The pods ask for whole `nvidia.com/gpu` GPUs (the admission plugin tolerates that taint)."""
+    cpu_milli: int = 0
+    """CPU one pod requests (kube-scheduler's NodeResourcesFit sums its containers)."""
+    memory_mib: int = 0
+    """Memory one pod requests."""
 
     @classmethod
     def of_template(cls, template: Mapping[str, Any] | None, *, whole_gpus: bool) -> NodeRules:
@@ -159,17 +169,37 @@ class NodeRules:
             pairs = tuple(
                 sorted((str(k), str(v)) for k, v in selector.items() if str(k) != GPU_PRODUCT_LABEL)
             )
+        try:
+            cpu, memory = pod_resources({"spec": spec})
+        except PodRequestError:
+            cpu, memory = 0, 0
         return cls(
             selector=pairs,
             terms=_terms(spec.get("affinity")),
             tolerations=tuple(_tolerations(spec.get("tolerations"))),
             whole_gpus=whole_gpus,
+            cpu_milli=cpu,
+            memory_mib=memory,
         )
 
     @property
     def selects(self) -> bool:
         """It narrows nodes by their labels or names (a selector or a required affinity)."""
         return bool(self.selector) or self.terms is not None
+
+    @property
+    def asks(self) -> bool:
+        """Its pods request CPU or memory (a node's free share of them may bind)."""
+        return self.cpu_milli > 0 or self.memory_mib > 0
+
+    def pods_fit(self, cpu_free_milli: int, memory_free_mib: int) -> int | None:
+        """How many of its pods the node's free CPU and memory hold; None: no limit."""
+        room = None
+        for asked, free in ((self.cpu_milli, cpu_free_milli), (self.memory_mib, memory_free_mib)):
+            if asked > 0 and free != UNBOUNDED:
+                n = max(0, free) // asked
+                room = n if room is None else min(room, n)
+        return room
 
     def refuses(self, name: str, labels: Mapping[str, str], taints: Iterable[Taint]) -> str | None:
         """Why the pods may not run on this node (kube-scheduler's words, short), or None."""

@@ -26,8 +26,8 @@ from chronotope.api.v1alpha1.trainingjob import (
     UtilityFunction,
 )
 from chronotope.solver.model import Reason
-from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, admitting
-from chronotope.workloads.node_fit import job_rules
+from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, Usable, admitting
+from chronotope.workloads.node_fit import NodeRules, job_rules
 from chronotope.workloads.parallelism import Degrees
 
 if TYPE_CHECKING:
@@ -219,8 +219,8 @@ def decide(
     why_not: list[str] = []
     rules = job_rules(spec)
     for option in spec.gpu_types:
-        nodes, refused = admitting(capacity, option.name, rules)
-        start, wait, why = _on_type(est, option.name, nodes, now, frees_at or {}, refused=refused)
+        seen = admitting(capacity, option.name, rules, spec.gpu.count or 1)
+        start, wait, why = _on_type(est, option.name, seen, now, frees_at or {}, rules=rules)
         starts += start
         waits += wait
         why_not += why
@@ -230,17 +230,19 @@ def decide(
 def _on_type(
     est: _Estimator,
     gpu_type: str,
-    nodes: Sequence[NodeCapacity],
+    seen: Usable,
     now: datetime,
     frees_at: Mapping[str, datetime],
     *,
-    refused: Mapping[str, int],
+    rules: NodeRules,
 ) -> tuple[list[Decision], list[Decision], list[str]]:
     """The start-now and wait-for-it alternatives on one GPU type, and why not.
 
-    `nodes`: the type's nodes its workers may use; `refused`: how many others refuse
-    them, by reason (`capacity.admitting`).
+    `seen`: the type's nodes as the job's workers see them (`capacity.admitting`):
+    those they may use, with what their CPU and memory let them take now, and how
+    many others refuse them, by reason.
     """
+    nodes, refused = seen.nodes, seen.refused
     spec = est.spec
     per_worker = spec.gpu.count or 1
     want, least, strategy = spec.replicas, est.least, spec.placement.strategy
@@ -276,6 +278,11 @@ def _on_type(
             starts.append(got)
     else:
         mine = f" on the {len(nodes)} node(s) its workers may use" if refused else ""
+        if seen.short:
+            mine += (
+                f" ({seen.short} node(s) have free GPUs but too little free CPU or memory "
+                f"for a worker: {rules.cpu_milli}m CPU, {rules.memory_mib} MiB)"
+            )
         why_not.append(f"{gpu_type}: room for {now_fit} of {least} worker(s) now{mine}")
     if now_fit < want and gpu_type in frees_at:
         start = max(now, frees_at[gpu_type])

@@ -168,7 +168,7 @@ def _tainted(name: str, product: str, gpus: int, **labels: str) -> dict[str, Any
 def test_a_gang_is_placed_only_on_nodes_its_workers_may_use() -> None:
     capacity = tuple(cluster_capacity([_tainted("big", A100, 8), node("small", A100, 4)], []))
     plain, tolerant = _rules(), _rules(tolerations=[TOLERATE])
-    kept, refused = admitting(capacity, A100, plain)
+    kept, refused, _ = admitting(capacity, A100, plain)
     assert [n.name for n in kept] == ["small"]
     assert refused == {"taint dedicated=team-b:NoSchedule not tolerated": 1}
     _, placements = take(capacity, A100, 2, 2, rules=plain)
@@ -256,3 +256,57 @@ def test_the_joint_plan_leaves_a_job_bound_to_some_nodes_where_its_pods_may_go()
     placed = _planned_nodes(ops)
     assert placed["sel"] == "v100-x"  # the joint plan put it on v100
     assert "other" in placed
+
+
+def test_a_node_holds_only_the_workers_its_free_cpu_and_memory_allow() -> None:
+    rules = _rules(
+        containers=[{"name": "w", "resources": {"requests": {"cpu": "16", "memory": "64Gi"}}}]
+    )
+    assert (rules.cpu_milli, rules.memory_mib) == (16000, 65536)
+    assert rules.pods_fit(40000, 1 << 40) == 2  # the node states no memory: CPU binds
+    assert rules.pods_fit(1 << 40, 1 << 40) is None
+    assert rules.pods_fit(64000, 100000) == 1
+    assert _rules().pods_fit(0, 0) is None  # asks for nothing: no limit
+
+
+def _cpu_node(name: str, cpu: str) -> dict[str, Any]:
+    n = node(name, A100, 8)
+    for key in ("capacity", "allocatable"):
+        n["status"][key]["cpu"] = cpu
+    return n
+
+
+def _cpu_job(name: str, created: datetime) -> dict[str, Any]:
+    job = tjob(name, created=created, types={A100: 1.0}, phase="Waiting")
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "16"}}
+    return job
+
+
+def test_workers_are_planned_where_their_cpu_fits_too() -> None:
+    # 8 free GPUs on each node, but CPU for two 16-core workers only: before, the pass
+    # packed the one-GPU jobs onto one node, where all but two stayed Pending for CPU
+    nodes = [_cpu_node("n0", "32"), _cpu_node("n1", "32")]
+    jobs = [_cpu_job(f"j{i}", NOW - timedelta(hours=1, minutes=-i)) for i in range(5)]
+    ops = FakeOps(nodes, jobs)
+    ops._pods = []
+    statuses = [_status(ops, job) for job in jobs]
+    placed = _planned_nodes(ops)
+    assert sorted(placed.values()) == ["n0", "n0", "n1", "n1"], placed
+    assert "j4" not in placed  # both nodes' CPU is taken: it waits, and says why
+    assert (
+        "2 node(s) have free GPUs but too little free CPU or memory for a worker: "
+        "16000m CPU, 0 MiB" in statuses[4]["whyWaiting"]
+    ), statuses[4]["whyWaiting"]
+
+
+def test_a_job_whose_workers_find_no_cpu_says_so() -> None:
+    nodes = [_cpu_node("n0", "8")]
+    job = _cpu_job("big-cpu", NOW - timedelta(hours=1))
+    ops = FakeOps(nodes, [job])
+    ops._pods = []
+    status = _status(ops, job)
+    assert not ops.started
+    assert (
+        "1 node(s) have free GPUs but too little free CPU or memory for a worker: "
+        "16000m CPU, 0 MiB" in status["whyWaiting"]
+    ), status["whyWaiting"]
