@@ -267,7 +267,14 @@ def test_kubectl_scale_resizes_an_elastic_job(
 
 @contextlib.contextmanager
 def _gpu_nodes(
-    api: Any, core: client.CoreV1Api, pool: str, model: str, count: int, *, per_node: int = 1
+    api: Any,
+    core: client.CoreV1Api,
+    pool: str,
+    model: str,
+    count: int,
+    *,
+    per_node: int = 1,
+    cpu: str = "32",
 ) -> Iterator[list[str]]:
     """kwok GPU nodes of a type only this test uses; deleted afterwards."""
     spec = ClusterSpec.model_validate(
@@ -278,6 +285,7 @@ def _gpu_nodes(
                     "name": pool,
                     "count": count,
                     "gpu": {"model": model, "perNode": per_node, "memoryMiB": 40960},
+                    "cpu": cpu,
                 }
             ],
         }
@@ -725,3 +733,54 @@ def test_jobs_are_planned_only_on_nodes_their_pods_may_use(
             timeout=60,
             what="pinned running once the taint is gone",
         )
+
+
+def test_a_worker_is_planned_where_its_cpu_fits(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # the fast node has 2 free GPUs but CPU for one 3-core worker: before, the second
+    # job was planned there by its GPUs, and its worker stayed Pending for CPU
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "w",
+                    "image": "registry.example/t:1",
+                    "resources": {"requests": {"cpu": "3"}},
+                }
+            ]
+        }
+    }
+    with (
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, per_node=2, cpu="4"),
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1, per_node=2),
+    ):
+        first = job("first", 1, 1, [(fast, 2.0)], template=template)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, first)
+        _wait_job(
+            api,
+            namespace,
+            "first",
+            lambda: _phase(api, namespace, "first") == "Running",
+            timeout=60,
+            what="first running",
+        )
+        second = job("second", 1, 1, [(fast, 2.0), (slow, 1.0)], template=template)
+        pinned = job("pinned", 1, 1, [(fast, 2.0)], template=template)
+        for body in (second, pinned):
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        _wait_job(
+            api,
+            namespace,
+            "second",
+            lambda: _phase(api, namespace, "second") == "Running",
+            timeout=60,
+            what="second running",
+        )
+        assert _get(api, namespace, "second")["status"]["plan"]["gpuType"] == slow
+        status = _get(api, namespace, "pinned")["status"]
+        assert status["phase"] == "Waiting", status
+        assert "too little free CPU or memory for a worker: 3000m CPU" in status["whyWaiting"]

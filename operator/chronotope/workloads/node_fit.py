@@ -38,6 +38,7 @@ from typing import Any
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import UNBOUNDED
+from chronotope.workloads.cluster_feed import CONDITION_TAINTS
 from chronotope.workloads.podreq import PodRequestError, pod_resources
 
 __all__ = [
@@ -68,10 +69,17 @@ class Taint:
 
 
 def node_taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
-    """The filtering taints (NoSchedule, NoExecute) of a node object, in its order."""
+    """The filtering taints (NoSchedule, NoExecute) of a node object, in its order.
+
+    Not the taints Kubernetes puts on for a node's conditions or a cordon
+    (`cluster_feed.CONDITION_TAINTS`): those say the node takes no pod *now*, which
+    `node_schedulable` answers; a job waits for such a node, it is not refused by it.
+    """
     out = []
     for t in (node.get("spec") or {}).get("taints") or []:
         if not isinstance(t, Mapping) or t.get("effect") not in FILTER_EFFECTS:
+            continue
+        if t.get("key") in CONDITION_TAINTS:
             continue
         out.append(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"])))
     return tuple(out)

@@ -320,7 +320,7 @@ def _best(
             f"running now on {best_start.gpu_type} would finish {best_start.finish:%Y-%m-%d %H:%M} "
             f"(utility {best_start.utility:.2f})"
             if best_start is not None
-            else "nothing fits now"
+            else "nothing fits now" + (f" ({'; '.join(why_not)})" if why_not else "")
         )
         assert best_wait.finish is not None
         assert best_wait.utility is not None

@@ -310,3 +310,21 @@ def test_a_job_whose_workers_find_no_cpu_says_so() -> None:
         "1 node(s) have free GPUs but too little free CPU or memory for a worker: "
         "16000m CPU, 0 MiB" in status["whyWaiting"]
     ), status["whyWaiting"]
+
+
+def test_a_cordoned_node_makes_a_job_wait_not_fail() -> None:
+    # the node lifecycle controller taints a cordoned node `unschedulable` (and a node
+    # under pressure or not ready likewise): it takes no pod now, so the job waits for
+    # it (`Waiting`), as before; it is not a node that refuses the job for good
+    cordoned = node("a", A100, 8)
+    cordoned["spec"] = {
+        "unschedulable": True,
+        "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+    }
+    assert node_taints(cordoned) == ()
+    job = tjob("j", created=NOW - timedelta(hours=1), types={A100: 1.0}, phase="Waiting")
+    ops = FakeOps([cordoned], [job])
+    ops._pods = []
+    status = _status(ops, job)
+    assert status["phase"] == "Waiting", status
+    assert "room for 0 of 1 worker(s) now" in status["whyWaiting"]
