@@ -1,7 +1,7 @@
 """One scheduling pass in process: the operator scale benchmark's jobs on the openb nodes.
 
 Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
-       [--when-can-borrow Borrow|TryNextFlavor]
+       [--when-can-borrow Borrow|TryNextFlavor] [--dedicated FRACTION] [--worker-cpu CORES]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
 round-robin over `--queues` team namespaces, each queue an equal share of every
@@ -12,6 +12,11 @@ arrive. No API server: the figure is the pass's own cost, to compare code
 changes (`git stash` and run again); prints each run's seconds, the starts and
 waits, and a hash of the verdicts so two versions can be checked to decide the
 same.
+
+`--dedicated F` taints every 1/F-th GPU node `dedicated=team-00:NoSchedule` and gives
+the first team's jobs the toleration, so every other job is decided on the nodes it
+may use (`workloads.node_fit`); `--worker-cpu C` makes every worker request C cores,
+so each node counts only the workers its CPU holds. Both measure what node rules cost.
 """
 
 from __future__ import annotations
@@ -54,10 +59,16 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
+    ap.add_argument("--dedicated", type=float, default=0.0)
+    ap.add_argument("--worker-cpu", type=int, default=0)
     args = ap.parse_args()
     spec_path = Path(args.cluster)
     total, widest = per_type(load_spec(spec_path))
     nodes = ready_nodes(spec_path)
+    taint = {"key": "dedicated", "value": "team-00", "effect": "NoSchedule"}
+    if args.dedicated > 0:
+        for n in nodes[:: max(1, round(1 / args.dedicated))]:
+            n["spec"] = {**(n.get("spec") or {}), "taints": [taint]}
     queues = queue_objects(args.queues, total, args.when_can_borrow)
     teams = [local["metadata"]["namespace"] for _, local in queues]
     view = QuotaView.parse([q for q, _ in queues], [local for _, local in queues])
@@ -72,6 +83,11 @@ def main() -> int:
             generation=1,
             resourceVersion=str(i + 1),
         )
+        pod = job["spec"]["template"]["spec"]
+        if args.dedicated > 0 and i % len(teams) == 0:
+            pod["tolerations"] = [{**taint, "operator": "Equal"}]
+        if args.worker_cpu:
+            pod["containers"][0]["resources"] = {"requests": {"cpu": str(args.worker_cpu)}}
         jobs.append(job)
     seconds = []
     for _ in range(args.runs):

@@ -125,6 +125,16 @@ class Usable(NamedTuple):
     """The nodes its workers may not use, counted by their first reason."""
     short: int = 0
     """Nodes whose free GPUs its workers cannot all take now for want of CPU or memory."""
+    positions: Mapping[str, int] | None = None
+    """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
+
+
+_ADMITTED: dict[int, tuple[Sequence[NodeCapacity], dict[tuple[NodeRules, int], Usable]]] = {}
+"""`admitting`'s answers by the type's nodes (their id), then (rules, GPUs per worker).
+A pass asks it of one capacity for every job, and each start there changes one type's
+nodes only (`take` keeps the others' tuples, and carries that type's answers over), so
+most jobs find their answer here."""
+_ADMITTED_KEPT = 4096
 
 
 def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: int = 1) -> Usable:
@@ -140,6 +150,15 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     nodes = index.nodes.get(gpu_type, ())
     if not rules.selects and not rules.asks and gpu_type not in index.tainted:
         return Usable(nodes, {})
+    held = _ADMITTED.get(id(nodes))
+    if held is None or held[0] is not nodes:  # held by the memo: its id is not reused
+        if len(_ADMITTED) >= _ADMITTED_KEPT:
+            _ADMITTED.clear()
+        held = _ADMITTED[id(nodes)] = (nodes, {})
+    answers = held[1]
+    hit = answers.get((rules, per_worker))
+    if hit is not None:
+        return hit
     kept: list[NodeCapacity] = []
     refused: dict[str, int] = {}
     short = 0
@@ -154,7 +173,10 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
             kept.append(replace(n, free=room, free_gpus=n.free_gpus[:room]))
         else:
             kept.append(n)
-    return Usable(tuple(kept), refused, short)
+    at = {n.name: k for k, n in enumerate(kept)} if refused else None
+    seen = Usable(tuple(kept), refused, short, at)
+    answers[rules, per_worker] = seen
+    return seen
 
 
 def _room(n: NodeCapacity, rules: NodeRules, per_worker: int) -> int:
@@ -288,11 +310,11 @@ def take(
     index = _index(capacity)
     mine = index.positions.get(gpu_type, ())
     usable = mine
-    if rules is not None:
-        seen = admitting(capacity, gpu_type, rules, per_worker)
-        if seen.refused:
-            names = {n.name for n in seen.nodes}
-            usable = tuple(i for i in mine if nodes[i].name in names)
+    room: dict[int, int] = {}  # free GPUs the workers can take, where node rules cut them
+    if rules is not None and (rules.selects or rules.asks or gpu_type in index.tainted):
+        by_name = {n.name: n.free for n in admitting(capacity, gpu_type, rules, per_worker).nodes}
+        usable = tuple(i for i in mine if nodes[i].name in by_name)
+        room = {i: by_name[nodes[i].name] for i in usable}
     asks = rules if rules is not None and rules.asks else None
     where = {nodes[i].name: i for i in usable}
     used: set[str] = set()
@@ -300,11 +322,9 @@ def take(
     unplaced = 0
     for w in range(workers):
         fitting = [
-            (nodes[i].name, room)
+            (nodes[i].name, free)
             for i in usable
-            if nodes[i].schedulable
-            and (room := nodes[i].free if asks is None else _room(nodes[i], asks, per_worker))
-            >= per_worker
+            if nodes[i].schedulable and (free := room.get(i, nodes[i].free)) >= per_worker
         ]
         slot = next_slot(fitting, used, strategy, (workers - w) * per_worker)
         if slot is None:
@@ -321,21 +341,49 @@ def take(
                 cpu_free_milli=_less(n.cpu_free_milli, asks.cpu_milli),
                 memory_free_mib=_less(n.memory_free_mib, asks.memory_mib),
             )
+        if i in room:
+            room[i] = n.free if asks is None else _room(n, asks, per_worker)
         nodes[i] = n
         placed.append((slot, gpus))
     if unplaced:
         return tuple(_minus_promised(nodes, {gpu_type: unplaced * per_worker})), ()
     out = tuple(nodes)
     if isinstance(capacity, tuple):  # only this type's nodes changed, in place
-        _Memo.last = (
-            out,
-            _Index(
-                index.positions,
-                index.nodes | {gpu_type: tuple(out[i] for i in mine)},
-                index.tainted,
-            ),
-        )
+        after = tuple(out[i] for i in mine)
+        _Memo.last = (out, _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted))
+        _carry_admitted(index.nodes.get(gpu_type, ()), after)
     return out, tuple(placed)
+
+
+def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity]) -> None:
+    """`admitting`'s answers for `after` (a take changed a few of `before`'s nodes).
+
+    Made from `before`'s, for every (rules, GPUs per worker) asked of it: the next
+    job finds its answer without looking at every node again.
+    """
+    held = _ADMITTED.get(id(before))
+    if held is None or held[0] is not before:
+        return
+    changed = [(k, a) for k, (b, a) in enumerate(zip(before, after, strict=True)) if b is not a]
+    carried: dict[tuple[NodeRules, int], Usable] = {}
+    for (rules, per_worker), seen in held[1].items():
+        kept = list(seen.nodes)
+        short = seen.short
+        for k, new in changed:
+            pos = k if seen.positions is None else seen.positions.get(new.name)
+            if pos is None:  # refused by its labels or taints: still so
+                continue
+            short -= kept[pos].free < before[k].free
+            room = _room(new, rules, per_worker)
+            if room < new.free:
+                short += 1
+                kept[pos] = replace(new, free=room, free_gpus=new.free_gpus[:room])
+            else:
+                kept[pos] = new
+        carried[rules, per_worker] = Usable(tuple(kept), seen.refused, short, seen.positions)
+    if len(_ADMITTED) >= _ADMITTED_KEPT:
+        _ADMITTED.clear()
+    _ADMITTED[id(after)] = (after, carried)
 
 
 def _less(free: int, asked: int) -> int:

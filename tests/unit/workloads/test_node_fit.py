@@ -9,13 +9,20 @@ the same node, and so on, while GPUs it could use sat idle.
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from chronotope.controllers.trainingjob import reconcile
-from chronotope.workloads.capacity import NodeCapacity, admitting, cluster_capacity, take
+from chronotope.workloads.capacity import (
+    _ADMITTED,
+    NodeCapacity,
+    admitting,
+    cluster_capacity,
+    take,
+)
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.node_fit import NodeRules, Taint, node_taints
 from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
@@ -168,7 +175,7 @@ def _tainted(name: str, product: str, gpus: int, **labels: str) -> dict[str, Any
 def test_a_gang_is_placed_only_on_nodes_its_workers_may_use() -> None:
     capacity = tuple(cluster_capacity([_tainted("big", A100, 8), node("small", A100, 4)], []))
     plain, tolerant = _rules(), _rules(tolerations=[TOLERATE])
-    kept, refused, _ = admitting(capacity, A100, plain)
+    kept, refused, *_ = admitting(capacity, A100, plain)
     assert [n.name for n in kept] == ["small"]
     assert refused == {"taint dedicated=team-b:NoSchedule not tolerated": 1}
     _, placements = take(capacity, A100, 2, 2, rules=plain)
@@ -328,3 +335,38 @@ def test_a_cordoned_node_makes_a_job_wait_not_fail() -> None:
     status = _status(ops, job)
     assert status["phase"] == "Waiting", status
     assert "room for 0 of 1 worker(s) now" in status["whyWaiting"]
+
+
+def test_the_remembered_answers_match_a_fresh_look_after_every_take() -> None:
+    # a pass asks `admitting` of each capacity for every job and carries the answers
+    # over each start (`take`): they must be what looking at every node again gives
+    rng = random.Random(7)
+    capacity: tuple[NodeCapacity, ...] = tuple(
+        NodeCapacity(
+            f"n{i}",
+            "L4",
+            8,
+            8,
+            True,
+            free_gpus=tuple(range(8)),
+            cpu_free_milli=rng.choice([8000, 32000, 64000]),
+            labels=(("pool", rng.choice("ab")),),
+            taints=(Taint("dedicated", "x"),) if i % 5 == 0 else (),
+        )
+        for i in range(30)
+    )
+    asks = [
+        _rules(),
+        _rules(nodeSelector={"pool": "a"}),
+        _rules(tolerations=[{"operator": "Exists"}]),
+        _rules(containers=[{"name": "w", "resources": {"requests": {"cpu": "6"}}}]),
+    ]
+    for _ in range(60):
+        rules, per_worker = rng.choice(asks), rng.choice([1, 2])
+        remembered = [admitting(capacity, "L4", r, p) for r in asks for p in (1, 2)]
+        _ADMITTED.clear()
+        fresh = [admitting(capacity, "L4", r, p) for r in asks for p in (1, 2)]
+        assert [(u.nodes, u.refused, u.short) for u in remembered] == [
+            (u.nodes, u.refused, u.short) for u in fresh
+        ]
+        capacity, _ = take(capacity, "L4", rng.choice([1, 2]), per_worker, rules=rules)
