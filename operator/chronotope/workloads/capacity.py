@@ -14,7 +14,7 @@ joint plan's) holds exactly those, any other by count.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
@@ -62,8 +62,9 @@ class NodeCapacity:
     """Allocatable CPU not requested by bound pods (UNBOUNDED: the node states none)."""
     memory_free_mib: int = UNBOUNDED
     """Allocatable memory not requested by bound pods (UNBOUNDED: the node states none)."""
-    labels: tuple[tuple[str, str], ...] = ()
-    """The node's labels, sorted (what a pod's nodeSelector and node affinity read)."""
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """The node's labels (what a pod's nodeSelector and node affinity read): the node
+    object's own mapping, not copied (left out of equality)."""
     taints: tuple[Taint, ...] = ()
     """The node's NoSchedule and NoExecute taints (what a pod must tolerate)."""
 
@@ -163,7 +164,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     refused: dict[str, int] = {}
     short = 0
     for n in nodes:
-        why = rules.refuses(n.name, dict(n.labels) if rules.selects else {}, n.taints)
+        why = rules.refuses(n.name, n.labels, n.taints)
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             continue
@@ -264,7 +265,7 @@ def cluster_capacity(
                 free_gpus=free_gpus,
                 cpu_free_milli=max(0, int(state.cpu_left[i])),
                 memory_free_mib=max(0, int(state.mem_left[i])),
-                labels=tuple(sorted((meta.get("labels") or {}).items())),
+                labels=meta.get("labels") or {},
                 taints=node_taints(node),
             )
         )
@@ -321,11 +322,18 @@ def take(
     placed: list[tuple[str, tuple[int, ...]]] = []
     unplaced = 0
     for w in range(workers):
-        fitting = [
-            (nodes[i].name, free)
-            for i in usable
-            if nodes[i].schedulable and (free := room.get(i, nodes[i].free)) >= per_worker
-        ]
+        if room:
+            fitting = [
+                (nodes[i].name, room[i])
+                for i in usable
+                if nodes[i].schedulable and room[i] >= per_worker
+            ]
+        else:  # no node rule cuts this type: its free GPUs (most jobs; the fast path)
+            fitting = [
+                (nodes[i].name, nodes[i].free)
+                for i in usable
+                if nodes[i].schedulable and nodes[i].free >= per_worker
+            ]
         slot = next_slot(fitting, used, strategy, (workers - w) * per_worker)
         if slot is None:
             unplaced += 1

@@ -277,5 +277,22 @@ def _tolerations(raw: object) -> Iterable[_Toleration]:
 
 
 def job_rules(spec: TrainingJobSpec) -> NodeRules:
-    """The rules of a TrainingJob's workers (its template; whole GPUs unless it shares)."""
-    return NodeRules.of_template(spec.template, whole_gpus=spec.gpu.shared is None)
+    """The rules of a TrainingJob's workers (its template; whole GPUs unless it shares).
+
+    Remembered per template object: a pass asks this of each job several times, on
+    copies of its spec that share the template (`model_copy`).
+    """
+    whole = spec.gpu.shared is None
+    key = (id(spec.template), whole)
+    hit = _RULES.get(key)
+    if hit is not None and hit[0] is spec.template:  # held here: its id is not reused
+        return hit[1]
+    rules = NodeRules.of_template(spec.template, whole_gpus=whole)
+    if len(_RULES) >= _RULES_KEPT:
+        _RULES.clear()
+    _RULES[key] = (spec.template, rules)
+    return rules
+
+
+_RULES: dict[tuple[int, bool], tuple[Mapping[str, Any], NodeRules]] = {}
+_RULES_KEPT = 8192

@@ -239,7 +239,7 @@ def test_jobs_start_where_their_pods_may_go_and_a_job_no_node_admits_says_why() 
 
 def test_a_capacity_built_by_hand_has_no_labels_or_taints() -> None:
     n = NodeCapacity("a", "L4", 4, 4, True)
-    assert (n.labels, n.taints) == ((), ())
+    assert (n.labels, n.taints) == ({}, ())
     assert admitting((n,), "L4", _rules(nodeSelector={"pool": "a"}))[1] == {
         "nodeSelector pool=a": 1
     }
@@ -350,7 +350,7 @@ def test_the_remembered_answers_match_a_fresh_look_after_every_take() -> None:
             True,
             free_gpus=tuple(range(8)),
             cpu_free_milli=rng.choice([8000, 32000, 64000]),
-            labels=(("pool", rng.choice("ab")),),
+            labels={"pool": rng.choice("ab")},
             taints=(Taint("dedicated", "x"),) if i % 5 == 0 else (),
         )
         for i in range(30)
