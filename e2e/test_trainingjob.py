@@ -95,6 +95,18 @@ def _wait_job(api: Any, ns: str, name: str, check: Any, *, timeout: float, what:
         raise AssertionError(f"{exc}; status {shown}; events {events}; pods {pods}") from None
 
 
+def _wait_running(api: Any, ns: str, name: str, *, timeout: float = 60, what: str = "") -> None:
+    """`_wait_job` until the job is Running."""
+    _wait_job(
+        api,
+        ns,
+        name,
+        lambda: _phase(api, ns, name) == "Running",
+        timeout=timeout,
+        what=what or f"{name} running",
+    )
+
+
 def _run_elastic(
     api: Any,
     custom: client.CustomObjectsApi,
@@ -554,13 +566,8 @@ def test_a_long_job_gives_its_lease_to_much_shorter_work(
     short = job("short", 4, 4, v100)
     short["spec"]["estimate"]["durationSeconds"] = 600
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, short)
-    _wait_job(
-        api,
-        namespace,
-        "short",
-        lambda: _phase(api, namespace, "short") == "Running",
-        timeout=120,
-        what="the short job running on the long job's V100s",
+    _wait_running(
+        api, namespace, "short", timeout=120, what="the short job running on the long job's V100s"
     )
 
     given = _events(core, namespace, "long")
@@ -705,14 +712,7 @@ def test_jobs_are_planned_only_on_nodes_their_pods_may_use(
         for body in jobs.values():
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
         for name in ("open", "tolerant"):
-            _wait_job(
-                api,
-                namespace,
-                name,
-                lambda n=name: _phase(api, namespace, n) == "Running",
-                timeout=60,
-                what=f"{name} running",
-            )
+            _wait_running(api, namespace, name)
         assert _get(api, namespace, "open")["status"]["plan"]["gpuType"] == slow
         assert _get(api, namespace, "tolerant")["status"]["plan"]["gpuType"] == fast
         status = _get(api, namespace, "pinned")["status"]
@@ -725,14 +725,7 @@ def test_jobs_are_planned_only_on_nodes_their_pods_may_use(
         ]
         # the taint goes: the node change makes a new pass, and the pinned job starts there
         core.patch_node(fast_nodes[0], {"spec": {"taints": None}})
-        _wait_job(
-            api,
-            namespace,
-            "pinned",
-            lambda: _phase(api, namespace, "pinned") == "Running",
-            timeout=60,
-            what="pinned running once the taint is gone",
-        )
+        _wait_running(api, namespace, "pinned", what="pinned running once the taint is gone")
 
 
 def test_a_worker_is_planned_where_its_cpu_fits(
@@ -760,26 +753,12 @@ def test_a_worker_is_planned_where_its_cpu_fits(
     ):
         first = job("first", 1, 1, [(fast, 2.0)], template=template)
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, first)
-        _wait_job(
-            api,
-            namespace,
-            "first",
-            lambda: _phase(api, namespace, "first") == "Running",
-            timeout=60,
-            what="first running",
-        )
+        _wait_running(api, namespace, "first")
         second = job("second", 1, 1, [(fast, 2.0), (slow, 1.0)], template=template)
         pinned = job("pinned", 1, 1, [(fast, 2.0)], template=template)
         for body in (second, pinned):
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-        _wait_job(
-            api,
-            namespace,
-            "second",
-            lambda: _phase(api, namespace, "second") == "Running",
-            timeout=60,
-            what="second running",
-        )
+        _wait_running(api, namespace, "second")
         assert _get(api, namespace, "second")["status"]["plan"]["gpuType"] == slow
         status = _get(api, namespace, "pinned")["status"]
         assert status["phase"] == "Waiting", status
