@@ -374,7 +374,8 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
         return
     changed = [(k, a) for k, (b, a) in enumerate(zip(before, after, strict=True)) if b is not a]
     carried: dict[tuple[NodeRules, int], Usable] = {}
-    for (rules, per_worker), seen in held[1].items():
+    # a copy (one C-level step): another thread's decision may add an answer meanwhile
+    for (rules, per_worker), seen in tuple(held[1].items()):
         kept = list(seen.nodes)
         short = seen.short
         for k, new in changed:
