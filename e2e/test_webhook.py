@@ -88,6 +88,23 @@ def test_a_bad_pod_template_is_denied_naming_the_field(
     assert "NotFound" in gone.stderr  # nothing was stored
 
 
+def test_a_template_no_gpu_node_admits_is_a_warning_kubectl_prints(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    template = {
+        "spec": {
+            "nodeSelector": {"chronotope.dev/e2e-pool": "nowhere"},
+            "containers": [{"name": "w", "image": "x"}],
+        }
+    }
+    out = _apply(kube_cluster, namespace, _job("pinned", template=template))
+    assert out.returncode == 0, out.stderr  # admitted: it waits for such a node
+    (warning,) = _warnings(out.stderr)
+    assert warning.startswith("spec.template: no node of GPU type L4 (")
+    assert "node(s) by nodeSelector chronotope.dev/e2e-pool=nowhere)" in warning
+    assert warning.endswith("it waits until one does")
+
+
 def test_missing_references_and_unknown_gpu_types_are_warnings_kubectl_prints(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:

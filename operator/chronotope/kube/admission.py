@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from chronotope.kube.client import raw_json
 from chronotope.kube.store import OperatorCache
-from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL
 from chronotope.workloads.admission import AdmissionLookupError
 from chronotope.workloads.pod_shape import ObjectType
 
@@ -113,20 +113,17 @@ class KubeAdmissionLookups:
         self.cache = cache
         self.timeout_s = timeout_s
 
-    def node_gpus(self) -> dict[str, int]:
-        """GPU type -> the largest per-GPU memory (MiB, 0 unknown) of the nodes labelled with it."""
+    def gpu_nodes(self) -> list[dict[str, Any]]:
+        """The nodes labelled with a GPU type (watch cache first)."""
         if self.cache is not None:
             nodes = self.cache.nodes.list()
         else:
             nodes = self._get(lambda: client.CoreV1Api(self.api).list_node(**self._raw()))["items"]
-        out: dict[str, int] = {}
-        for node in nodes:
-            labels = (node.get("metadata") or {}).get("labels") or {}
-            product = labels.get(GPU_PRODUCT_LABEL)
-            if product:
-                memory = str(labels.get(GPU_MEMORY_LABEL) or "0")
-                out[product] = max(out.get(product, 0), int(memory) if memory.isdigit() else 0)
-        return out
+        return [
+            n
+            for n in nodes
+            if ((n.get("metadata") or {}).get("labels") or {}).get(GPU_PRODUCT_LABEL)
+        ]
 
     def config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         """The ConfigMap's data, or None when it does not exist."""

@@ -23,7 +23,8 @@ registration. docs/webhook.md says why each check denies or warns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,11 +36,13 @@ from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import profile_from_data
 from chronotope.sharing.labels import (
+    GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     SCHEDULER_NAME,
     SHARE_RESOURCE,
 )
+from chronotope.workloads.node_fit import job_rules, node_taints
 from chronotope.workloads.pod_shape import TypeTable, check_shape
 
 __all__ = [
@@ -101,8 +104,8 @@ class AdmissionLookupError(Exception):
 class Lookups(Protocol):
     """What validation reads from the cluster."""
 
-    def node_gpus(self) -> Mapping[str, int]:
-        """GPU type -> the largest per-GPU memory in MiB (0: unknown) of nodes labelled with it."""
+    def gpu_nodes(self) -> Sequence[Mapping[str, Any]]:
+        """The node objects labelled with a GPU type."""
         ...
 
     def config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
@@ -263,9 +266,64 @@ def _lookup(what: str, call: Callable[[], Any], warn: list[str]) -> Any:
         return _UNKNOWN
 
 
-def _known_gpus(lookups: Lookups, warn: list[str]) -> Mapping[str, int] | None:
-    known = _lookup("the nodes' GPU types", lookups.node_gpus, warn)
-    return None if known is _UNKNOWN else dict(known)
+def _gpu_nodes(lookups: Lookups, warn: list[str]) -> Sequence[Mapping[str, Any]] | None:
+    nodes = _lookup("the nodes' GPU types", lookups.gpu_nodes, warn)
+    return None if nodes is _UNKNOWN else list(nodes)
+
+
+def node_gpus(nodes: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """GPU type -> the largest per-GPU memory in MiB (0: unknown) of nodes labelled with it."""
+    out: dict[str, int] = {}
+    for node in nodes:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        product = labels.get(GPU_PRODUCT_LABEL)
+        if product:
+            memory = str(labels.get(GPU_MEMORY_LABEL) or "0")
+            out[product] = max(out.get(product, 0), int(memory) if memory.isdigit() else 0)
+    return out
+
+
+def _known_gpus(nodes: Sequence[Mapping[str, Any]] | None) -> Mapping[str, int] | None:
+    return None if nodes is None else node_gpus(nodes)
+
+
+def _node_rules(spec: TrainingJobSpec, nodes: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """A warning when no node of some (or all) of the job's GPU types admits its workers.
+
+    By the template's nodeSelector, required node affinity and tolerations
+    (`workloads.node_fit`); the job waits for such a node, so this only warns.
+    """
+    if nodes is None:
+        return []
+    rules = job_rules(spec)
+    shut: list[str] = []
+    present = 0
+    for option in spec.gpu_types:
+        mine = [
+            n
+            for n in nodes
+            if ((n.get("metadata") or {}).get("labels") or {}).get(GPU_PRODUCT_LABEL) == option.name
+        ]
+        if not mine:
+            continue
+        present += 1
+        why = Counter(
+            rules.refuses(
+                str(n["metadata"].get("name")), n["metadata"].get("labels") or {}, node_taints(n)
+            )
+            for n in mine
+        )
+        if None not in why:
+            first, count = why.most_common(1)[0]
+            shut.append(f"{option.name} ({count} of {len(mine)} node(s) by {first})")
+    if not shut:
+        return []
+    tail = "it waits until one does" if len(shut) == present else "the others are used"
+    return [
+        "spec.template: no node of GPU type "
+        + "; ".join(shut)
+        + f" admits its workers now (nodeSelector, node affinity, tolerations); {tail}"
+    ]
 
 
 def _gpu_types(field: str, wanted: Sequence[str], known: Mapping[str, int] | None) -> list[str]:
@@ -301,10 +359,12 @@ def _share_fits(
 def _training_job(spec: BaseModel, namespace: str, lookups: Lookups) -> list[str]:
     assert isinstance(spec, TrainingJobSpec)
     warn: list[str] = []
-    known = _known_gpus(lookups, warn)
+    nodes = _gpu_nodes(lookups, warn)
+    known = _known_gpus(nodes)
     names = [t.name for t in spec.gpu_types]
     warn += _gpu_types("spec.gpuTypes", names, known)
     warn += _share_fits("spec.gpu.shared", spec.gpu.shared, names, known)
+    warn += _node_rules(spec, nodes)
     profile = spec.parallelism.model_profile if spec.parallelism else None
     if profile:
         what = f"model profile ConfigMap {namespace}/{profile}"
@@ -336,7 +396,7 @@ def _profile_warnings(what: str, data: Mapping[str, str] | None, names: Sequence
 def _pipeline(spec: BaseModel, namespace: str, lookups: Lookups) -> list[str]:
     assert isinstance(spec, InferencePipelineSpec)
     warn: list[str] = []
-    known = _known_gpus(lookups, warn)
+    known = _known_gpus(_gpu_nodes(lookups, warn))
     for i, stage in enumerate(spec.stages):
         field = f"spec.stages[{i}]"
         types = [p.gpu_type for p in stage.profiles]
@@ -373,7 +433,7 @@ def _exists(lookups: Lookups, namespace: str, variant: str) -> Callable[[], bool
 def _variant(spec: BaseModel, namespace: str, lookups: Lookups) -> list[str]:
     assert isinstance(spec, ModelVariantSpec)
     warn: list[str] = []
-    known = _known_gpus(lookups, warn)
+    known = _known_gpus(_gpu_nodes(lookups, warn))
     sizes = [m for m in (known or {}).values() if m]
     need = spec.base.size_mib + spec.delta.compressed_size_mib
     if sizes and need > max(sizes):

@@ -28,11 +28,23 @@ class FakeLookups:
     broken: bool = False
     calls: list[str] = field(default_factory=list)
 
-    def node_gpus(self) -> dict[str, int]:
-        self.calls.append("node_gpus")
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    """More nodes than one per type of `gpus`."""
+
+    def gpu_nodes(self) -> list[dict[str, Any]]:
+        self.calls.append("gpu_nodes")
         if self.broken:
             raise AdmissionLookupError("API server answered 503 Service Unavailable")
-        return self.gpus
+        labelled = [
+            {
+                "metadata": {
+                    "name": f"node-{t}",
+                    "labels": {"nvidia.com/gpu.product": t, "nvidia.com/gpu.memory": str(m)},
+                }
+            }
+            for t, m in self.gpus.items()
+        ]
+        return labelled + self.nodes
 
     def config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         self.calls.append(f"configmap {namespace}/{name}")
@@ -268,7 +280,7 @@ def test_a_missing_model_profile_is_a_warning_and_a_broken_one_says_why() -> Non
         "spec.parallelism.modelProfile: model profile ConfigMap ns/opt not found; the job "
         "waits for it (create it with `chronotope profile configmap`)",
     )
-    assert lookups.calls == ["node_gpus", "configmap ns/opt"]
+    assert lookups.calls == ["gpu_nodes", "configmap ns/opt"]
     lookups.config_maps[("ns", "opt")] = {"profile-L4.json": "{}"}
     (warning,) = validate("TrainingJob", job(**spec), lookups=lookups).warnings
     assert "has no config.json key" in warning
@@ -328,6 +340,37 @@ def test_a_pipeline_warns_about_a_missing_variant_trace_and_trace_key() -> None:
     lookups.config_maps[("ns", "arrivals")] = {"arrivals.txt": "0.1"}
     lookups.variants.add(("ns", "gone"))
     assert validate("InferencePipeline", obj, lookups=lookups) == Review(True)
+
+
+def test_gpu_types_no_node_admits_the_template_on_are_warnings() -> None:
+    # the only L4 node is a team's dedicated one: the job waits for a node it may use
+    dedicated = {
+        "metadata": {"name": "l4-b", "labels": {"nvidia.com/gpu.product": "L4"}},
+        "spec": {"taints": [{"key": "dedicated", "value": "b", "effect": "NoSchedule"}]},
+    }
+    lookups = FakeLookups(gpus={"A100-SXM4-80GB": 81920}, nodes=[dedicated])
+    assert validate("TrainingJob", job(), lookups=lookups).warnings == (
+        "spec.template: no node of GPU type L4 (1 of 1 node(s) by taint "
+        "dedicated=b:NoSchedule not tolerated) admits its workers now (nodeSelector, node "
+        "affinity, tolerations); it waits until one does",
+    )
+    both = job(
+        gpuTypes=[
+            {"name": "L4", "relativeSpeed": 1.0},
+            {"name": "A100-SXM4-80GB", "relativeSpeed": 2.0},
+        ]
+    )
+    (warning,) = validate("TrainingJob", both, lookups=lookups).warnings
+    assert warning.endswith("the others are used")
+    tolerant = job()
+    tolerant["spec"]["template"]["spec"]["tolerations"] = [
+        {"key": "dedicated", "operator": "Exists"}
+    ]
+    assert validate("TrainingJob", tolerant, lookups=lookups).warnings == ()
+    selects = job()
+    selects["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "x"}
+    (warning,) = validate("TrainingJob", selects, lookups=FakeLookups()).warnings
+    assert "L4 (1 of 1 node(s) by nodeSelector pool=x)" in warning
 
 
 def test_a_pipeline_stage_whose_gpu_types_no_node_has_is_a_warning() -> None:
