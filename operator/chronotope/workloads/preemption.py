@@ -2,8 +2,9 @@
 
 A waiting job may preempt running jobs that are marked preemptible and have a
 lower priority, cheapest first (lowest priority, then fewest GPUs), adding
-victims one at a time until the job fits; if it would not fit even with every
-candidate gone, nobody is preempted. Victims are stopped gracefully by the
+victims one at a time until the job fits, then sparing every victim it fits
+without (most important first: kube-scheduler's reprieve); if it would not fit
+even with every candidate gone, nobody is preempted. Victims are stopped gracefully by the
 caller (checkpoint annotation, then SIGTERM with a grace period) and re-queue.
 """
 
@@ -69,13 +70,25 @@ def plan_preemption(
         owner = (meta.get("labels") or {}).get(JOB_LABEL)
         if owner:
             pods_of.setdefault(f"{meta.get('namespace')}/{owner}", set()).add(_key(pod))
+
+    def decided_without(victims: Sequence[str]) -> Decision:
+        ignored = frozenset().union(*(pods_of.get(k, set()) for k in victims))
+        capacity = cluster_capacity(nodes, pods, ignore_pods=ignored)
+        return decide(spec, capacity, now, planner=planner)
+
     chosen: list[str] = []
-    ignored: set[str] = set()
     for _, _, job in candidates:
         chosen.append(_key(job))
-        ignored |= pods_of.get(_key(job), set())
-        capacity = cluster_capacity(nodes, pods, ignore_pods=frozenset(ignored))
-        decision = decide(spec, capacity, now, planner=planner)
-        if decision.action is Action.START:
-            return Preemption(tuple(chosen), decision)
+        decision = decided_without(chosen)
+        if decision.action is not Action.START:
+            continue
+        # kube-scheduler's reprieve: an early (cheap) victim may free GPUs the job cannot
+        # use (on a node its pods may not go to, or too few on its node) while a later
+        # one made the fit; spare every victim it starts without, most important first
+        for key in reversed(list(chosen)):
+            rest = [k for k in chosen if k != key]
+            without = decided_without(rest)
+            if without.action is Action.START:
+                chosen, decision = rest, without
+        return Preemption(tuple(chosen), decision)
     return None

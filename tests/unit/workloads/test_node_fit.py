@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.controllers.trainingjob import reconcile
 from chronotope.workloads.capacity import (
     _ADMITTED,
@@ -26,11 +27,13 @@ from chronotope.workloads.capacity import (
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.node_fit import NodeRules, Taint, node_taints
 from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
+from chronotope.workloads.preemption import plan_preemption
+from chronotope.workloads.training import Action
 from tests.unit.controllers.test_reconcile import FakeOps
 from tests.unit.workloads.test_backfill import node, tjob
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
-A100, V100 = "A100-SXM4-80GB", "V100-SXM2-32GB"
+A100, V100, H100 = "A100-SXM4-80GB", "V100-SXM2-32GB", "H100"
 RESERVED = {"key": "dedicated", "value": "team-b", "effect": "NoSchedule"}
 TOLERATE = {"key": "dedicated", "operator": "Equal", "value": "team-b", "effect": "NoSchedule"}
 
@@ -370,3 +373,48 @@ def test_the_remembered_answers_match_a_fresh_look_after_every_take() -> None:
             (u.nodes, u.refused, u.short) for u in fresh
         ]
         capacity, _ = take(capacity, "L4", rng.choice([1, 2]), per_worker, rules=rules)
+
+
+def _running(
+    name: str, node_name: str, gpus: int, priority: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A preemptible running job of `gpus` H100s on `node_name`, and its one worker pod."""
+    job = tjob(
+        name, created=NOW - timedelta(hours=3), gpus=gpus, types={H100: 1.0}, priority=priority
+    )
+    job["spec"]["preemptible"] = True
+    job["status"] = {"phase": "Running", "plan": {"gpuType": H100, "totalGpus": gpus, "workers": 1}}
+    pod = {
+        "metadata": {"name": f"{name}-g0-0", "namespace": "scale", "labels": {JOB_LABEL: name}},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    return job, pod
+
+
+@pytest.mark.parametrize("dedicated", [True, False])
+def test_preemption_spares_the_victims_the_job_starts_without(dedicated: bool) -> None:
+    # the cheapest victim (lowest priority) frees GPUs the urgent job cannot use: on a
+    # node its pods may not go to, or too few next to a job nobody may stop; the next
+    # victim makes the fit, and the first is spared (kube-scheduler's reprieve; before,
+    # both were stopped)
+    nodes = [node("n0", H100, 8), node("n1", H100, 8)]
+    cheap, cheap_pod = _running("cheap", "n0", 2 if not dedicated else 8, priority=0)
+    other, other_pod = _running("other", "n1", 8, priority=1)
+    pods = [cheap_pod, other_pod]
+    if dedicated:
+        nodes[0]["spec"] = {"taints": [RESERVED]}
+    else:  # six GPUs of n0 held by a job that is not preemptible
+        keeper, keeper_pod = _running("keeper", "n0", 6, priority=0)
+        keeper["spec"]["preemptible"] = False
+        pods.append(keeper_pod)
+    urgent = TrainingJobSpec.model_validate(
+        tjob("urgent", created=NOW, gpus=8, types={H100: 1.0}, priority=5)["spec"]
+    )
+    got = plan_preemption("scale/urgent", urgent, [cheap, other], nodes, pods, now=NOW)
+    assert got is not None
+    assert got.victims == ("scale/other",)
+    assert got.decision.action is Action.START
