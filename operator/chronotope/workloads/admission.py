@@ -42,6 +42,7 @@ from chronotope.sharing.labels import (
     SCHEDULER_NAME,
     SHARE_RESOURCE,
 )
+from chronotope.workloads.cluster_feed import node_info
 from chronotope.workloads.node_fit import job_rules, node_taints
 from chronotope.workloads.pod_shape import TypeTable, check_shape
 
@@ -290,8 +291,9 @@ def _known_gpus(nodes: Sequence[Mapping[str, Any]] | None) -> Mapping[str, int] 
 def _node_rules(spec: TrainingJobSpec, nodes: Sequence[Mapping[str, Any]] | None) -> list[str]:
     """A warning when no node of some (or all) of the job's GPU types admits its workers.
 
-    By the template's nodeSelector, required node affinity and tolerations
-    (`workloads.node_fit`); the job waits for such a node, so this only warns.
+    By the template's nodeSelector, required node affinity, tolerations and its
+    workers' CPU and memory against each node's allocatable (`workloads.node_fit`);
+    the job waits for such a node, so this only warns.
     """
     if nodes is None:
         return []
@@ -307,12 +309,12 @@ def _node_rules(spec: TrainingJobSpec, nodes: Sequence[Mapping[str, Any]] | None
         if not mine:
             continue
         present += 1
-        why = Counter(
-            rules.refuses(
-                str(n["metadata"].get("name")), n["metadata"].get("labels") or {}, node_taints(n)
-            )
-            for n in mine
-        )
+        why: Counter[str | None] = Counter()
+        for n in mine:
+            info = node_info(n)
+            labels = n["metadata"].get("labels") or {}
+            allocatable = (info.cpu_milli, info.memory_mib)
+            why[rules.refuses(info.name, labels, node_taints(n), allocatable)] += 1
         if None not in why:
             first, count = why.most_common(1)[0]
             shut.append(f"{option.name} ({count} of {len(mine)} node(s) by {first})")
@@ -320,9 +322,7 @@ def _node_rules(spec: TrainingJobSpec, nodes: Sequence[Mapping[str, Any]] | None
         return []
     tail = "it waits until one does" if len(shut) == present else "the others are used"
     return [
-        "spec.template: no node of GPU type "
-        + "; ".join(shut)
-        + f" admits its workers now (nodeSelector, node affinity, tolerations); {tail}"
+        "spec.template: no node of GPU type " + "; ".join(shut) + f" admits its workers now; {tail}"
     ]
 
 

@@ -67,6 +67,10 @@ class NodeCapacity:
     object's own mapping, not copied (left out of equality)."""
     taints: tuple[Taint, ...] = ()
     """The node's NoSchedule and NoExecute taints (what a pod must tolerate)."""
+    cpu_milli: int = UNBOUNDED
+    """Allocatable CPU (UNBOUNDED: the node states none)."""
+    host_memory_mib: int = UNBOUNDED
+    """Allocatable memory (UNBOUNDED: the node states none)."""
 
 
 Capacity: TypeAlias = Sequence[NodeCapacity]
@@ -164,7 +168,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     refused: dict[str, int] = {}
     short = 0
     for n in nodes:
-        why = rules.refuses(n.name, n.labels, n.taints)
+        why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib))
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             continue
@@ -267,6 +271,8 @@ def cluster_capacity(
                 memory_free_mib=max(0, int(state.mem_left[i])),
                 labels=meta.get("labels") or {},
                 taints=node_taints(node),
+                cpu_milli=info.cpu_milli,
+                host_memory_mib=info.memory_mib,
             )
         )
     return tuple(_minus_promised(out, promised))

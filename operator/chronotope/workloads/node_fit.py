@@ -209,8 +209,18 @@ class NodeRules:
                 room = n if room is None else min(room, n)
         return room
 
-    def refuses(self, name: str, labels: Mapping[str, str], taints: Iterable[Taint]) -> str | None:
-        """Why the pods may not run on this node (kube-scheduler's words, short), or None."""
+    def refuses(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        taints: Iterable[Taint],
+        allocatable: tuple[int, int] | None = None,
+    ) -> str | None:
+        """Why the pods may not run on this node (kube-scheduler's words, short), or None.
+
+        `allocatable`: the node's (CPU milli, memory MiB) for pods; a node where not
+        even one pod fits, with every other pod gone, refuses it for good.
+        """
         for key, value in self.selector:
             if labels.get(key) != value:
                 return f"nodeSelector {key}={value}"
@@ -221,6 +231,11 @@ class NodeRules:
                 continue
             if not any(t.tolerates(taint) for t in self.tolerations):
                 return f"taint {taint} not tolerated"
+        if allocatable is not None and self.asks and self.pods_fit(*allocatable) == 0:
+            return (
+                f"allocatable CPU or memory below one worker's request "
+                f"({self.cpu_milli}m CPU, {self.memory_mib} MiB)"
+            )
         return None
 
 

@@ -351,8 +351,7 @@ def test_gpu_types_no_node_admits_the_template_on_are_warnings() -> None:
     lookups = FakeLookups(gpus={"A100-SXM4-80GB": 81920}, nodes=[dedicated])
     assert validate("TrainingJob", job(), lookups=lookups).warnings == (
         "spec.template: no node of GPU type L4 (1 of 1 node(s) by taint "
-        "dedicated=b:NoSchedule not tolerated) admits its workers now (nodeSelector, node "
-        "affinity, tolerations); it waits until one does",
+        "dedicated=b:NoSchedule not tolerated) admits its workers now; it waits until one does",
     )
     both = job(
         gpuTypes=[
@@ -371,6 +370,17 @@ def test_gpu_types_no_node_admits_the_template_on_are_warnings() -> None:
     selects["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "x"}
     (warning,) = validate("TrainingJob", selects, lookups=FakeLookups()).warnings
     assert "L4 (1 of 1 node(s) by nodeSelector pool=x)" in warning
+    # a worker asking more CPU than the node allocates
+    small = {
+        "metadata": {"name": "l4-small", "labels": {"nvidia.com/gpu.product": "L4"}},
+        "status": {"allocatable": {"cpu": "4", "nvidia.com/gpu": "1"}},
+    }
+    hungry = job()
+    hungry["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
+    (warning,) = validate(
+        "TrainingJob", hungry, lookups=FakeLookups(gpus={}, nodes=[small])
+    ).warnings
+    assert "by allocatable CPU or memory below one worker's request (8000m CPU, 0 MiB)" in warning
 
 
 def test_a_pipeline_stage_whose_gpu_types_no_node_has_is_a_warning() -> None:

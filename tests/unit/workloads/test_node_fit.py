@@ -309,17 +309,20 @@ def test_workers_are_planned_where_their_cpu_fits_too() -> None:
     ), statuses[4]["whyWaiting"]
 
 
-def test_a_job_whose_workers_find_no_cpu_says_so() -> None:
+def test_a_job_whose_worker_needs_more_cpu_than_any_node_allocates_is_told_so() -> None:
+    # 16 cores a worker, 8 allocatable on the only node: before, the job waited for
+    # "room" that could never come; now it is Pending, Unschedulable, saying why
     nodes = [_cpu_node("n0", "8")]
     job = _cpu_job("big-cpu", NOW - timedelta(hours=1))
     ops = FakeOps(nodes, [job])
     ops._pods = []
     status = _status(ops, job)
     assert not ops.started
-    assert (
-        "1 node(s) have free GPUs but too little free CPU or memory for a worker: "
-        "16000m CPU, 0 MiB" in status["whyWaiting"]
-    ), status["whyWaiting"]
+    assert status["phase"] == "Pending", status
+    assert status["whyWaiting"] == (
+        "cannot ever run here: A100-SXM4-80GB: none of its 1 node(s) admits its workers (1 by "
+        "allocatable CPU or memory below one worker's request (16000m CPU, 0 MiB))"
+    )
 
 
 def test_a_cordoned_node_makes_a_job_wait_not_fail() -> None:
