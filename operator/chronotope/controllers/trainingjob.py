@@ -47,6 +47,7 @@ from chronotope.workloads.training_status import (
     condition,
     decided_phase,
     merge_conditions,
+    pod_waiting_reason,
     pods_status,
     queued_since,
     resizing_status,
@@ -284,10 +285,16 @@ def _running(
         out.events.append(("Warning", "WorkersLost", restart_why))
     elif (bound := _stuck(current, plan, c.now)) is not None:
         placed = "could not be placed" if bound == 0 else f"was bound {bound} of {len(current)}"
-        restart_why = (
-            f"the gang {placed} within {STUCK_AFTER_S:.0f}s "
-            "(another workload took the GPUs); re-planning"
+        said = next(
+            (
+                w
+                for p in current
+                if not (p.get("spec") or {}).get("nodeName") and (w := pod_waiting_reason(p))
+            ),
+            None,
         )
+        cause = f"kube-scheduler: {said}" if said else "another workload took the GPUs"
+        restart_why = f"the gang {placed} within {STUCK_AFTER_S:.0f}s ({cause}); re-planning"
         out.events.append(("Normal", "Replanning", restart_why))
     elif (moved := _availability_replan(c, current, plan, cluster_nodes)) is not None:
         restart_why = moved

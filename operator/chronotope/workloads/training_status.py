@@ -26,6 +26,7 @@ __all__ = [
     "condition",
     "decided_phase",
     "merge_conditions",
+    "pod_waiting_reason",
     "pods_status",
     "queued_since",
     "resizing_status",
@@ -114,7 +115,8 @@ def waiting_status(decision: Decision, now: datetime, generation: int | None) ->
     }
 
 
-def _pod_waiting_reason(pod: Mapping[str, Any]) -> str | None:
+def pod_waiting_reason(pod: Mapping[str, Any]) -> str | None:
+    """Why kube-scheduler has not placed `pod` (its `PodScheduled=False` message), or None."""
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return str(cond.get("message") or cond.get("reason") or "not scheduled yet")
@@ -144,7 +146,7 @@ def pods_status(
                 }
             )
         else:
-            waiting = waiting or _pod_waiting_reason(pod)
+            waiting = waiting or pod_waiting_reason(pod)
         if (pod.get("status") or {}).get("phase") == "Running":
             running += 1
     workers = int(plan.get("workers", len(pods)))

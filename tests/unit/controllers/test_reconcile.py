@@ -352,6 +352,26 @@ def test_a_gang_left_partly_bound_is_re_planned_after_the_stuck_bound() -> None:
     assert late.annotations[GENERATION_ANNOTATION] == "1"
     assert [e[1] for e in late.events] == ["Replanning"]
     assert "was bound 1 of 2 within 45s" in late.events[0][2]
+    assert "(another workload took the GPUs)" in late.events[0][2]  # nobody said why
+
+
+def test_a_stuck_gang_is_re_planned_with_kube_schedulers_reason() -> None:
+    me = job("a")
+    ops = FakeOps([node("h-0")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    (pod,) = ops._pods
+    said = "0/1 nodes are available: 1 Insufficient cpu."
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
+        ],
+    }
+    late = reconcile(me, ops, NOW + timedelta(seconds=STUCK_AFTER_S + 1))
+    assert late.status["phase"] == "Resizing"
+    assert late.events[0][2] == (
+        f"the gang could not be placed within 45s (kube-scheduler: {said}); re-planning"
+    )
 
 
 def test_a_whole_gang_still_starting_is_not_re_planned() -> None:
