@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from chronotope.api.v1alpha1.trainingjob import WHY_WAITING_MAX
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.parallelism import Degrees
 from chronotope.workloads.replan import completed_fraction, parse_time
@@ -83,6 +84,11 @@ def queued_since(job: Mapping[str, Any]) -> datetime | None:
     return parse_time((job.get("metadata") or {}).get("creationTimestamp"))
 
 
+def _capped(why: str) -> str:
+    """`why` cut to the CRD's maxLength: a longer reason would fail the status write."""
+    return why if len(why) <= WHY_WAITING_MAX else why[: WHY_WAITING_MAX - 3] + "..."
+
+
 def decided_phase(decision: Decision) -> str:
     """The phase a decision gives a job: Starting, Waiting, or Pending (it never can start)."""
     why = decision.why
@@ -97,7 +103,7 @@ def waiting_status(decision: Decision, now: datetime, generation: int | None) ->
     assert why is not None, "a START has no waiting status"
     return {
         "phase": decided_phase(decision),
-        "whyWaiting": why.message,
+        "whyWaiting": _capped(why.message),
         "predictedStartTime": _iso(decision.start) if decision.start is not None else None,
         "replicas": 0,
         "placement": [],
@@ -156,7 +162,7 @@ def pods_status(
         why = waiting or f"{len(placement)} of {workers} worker(s) placed, {running} running"
     return {
         "phase": "Running" if all_running else "Starting",
-        "whyWaiting": why,
+        "whyWaiting": None if why is None else _capped(why),
         "replicas": len(placement),
         "placement": placement,
         "conditions": [
@@ -267,7 +273,7 @@ def resizing_status(
             ),
         ],
         "phase": "Resizing",
-        "whyWaiting": why,
+        "whyWaiting": _capped(why),
         "plan": None,
         "placement": [],
         "replicas": 0,

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from chronotope.api.v1alpha1.trainingjob import WHY_WAITING_MAX
 from chronotope.controllers.trainingjob import merged_status, reconcile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
 from chronotope.workloads.capacity import NodeCapacity
@@ -392,3 +393,13 @@ def test_no_status_leaves_a_condition_of_an_earlier_phase_behind() -> None:
         status = status | merged_status(status, new)
         consistent(status)
     assert "A100" not in str(status["conditions"])
+
+
+def test_a_reason_longer_than_the_crds_limit_is_cut_to_it() -> None:
+    # a job of many GPU types says why not per type; past the CRD's maxLength the API
+    # server would refuse the whole status write
+    long = Decision(Action.WAIT, "waiting for GPUs: " + "; ".join(["T: room for 0"] * 400))
+    why = waiting_status(long, NOW, 1)["whyWaiting"]
+    assert len(why) == WHY_WAITING_MAX
+    assert why.endswith("...")
+    assert waiting_status(Decision(Action.WAIT, "short"), NOW, 1)["whyWaiting"] == "short"

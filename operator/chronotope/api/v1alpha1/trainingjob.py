@@ -36,6 +36,7 @@ from chronotope.api.v1alpha1.common import (
 
 __all__ = [
     "KIND",
+    "WHY_WAITING_MAX",
     "Checkpoint",
     "DurationEstimate",
     "GpuTypeOption",
@@ -482,6 +483,10 @@ class TrainingJobSpec(ApiModel):
     )
 
 
+WHY_WAITING_MAX = 4096
+"""`status.whyWaiting`'s maxLength (the controller cuts a longer reason to it)."""
+
+
 class TrainingPhase(StrEnum):
     """Where a TrainingJob is in its life."""
 
@@ -580,7 +585,9 @@ class TrainingJobStatus(ApiModel):
         ),
     )
     why_waiting: str | None = Field(
-        default=None, max_length=4096, description="Plain-language reason the job is not running."
+        default=None,
+        max_length=WHY_WAITING_MAX,
+        description="Plain-language reason the job is not running.",
     )
     restarts: int = Field(default=0, ge=0, description="Gang restarts so far.")
     completed_fraction: float | None = Field(
