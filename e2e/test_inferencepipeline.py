@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from chronotope.kube.nodes import wait_nodes_untainted
 from e2e.kubetest import KubeCluster, scratch_namespace, wait_for
 from e2e.test_kubectl_plugin import _kubectl
 from e2e.test_queues import (
@@ -77,6 +78,22 @@ def _status(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, An
     return dict(obj.get("status") or {})
 
 
+def _wait_serving(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str, name: str, timeout: float
+) -> None:
+    """Wait until the pipeline serves; on a timeout, say where it and its pods stood."""
+    try:
+        wait_for(
+            lambda: _status(custom, ns, name).get("phase") == "Serving",
+            timeout,
+            "pipeline serving",
+        )
+    except AssertionError as exc:
+        pods = core.list_namespaced_pod(ns).items
+        where = [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
+        raise AssertionError(f"{exc}: {_status(custom, ns, name)}; {where}") from None
+
+
 def test_a_pipeline_is_planned_built_and_placed_on_its_gpu_types(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
 ) -> None:
@@ -89,18 +106,7 @@ def test_a_pipeline_is_planned_built_and_placed_on_its_gpu_types(
         custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, pipeline("search")
         )
-        try:
-            wait_for(
-                lambda: _status(custom, namespace, "search").get("phase") == "Serving",
-                120,
-                "pipeline serving",
-            )
-        except AssertionError as exc:  # say where it stood
-            pods = core.list_namespaced_pod(namespace).items
-            where = [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
-            raise AssertionError(
-                f"{exc}: {_status(custom, namespace, 'search')}; {where}"
-            ) from None
+        _wait_serving(custom, core, namespace, "search", 120)
         status = _status(custom, namespace, "search")
         assert status["predictedP99Ms"] <= 300
         assert status["costPerHour"] > 0
@@ -480,3 +486,40 @@ def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_j
             status = _job_status(custom, namespace, "later")
             assert status["phase"] == "Waiting", status
             assert _quota_reserved(status) == ("False", "QuotaExceeded")
+
+
+def test_a_pipeline_is_planned_off_nodes_whose_taint_its_pods_do_not_tolerate(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    # the cheaper GPU type's only node is a team's dedicated one (tainted); stage pods
+    # carry no tolerations: before, the planner chose that type and the pods stayed
+    # Pending ("untolerated taint"); now it plans on the type the pods may use
+    tag = namespace[-6:]
+    cheap, dear = f"CHEAP-{tag.upper()}", f"DEAR-{tag.upper()}"
+    taint = {"key": "dedicated", "value": f"team-{tag}", "effect": "NoSchedule"}
+    stage = pipeline("x")["spec"]["stages"][0]
+    stage["profiles"] = [{**stage["profiles"][0], "gpuType": t} for t in (cheap, dear)]
+    body = pipeline(
+        "tainted",
+        stages=[stage],
+        edges=[],
+        traffic={"fixedQPS": 50},
+        costs=[{"gpuType": cheap, "perHour": 0.5}, {"gpuType": dear, "perHour": 1.0}],
+    )
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"ch-{tag}", cheap, 1, per_node=2) as cheap_nodes,
+            _gpu_nodes(api, core, f"de-{tag}", dear, 1, per_node=2) as dear_nodes,
+        ):
+            wait_nodes_untainted(api, set(cheap_nodes), 60)
+            core.patch_node(cheap_nodes[0], {"spec": {"taints": [taint]}})
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            _wait_serving(custom, core, namespace, "tainted", 90)
+            (planned,) = _status(custom, namespace, "tainted")["stages"]
+            assert planned["gpuType"] == dear
+            pods = core.list_namespaced_pod(
+                namespace, label_selector="chronotope.dev/pipeline=tainted"
+            ).items
+            assert pods
+            assert {p.spec.node_name for p in pods} <= set(dear_nodes)
