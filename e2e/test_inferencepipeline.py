@@ -79,15 +79,17 @@ def _status(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, An
 
 
 def _wait_serving(
-    custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str, name: str, timeout: float
+    custom: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    ns: str,
+    name: str,
+    timeout: float,
+    *,
+    what: str = "pipeline serving",
 ) -> None:
     """Wait until the pipeline serves; on a timeout, say where it and its pods stood."""
     try:
-        wait_for(
-            lambda: _status(custom, ns, name).get("phase") == "Serving",
-            timeout,
-            "pipeline serving",
-        )
+        wait_for(lambda: _status(custom, ns, name).get("phase") == "Serving", timeout, what)
     except AssertionError as exc:
         pods = core.list_namespaced_pod(ns).items
         where = [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
@@ -160,7 +162,8 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
         }
 
     with kube_cluster.api_client() as api:
-        custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        apps = client.AppsV1Api(api)
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
         custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": quotas(0, 0)})
         try:
@@ -206,10 +209,8 @@ def test_a_pipeline_waits_for_its_queue_quota_and_its_pods_hold_it(
             custom.patch_cluster_custom_object(
                 GROUP, VERSION, "queues", queue, {"spec": quotas(8, 4000)}
             )
-            wait_for(
-                lambda: _status(custom, namespace, "quota").get("phase") == "Serving",
-                120,
-                "pipeline serving within its quota",
+            _wait_serving(
+                custom, core, namespace, "quota", 120, what="pipeline serving within its quota"
             )
             status = _status(custom, namespace, "quota")
             assert not status.get("quotaHeld")
@@ -265,7 +266,8 @@ def test_a_pipeline_is_cut_to_what_its_queue_admits_now_and_moves_back_once_it_m
         return str(embed.get("gpuType")), str(cond.get("reason"))
 
     with kube_cluster.api_client() as api:
-        custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        apps = client.AppsV1Api(api)
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
         custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
         try:
@@ -283,10 +285,13 @@ def test_a_pipeline_is_cut_to_what_its_queue_admits_now_and_moves_back_once_it_m
 
             wait_for(holder_runs, 120, "the TrainingJob holding the queue's L4 runs")
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, both)
-            wait_for(
-                lambda: _status(custom, namespace, "cut").get("phase") == "Serving",
+            _wait_serving(
+                custom,
+                core,
+                namespace,
+                "cut",
                 120,
-                "pipeline serving within what its queue admits now",
+                what="pipeline serving within what its queue admits now",
             )
             assert planned() == ("V100-SXM2-32GB", "WithinQueueQuota")
             status = _status(custom, namespace, "cut")
@@ -299,10 +304,13 @@ def test_a_pipeline_is_cut_to_what_its_queue_admits_now_and_moves_back_once_it_m
                 GROUP, VERSION, namespace, "trainingjobs", "holder"
             )
             wait_for(lambda: planned() == ("L4", "Planned"), 120, "embed planned on the L4 again")
-            wait_for(
-                lambda: _status(custom, namespace, "cut").get("phase") == "Serving",
+            _wait_serving(
+                custom,
+                core,
+                namespace,
+                "cut",
                 120,
-                "pipeline serving on its plan without a cut",
+                what="pipeline serving on its plan without a cut",
             )
             assert not _status(custom, namespace, "cut").get("quotaRoom")
             spec_now = apps.read_namespaced_deployment("cut-embed", namespace).spec.template.spec
@@ -362,10 +370,8 @@ def test_a_pipeline_reclaims_its_queues_quota_from_a_borrowing_training_job(
                 "the pipeline's ReclaimingQuota event",
             )
             assert f"stopping borrowed TrainingJob(s) {ns_t}/big" in said
-            wait_for(
-                lambda: _status(custom, namespace, "recl").get("phase") == "Serving",
-                120,
-                "pipeline serving on the reclaimed quota",
+            _wait_serving(
+                custom, core, namespace, "recl", 120, what="pipeline serving on the reclaimed quota"
             )
             why = f"InferencePipeline {namespace}/recl (reclaiming quota of queue {serve})"
             _was_preempted(kube_cluster, core, ns_t, "big", why=why, counted=("Reclaim", serve))
@@ -411,10 +417,13 @@ def test_a_pipeline_borrows_for_its_fair_share_from_a_training_queue_above_it(
                 _running(custom, ns_t, name, 90, f"{name} running on idle's lent quota")
                 time.sleep(1.1)  # plan.startTime is to the second: big2 is the newest
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, serving)
-            wait_for(
-                lambda: _status(custom, namespace, "fair").get("phase") == "Serving",
+            _wait_serving(
+                custom,
+                core,
+                namespace,
+                "fair",
                 120,
-                "pipeline serving on quota borrowed for its fair share",
+                what="pipeline serving on quota borrowed for its fair share",
             )
             why = f"InferencePipeline {namespace}/fair (fair share of queue {serve})"
             _was_preempted(kube_cluster, core, ns_t, "big2", why=why, counted=("FairShare", serve))
@@ -478,10 +487,13 @@ def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_j
             custom.delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, "trainingjobs", "first"
             )
-            wait_for(
-                lambda: _status(custom, namespace, "turn").get("phase") == "Serving",
+            _wait_serving(
+                custom,
+                core,
+                namespace,
+                "turn",
                 120,
-                "the pipeline serving on the quota first gave back",
+                what="the pipeline serving on the quota first gave back",
             )
             status = _job_status(custom, namespace, "later")
             assert status["phase"] == "Waiting", status
