@@ -42,8 +42,8 @@ from chronotope.sharing.labels import (
     SCHEDULER_NAME,
     SHARE_RESOURCE,
 )
-from chronotope.workloads.cluster_feed import node_info
-from chronotope.workloads.node_fit import job_rules, node_taints
+from chronotope.workloads.capacity import admitting, cluster_capacity
+from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.pod_shape import TypeTable, check_shape
 
 __all__ = [
@@ -292,32 +292,34 @@ def _node_rules(spec: TrainingJobSpec, nodes: Sequence[Mapping[str, Any]] | None
     """A warning when no node of some (or all) of the job's GPU types admits its workers.
 
     By the template's nodeSelector, required node affinity, tolerations and its
-    workers' CPU and memory against each node's allocatable (`workloads.node_fit`);
-    the job waits for such a node, so this only warns.
+    workers' CPU and memory against each node's allocatable: the nodes as the
+    scheduling pass sees them (`capacity.admitting`), with nothing running; the
+    job waits for such a node, so this only warns.
     """
     if nodes is None:
         return []
+    names = {t.name for t in spec.gpu_types}
+    capacity = cluster_capacity(
+        [
+            n
+            for n in nodes
+            if ((n.get("metadata") or {}).get("labels") or {}).get(GPU_PRODUCT_LABEL) in names
+        ],
+        [],
+    )
     rules = job_rules(spec)
     shut: list[str] = []
     present = 0
     for option in spec.gpu_types:
-        mine = [
-            n
-            for n in nodes
-            if ((n.get("metadata") or {}).get("labels") or {}).get(GPU_PRODUCT_LABEL) == option.name
-        ]
-        if not mine:
+        seen = admitting(capacity, option.name, rules, spec.gpu.count or 1)
+        if not seen.nodes and not seen.refused:
             continue
         present += 1
-        why: Counter[str | None] = Counter()
-        for n in mine:
-            info = node_info(n)
-            labels = n["metadata"].get("labels") or {}
-            allocatable = (info.cpu_milli, info.memory_mib)
-            why[rules.refuses(info.name, labels, node_taints(n), allocatable)] += 1
-        if None not in why:
-            first, count = why.most_common(1)[0]
-            shut.append(f"{option.name} ({count} of {len(mine)} node(s) by {first})")
+        if not seen.nodes:
+            first, count = Counter(seen.refused).most_common(1)[0]
+            shut.append(
+                f"{option.name} ({count} of {sum(seen.refused.values())} node(s) by {first})"
+            )
     if not shut:
         return []
     tail = "it waits until one does" if len(shut) == present else "the others are used"

@@ -40,7 +40,8 @@ class FakeLookups:
                 "metadata": {
                     "name": f"node-{t}",
                     "labels": {"nvidia.com/gpu.product": t, "nvidia.com/gpu.memory": str(m)},
-                }
+                },
+                "status": {"capacity": {"nvidia.com/gpu": "8"}},
             }
             for t, m in self.gpus.items()
         ]
@@ -347,6 +348,7 @@ def test_gpu_types_no_node_admits_the_template_on_are_warnings() -> None:
     dedicated = {
         "metadata": {"name": "l4-b", "labels": {"nvidia.com/gpu.product": "L4"}},
         "spec": {"taints": [{"key": "dedicated", "value": "b", "effect": "NoSchedule"}]},
+        "status": {"capacity": {"nvidia.com/gpu": "8"}},
     }
     lookups = FakeLookups(gpus={"A100-SXM4-80GB": 81920}, nodes=[dedicated])
     assert validate("TrainingJob", job(), lookups=lookups).warnings == (
@@ -373,7 +375,10 @@ def test_gpu_types_no_node_admits_the_template_on_are_warnings() -> None:
     # a worker asking more CPU than the node allocates
     small = {
         "metadata": {"name": "l4-small", "labels": {"nvidia.com/gpu.product": "L4"}},
-        "status": {"allocatable": {"cpu": "4", "nvidia.com/gpu": "1"}},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "1"},
+            "allocatable": {"cpu": "4", "nvidia.com/gpu": "1"},
+        },
     }
     hungry = job()
     hungry["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
