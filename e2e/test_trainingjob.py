@@ -763,3 +763,39 @@ def test_a_worker_is_planned_where_its_cpu_fits(
         status = _get(api, namespace, "pinned")["status"]
         assert status["phase"] == "Waiting", status
         assert "too little free CPU or memory for a worker: 3000m CPU" in status["whyWaiting"]
+
+
+def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # another pod holds host port 7777 on the fast node, and the job's workers ask for
+    # it: kube-scheduler's NodePorts filter, which the plan does not model, refuses the
+    # node. Before, the stuck rule re-planned the job on that node again, for ever
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    port = {"containerPort": 7777, "hostPort": 7777}
+    with (
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
+    ):
+        wait_nodes_untainted(api, set(fast_nodes), 60)
+        blocker = {
+            "metadata": {"name": "port-holder"},
+            "spec": {
+                "nodeName": fast_nodes[0],
+                "containers": [{"name": "c", "image": "registry.example/p:1", "ports": [port]}],
+            },
+        }
+        core.create_namespaced_pod(namespace, blocker)
+        ported = job("ported", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        ported["spec"]["template"]["spec"]["containers"][0]["ports"] = [port]
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, ported)
+        _wait_running(api, namespace, "ported", timeout=150, what="ported running off the node")
+        status = _get(api, namespace, "ported")["status"]
+        assert status["plan"]["gpuType"] == slow
+        assert [p["node"] for p in status["placement"]] == slow_nodes
+        assert not status.get("avoidNodes")  # placed: cleared
+        replanned = _events(core, namespace, "ported")["Replanning"]
+        assert "didn't have free ports" in replanned, replanned
+        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned

@@ -38,7 +38,13 @@ from chronotope.workloads.gates import Cycle, Decider, preempt
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.quota import StopCause, Verdict
-from chronotope.workloads.replan import better_plan, parse_time, progress, remaining_work
+from chronotope.workloads.replan import (
+    avoid_after_stuck,
+    better_plan,
+    parse_time,
+    progress,
+    remaining_work,
+)
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import JobVerdict, SchedulingPass, schedule
 from chronotope.workloads.training_quota import QuotaView, waiting_serving
@@ -294,8 +300,18 @@ def _running(
             None,
         )
         cause = f"kube-scheduler: {said}" if said else "another workload took the GPUs"
-        restart_why = f"the gang {placed} within {STUCK_AFTER_S:.0f}s ({cause}); re-planning"
+        avoid = avoid_after_stuck(
+            c.job.get("status") or {},
+            current,
+            job_spec(c.job, as_written=True),
+            cluster_capacity(cluster_nodes, c.ops.pods()),
+        )
+        off = f" off node(s) {', '.join(avoid)}" if avoid else ""
+        restart_why = f"the gang {placed} within {STUCK_AFTER_S:.0f}s ({cause}); re-planning{off}"
         out.events.append(("Normal", "Replanning", restart_why))
+        _restart(c, current, restart_why)
+        out.status["avoidNodes"] = avoid or None
+        return out
     elif (moved := _availability_replan(c, current, plan, cluster_nodes)) is not None:
         restart_why = moved
         out.events.append(("Normal", "Replanning", restart_why))

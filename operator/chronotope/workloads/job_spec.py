@@ -6,6 +6,12 @@ The memo key is the object's uid, generation and resourceVersion: any change
 to the object makes a new key, so a hit is always the spec of that very
 version. Objects without all three (hand-built dicts in tests) are parsed
 each time.
+
+The spec the decisions read is the spec as written, except that a job whose
+`status.avoidNodes` names nodes gets a template whose node affinity excludes
+them (`node_fit.avoiding`): every decision then leaves them out as it leaves
+out any node the template rules out, and the workers it creates carry the
+exclusion, so kube-scheduler leaves them out too.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.node_fit import avoiding
 
 __all__ = ["MEMO_SIZE", "job_spec", "job_spec_or_none"]
 
@@ -34,18 +41,32 @@ def _version(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
     return str(uid), str(gen), str(rv)
 
 
-def job_spec(job: Mapping[str, Any]) -> TrainingJobSpec:
-    """The job's spec, validated; raises ValueError (pydantic's) for a spec the models reject."""
+def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
+    spec = TrainingJobSpec.model_validate(job.get("spec") or {})
+    avoid = (job.get("status") or {}).get("avoidNodes")
+    if not avoid or not isinstance(avoid, list):
+        return spec
+    return spec.model_copy(update={"template": avoiding(spec.template, map(str, avoid))})
+
+
+def job_spec(job: Mapping[str, Any], *, as_written: bool = False) -> TrainingJobSpec:
+    """The job's spec as decisions read it (its avoided nodes excluded; see above).
+
+    `as_written`: the spec exactly as written. Raises ValueError (pydantic's) for a
+    spec the models reject.
+    """
     key = _version(job)
-    if key is None:
+    if as_written:
         return TrainingJobSpec.model_validate(job.get("spec") or {})
+    if key is None:
+        return _parsed(job)
     with _lock:
         hit = _memo.get(key)
         if hit is not None:
             _memo.move_to_end(key)
     if hit is None:
         try:
-            hit = TrainingJobSpec.model_validate(job.get("spec") or {})
+            hit = _parsed(job)
         except ValueError as exc:
             hit = exc
         with _lock:

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TrainingJobSpec
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import UNBOUNDED
 from chronotope.workloads.cluster_feed import CONDITION_TAINTS
@@ -44,7 +44,9 @@ from chronotope.workloads.podreq import PodRequestError, pod_resources
 __all__ = [
     "NodeRules",
     "Taint",
+    "avoiding",
     "job_rules",
+    "next_avoid",
     "node_taints",
 ]
 
@@ -225,6 +227,8 @@ class NodeRules:
             if labels.get(key) != value:
                 return f"nodeSelector {key}={value}"
         if self.terms is not None and not any(t.matches(name, labels) for t in self.terms):
+            if any(t.matches("", labels) for t in self.terms):
+                return "node affinity excluding it by name"  # status.avoidNodes, most often
             return "required node affinity"
         for taint in taints:
             if self.whole_gpus and taint.key == GPU_RESOURCE:
@@ -237,6 +241,57 @@ class NodeRules:
                 f"({self.cpu_milli}m CPU, {self.memory_mib} MiB)"
             )
         return None
+
+
+def avoiding(template: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, Any]:
+    """A pod template whose pods may not run on `nodes` (required node affinity, by name).
+
+    Each node becomes a `matchFields` `metadata.name NotIn` requirement (kube-scheduler
+    takes one value per field requirement) added to every term of the template's
+    required node affinity, or to one new term when it states none; an empty term
+    stays empty (it matches nothing, and must go on matching nothing). So the plan
+    leaves the nodes out (`NodeRules`), and kube-scheduler does too for the pods.
+    """
+    names = list(dict.fromkeys(nodes))
+    if not names:
+        return dict(template)
+    spec = dict(template.get("spec") or {})
+    affinity = dict(spec.get("affinity") or {})
+    node = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    exclude = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in names]
+    raw = required.get("nodeSelectorTerms")
+    if not isinstance(raw, list) or not raw:
+        terms: list[Any] = [{"matchFields": exclude}]
+    else:
+        terms = [
+            {**t, "matchFields": [*(t.get("matchFields") or []), *exclude]}
+            if isinstance(t, Mapping) and (t.get("matchExpressions") or t.get("matchFields"))
+            else t
+            for t in raw
+        ]
+    required["nodeSelectorTerms"] = terms
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node
+    spec["affinity"] = affinity
+    return {**template, "spec": spec}
+
+
+def next_avoid(avoided: Iterable[str], stuck_on: Iterable[str], usable: Iterable[str]) -> list[str]:
+    """The nodes a job avoids after its gang got stuck waiting on `stuck_on`.
+
+    `avoided`: the nodes it avoided for that plan; `usable`: every node its
+    workers may use by its own rules (its GPU types, template), free or not. The
+    list never rules all of those out: when it would, the job starts over with
+    only the nodes just seen to fail (and with none, when those are all the nodes
+    it has: it waits for them, as before). At most `AVOID_MAX`, the latest kept.
+    """
+    stuck = list(dict.fromkeys(stuck_on))
+    out = list(dict.fromkeys([*(n for n in avoided if n not in stuck), *stuck]))
+    left = set(usable)
+    if not left - set(out):
+        out = stuck if left - set(stuck) else []
+    return out[-AVOID_MAX:]
 
 
 def _terms(affinity: object) -> tuple[_Term, ...] | None:

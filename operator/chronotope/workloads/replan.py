@@ -6,18 +6,26 @@ cordons: a running job below its wanted size restarts bigger (or on a faster
 type) when GPUs became free, and a job with a worker on a cordoned node moves
 off it, both through checkpoint-restart. A restart costs time, so a bigger
 plan is taken only when it finishes clearly earlier than staying put.
+
+And the nodes a stuck gang's next plans avoid (`avoid_after_stuck`): the nodes
+where kube-scheduler left its workers unbound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.capacity import Capacity, admitting
+from chronotope.workloads.node_fit import job_rules, next_avoid
+from chronotope.workloads.podreq import PodRequestError, planned
 from chronotope.workloads.training import Action, Decision
 
 __all__ = [
     "RESTART_COST",
+    "avoid_after_stuck",
     "better_plan",
     "completed_fraction",
     "parse_time",
@@ -97,3 +105,35 @@ def progress(status: Mapping[str, Any], now: datetime) -> float:
 def completed_fraction(status: Mapping[str, Any], now: datetime) -> float:
     """Work done so far as status shows it: `progress`, at most 0.99 until the job ends."""
     return round(min(0.99, progress(status, now)), 4)
+
+
+def avoid_after_stuck(
+    status: Mapping[str, Any],
+    gang: Iterable[Mapping[str, Any]],
+    spec: TrainingJobSpec,
+    capacity: Capacity,
+) -> list[str]:
+    """The nodes a job's next plans leave out, its gang having stayed unbound too long.
+
+    The nodes its unbound workers were planned on (`planned-node`) join those it
+    avoided already (`status.avoidNodes`): kube-scheduler did not bind them there
+    for a reason the plan does not model (a host port taken, pod anti-affinity, a
+    volume in another zone), and planning there again would wait the same way.
+    `spec` is the job's spec as written (`job_spec(..., as_written=True)`): the
+    nodes of its GPU types that its rules admit bound the list (`node_fit.next_avoid`).
+    """
+    stuck = []
+    for pod in gang:
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        try:
+            where = planned(pod)
+        except PodRequestError:
+            continue
+        if where is not None:
+            stuck.append(where.node)
+    rules, per_worker = job_rules(spec), spec.gpu.count or 1
+    usable = [
+        n.name for t in spec.gpu_types for n in admitting(capacity, t.name, rules, per_worker).nodes
+    ]
+    return next_avoid(map(str, status.get("avoidNodes") or []), stuck, usable)

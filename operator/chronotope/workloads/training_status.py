@@ -160,7 +160,7 @@ def pods_status(
     why = None
     if not all_running:
         why = waiting or f"{len(placement)} of {workers} worker(s) placed, {running} running"
-    return {
+    out = {
         "phase": "Running" if all_running else "Starting",
         "whyWaiting": None if why is None else _capped(why),
         "replicas": len(placement),
@@ -184,6 +184,9 @@ def pods_status(
             ),
         ],
     }
+    if len(placement) == workers:  # the gang is placed: the nodes it avoided are open again
+        out["avoidNodes"] = None
+    return out
 
 
 def _iso(t: datetime) -> str:

@@ -21,6 +21,7 @@ from chronotope.sharing.labels import (
     PREEMPTED_BY_ANNOTATION,
 )
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -372,6 +373,48 @@ def test_a_stuck_gang_is_re_planned_with_kube_schedulers_reason() -> None:
     assert late.events[0][2] == (
         f"the gang could not be placed within 45s (kube-scheduler: {said}); re-planning"
     )
+
+
+def test_a_stuck_gang_is_re_planned_off_the_node_kube_scheduler_left_it_on() -> None:
+    # a filter the plan does not model (here a host port another pod holds) keeps the
+    # worker off its planned node: before, the re-plan put it on that node again
+    me = job("a")
+    ops = FakeOps([node("h-0"), node("h-1")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    (pod,) = ops._pods
+    first = pod["metadata"]["annotations"][PLANNED_NODE_ANNOTATION]
+    (other,) = {"h-0", "h-1"} - {first}
+    said = "0/2 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
+        ],
+    }
+    late = reconcile(me, ops, NOW + timedelta(seconds=STUCK_AFTER_S + 1))
+    assert late.status["phase"] == "Resizing"
+    assert late.status["avoidNodes"] == [first]
+    assert late.events[0][2].endswith(f"; re-planning off node(s) {first}")
+    me["status"] = merged_status(me["status"], late.status)
+    me["metadata"]["annotations"] |= late.annotations
+    again = reconcile(me, ops, NOW + timedelta(seconds=STUCK_AFTER_S + 2))
+    assert again.status["phase"] == "Starting"
+    (pod,) = ops._pods
+    assert pod["metadata"]["annotations"][PLANNED_NODE_ANNOTATION] == other
+    # kube-scheduler is told too: the worker's node affinity excludes the node by name
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [first]}]}
+    ]
+    # placed: the node is open to the job's later plans again
+    me["status"] = merged_status(me["status"], again.status)
+    _pods_are(ops, other, "Running")
+    placed = reconcile(me, ops, NOW + timedelta(seconds=STUCK_AFTER_S + 3))
+    assert placed.status["phase"] == "Running"
+    assert "avoidNodes" in placed.status
+    assert placed.status["avoidNodes"] is None
 
 
 def test_a_whole_gang_still_starting_is_not_re_planned() -> None:

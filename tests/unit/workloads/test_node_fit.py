@@ -25,7 +25,7 @@ from chronotope.workloads.capacity import (
     take,
 )
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.node_fit import NodeRules, Taint, node_taints
+from chronotope.workloads.node_fit import NodeRules, Taint, avoiding, next_avoid, node_taints
 from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
 from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.training import Action
@@ -421,3 +421,45 @@ def test_preemption_spares_the_victims_the_job_starts_without(dedicated: bool) -
     assert got is not None
     assert got.victims == ("scale/other",)
     assert got.decision.action is Action.START
+
+
+def test_avoiding_excludes_nodes_by_name_in_every_term_and_keeps_an_empty_term_empty() -> None:
+    plain = {"spec": {"containers": [{"name": "w"}]}}
+    rules = NodeRules.of_template(avoiding(plain, ["x", "y"]), whole_gpus=True)
+    assert rules.refuses("x", {}, ()) == "node affinity excluding it by name"
+    assert rules.refuses("y", {}, ()) == "node affinity excluding it by name"
+    assert rules.refuses("z", {}, ()) is None
+    assert plain == {"spec": {"containers": [{"name": "w"}]}}  # not changed in place
+    pool_a = _term({"key": "pool", "operator": "In", "values": ["a"]})
+    ored = {"spec": {"affinity": _affinity(pool_a, {})}}
+    rules = NodeRules.of_template(avoiding(ored, ["x"]), whole_gpus=True)
+    assert rules.refuses("x", {"pool": "a"}, ()) == "node affinity excluding it by name"
+    assert rules.refuses("z", {"pool": "a"}, ()) is None
+    # the empty term matched nothing before; it must not come to match all but x
+    assert rules.refuses("z", {"pool": "b"}, ()) == "required node affinity"
+    terms = avoiding(ored, ["x"])["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms[1] == {}
+    assert avoiding(ored, []) == ored
+
+
+@pytest.mark.parametrize(
+    ("avoided", "stuck", "usable", "after"),
+    [
+        ([], ["a"], ["a", "b"], ["a"]),
+        (["a"], ["b"], ["a", "b", "c"], ["a", "b"]),
+        (["b", "a"], ["b"], ["a", "b", "c"], ["a", "b"]),  # seen again: the latest
+        # it would rule out every node it may use: start over with the node just seen
+        (["a"], ["b"], ["a", "b"], ["b"]),
+        # its only node: nothing to avoid, it waits there as before
+        ([], ["a"], ["a"], []),
+        (["gone"], ["a"], ["a", "b"], ["gone", "a"]),
+        ([], [], ["a"], []),
+        ([f"n{i}" for i in range(40)], ["a"], ["a", "b"], [*(f"n{i}" for i in range(9, 40)), "a"]),
+    ],
+)
+def test_the_avoided_nodes_never_rule_out_every_node_a_job_may_use(
+    avoided: list[str], stuck: list[str], usable: list[str], after: list[str]
+) -> None:
+    assert next_avoid(avoided, stuck, usable) == after

@@ -35,6 +35,7 @@ from chronotope.api.v1alpha1.common import (
 )
 
 __all__ = [
+    "AVOID_MAX",
     "KIND",
     "WHY_WAITING_MAX",
     "Checkpoint",
@@ -485,6 +486,8 @@ class TrainingJobSpec(ApiModel):
 
 WHY_WAITING_MAX = 4096
 """`status.whyWaiting`'s maxLength (the controller cuts a longer reason to it)."""
+AVOID_MAX = 32
+"""`status.avoidNodes`' maxItems: the most nodes a job avoids at once (the oldest go first)."""
 
 
 class TrainingPhase(StrEnum):
@@ -588,6 +591,14 @@ class TrainingJobStatus(ApiModel):
         default=None,
         max_length=WHY_WAITING_MAX,
         description="Plain-language reason the job is not running.",
+    )
+    avoid_nodes: list[str] | None = Field(
+        default=None,
+        max_length=AVOID_MAX,
+        description="Nodes the job's next plans leave out: its gang waited on them and "
+        "kube-scheduler did not bind its workers there (a filter the plan does not model: "
+        "host ports, pod anti-affinity, volumes). Its workers get a node affinity excluding "
+        "them by name. Cleared once a gang is placed; never every node the job may use.",
     )
     restarts: int = Field(default=0, ge=0, description="Gang restarts so far.")
     completed_fraction: float | None = Field(
