@@ -220,24 +220,30 @@ def replica_request(members: Sequence[Member]) -> GpuRequest:
     )
 
 
-_SERVING_PODS = NodeRules()
-"""Serving pods state no nodeSelector, affinity or toleration."""
+_SERVING_PODS = {whole: NodeRules(whole_gpus=whole) for whole in (True, False)}
+"""Serving pods state no nodeSelector, affinity or toleration (by whether they ask for whole
+GPUs: only those get the `nvidia.com/gpu` toleration from the API server's plugin)."""
 
 
-def usable_gpu_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int | None]]:
+def usable_gpu_nodes(
+    nodes: Sequence[Mapping[str, Any]], *, whole_gpus: bool = True
+) -> list[tuple[str, int, int | None]]:
     """(GPU product, GPUs, memory MiB if labelled) of every GPU node serving pods may use.
 
     Schedulable (`cluster_feed.node_schedulable`), and no taint the pods do not
     tolerate (`node_fit`): serving pods (a ModelVariant group's, an
     InferencePipeline stage's) carry no tolerations, so a tainted node is a
-    dedicated one they may not use (the `nvidia.com/gpu` taint aside).
+    dedicated one they may not use. The `nvidia.com/gpu` taint is tolerated by
+    pods that ask for whole GPUs (`whole_gpus`; ExtendedResourceToleration adds the
+    toleration to pods requesting that resource), not by pods asking for a share.
     """
     out = []
+    rules = _SERVING_PODS[whole_gpus]
     for node in nodes:
         meta, status = node.get("metadata") or {}, node.get("status") or {}
         if not node_schedulable(node):
             continue
-        if _SERVING_PODS.refuses(str(meta.get("name")), {}, node_taints(node)) is not None:
+        if rules.refuses(str(meta.get("name")), {}, node_taints(node)) is not None:
             continue
         labels = meta.get("labels") or {}
         product = labels.get(GPU_PRODUCT_LABEL)
@@ -263,7 +269,7 @@ def gpu_pool(
     Types without a performance profile (`planners.llmcost.GPUS`) are left out.
     """
     pool: dict[str, tuple[GpuPerf, int]] = {}
-    for product, gpus, memory in usable_gpu_nodes(nodes):
+    for product, gpus, memory in usable_gpu_nodes(nodes, whole_gpus=request.shared is None):
         perf = gpu_perf(product, memory)
         if perf is None:
             continue

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chronotope.api.v1alpha1.common import GpuRequest
+from chronotope.api.v1alpha1.common import GpuRequest, GpuShare
 from chronotope.controllers.inferencepipeline import gpu_types
 from chronotope.planners.llmcost import Tier
 from chronotope.planners.variants import GroupPlan, Placement, ReplicaPlan
@@ -190,6 +190,11 @@ def test_the_gpu_pool_leaves_out_nodes_whose_taints_serving_pods_do_not_tolerate
     assert usable_gpu_nodes([dedicated]) == []
     assert gpu_types([dedicated, gpu]) == {H100}
     assert gpu_types([dedicated]) == set()
+    # a share asks for chronotope.dev/gpu-share, not nvidia.com/gpu: the plugin adds no
+    # toleration of the nvidia.com/gpu taint to its pods, and that node is not theirs
+    share = GpuRequest(shared=GpuShare(memory_mib=8192, compute_percent=50))
+    assert gpu_pool([dedicated, gpu], share) == {}
+    assert gpu_pool([soft], share)[H100][1] == 16
 
 
 def test_a_replica_takes_the_largest_request_of_its_variants() -> None:
