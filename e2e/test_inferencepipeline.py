@@ -535,3 +535,61 @@ def test_a_pipeline_is_planned_off_nodes_whose_taint_its_pods_do_not_tolerate(
             ).items
             assert pods
             assert {p.spec.node_name for p in pods} <= set(dear_nodes)
+
+
+def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    # another workload holds both GPUs of the cheaper type's only node: before, the
+    # planner chose that type anyway and the stage's pod stayed Pending ("Insufficient
+    # nvidia.com/gpu") while the dearer type's GPUs idled; now the plan moves to them
+    tag = namespace[-6:]
+    cheap, dear = f"CHEAP-{tag.upper()}", f"DEAR-{tag.upper()}"
+    stage = pipeline("x")["spec"]["stages"][0]
+    stage["profiles"] = [{**stage["profiles"][0], "gpuType": t} for t in (cheap, dear)]
+    body = pipeline(
+        "crowded",
+        stages=[stage],
+        edges=[],
+        traffic={"fixedQPS": 50},
+        costs=[{"gpuType": cheap, "perHour": 0.5}, {"gpuType": dear, "perHour": 1.0}],
+    )
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"ch-{tag}", cheap, 1, per_node=2) as cheap_nodes,
+            _gpu_nodes(api, core, f"de-{tag}", dear, 1, per_node=2) as dear_nodes,
+        ):
+            wait_nodes_untainted(api, set(cheap_nodes), 60)
+            limits = {"nvidia.com/gpu": "2"}
+            holder = {
+                "metadata": {"name": "gpu-holder"},
+                "spec": {
+                    "nodeName": cheap_nodes[0],
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.example/h:1",
+                            "resources": {"limits": limits},
+                        }
+                    ],
+                },
+            }
+            core.create_namespaced_pod(namespace, holder)
+            wait_for(
+                lambda: core.read_namespaced_pod("gpu-holder", namespace).status.phase == "Running",
+                30,
+                "the GPU holder running",
+            )
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            _wait_serving(custom, core, namespace, "crowded", 90)
+            status = _status(custom, namespace, "crowded")
+            (planned,) = status["stages"]
+            assert planned["gpuType"] == dear
+            reason = next(c for c in status["conditions"] if c["type"] == "Planned")["reason"]
+            assert reason == "WithinFreeGpus"
+            pods = core.list_namespaced_pod(
+                namespace, label_selector="chronotope.dev/pipeline=crowded"
+            ).items
+            assert pods
+            assert {p.spec.node_name for p in pods} <= set(dear_nodes)

@@ -41,6 +41,7 @@ from chronotope.planners.inferline import (
 from chronotope.solver.model import Reason
 from chronotope.workloads.pipeline import (
     DEFAULT_RATE_WINDOW_S,
+    PIPELINE_LABEL,
     QUOTA_WAIT,
     PipelinePlan,
     failed_status,
@@ -71,7 +72,7 @@ from chronotope.workloads.training_quota import (
     serving_room,
 )
 from chronotope.workloads.training_status import condition
-from chronotope.workloads.variants import group_name, usable_gpu_nodes
+from chronotope.workloads.variants import free_serving_gpus, group_name, usable_gpu_nodes
 
 __all__ = ["PipelineOps", "TunerSettings", "reconcile"]
 
@@ -450,7 +451,11 @@ def _plan(
                 return recorded, None, room
             more_room = True
     arrivals = _arrivals(ops, namespace, spec.traffic)
-    plan = arrivals if isinstance(arrivals, Reason) else plan_pipeline(spec, arrivals, types, room)
+    if isinstance(arrivals, Reason):
+        plan: PipelinePlan | Reason = arrivals
+    else:  # with no queue, on the GPUs free now (`plan_pipeline`'s `free`)
+        free = _free_gpus(ops, namespace, meta["name"]) if room is None else None
+        plan = plan_pipeline(spec, arrivals, types, room, free)
     if more_room:
         assert recorded is not None
         if not isinstance(plan, PipelinePlan) or (plan.cut and old.get("phase") != "Pending"):
@@ -465,6 +470,13 @@ def _plan(
         if kept is not None:
             return kept, None, room
     return plan, None, room
+
+
+def _free_gpus(ops: PipelineOps, namespace: str, name: str) -> dict[str, tuple[int, ...]]:
+    """The free GPUs per type and node, the pipeline's own pods' counted as free."""
+    own = ops.pods_matching(namespace, f"{PIPELINE_LABEL}={name}")
+    keys = frozenset(f"{namespace}/{p['metadata']['name']}" for p in own)
+    return free_serving_gpus(ops.nodes(), ops.pods_matching(), keys)
 
 
 def _announce(
@@ -526,10 +538,9 @@ def _plan_words(plan: PipelinePlan) -> str:
         f"{s.name}: {c.replicas}x {c.gpu_type} batch {c.batch}"
         for s, c in zip(plan.stages, plan.outcome.config, strict=True)
     )
-    cut = "; cut to fit what its queue's quota admits now" if plan.cut else ""
     return (
         f"{cfg}; predicted P99 {plan.outcome.p99_s * 1000:.0f} ms, "
-        f"{plan.outcome.cost_per_hour:.2f}/h{cut}"
+        f"{plan.outcome.cost_per_hour:.2f}/h{plan.note}"
     )
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "PIPELINE_LABEL",
     "QUOTA_WAIT",
     "STAGE_LABEL",
+    "WITHIN_FREE",
     "WITHIN_QUOTA",
     "PipelinePlan",
     "QueueRoom",
@@ -95,6 +96,18 @@ class PipelinePlan:
     cut: bool = False
     """Cut to fit the GPUs its queue's quota admits now (`plan_within`), not the plan
     the planner makes without that limit."""
+    fitted: bool = False
+    """Moved to fit the GPUs free in the cluster now (`plan_within`; a pipeline with no
+    queue): the planner's choice had too few free GPUs of its types."""
+
+    @property
+    def note(self) -> str:
+        """What the plan was cut to, in words ('' for the planner's own plan)."""
+        if self.cut:
+            return "; cut to fit what its queue's quota admits now"
+        if self.fitted:
+            return "; moved to the GPUs free now (the cheapest plan's types had too few free)"
+        return ""
 
 
 def parse_trace(text: str) -> list[float] | Reason:
@@ -157,6 +170,8 @@ QUOTA_WAIT = "waiting for quota: "
 
 WITHIN_QUOTA = "WithinQueueQuota"
 """The `Planned` condition's reason for a plan cut to fit its queue's quota now."""
+WITHIN_FREE = "WithinFreeGpus"
+"""The `Planned` condition's reason for a plan moved to the GPUs free now (no queue)."""
 
 
 class QueueRoom(Protocol):
@@ -233,11 +248,45 @@ def _over(stages: Sequence[Stage], room: QueueRoom) -> Callable[[Config], float]
     return over
 
 
+def _over_free(
+    stages: Sequence[Stage], free: Mapping[str, Sequence[int]]
+) -> Callable[[Config], float]:
+    """How many GPUs a configuration of `stages` asks beyond those free now (0: it fits).
+
+    `free`: per GPU type, the free whole GPUs of each node the pipeline's pods may
+    use. Counted for the whole-GPU replicas of the stages it deploys itself; a
+    replica of k GPUs needs them on one node, so a node's room on a type is its
+    free GPUs less the remainder by the largest k asked there.
+    """
+    per_replica = [
+        0
+        if stage.model.variant or (stage.gpu is not None and stage.gpu.shared is not None)
+        else (stage.gpu.count if stage.gpu is not None else None) or 1
+        for stage in stages
+    ]
+
+    def over(config: Config) -> float:
+        asked: dict[str, tuple[int, int]] = {}
+        for k, c in zip(per_replica, config, strict=True):
+            if k and c.replicas:
+                gpus, largest = asked.get(c.gpu_type, (0, 0))
+                asked[c.gpu_type] = (gpus + c.replicas * k, max(largest, k))
+        return float(
+            sum(
+                max(0, gpus - sum(f - f % k for f in free.get(t, ())))
+                for t, (gpus, k) in asked.items()
+            )
+        )
+
+    return over
+
+
 def plan_pipeline(
     spec: InferencePipelineSpec,
     arrivals: Sequence[float],
     gpu_types: set[str],
     room: QueueRoom | None = None,
+    free: Mapping[str, Sequence[int]] | None = None,
 ) -> PipelinePlan | Reason:
     """Plan on the GPU types the cluster has, or say why the pipeline cannot be planned.
 
@@ -248,6 +297,12 @@ def plan_pipeline(
     it (`plan_within`: other GPU types, batches and replica counts that still meet
     the SLO; `cut`); if no such plan exists, the plan is the uncut one and admission
     holds it back as before.
+
+    `free` (a pipeline with no queue; `variants.free_serving_gpus`): the free GPUs
+    of each type, per node. A plan that asks more than that is moved, the same way,
+    to a plan that fits them (`fitted`), so its pods do not wait for GPUs other
+    work holds while others idle; if none meets the SLO, the plan is the planner's
+    own and its pods wait for its GPUs to free up.
     """
     stages = []
     for stage in spec.stages:
@@ -281,6 +336,12 @@ def plan_pipeline(
             within = plan_within(model, arrivals, over, first=out)
             if isinstance(within, PlanOutcome):
                 return PipelinePlan(within, tuple(stages), cut=True)
+    elif free is not None:
+        over = _over_free(stages, free)
+        if over(out.config) > 0:
+            within = plan_within(model, arrivals, over, first=out)
+            if isinstance(within, PlanOutcome):
+                return PipelinePlan(within, tuple(stages), fitted=True)
     return PipelinePlan(out, tuple(stages))
 
 
@@ -448,10 +509,9 @@ def pipeline_status(
             condition(
                 "Planned",
                 True,
-                WITHIN_QUOTA if plan.cut else "Planned",
+                WITHIN_QUOTA if plan.cut else WITHIN_FREE if plan.fitted else "Planned",
                 f"{len(stages)} stage(s), predicted P99 {plan.outcome.p99_s * 1000:.0f} ms, "
-                f"{plan.outcome.cost_per_hour:.2f}/h"
-                + ("; cut to fit what its queue's quota admits now" if plan.cut else ""),
+                f"{plan.outcome.cost_per_hour:.2f}/h{plan.note}",
                 now=now,
                 generation=generation,
             ),
@@ -551,11 +611,12 @@ def plan_from_status(
         float(status.get("costPerHour") or 0.0),
         0,
     )
-    cut = any(
-        c.get("type") == "Planned" and c.get("reason") == WITHIN_QUOTA
-        for c in status.get("conditions") or []
+    reasons = {
+        c.get("reason") for c in status.get("conditions") or [] if c.get("type") == "Planned"
+    }
+    return PipelinePlan(
+        outcome, tuple(stages), cut=WITHIN_QUOTA in reasons, fitted=WITHIN_FREE in reasons
     )
-    return PipelinePlan(outcome, tuple(stages), cut=cut)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from chronotope.planners.llmcost import GpuPerf, ModelShape, gpu_perf
 from chronotope.planners.variants import GroupInput, GroupPlan, VariantDemand
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import Reason
+from chronotope.workloads.capacity import admitting, cluster_capacity
 from chronotope.workloads.cluster_feed import node_schedulable
 from chronotope.workloads.node_fit import NodeRules, node_taints
 
@@ -45,6 +46,7 @@ __all__ = [
     "Grouping",
     "Member",
     "ServingGroup",
+    "free_serving_gpus",
     "gpu_pool",
     "group_input",
     "group_name",
@@ -254,6 +256,26 @@ def usable_gpu_nodes(
             continue
         if product and gpus > 0:
             out.append((str(product), gpus, memory))
+    return out
+
+
+def free_serving_gpus(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    own: frozenset[str] = frozenset(),
+) -> dict[str, tuple[int, ...]]:
+    """Per GPU type, the free whole GPUs of each schedulable node whole-GPU serving pods may use.
+
+    Most first. On the one cluster model (`capacity.cluster_capacity`: bound pods hold their GPUs,
+    a TrainingJob gang planned but not yet bound holds what its plan names), with the
+    GPUs of the `own` pods ("ns/name": the workload's own) counted as free, and the
+    nodes `usable_gpu_nodes` keeps (no taint the pods do not tolerate).
+    """
+    capacity = cluster_capacity(nodes, pods, ignore_pods=own)
+    out: dict[str, tuple[int, ...]] = {}
+    for gpu_type in sorted({n.gpu_model for n in capacity}):
+        seen = admitting(capacity, gpu_type, _SERVING_PODS[True])
+        out[gpu_type] = tuple(sorted((n.free for n in seen.nodes if n.schedulable), reverse=True))
     return out
 
 

@@ -73,7 +73,13 @@ class FakeOps(QuotaInputs):
     def pods_matching(
         self, namespace: str | None = None, selector: str | None = None
     ) -> list[dict[str, Any]]:
-        return [p for p in self.pods if namespace in (None, p["metadata"]["namespace"])]
+        key, _, value = (selector or "").partition("=")
+        return [
+            p
+            for p in self.pods
+            if namespace in (None, p["metadata"]["namespace"])
+            and (not key or p["metadata"].get("labels", {}).get(key) == value)
+        ]
 
 
 def _protocol(ops: FakeOps) -> PipelineOps:
@@ -871,3 +877,37 @@ def test_a_waiting_pipeline_reclaims_its_queues_lent_quota_from_training() -> No
     again = reconcile(obj | {"status": out.status}, ops, NOW)
     assert [e for e in again.events if e[1] == "ReclaimingQuota"] == []
     assert again.status.get("quotaHeld") is None
+
+
+def _bound(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+def test_a_pipeline_with_no_queue_is_planned_on_the_gpus_free_now() -> None:
+    # another workload holds the only T4: before, detect was planned on it anyway (the
+    # cheapest plan) and its pod stayed Pending while the A100s idled
+    ops, obj = _ops(), _sample()
+    ops.pods = [_bound(serving_pod("theirs-0", "T4", namespace="other", pipeline="x"), "t4-0")]
+    out = reconcile(obj, ops, NOW)
+    types = {s["name"]: s["gpuType"] for s in out.status["stages"]}
+    assert types["detect"] == "A100-SXM4-80GB"
+    assert out.status["predictedP99Ms"] <= 250
+    planned = next(c for c in out.status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "WithinFreeGpus"
+    assert "moved to the GPUs free now" in out.events[0][2]
+    assert out.status.get("quotaRoom") is None
+    # the recorded plan stands (it says so again, and nothing is announced)
+    again = reconcile(obj | {"status": out.status}, ops, NOW)
+    assert again.events == []
+    assert next(c for c in again.status["conditions"] if c["type"] == "Planned")["reason"] == (
+        "WithinFreeGpus"
+    )
+    # the pipeline's own pod on the T4 leaves it free for the pipeline: the cheapest plan
+    ops.pods = [
+        _bound(serving_pod("mine-0", "T4", namespace="ns", pipeline="video-analytics"), "t4-0")
+    ]
+    own = reconcile(obj, ops, NOW)
+    assert {s["name"]: s["gpuType"] for s in own.status["stages"]}["detect"] == "T4"
+    planned = next(c for c in own.status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "Planned"

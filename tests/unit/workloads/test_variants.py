@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from chronotope.api.v1alpha1.common import GpuRequest, GpuShare
+from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
 from chronotope.controllers.inferencepipeline import gpu_types
+from chronotope.planners.inferline import StageConfig
 from chronotope.planners.llmcost import Tier
 from chronotope.planners.variants import GroupPlan, Placement, ReplicaPlan
+from chronotope.workloads.pipeline import _over_free
 from chronotope.workloads.placement import (
     DRAINING,
     SERVING,
@@ -24,12 +29,15 @@ from chronotope.workloads.placement import (
 )
 from chronotope.workloads.serving_group import GroupResult, object_name, serve_group
 from chronotope.workloads.variants import (
+    free_serving_gpus,
     gpu_pool,
     group_variants,
     replica_request,
     usable_gpu_nodes,
 )
 from tests.variant_fixtures import LLAMA, node, pod, variant
+
+ROOT = Path(__file__).resolve().parents[3]
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 H100 = "H100-SXM5-80GB"
@@ -413,3 +421,38 @@ def test_a_live_rate_replaces_the_expected_rate_and_says_so() -> None:
     cond = next(c for c in down.statuses["a"]["conditions"] if c["type"] == "LiveTraffic")
     assert (cond["status"], cond["reason"]) == ("False", "PrometheusUnreachable")
     assert "planned on expectedQPS (0.2)" in cond["message"]
+
+
+def _holding(name: str, node_name: str, gpus: int, namespace: str = "other") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_the_free_serving_gpus_are_the_cluster_models_on_the_nodes_serving_pods_may_use() -> None:
+    dedicated = node("h-ded", gpus=8)
+    dedicated["spec"] = {"taints": [{"key": "dedicated", "value": "b", "effect": "NoSchedule"}]}
+    nodes = [node("h-0", gpus=8), node("h-1", gpus=4), dedicated, node("h-off", unschedulable=True)]
+    nodes.append(node("l4-0", "L4", 2))
+    pods = [_holding("train-0", "h-0", 6), _holding("mine-0", "h-1", 4, namespace="ns")]
+    assert free_serving_gpus(nodes, pods) == {"H100-SXM5-80GB": (2, 0), "L4": (2,)}
+    assert free_serving_gpus(nodes, pods, frozenset({"ns/mine-0"})) == {
+        "H100-SXM5-80GB": (4, 2),
+        "L4": (2,),
+    }
+
+
+def test_a_replica_of_k_gpus_counts_only_the_nodes_room_for_whole_replicas() -> None:
+    doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
+    spec = InferencePipelineSpec.model_validate(doc["spec"])
+    detect = spec.stages[0].model_copy(update={"gpu": GpuRequest(count=2)})
+    over = _over_free([detect], {"T4": (3, 1, 2)})
+    two = (StageConfig("T4", 1, 2),)
+    assert over(two) == 0  # 3 -> 2 and 2: two replicas of 2
+    assert over((StageConfig("T4", 1, 3),)) == 2
+    assert over((StageConfig("A100-SXM4-80GB", 1, 1),)) == 2  # no free GPU of the type
