@@ -493,6 +493,8 @@ def _not_placed(
 def _members_that_fit(node: Node, w: Workload, *, free: bool) -> int:
     """How many members of `w` the node holds, on what is free now or when empty."""
     pod = w.pod
+    if not pod.may_use(node.name):
+        return 0
     if pod.num_gpus and (not node.gpus or not pod.allows(node.gpu_model)):
         return 0
     cpu, mem = (node.free_cpu, node.free_memory) if free else (node.cpu_milli, node.memory_mib)

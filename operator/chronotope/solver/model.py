@@ -168,6 +168,8 @@ class PodRequest(_Frozen):
     """A share's priority class (co-location rules); None: states none (trace replays)."""
     gpu_profile: WorkloadProfile = WorkloadProfile.UNKNOWN
     """A share's declared profile: compute-bound, memory-bound or unknown."""
+    nodes: frozenset[str] | None = None
+    """The nodes the pod may run on (its node rules: `workloads.node_fit`); None: any."""
 
     @model_validator(mode="after")
     def _consistent(self) -> PodRequest:
@@ -190,6 +192,10 @@ class PodRequest(_Frozen):
     def allows(self, model: str) -> bool:
         """Whether the pod may use GPUs of `model` (any model when `gpu_models` is empty)."""
         return not self.gpu_models or model in self.gpu_models
+
+    def may_use(self, node: str) -> bool:
+        """Whether the pod may run on the node called `node` (any node when `nodes` is None)."""
+        return self.nodes is None or node in self.nodes
 
     def describe_gpus(self) -> str:
         """The GPU part of the request in words ("2 whole GPUs", "30 percent of one GPU")."""

@@ -23,9 +23,12 @@ POLICY_NAMES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "
 
 def node_reasons(snapshot: ClusterSnapshot, pod: PodRequest) -> list[Reason]:
     """Why no node fits the pod now, as counts per predicate; empty if one fits."""
-    short = {"cpu": 0, "memory": 0, "model": 0, "gpu": 0}
+    short = {"rules": 0, "cpu": 0, "memory": 0, "model": 0, "gpu": 0}
     fits = 0
     for node in snapshot.nodes:
+        if not pod.may_use(node.name):
+            short["rules"] += 1
+            continue
         bad = False
         if node.free_cpu < pod.cpu_milli:
             short["cpu"] += 1
@@ -50,13 +53,18 @@ def node_reasons(snapshot: ClusterSnapshot, pod: PodRequest) -> list[Reason]:
     if fits:
         return []
     words = {
+        "rules": "its node rules rule them out",
         "cpu": "not enough free CPU",
         "memory": "not enough free memory",
         "model": "no allowed GPU model",
         "gpu": f"fewer than {pod.num_gpus} GPU(s) with {pod.gpu_milli}m free",
     }
     return [
-        Reason(code=f"Insufficient{k.capitalize()}", message=f"{v} nodes: {words[k]}", nodes=v)
+        Reason(
+            code="NodeRules" if k == "rules" else f"Insufficient{k.capitalize()}",
+            message=f"{v} nodes: {words[k]}",
+            nodes=v,
+        )
         for k, v in short.items()
         if v
     ]

@@ -76,6 +76,8 @@ class PodSpec:
     """A share's priority class; None for requests that state none (trace replays)."""
     profile: WorkloadProfile = WorkloadProfile.UNKNOWN
     """A share's declared profile (what bounds its kernels)."""
+    nodes: BoolArray | None = None
+    """nodes[i]: the pod may run on node i (its node rules); None: on any node."""
 
     @property
     def total_milli(self) -> int:
@@ -229,6 +231,9 @@ class ClusterState:
             gpu_mem=pod.gpu_memory_mib,
             priority=pod.gpu_priority,
             profile=pod.gpu_profile,
+            nodes=None
+            if pod.nodes is None
+            else np.array([n in pod.nodes for n in self.names], dtype=np.bool_),
         )
 
     def feasible(self, pod: PodSpec) -> IntArray:
@@ -238,6 +243,8 @@ class ClusterState:
     def feasible_mask(self, pod: PodSpec) -> BoolArray:
         """Per node: does the pod fit now (see `feasible`)."""
         ok = (self.cpu_left >= pod.cpu) & (self.mem_left >= pod.mem)
+        if pod.nodes is not None:
+            ok &= pod.nodes
         if pod.milli > 0:
             ok &= pod.allowed[self.model_idx]
             if pod.num_gpus == 1:

@@ -84,6 +84,8 @@ def _check_pod(
         errors.append(f"pod {pl.pod} needs {req.num_gpus} GPUs, got {len(pl.gpu_indices)}")
     if req.num_gpus and not req.allows(node.gpu_model):
         errors.append(f"pod {pl.pod} does not allow GPU model {node.gpu_model!r}")
+    if not req.may_use(node.name):
+        errors.append(f"pod {pl.pod} may not run on node {node.name}")
     indices = {g.index for g in node.gpus}
     for g in pl.gpu_indices:
         if g not in indices:

@@ -481,7 +481,7 @@ class JointGate:
 
         A shared-GPU job passes unchanged, and so does one with no contenders.
         """
-        if cycle.spec.gpu.shared is not None or _node_bound(cycle.capacity, cycle.spec):
+        if cycle.spec.gpu.shared is not None:
             return decision
         mine_types = {t.name for t in cycle.spec.gpu_types}
         served = {cycle.spec.queue}
@@ -489,8 +489,6 @@ class JointGate:
         for job, spec in cycle.whole_gpu_jobs(sorted(cycle.jobs, key=queue_key), CONTENDING):
             if spec.queue in served or not {t.name for t in spec.gpu_types} & mine_types:
                 continue
-            if _node_bound(cycle.capacity, spec):
-                continue  # the joint plan places on any node of a type: not for this one
             ns = str(job["metadata"].get("namespace"))
             left = remaining_work(job.get("status") or {})
             best = cycle.decider.decide(ns, spec, cycle.capacity, cycle.now, remaining=left)

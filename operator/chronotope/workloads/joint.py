@@ -13,7 +13,9 @@ so every contender's reconcile reaches the same answer.
 
 Whole GPUs only: shared-GPU jobs are left to `decide` (the extender packs
 them). Each node offers its untouched GPUs (by index) and the CPU and memory
-its bound pods leave; each worker asks for its template's CPU and memory.
+its bound pods leave; each worker asks for its template's CPU and memory, and
+may go only on the nodes its template's node rules admit (`node_fit`, through
+`capacity.admitting`: the solver's `PodRequest.nodes`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from chronotope.solver.model import (
     PodRequest,
     Workload,
 )
-from chronotope.workloads.capacity import Capacity, Placements
+from chronotope.workloads.capacity import Capacity, Placements, admitting, refuses_some
+from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.podreq import PodRequestError, pod_resources
 from chronotope.workloads.training import Action, Decision
 
@@ -98,7 +101,16 @@ def _deadline_s(spec: TrainingJobSpec, now: datetime) -> float | None:
     return (utility.deadline - now).total_seconds()
 
 
-def _workload(c: Contender, now: datetime) -> Workload:
+def _allowed_nodes(c: Contender, capacity: Capacity) -> frozenset[str] | None:
+    """The nodes of its options' types the job's workers may use; None: every one of them."""
+    rules, per_worker = job_rules(c.spec), c.options[0].gpus_per_worker
+    types = [str(d.gpu_type) for d in c.options]
+    if not refuses_some(capacity, types, rules, per_worker):
+        return None
+    return frozenset(n.name for t in types for n in admitting(capacity, t, rules, per_worker).nodes)
+
+
+def _workload(c: Contender, now: datetime, capacity: Capacity) -> Workload:
     first = c.options[0]
     per_worker = first.gpus_per_worker
     durations = [max(1.0, (d.finish - now).total_seconds()) if d.finish else 1.0 for d in c.options]
@@ -125,6 +137,7 @@ def _workload(c: Contender, now: datetime) -> Workload:
             num_gpus=per_worker,
             gpu_milli=MILLI,
             gpu_models=tuple(a.gpu_model for a in alternatives),
+            nodes=_allowed_nodes(c, capacity),
         ),
         replicas=first.workers,
         alternatives=alternatives,
@@ -144,7 +157,7 @@ def arbitrate(
 ) -> JointOutcome:
     """Whether `me` (one of `contenders`) starts now under the joint plan, and on which type."""
     ordered = sorted(contenders, key=lambda c: c.key)
-    workloads = [_workload(c, now) for c in ordered]
+    workloads = [_workload(c, now, capacity) for c in ordered]
     # a proven optimum: with priority weights spanning orders of magnitude, a 2 % gap
     # would leave low-priority jobs' choices (e.g. their faster GPU type) to chance
     settings = BatchSettings(time_limit_s=time_limit_s, seed=0, workers=1, gap_limit=0.0)

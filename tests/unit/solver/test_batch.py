@@ -230,3 +230,28 @@ def _models(snap: ClusterSnapshot, w: Workload) -> list[str]:
     if not w.pod.num_gpus:
         return [""]
     return sorted({n.gpu_model for n in snap.nodes if n.gpus and w.pod.allows(n.gpu_model)})
+
+
+def test_a_pod_that_names_its_nodes_is_placed_only_there() -> None:
+    # `PodRequest.nodes`: the node rules of a TrainingJob's template (workloads.joint)
+    snap = _cluster(n=3, gpus=2)
+    only = _gang("only", replicas=2)
+    only = only.model_copy(
+        update={"pod": only.pod.model_copy(update={"nodes": frozenset({"n1", "n2"})})}
+    )
+    p = plan(snap, [only], FAST)
+    _check(snap, [only], p)
+    assert {pl.node for pl in p.placements} <= {"n1", "n2"}
+    assert len(p.placements) == 2
+    # a gang larger than the nodes it may use hold does not start (later slots are
+    # reserved per GPU model, as for any gang: it may be deferred, never placed now)
+    one = only.model_copy(update={"pod": only.pod.model_copy(update={"nodes": frozenset({"n0"})})})
+    big = one.model_copy(update={"replicas": 3})
+    p = plan(snap, [big], FAST)
+    assert p.placements == ()
+    assert p.chosen == {}
+    # validation refuses a placement off the pod's nodes
+    off = plan(snap, [_gang("free", replicas=1)], FAST).placements
+    free = _gang("free", replicas=1)
+    ruled = free.model_copy(update={"pod": free.pod.model_copy(update={"nodes": frozenset({"x"})})})
+    assert any("may not run on node" in e for e in validate(snap, off, workloads=[ruled]))

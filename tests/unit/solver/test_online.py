@@ -208,3 +208,19 @@ def test_sequences_never_overcommit(
             )
         )
     assert validate(snap, placements, pods={p.name: p for p in pods}) == []
+
+
+def test_the_nodes_a_pod_may_not_use_are_counted_as_its_node_rules() -> None:
+    snap = ClusterSnapshot(nodes=(_node("a", 2), _node("b", 2, free=(0, 0))))
+    pod = PodRequest(name="p", num_gpus=1, gpu_milli=1000, nodes=frozenset({"b"}))
+    reasons = {r.code: r.message for r in node_reasons(snap, pod)}
+    assert reasons == {
+        "NodeRules": "1 nodes: its node rules rule them out",
+        "InsufficientGpu": "1 nodes: fewer than 1 GPU(s) with 1000m free",
+    }
+    assert node_reasons(snap, pod.model_copy(update={"nodes": None})) == []
+    state = ClusterState.from_snapshot(snap)
+    assert state.feasible(state.spec(pod)).tolist() == []
+    assert state.feasible(
+        state.spec(pod.model_copy(update={"nodes": frozenset({"a"})}))
+    ).tolist() == [0]

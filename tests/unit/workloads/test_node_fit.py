@@ -10,6 +10,7 @@ the same node, and so on, while GPUs it could use sat idle.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.controllers.trainingjob import reconcile
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL
 from chronotope.workloads.capacity import (
     _ADMITTED,
     NodeCapacity,
@@ -25,10 +27,11 @@ from chronotope.workloads.capacity import (
     take,
 )
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.joint import Contender, arbitrate
 from chronotope.workloads.node_fit import NodeRules, Taint, avoiding, next_avoid, node_taints
 from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
 from chronotope.workloads.preemption import plan_preemption
-from chronotope.workloads.training import Action
+from chronotope.workloads.training import Action, decide
 from tests.unit.controllers.test_reconcile import FakeOps
 from tests.unit.workloads.test_backfill import node, tjob
 
@@ -248,9 +251,9 @@ def test_a_capacity_built_by_hand_has_no_labels_or_taints() -> None:
     }
 
 
-def test_the_joint_plan_leaves_a_job_bound_to_some_nodes_where_its_pods_may_go() -> None:
-    # two queues' heads contend for V100s: the joint CP-SAT plan places gangs on any
-    # node of a type, so a job that selects nodes is left to the pass's own placement
+def test_the_joint_plan_puts_a_job_bound_to_some_nodes_where_its_pods_may_go() -> None:
+    # two queues' heads contend for V100s: the joint CP-SAT plan gives each worker only
+    # the nodes its node rules admit (before stop 55 such a job was left out of it)
     nodes = [node("v100", V100, 2), node("v100-x", V100, 2)]
     nodes[1]["metadata"]["labels"]["pool"] = "x"
     old = NOW - timedelta(hours=1)
@@ -261,11 +264,34 @@ def test_the_joint_plan_leaves_a_job_bound_to_some_nodes_where_its_pods_may_go()
     other["spec"]["queue"] = "q2"
     ops = FakeOps(nodes, [sel, other])
     ops._pods = []
-    _status(ops, sel)
+    started = reconcile(sel, ops, NOW).events
+    assert "joint plan over 2 job(s)" in next(m for _, r, m in started if r == "Started")
     _status(ops, other)
     placed = _planned_nodes(ops)
-    assert placed["sel"] == "v100-x"  # the joint plan put it on v100
+    assert placed["sel"] == "v100-x"  # without its rules the joint plan put it on v100
     assert "other" in placed
+
+
+def test_the_joint_plan_gives_a_worker_only_the_nodes_it_may_use() -> None:
+    # the solver's own check: a request naming its nodes is placed on them or not at all
+    capacity = tuple(cluster_capacity([node("a", V100, 2), node("b", V100, 4)], []))
+    speeds = {V100: 1.0}
+    specs = [
+        _with_template(tjob(n, created=NOW, gpus=2, types=speeds, phase="Waiting"), **rules)
+        for n, rules in (("free", {}), ("on-a", {"nodeSelector": {"pool": "a"}}))
+    ]
+    capacity = tuple(replace(n, labels={"pool": n.name, GPU_PRODUCT_LABEL: V100}) for n in capacity)
+    contenders = []
+    for job in specs:
+        spec = TrainingJobSpec.model_validate(job["spec"])
+        (d,) = [decide(spec, capacity, NOW)]
+        assert d.action is Action.START
+        contenders.append(Contender(f"scale/{job['metadata']['name']}", spec, (d,)))
+    for me in ("scale/free", "scale/on-a"):
+        out = arbitrate(me, contenders, capacity, NOW)
+        assert out.starts
+        node_of = {"scale/free": "b", "scale/on-a": "a"}[me]
+        assert {p[0] for p in out.placements} == {node_of}
 
 
 def test_a_node_holds_only_the_workers_its_free_cpu_and_memory_allow() -> None:
