@@ -500,6 +500,36 @@ def test_a_pipeline_waiting_for_quota_keeps_its_turn_before_a_younger_training_j
             assert _quota_reserved(status) == ("False", "QuotaExceeded")
 
 
+def _cheap_or_dear(name: str, tag: str) -> tuple[dict[str, Any], str, str]:
+    """A one-stage pipeline profiled on two GPU types of its own, the first cheaper."""
+    cheap, dear = f"CHEAP-{tag.upper()}", f"DEAR-{tag.upper()}"
+    stage = pipeline("x")["spec"]["stages"][0]
+    stage["profiles"] = [{**stage["profiles"][0], "gpuType": t} for t in (cheap, dear)]
+    body = pipeline(
+        name,
+        stages=[stage],
+        edges=[],
+        traffic={"fixedQPS": 50},
+        costs=[{"gpuType": cheap, "perHour": 0.5}, {"gpuType": dear, "perHour": 1.0}],
+    )
+    return body, cheap, dear
+
+
+def _hold_gpus(core: client.CoreV1Api, ns: str, node: str, gpus: int) -> None:
+    """A pod of another workload bound to `node`, holding `gpus` of its GPUs."""
+    name = f"holder-{node}"[:63]
+    limits = {"nvidia.com/gpu": str(gpus)}
+    container = {"name": "c", "image": "registry.example/h:1", "resources": {"limits": limits}}
+    core.create_namespaced_pod(
+        ns, {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [container]}}
+    )
+    wait_for(
+        lambda: core.read_namespaced_pod(name, ns).status.phase == "Running",
+        30,
+        f"{name} running",
+    )
+
+
 def test_a_pipeline_is_planned_off_nodes_whose_taint_its_pods_do_not_tolerate(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
 ) -> None:
@@ -507,17 +537,8 @@ def test_a_pipeline_is_planned_off_nodes_whose_taint_its_pods_do_not_tolerate(
     # carry no tolerations: before, the planner chose that type and the pods stayed
     # Pending ("untolerated taint"); now it plans on the type the pods may use
     tag = namespace[-6:]
-    cheap, dear = f"CHEAP-{tag.upper()}", f"DEAR-{tag.upper()}"
+    body, cheap, dear = _cheap_or_dear("tainted", tag)
     taint = {"key": "dedicated", "value": f"team-{tag}", "effect": "NoSchedule"}
-    stage = pipeline("x")["spec"]["stages"][0]
-    stage["profiles"] = [{**stage["profiles"][0], "gpuType": t} for t in (cheap, dear)]
-    body = pipeline(
-        "tainted",
-        stages=[stage],
-        edges=[],
-        traffic={"fixedQPS": 50},
-        costs=[{"gpuType": cheap, "perHour": 0.5}, {"gpuType": dear, "perHour": 1.0}],
-    )
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         with (
@@ -544,16 +565,7 @@ def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
     # planner chose that type anyway and the stage's pod stayed Pending ("Insufficient
     # nvidia.com/gpu") while the dearer type's GPUs idled; now the plan moves to them
     tag = namespace[-6:]
-    cheap, dear = f"CHEAP-{tag.upper()}", f"DEAR-{tag.upper()}"
-    stage = pipeline("x")["spec"]["stages"][0]
-    stage["profiles"] = [{**stage["profiles"][0], "gpuType": t} for t in (cheap, dear)]
-    body = pipeline(
-        "crowded",
-        stages=[stage],
-        edges=[],
-        traffic={"fixedQPS": 50},
-        costs=[{"gpuType": cheap, "perHour": 0.5}, {"gpuType": dear, "perHour": 1.0}],
-    )
+    body, cheap, dear = _cheap_or_dear("crowded", tag)
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         with (
@@ -561,26 +573,7 @@ def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
             _gpu_nodes(api, core, f"de-{tag}", dear, 1, per_node=2) as dear_nodes,
         ):
             wait_nodes_untainted(api, set(cheap_nodes), 60)
-            limits = {"nvidia.com/gpu": "2"}
-            holder = {
-                "metadata": {"name": "gpu-holder"},
-                "spec": {
-                    "nodeName": cheap_nodes[0],
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "registry.example/h:1",
-                            "resources": {"limits": limits},
-                        }
-                    ],
-                },
-            }
-            core.create_namespaced_pod(namespace, holder)
-            wait_for(
-                lambda: core.read_namespaced_pod("gpu-holder", namespace).status.phase == "Running",
-                30,
-                "the GPU holder running",
-            )
+            _hold_gpus(core, namespace, cheap_nodes[0], 2)
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
             _wait_serving(custom, core, namespace, "crowded", 90)
             status = _status(custom, namespace, "crowded")
@@ -593,3 +586,42 @@ def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
             ).items
             assert pods
             assert {p.spec.node_name for p in pods} <= set(dear_nodes)
+
+
+def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    # the pipeline serves on the cheap type; its node goes, and the cheap type's other
+    # node is full: the replacement pod waits. Before, it waited for good while the
+    # dear type's GPUs idled; now, after 45 s, the pipeline is planned again on them
+    tag = namespace[-6:]
+    body, cheap, dear = _cheap_or_dear("moved", tag)
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"ch-{tag}", cheap, 2, per_node=1) as cheap_nodes,
+            _gpu_nodes(api, core, f"de-{tag}", dear, 1, per_node=2) as dear_nodes,
+        ):
+            wait_nodes_untainted(api, set(cheap_nodes), 60)
+            _hold_gpus(core, namespace, cheap_nodes[1], 1)
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            _wait_serving(custom, core, namespace, "moved", 90)
+            (planned,) = _status(custom, namespace, "moved")["stages"]
+            assert planned["gpuType"] == cheap
+            selector = "chronotope.dev/pipeline=moved"
+            (pod,) = core.list_namespaced_pod(namespace, label_selector=selector).items
+            assert pod.spec.node_name == cheap_nodes[0]
+            core.delete_node(cheap_nodes[0])  # its node goes; the pod with it
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+
+            def moved() -> bool:
+                (stage,) = _status(custom, namespace, "moved")["stages"]
+                return bool(stage["gpuType"] == dear)
+
+            wait_for(moved, 150, "the pipeline planned again on the dear type")
+            _wait_serving(custom, core, namespace, "moved", 60, what="serving on the dear type")
+            pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+            running = [p for p in pods if not p.metadata.deletion_timestamp]
+            assert {p.spec.node_name for p in running} <= set(dear_nodes)
+            replanned = _events(core, namespace, "moved")["Replanned"]
+            assert replanned.startswith("its pods could not be placed for 45s"), replanned

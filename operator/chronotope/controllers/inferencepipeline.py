@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec, Traffic
 from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
 from chronotope.controllers.reads import Reads
-from chronotope.controllers.trainingjob import Outcome
+from chronotope.controllers.trainingjob import STUCK_AFTER_S, Outcome
 from chronotope.planners.inferline import (
     ENVELOPE_LARGEST_S,
     ScalingStep,
@@ -45,6 +45,7 @@ from chronotope.workloads.pipeline import (
     QUOTA_WAIT,
     PipelinePlan,
     failed_status,
+    fits_free,
     grow_within,
     observe_slo,
     parse_trace,
@@ -189,7 +190,7 @@ def reconcile(
     plan, sample, room = (
         (groups, None, None)
         if isinstance(groups, Reason)
-        else _plan(ops, obj, spec, old, out, view=view, holders=holders, replan=due)
+        else _plan(ops, obj, spec, old, out, view=view, holders=holders, now=now, replan=due)
     )
     if isinstance(plan, Reason):
         out.status = failed_status(obj, plan, now)
@@ -422,6 +423,7 @@ def _plan(
     *,
     view: QuotaView,
     holders: ServingHolders | None,
+    now: datetime,
     replan: bool = False,
 ) -> tuple[PipelinePlan | Reason, list[float] | None, ServingRoom | None]:
     """The recorded plan if it still holds, else a new one (and its sample), else why not.
@@ -435,7 +437,9 @@ def _plan(
     nothing running, is planned again once the queue admits more than when it was
     planned (`status.quotaRoom`): a waiting pipeline takes the new plan, a serving
     one only a plan that is not cut (its stages are not moved for every change of
-    room, only back to the plan the quota held them from).
+    room, only back to the plan the quota held them from). A pipeline with no queue
+    whose pods wait in vain on its recorded plan is planned again on the GPUs free
+    now (`_unstick`).
     """
     meta = obj["metadata"]
     namespace = meta["namespace"]
@@ -448,13 +452,18 @@ def _plan(
         if recorded is not None and not replan:
             waiting = old.get("phase") == "Pending" and bool(old.get("quotaHeld"))
             if not ((recorded.cut or waiting) and _room_grew(old, room)):
-                return recorded, None, room
+                moved = (
+                    None
+                    if room is not None
+                    else _unstick(ops, obj, spec, recorded, types=types, out=out, now=now)
+                )
+                return (recorded, None, room) if moved is None else (*moved, room)
             more_room = True
     arrivals = _arrivals(ops, namespace, spec.traffic)
     if isinstance(arrivals, Reason):
         plan: PipelinePlan | Reason = arrivals
     else:  # with no queue, on the GPUs free now (`plan_pipeline`'s `free`)
-        free = _free_gpus(ops, namespace, meta["name"]) if room is None else None
+        free = _free_gpus(ops, _own_pods(ops, obj)) if room is None else None
         plan = plan_pipeline(spec, arrivals, types, room, free)
     if more_room:
         assert recorded is not None
@@ -472,11 +481,85 @@ def _plan(
     return plan, None, room
 
 
-def _free_gpus(ops: PipelineOps, namespace: str, name: str) -> dict[str, tuple[int, ...]]:
-    """The free GPUs per type and node, the pipeline's own pods' counted as free."""
-    own = ops.pods_matching(namespace, f"{PIPELINE_LABEL}={name}")
-    keys = frozenset(f"{namespace}/{p['metadata']['name']}" for p in own)
+def _own_pods(ops: PipelineOps, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    meta = obj["metadata"]
+    return ops.pods_matching(meta["namespace"], f"{PIPELINE_LABEL}={meta['name']}")
+
+
+def _free_gpus(ops: PipelineOps, own: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, ...]]:
+    """The free GPUs per type and node, the pipeline's `own` pods' counted as free."""
+    keys = frozenset(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in own)
     return free_serving_gpus(ops.nodes(), ops.pods_matching(), keys)
+
+
+def _stuck_reason(pods: Sequence[Mapping[str, Any]], now: datetime) -> str | None:
+    """kube-scheduler's reason for a pod of `pods` unplaced for over `STUCK_AFTER_S`, or None."""
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName") or (pod.get("metadata") or {}).get(
+            "deletionTimestamp"
+        ):
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") != "PodScheduled" or cond.get("status") != "False":
+                continue
+            since = parse_time(cond.get("lastTransitionTime"))
+            if since is not None and (now - since).total_seconds() > STUCK_AFTER_S:
+                return str(cond.get("message") or cond.get("reason") or "not scheduled")
+    return None
+
+
+_TRIED: dict[tuple[str, str], tuple[tuple[str, tuple[int, ...]], ...]] = {}
+"""Pipeline (uid, generation) -> the free GPUs its last `_unstick` re-plan was made on."""
+_TRIED_KEPT = 4096
+
+
+def _unstick(
+    ops: PipelineOps,
+    obj: Mapping[str, Any],
+    spec: InferencePipelineSpec,
+    recorded: PipelinePlan,
+    *,
+    types: set[str],
+    out: Outcome,
+    now: datetime,
+) -> tuple[PipelinePlan, list[float]] | None:
+    """A plan on the GPUs free now for a pipeline (no queue) whose pods wait in vain, or None.
+
+    The training controller's stuck rule, for serving: a pod of the pipeline unplaced
+    for over `STUCK_AFTER_S`, on a plan the free GPUs no longer hold (other work took
+    them since it was planned, or a replica lost its node), is planned again on the
+    GPUs free now. Tried once per state of the free GPUs (a plan that still finds
+    nothing better is not remade every pass); kept only if it moves (`fitted`).
+    """
+    own = _own_pods(ops, obj)
+    said = _stuck_reason(own, now)
+    if said is None:
+        return None
+    free = _free_gpus(ops, own)
+    if fits_free(recorded, free):
+        return None  # its GPUs are free: kube-scheduler waits for something else
+    meta = obj["metadata"]
+    key, seen = (str(meta.get("uid")), str(meta.get("generation"))), tuple(sorted(free.items()))
+    if _TRIED.get(key) == seen:
+        return None
+    if len(_TRIED) >= _TRIED_KEPT:
+        _TRIED.clear()
+    _TRIED[key] = seen
+    arrivals = _arrivals(ops, meta["namespace"], spec.traffic)
+    if isinstance(arrivals, Reason):
+        return None
+    plan = plan_pipeline(spec, arrivals, types, None, free)
+    if not isinstance(plan, PipelinePlan) or not plan.fitted:
+        return None
+    out.events.append(
+        (
+            "Normal",
+            "Replanned",
+            f"its pods could not be placed for {STUCK_AFTER_S:.0f}s (kube-scheduler: {said}): "
+            f"{_plan_words(plan)}",
+        )
+    )
+    return plan, arrivals
 
 
 def _announce(

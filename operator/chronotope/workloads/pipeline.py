@@ -62,6 +62,7 @@ __all__ = [
     "SloObservation",
     "append_history",
     "failed_status",
+    "fits_free",
     "grow_within",
     "observe_slo",
     "observed_ms",
@@ -279,6 +280,11 @@ def _over_free(
         )
 
     return over
+
+
+def fits_free(plan: PipelinePlan, free: Mapping[str, Sequence[int]]) -> bool:
+    """Whether `plan`'s whole-GPU replicas fit the GPUs `free` (per type, per node) now."""
+    return _over_free(plan.stages, free)(plan.outcome.config) <= 0
 
 
 def plan_pipeline(

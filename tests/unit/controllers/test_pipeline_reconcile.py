@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -911,3 +911,53 @@ def test_a_pipeline_with_no_queue_is_planned_on_the_gpus_free_now() -> None:
     assert {s["name"]: s["gpuType"] for s in own.status["stages"]}["detect"] == "T4"
     planned = next(c for c in own.status["conditions"] if c["type"] == "Planned")
     assert planned["reason"] == "Planned"
+
+
+def _unplaced(name: str, since: datetime, said: str) -> dict[str, Any]:
+    pod = serving_pod(name, "T4", namespace="ns", pipeline="video-analytics")
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": said,
+                "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        ],
+    }
+    return pod
+
+
+def test_a_pipeline_whose_pods_wait_in_vain_is_planned_again_on_the_free_gpus() -> None:
+    # planned on the free T4; another workload took it before detect's pod was bound:
+    # before, the pod stayed Pending for good while the A100s idled
+    ops, obj = _ops(), _sample()
+    obj["metadata"]["uid"] = "u-stuck"
+    planned = reconcile(obj, ops, NOW)
+    assert {s["name"]: s["gpuType"] for s in planned.status["stages"]}["detect"] == "T4"
+    obj = obj | {"status": planned.status}
+    said = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu."
+    theirs = _bound(serving_pod("theirs-0", "T4", namespace="other", pipeline="x"), "t4-0")
+    ops.pods = [theirs, _unplaced("detect-0", NOW - timedelta(seconds=30), said)]
+    soon = reconcile(obj, ops, NOW)  # 30 s: not yet
+    assert soon.events == []
+    assert {s["name"]: s["gpuType"] for s in soon.status["stages"]}["detect"] == "T4"
+    ops.pods = [theirs, _unplaced("detect-0", NOW - timedelta(seconds=60), said)]
+    late = reconcile(obj, ops, NOW)
+    assert {s["name"]: s["gpuType"] for s in late.status["stages"]}["detect"] == "A100-SXM4-80GB"
+    assert [e[1] for e in late.events] == ["Replanned"]
+    assert late.events[0][2].startswith(
+        f"its pods could not be placed for 45s (kube-scheduler: {said}): detect: "
+    )
+    planned_cond = next(c for c in late.status["conditions"] if c["type"] == "Planned")
+    assert planned_cond["reason"] == "WithinFreeGpus"
+    # the same free GPUs again (say the status write was lost): not planned again
+    again = reconcile(obj, ops, NOW)
+    assert again.events == []
+    # its GPU is free after all (the other workload ended): kube-scheduler waits for
+    # something else, and the plan stands
+    ops.pods = [_unplaced("detect-0", NOW - timedelta(seconds=60), said)]
+    obj["metadata"]["uid"] = "u-stuck-2"
+    assert reconcile(obj, ops, NOW).events == []
