@@ -120,7 +120,8 @@ def avoid_after_stuck(
     for a reason the plan does not model (a host port taken, pod anti-affinity, a
     volume in another zone), and planning there again would wait the same way.
     `spec` is the job's spec as written (`job_spec(..., as_written=True)`): the
-    nodes of its GPU types that its rules admit bound the list (`node_fit.next_avoid`).
+    schedulable nodes of its GPU types that its rules admit bound the list
+    (`node_fit.next_avoid`).
     """
     stuck = []
     for pod in gang:
@@ -134,6 +135,9 @@ def avoid_after_stuck(
             stuck.append(where.node)
     rules, per_worker = job_rules(spec), spec.gpu.count or 1
     usable = [
-        n.name for t in spec.gpu_types for n in admitting(capacity, t.name, rules, per_worker).nodes
+        n.name
+        for t in spec.gpu_types
+        for n in admitting(capacity, t.name, rules, per_worker).nodes
+        if n.schedulable  # a cordoned or NotReady node is no way out now
     ]
     return next_avoid(map(str, status.get("avoidNodes") or []), stuck, usable)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from chronotope.workloads.replan import better_plan, completed_fraction
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.capacity import cluster_capacity
+from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
+from chronotope.workloads.replan import avoid_after_stuck, better_plan, completed_fraction
 from chronotope.workloads.training import Action, Decision
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -54,3 +57,35 @@ def test_work_done_accumulates_over_restarts() -> None:
     assert completed_fraction({"phase": "Waiting", "completedFraction": 0.5}, NOW) == 0.5
     finished = {"phase": "Running", "plan": running(2, 9, 4)}
     assert completed_fraction(finished, NOW) == 0.99  # never "done" by estimate alone
+
+
+def _gpu_node(name: str, *, cordoned: bool = False) -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "A100"}},
+        "spec": {"unschedulable": True} if cordoned else {},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_a_stuck_gang_avoids_its_nodes_but_never_all_the_schedulable_ones() -> None:
+    spec = TrainingJobSpec.model_validate(
+        {
+            "replicas": 1,
+            "gpu": {"count": 8},
+            "gpuTypes": [{"name": "A100", "relativeSpeed": 1.0}],
+            "estimate": {"referenceGpuType": "A100", "durationSeconds": 3600},
+            "template": {"spec": {"containers": [{"name": "w", "image": "r/t:1"}]}},
+        }
+    )
+    stuck = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "a"}}, "spec": {}}
+    bound = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "b"}}, "spec": {"nodeName": "b"}}
+    open_b = tuple(cluster_capacity([_gpu_node("a"), _gpu_node("b")], []))
+    assert avoid_after_stuck({}, [stuck, bound], spec, open_b) == ["a"]
+    # the only other node is cordoned: no way out there now, so nothing is avoided
+    cordoned_b = tuple(cluster_capacity([_gpu_node("a"), _gpu_node("b", cordoned=True)], []))
+    assert avoid_after_stuck({}, [stuck], spec, cordoned_b) == []
+    # a worker with no planned node (placed by the extender's policy) names none
+    assert avoid_after_stuck({"avoidNodes": ["x"]}, [{"spec": {}}], spec, open_b) == ["x"]
