@@ -515,6 +515,14 @@ def _cheap_or_dear(name: str, tag: str) -> tuple[dict[str, Any], str, str]:
     return body, cheap, dear
 
 
+def _nodes_of(core: client.CoreV1Api, ns: str, name: str) -> set[str]:
+    """The nodes of the pipeline's pods (not those being deleted); asserts it has some."""
+    pods = core.list_namespaced_pod(ns, label_selector=f"chronotope.dev/pipeline={name}").items
+    live = [p for p in pods if not p.metadata.deletion_timestamp]
+    assert live, f"{name} has no pod"
+    return {p.spec.node_name for p in live}
+
+
 def _hold_gpus(core: client.CoreV1Api, ns: str, node: str, gpus: int) -> None:
     """A pod of another workload bound to `node`, holding `gpus` of its GPUs."""
     name = f"holder-{node}"[:63]
@@ -551,11 +559,7 @@ def test_a_pipeline_is_planned_off_nodes_whose_taint_its_pods_do_not_tolerate(
             _wait_serving(custom, core, namespace, "tainted", 90)
             (planned,) = _status(custom, namespace, "tainted")["stages"]
             assert planned["gpuType"] == dear
-            pods = core.list_namespaced_pod(
-                namespace, label_selector="chronotope.dev/pipeline=tainted"
-            ).items
-            assert pods
-            assert {p.spec.node_name for p in pods} <= set(dear_nodes)
+            assert _nodes_of(core, namespace, "tainted") <= set(dear_nodes)
 
 
 def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
@@ -581,11 +585,7 @@ def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
             assert planned["gpuType"] == dear
             reason = next(c for c in status["conditions"] if c["type"] == "Planned")["reason"]
             assert reason == "WithinFreeGpus"
-            pods = core.list_namespaced_pod(
-                namespace, label_selector="chronotope.dev/pipeline=crowded"
-            ).items
-            assert pods
-            assert {p.spec.node_name for p in pods} <= set(dear_nodes)
+            assert _nodes_of(core, namespace, "crowded") <= set(dear_nodes)
 
 
 def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
@@ -608,8 +608,9 @@ def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
             _wait_serving(custom, core, namespace, "moved", 90)
             (planned,) = _status(custom, namespace, "moved")["stages"]
             assert planned["gpuType"] == cheap
-            selector = "chronotope.dev/pipeline=moved"
-            (pod,) = core.list_namespaced_pod(namespace, label_selector=selector).items
+            (pod,) = core.list_namespaced_pod(
+                namespace, label_selector="chronotope.dev/pipeline=moved"
+            ).items
             assert pod.spec.node_name == cheap_nodes[0]
             core.delete_node(cheap_nodes[0])  # its node goes; the pod with it
             core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
@@ -620,8 +621,6 @@ def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
 
             wait_for(moved, 150, "the pipeline planned again on the dear type")
             _wait_serving(custom, core, namespace, "moved", 60, what="serving on the dear type")
-            pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-            running = [p for p in pods if not p.metadata.deletion_timestamp]
-            assert {p.spec.node_name for p in running} <= set(dear_nodes)
+            assert _nodes_of(core, namespace, "moved") <= set(dear_nodes)
             replanned = _events(core, namespace, "moved")["Replanned"]
             assert replanned.startswith("its pods could not be placed for 45s"), replanned

@@ -336,18 +336,18 @@ def plan_pipeline(
     out = plan_chronotope(model, arrivals)
     if isinstance(out, Infeasible):
         return Reason(code="SLOInfeasible", message=out.reason, unresolvable=True)
-    if room is not None:
-        over = _over(stages, room)
-        if over(out.config) > 0:
-            within = plan_within(model, arrivals, over, first=out)
-            if isinstance(within, PlanOutcome):
-                return PipelinePlan(within, tuple(stages), cut=True)
-    elif free is not None:
-        over = _over_free(stages, free)
-        if over(out.config) > 0:
-            within = plan_within(model, arrivals, over, first=out)
-            if isinstance(within, PlanOutcome):
-                return PipelinePlan(within, tuple(stages), fitted=True)
+    over = (
+        _over(stages, room)
+        if room is not None
+        else _over_free(stages, free)
+        if free is not None
+        else None
+    )
+    if over is not None and over(out.config) > 0:
+        within = plan_within(model, arrivals, over, first=out)
+        if isinstance(within, PlanOutcome):
+            quota = room is not None
+            return PipelinePlan(within, tuple(stages), cut=quota, fitted=not quota)
     return PipelinePlan(out, tuple(stages))
 
 

@@ -356,18 +356,23 @@ def test_a_gang_left_partly_bound_is_re_planned_after_the_stuck_bound() -> None:
     assert "(another workload took the GPUs)" in late.events[0][2]  # nobody said why
 
 
-def test_a_stuck_gang_is_re_planned_with_kube_schedulers_reason() -> None:
-    me = job("a")
-    ops = FakeOps([node("h-0")], [me])
-    me["status"] = reconcile(me, ops, NOW).status
-    (pod,) = ops._pods
-    said = "0/1 nodes are available: 1 Insufficient cpu."
+def _unschedulable(pod: dict[str, Any], said: str) -> None:
+    """kube-scheduler found no node for `pod`, and said why."""
     pod["status"] = {
         "phase": "Pending",
         "conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
         ],
     }
+
+
+def test_a_stuck_gang_is_re_planned_with_kube_schedulers_reason() -> None:
+    me = job("a")
+    ops = FakeOps([node("h-0")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    (pod,) = ops._pods
+    said = "0/1 nodes are available: 1 Insufficient cpu."
+    _unschedulable(pod, said)
     late = reconcile(me, ops, NOW + timedelta(seconds=STUCK_AFTER_S + 1))
     assert late.status["phase"] == "Resizing"
     assert late.events[0][2] == (
@@ -385,12 +390,7 @@ def test_a_stuck_gang_is_re_planned_off_the_node_kube_scheduler_left_it_on() -> 
     first = pod["metadata"]["annotations"][PLANNED_NODE_ANNOTATION]
     (other,) = {"h-0", "h-1"} - {first}
     said = "0/2 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
-    pod["status"] = {
-        "phase": "Pending",
-        "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
-        ],
-    }
+    _unschedulable(pod, said)
     late = reconcile(me, ops, NOW + timedelta(seconds=STUCK_AFTER_S + 1))
     assert late.status["phase"] == "Resizing"
     assert late.status["avoidNodes"] == [first]
