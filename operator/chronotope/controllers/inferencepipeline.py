@@ -452,11 +452,9 @@ def _plan(
         if recorded is not None and not replan:
             waiting = old.get("phase") == "Pending" and bool(old.get("quotaHeld"))
             if not ((recorded.cut or waiting) and _room_grew(old, room)):
-                moved = (
-                    None
-                    if room is not None
-                    else _unstick(ops, obj, spec, recorded, types=types, out=out, now=now)
-                )
+                moved = None
+                if room is None:  # no queue: planned on the GPUs free now
+                    moved = _moved(ops, obj, spec, recorded, types=types, out=out, now=now)
                 return (recorded, None, room) if moved is None else (*moved, room)
             more_room = True
     arrivals = _arrivals(ops, namespace, spec.traffic)
@@ -465,6 +463,8 @@ def _plan(
     else:  # with no queue, on the GPUs free now (`plan_pipeline`'s `free`)
         free = _free_gpus(ops, _own_pods(ops, obj)) if room is None else None
         plan = plan_pipeline(spec, arrivals, types, room, free)
+        if free is not None:
+            _looked(obj, now, free)  # `_back` looks again in BACK_EVERY_S
     if more_room:
         assert recorded is not None
         if not isinstance(plan, PipelinePlan) or (plan.cut and old.get("phase") != "Pending"):
@@ -479,6 +479,26 @@ def _plan(
         if kept is not None:
             return kept, None, room
     return plan, None, room
+
+
+def _moved(
+    ops: PipelineOps,
+    obj: Mapping[str, Any],
+    spec: InferencePipelineSpec,
+    recorded: PipelinePlan,
+    *,
+    types: set[str],
+    out: Outcome,
+    now: datetime,
+) -> tuple[PipelinePlan, list[float]] | None:
+    """A new plan on the GPUs free now for a pipeline with no queue, or None.
+
+    For its pods that wait in vain (`_unstick`), or back to its cheapest plan (`_back`).
+    """
+    moved = _unstick(ops, obj, spec, recorded, types=types, out=out, now=now)
+    if moved is None and recorded.fitted:
+        moved = _back(ops, obj, spec, types=types, out=out, now=now)
+    return moved
 
 
 def _own_pods(ops: PipelineOps, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -511,6 +531,7 @@ def _stuck_reason(pods: Sequence[Mapping[str, Any]], now: datetime) -> str | Non
 _TRIED: dict[tuple[str, str], tuple[tuple[str, tuple[int, ...]], ...]] = {}
 """Pipeline (uid, generation) -> the free GPUs its last `_unstick` re-plan was made on."""
 _TRIED_KEPT = 4096
+"""The most pipelines `_unstick` and `_back` remember (all are forgotten past it)."""
 
 
 def _unstick(
@@ -559,6 +580,57 @@ def _unstick(
             f"{_plan_words(plan)}",
         )
     )
+    return plan, arrivals
+
+
+BACK_EVERY_S = 60.0
+"""How often a plan moved to the free GPUs looks whether its cheapest plan fits again."""
+_LOOKED: dict[tuple[str, str], tuple[float, tuple[tuple[str, tuple[int, ...]], ...]]] = {}
+"""Pipeline (uid, generation) -> when `_back` last looked, and the free GPUs it saw."""
+
+
+def _looked(
+    obj: Mapping[str, Any], now: datetime, free: Mapping[str, tuple[int, ...]]
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Remember that the pipeline was planned, or looked, on `free` at `now`; returns it."""
+    meta = obj["metadata"]
+    seen = tuple(sorted(free.items()))
+    if len(_LOOKED) >= _TRIED_KEPT:
+        _LOOKED.clear()
+    _LOOKED[str(meta.get("uid")), str(meta.get("generation"))] = (now.timestamp(), seen)
+    return seen
+
+
+def _back(
+    ops: PipelineOps,
+    obj: Mapping[str, Any],
+    spec: InferencePipelineSpec,
+    *,
+    types: set[str],
+    out: Outcome,
+    now: datetime,
+) -> tuple[PipelinePlan, list[float]] | None:
+    """The cheapest plan again for a plan moved to the free GPUs, once they hold it; or None.
+
+    Looked at every `BACK_EVERY_S` at most, and planned again only when the free GPUs
+    changed since the last look; taken only if the new plan is the planner's own (not
+    moved): as a plan cut to its queue's quota goes back once the queue admits it.
+    """
+    meta = obj["metadata"]
+    last = _LOOKED.get((str(meta.get("uid")), str(meta.get("generation"))))
+    if last is not None and now.timestamp() - last[0] < BACK_EVERY_S:
+        return None
+    free = _free_gpus(ops, _own_pods(ops, obj))
+    if _looked(obj, now, free) == (last[1] if last is not None else None):
+        return None
+    arrivals = _arrivals(ops, meta["namespace"], spec.traffic)
+    if isinstance(arrivals, Reason):
+        return None
+    plan = plan_pipeline(spec, arrivals, types, None, free)
+    if not isinstance(plan, PipelinePlan) or plan.fitted:
+        return None
+    words = f"the GPUs of its cheapest plan are free again: {_plan_words(plan)}"
+    out.events.append(("Normal", "Replanned", words))
     return plan, arrivals
 
 

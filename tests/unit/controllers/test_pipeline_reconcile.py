@@ -961,3 +961,28 @@ def test_a_pipeline_whose_pods_wait_in_vain_is_planned_again_on_the_free_gpus() 
     ops.pods = [_unplaced("detect-0", NOW - timedelta(seconds=60), said)]
     obj["metadata"]["uid"] = "u-stuck-2"
     assert reconcile(obj, ops, NOW).events == []
+
+
+def test_a_plan_moved_to_the_free_gpus_goes_back_once_its_cheapest_plan_fits() -> None:
+    ops, obj = _ops(), _sample()
+    obj["metadata"]["uid"] = "u-back"
+    theirs = _bound(serving_pod("theirs-0", "T4", namespace="other", pipeline="x"), "t4-0")
+    ops.pods = [theirs]
+    moved = reconcile(obj, ops, NOW)
+    assert {s["name"]: s["gpuType"] for s in moved.status["stages"]}["detect"] == "A100-SXM4-80GB"
+    obj = obj | {"status": moved.status}
+    ops.pods = []  # the other workload ends: the T4 is free
+    soon = reconcile(obj, ops, NOW + timedelta(seconds=30))  # looked at planning time: not yet
+    assert soon.events == []
+    back = reconcile(obj, ops, NOW + timedelta(seconds=61))
+    assert {s["name"]: s["gpuType"] for s in back.status["stages"]}["detect"] == "T4"
+    assert [e[1] for e in back.events] == ["Replanned"]
+    assert back.events[0][2].startswith("the GPUs of its cheapest plan are free again: detect: ")
+    planned = next(c for c in back.status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "Planned"
+    # still held: it stays where it is, and the same free GPUs are not planned on twice
+    ops.pods = [theirs]
+    obj["metadata"]["uid"] = "u-back-2"
+    held = reconcile(obj, ops, NOW + timedelta(seconds=200))
+    assert held.events == []
+    assert {s["name"]: s["gpuType"] for s in held.status["stages"]}["detect"] == "A100-SXM4-80GB"
