@@ -586,6 +586,22 @@ def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
             reason = next(c for c in status["conditions"] if c["type"] == "Planned")["reason"]
             assert reason == "WithinFreeGpus"
             assert _nodes_of(core, namespace, "crowded") <= set(dear_nodes)
+            # the other workload ends: within a look (60 s) it goes back to the cheap type
+            core.delete_namespaced_pod(f"holder-{cheap_nodes[0]}"[:63], namespace)
+
+            def back() -> bool:
+                (stage,) = _status(custom, namespace, "crowded")["stages"]
+                return bool(stage["gpuType"] == cheap)
+
+            wait_for(back, 120, "the pipeline back on the cheap type")
+            _wait_serving(custom, core, namespace, "crowded", 60, what="serving on the cheap type")
+            wait_for(
+                lambda: _nodes_of(core, namespace, "crowded") <= set(cheap_nodes),
+                60,
+                "its pods on the cheap node only",
+            )
+            replanned = _events(core, namespace, "crowded")["Replanned"]
+            assert replanned.startswith("the GPUs of its cheapest plan are free again"), replanned
 
 
 def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
@@ -621,6 +637,10 @@ def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
 
             wait_for(moved, 150, "the pipeline planned again on the dear type")
             _wait_serving(custom, core, namespace, "moved", 60, what="serving on the dear type")
-            assert _nodes_of(core, namespace, "moved") <= set(dear_nodes)
+            wait_for(
+                lambda: _nodes_of(core, namespace, "moved") <= set(dear_nodes),
+                60,
+                "its pods on the dear node only",
+            )
             replanned = _events(core, namespace, "moved")["Replanned"]
             assert replanned.startswith("its pods could not be placed for 45s"), replanned
