@@ -195,6 +195,12 @@ def explain(
     why = status.get("whyWaiting")
     if why:
         lines.append(f"why: {why}")
+    avoided = status.get("avoidNodes") or []
+    if avoided:
+        lines.append(
+            f"avoiding node(s) {', '.join(map(str, avoided))}: its gang waited there unbound "
+            "(kube-scheduler ruled them out for a reason the plan does not model)"
+        )
     plan = status.get("plan") or {}
     if plan.get("gpuType"):
         lines.append(

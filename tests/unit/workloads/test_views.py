@@ -98,6 +98,11 @@ def test_why_joins_status_conditions_events_and_a_hint() -> None:
     assert "why: queued behind ns/first" in lines
     assert any(line.startswith("event Normal Waiting") for line in lines)
     assert lines[-1].startswith("unblock: it needs 16 GPU(s) of one of its types (A100: 3 free)")
+    assert not any(line.startswith("avoiding") for line in lines)
+    job["status"]["avoidNodes"] = ["a100-0", "a100-1"]
+    assert "avoiding node(s) a100-0, a100-1: its gang waited there unbound" in "\n".join(
+        explain("TrainingJob", job, events)
+    )
 
 
 def test_why_a_model_variant_and_a_stage_served_by_its_group() -> None:
