@@ -99,9 +99,9 @@ def test_why_joins_status_conditions_events_and_a_hint() -> None:
     assert any(line.startswith("event Normal Waiting") for line in lines)
     assert lines[-1].startswith("unblock: it needs 16 GPU(s) of one of its types (A100: 3 free)")
     assert not any(line.startswith("avoiding") for line in lines)
-    job["status"]["avoidNodes"] = ["a100-0", "a100-1"]
+    avoiding = {**job, "status": {"avoidNodes": ["a100-0", "a100-1"]}}
     assert "avoiding node(s) a100-0, a100-1: its gang waited there unbound" in "\n".join(
-        explain("TrainingJob", job, events)
+        explain("TrainingJob", avoiding, events)
     )
 
 
