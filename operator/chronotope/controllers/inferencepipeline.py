@@ -72,7 +72,7 @@ from chronotope.workloads.training_quota import (
     serving_reclaim,
     serving_room,
 )
-from chronotope.workloads.training_status import condition
+from chronotope.workloads.training_status import condition, pod_unplaced
 from chronotope.workloads.variants import free_serving_gpus, group_name, usable_gpu_nodes
 
 __all__ = ["PipelineOps", "TunerSettings", "reconcile"]
@@ -519,12 +519,11 @@ def _stuck_reason(pods: Sequence[Mapping[str, Any]], now: datetime) -> str | Non
             "deletionTimestamp"
         ):
             continue
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if cond.get("type") != "PodScheduled" or cond.get("status") != "False":
-                continue
-            since = parse_time(cond.get("lastTransitionTime"))
-            if since is not None and (now - since).total_seconds() > STUCK_AFTER_S:
-                return str(cond.get("message") or cond.get("reason") or "not scheduled")
+        unplaced = pod_unplaced(pod)
+        if unplaced is None or unplaced[1] is None:
+            continue
+        if (now - unplaced[1]).total_seconds() > STUCK_AFTER_S:
+            return unplaced[0]
     return None
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "condition",
     "decided_phase",
     "merge_conditions",
+    "pod_unplaced",
     "pod_waiting_reason",
     "pods_status",
     "queued_since",
@@ -123,9 +124,20 @@ def waiting_status(decision: Decision, now: datetime, generation: int | None) ->
 
 def pod_waiting_reason(pod: Mapping[str, Any]) -> str | None:
     """Why kube-scheduler has not placed `pod` (its `PodScheduled=False` message), or None."""
+    unplaced = pod_unplaced(pod)
+    return None if unplaced is None else unplaced[0]
+
+
+def pod_unplaced(pod: Mapping[str, Any]) -> tuple[str, datetime | None] | None:
+    """kube-scheduler's reason for not placing `pod`, and since when; None if it did not say.
+
+    From the pod's `PodScheduled=False` condition (its message, and its
+    `lastTransitionTime`: None when the condition states none).
+    """
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return str(cond.get("message") or cond.get("reason") or "not scheduled yet")
+            why = str(cond.get("message") or cond.get("reason") or "not scheduled yet")
+            return why, parse_time(cond.get("lastTransitionTime"))
     return None
 
 
