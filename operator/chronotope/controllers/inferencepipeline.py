@@ -72,7 +72,7 @@ from chronotope.workloads.training_quota import (
     serving_reclaim,
     serving_room,
 )
-from chronotope.workloads.training_status import condition, pod_unplaced
+from chronotope.workloads.training_status import condition, pod_unplaced, pod_waiting_reason
 from chronotope.workloads.variants import free_serving_gpus, group_name, usable_gpu_nodes
 
 __all__ = ["PipelineOps", "TunerSettings", "reconcile"]
@@ -240,7 +240,17 @@ def reconcile(
         found = ops.deployment(namespace, object_name(group))
         if found is not None:
             deployments[object_name(group)] = found
-    out.status = pipeline_status(obj, running, deployments, now, planned, groups=groups)
+    unplaced = next(
+        (
+            w
+            for p in _own_pods(ops, obj)
+            if not (p.get("spec") or {}).get("nodeName") and (w := pod_waiting_reason(p))
+        ),
+        None,
+    )
+    out.status = pipeline_status(
+        obj, running, deployments, now, planned, groups=groups, unplaced=unplaced
+    )
     _quota_outcome(out, old, held, demand, reclaiming)
     waiting = demand is not None
     # quotaRoom: what the queue admitted when it was planned; a cut plan, or one quota

@@ -48,7 +48,7 @@ from chronotope.solver.model import Reason
 from chronotope.workloads.podreq import gpu_resources
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
-from chronotope.workloads.training_status import condition
+from chronotope.workloads.training_status import capped_why, condition
 
 __all__ = [
     "DEFAULT_RATE_WINDOW_S",
@@ -460,12 +460,14 @@ def pipeline_status(
     planned: Sequence[int] | None = None,
     *,
     groups: Mapping[str, str] | None = None,
+    unplaced: str | None = None,
 ) -> dict[str, Any]:
     """Status of a planned pipeline: plan per stage, readiness, predicted P99 and cost.
 
     A stage in `groups` reports its serving group's Deployment (in
     `deployments` by its name): the group's replicas, its GPUs not counted
-    as the pipeline's.
+    as the pipeline's. `unplaced`: kube-scheduler's reason for a pod of the
+    pipeline it has not placed, added to why replicas are short.
     """
     groups = groups or {}
     meta = pipeline["metadata"]
@@ -502,6 +504,8 @@ def pipeline_status(
             short.append(f"{stage.name} {ready}/{c.replicas} on {c.gpu_type}")
     serving = not short
     why = None if serving else "waiting for replicas: " + "; ".join(short)
+    if why is not None and unplaced:
+        why = capped_why(f"{why} (kube-scheduler: {unplaced})")
     return {
         "phase": "Serving" if serving else "Planning",
         "observedGeneration": generation,

@@ -24,6 +24,7 @@ from chronotope.workloads.training import Decision
 
 __all__ = [
     "QUOTA_RESERVED",
+    "capped_why",
     "condition",
     "decided_phase",
     "merge_conditions",
@@ -85,7 +86,7 @@ def queued_since(job: Mapping[str, Any]) -> datetime | None:
     return parse_time((job.get("metadata") or {}).get("creationTimestamp"))
 
 
-def _capped(why: str) -> str:
+def capped_why(why: str) -> str:
     """`why` cut to the CRD's maxLength: a longer reason would fail the status write."""
     return why if len(why) <= WHY_WAITING_MAX else why[: WHY_WAITING_MAX - 3] + "..."
 
@@ -104,7 +105,7 @@ def waiting_status(decision: Decision, now: datetime, generation: int | None) ->
     assert why is not None, "a START has no waiting status"
     return {
         "phase": decided_phase(decision),
-        "whyWaiting": _capped(why.message),
+        "whyWaiting": capped_why(why.message),
         "predictedStartTime": _iso(decision.start) if decision.start is not None else None,
         "replicas": 0,
         "placement": [],
@@ -174,7 +175,7 @@ def pods_status(
         why = waiting or f"{len(placement)} of {workers} worker(s) placed, {running} running"
     out = {
         "phase": "Running" if all_running else "Starting",
-        "whyWaiting": None if why is None else _capped(why),
+        "whyWaiting": None if why is None else capped_why(why),
         "replicas": len(placement),
         "placement": placement,
         "conditions": [
@@ -288,7 +289,7 @@ def resizing_status(
             ),
         ],
         "phase": "Resizing",
-        "whyWaiting": _capped(why),
+        "whyWaiting": capped_why(why),
         "plan": None,
         "placement": [],
         "replicas": 0,

@@ -986,3 +986,25 @@ def test_a_plan_moved_to_the_free_gpus_goes_back_once_its_cheapest_plan_fits() -
     held = reconcile(obj, ops, NOW + timedelta(seconds=200))
     assert held.events == []
     assert {s["name"]: s["gpuType"] for s in held.status["stages"]}["detect"] == "A100-SXM4-80GB"
+
+
+def test_a_stage_short_of_replicas_says_kube_schedulers_reason() -> None:
+    ops, obj = _ops(), _sample()
+    out = reconcile(obj, ops, NOW)
+    assert out.status["whyWaiting"] is None  # the fake's Deployments are ready at once
+    said = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu."
+    ops.pods = [_unplaced("detect-0", NOW, said)]
+    applied = ops.apply
+
+    def detect_not_ready(deployment: dict[str, Any], service: dict[str, Any]) -> None:
+        applied(deployment, service)
+        if deployment["metadata"]["name"] == "video-analytics-detect":
+            ops.applied["video-analytics-detect"]["status"] = {"readyReplicas": 0}
+
+    ops.apply = detect_not_ready  # type: ignore[method-assign]
+    short = reconcile(obj | {"status": out.status}, ops, NOW)
+    why = short.status["whyWaiting"]
+    assert why.startswith("waiting for replicas: detect 0/1 on T4")
+    assert why.endswith(f"(kube-scheduler: {said})")
+    ready = next(c for c in short.status["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == why
