@@ -72,7 +72,7 @@ from chronotope.workloads.training_quota import (
     serving_reclaim,
     serving_room,
 )
-from chronotope.workloads.training_status import condition, pod_unplaced, pod_waiting_reason
+from chronotope.workloads.training_status import condition, unplaced_reason
 from chronotope.workloads.variants import free_serving_gpus, group_name, usable_gpu_nodes
 
 __all__ = ["PipelineOps", "TunerSettings", "reconcile"]
@@ -187,10 +187,13 @@ def reconcile(
         ops.queues(), ops.local_queues(), ops.namespaces()
     )  # planning and admission
     holders = _holders(ops, obj, view)  # for planning and admission alike
+    own = ops.pods_matching(namespace, f"{PIPELINE_LABEL}={name}")  # its stages' pods
     plan, sample, room = (
         (groups, None, None)
         if isinstance(groups, Reason)
-        else _plan(ops, obj, spec, old, out, view=view, holders=holders, now=now, replan=due)
+        else _plan(
+            ops, obj, spec, old, out, view=view, holders=holders, own=own, now=now, replan=due
+        )
     )
     if isinstance(plan, Reason):
         out.status = failed_status(obj, plan, now)
@@ -240,16 +243,8 @@ def reconcile(
         found = ops.deployment(namespace, object_name(group))
         if found is not None:
             deployments[object_name(group)] = found
-    unplaced = next(
-        (
-            w
-            for p in _own_pods(ops, obj)
-            if not (p.get("spec") or {}).get("nodeName") and (w := pod_waiting_reason(p))
-        ),
-        None,
-    )
     out.status = pipeline_status(
-        obj, running, deployments, now, planned, groups=groups, unplaced=unplaced
+        obj, running, deployments, now, planned, groups=groups, unplaced=unplaced_reason(own)
     )
     _quota_outcome(out, old, held, demand, reclaiming)
     waiting = demand is not None
@@ -433,6 +428,7 @@ def _plan(
     *,
     view: QuotaView,
     holders: ServingHolders | None,
+    own: Sequence[Mapping[str, Any]],
     now: datetime,
     replan: bool = False,
 ) -> tuple[PipelinePlan | Reason, list[float] | None, ServingRoom | None]:
@@ -448,8 +444,9 @@ def _plan(
     planned (`status.quotaRoom`): a waiting pipeline takes the new plan, a serving
     one only a plan that is not cut (its stages are not moved for every change of
     room, only back to the plan the quota held them from). A pipeline with no queue
-    whose pods wait in vain on its recorded plan is planned again on the GPUs free
-    now (`_unstick`).
+    whose pods (`own`) wait in vain on its recorded plan is planned again on the GPUs
+    free now (`_unstick`), and a plan moved to the free GPUs goes back to the cheapest
+    plan once they hold it (`_back`).
     """
     meta = obj["metadata"]
     namespace = meta["namespace"]
@@ -464,17 +461,17 @@ def _plan(
             if not ((recorded.cut or waiting) and _room_grew(old, room)):
                 moved = None
                 if room is None:  # no queue: planned on the GPUs free now
-                    moved = _moved(ops, obj, spec, recorded, types=types, out=out, now=now)
+                    moved = _moved(ops, obj, spec, recorded, own, types=types, out=out, now=now)
                 return (recorded, None, room) if moved is None else (*moved, room)
             more_room = True
     arrivals = _arrivals(ops, namespace, spec.traffic)
     if isinstance(arrivals, Reason):
         plan: PipelinePlan | Reason = arrivals
     else:  # with no queue, on the GPUs free now (`plan_pipeline`'s `free`)
-        free = _free_gpus(ops, _own_pods(ops, obj)) if room is None else None
+        free = _free_gpus(ops, own) if room is None else None
         plan = plan_pipeline(spec, arrivals, types, room, free)
         if free is not None:
-            _looked(obj, now, free)  # `_back` looks again in BACK_EVERY_S
+            _seen(obj, _BACK, now, free)  # `_back` looks again in BACK_EVERY_S
     if more_room:
         assert recorded is not None
         if not isinstance(plan, PipelinePlan) or (plan.cut and old.get("phase") != "Pending"):
@@ -496,6 +493,7 @@ def _moved(
     obj: Mapping[str, Any],
     spec: InferencePipelineSpec,
     recorded: PipelinePlan,
+    own: Sequence[Mapping[str, Any]],
     *,
     types: set[str],
     out: Outcome,
@@ -505,15 +503,10 @@ def _moved(
 
     For its pods that wait in vain (`_unstick`), or back to its cheapest plan (`_back`).
     """
-    moved = _unstick(ops, obj, spec, recorded, types=types, out=out, now=now)
+    moved = _unstick(ops, obj, spec, recorded, own, types=types, out=out, now=now)
     if moved is None and recorded.fitted:
-        moved = _back(ops, obj, spec, types=types, out=out, now=now)
+        moved = _back(ops, obj, spec, own, types=types, out=out, now=now)
     return moved
-
-
-def _own_pods(ops: PipelineOps, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-    meta = obj["metadata"]
-    return ops.pods_matching(meta["namespace"], f"{PIPELINE_LABEL}={meta['name']}")
 
 
 def _free_gpus(ops: PipelineOps, own: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, ...]]:
@@ -522,25 +515,45 @@ def _free_gpus(ops: PipelineOps, own: Sequence[Mapping[str, Any]]) -> dict[str, 
     return free_serving_gpus(ops.nodes(), ops.pods_matching(), keys)
 
 
-def _stuck_reason(pods: Sequence[Mapping[str, Any]], now: datetime) -> str | None:
-    """kube-scheduler's reason for a pod of `pods` unplaced for over `STUCK_AFTER_S`, or None."""
-    for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") or (pod.get("metadata") or {}).get(
-            "deletionTimestamp"
-        ):
-            continue
-        unplaced = pod_unplaced(pod)
-        if unplaced is None or unplaced[1] is None:
-            continue
-        if (now - unplaced[1]).total_seconds() > STUCK_AFTER_S:
-            return unplaced[0]
-    return None
+FreeSeen = tuple[tuple[str, tuple[int, ...]], ...]
+"""The free GPUs per type and node, as `_SEEN` keeps them."""
+_UNSTICK, _BACK = "unstick", "back"
+_SEEN: dict[tuple[str, str, str], tuple[float, FreeSeen]] = {}
+"""(pipeline uid, generation, `_UNSTICK` or `_BACK`) -> when, and on which free GPUs, it
+was last planned for that reason (for `_BACK`, also its own planning)."""
+_SEEN_KEPT = 8192
+"""The most entries `_SEEN` keeps (all are forgotten past it)."""
 
 
-_TRIED: dict[tuple[str, str], tuple[tuple[str, tuple[int, ...]], ...]] = {}
-"""Pipeline (uid, generation) -> the free GPUs its last `_unstick` re-plan was made on."""
-_TRIED_KEPT = 4096
-"""The most pipelines `_unstick` and `_back` remember (all are forgotten past it)."""
+def _seen(
+    obj: Mapping[str, Any], what: str, now: datetime, free: Mapping[str, tuple[int, ...]]
+) -> tuple[tuple[float, FreeSeen] | None, FreeSeen]:
+    """Remember that the pipeline was planned on `free` at `now` for `what`.
+
+    Returns what was remembered before (None: nothing), and `free` as remembered.
+    """
+    meta = obj["metadata"]
+    key = (str(meta.get("uid")), str(meta.get("generation")), what)
+    before, seen = _SEEN.get(key), tuple(sorted(free.items()))
+    if len(_SEEN) >= _SEEN_KEPT:
+        _SEEN.clear()
+    _SEEN[key] = (now.timestamp(), seen)
+    return before, seen
+
+
+def _plan_on_free(
+    ops: PipelineOps,
+    obj: Mapping[str, Any],
+    spec: InferencePipelineSpec,
+    types: set[str],
+    free: Mapping[str, tuple[int, ...]],
+) -> tuple[PipelinePlan, list[float]] | None:
+    """A new plan on the GPUs `free` now (with its sample), or None when none is made."""
+    arrivals = _arrivals(ops, obj["metadata"]["namespace"], spec.traffic)
+    if isinstance(arrivals, Reason):
+        return None
+    plan = plan_pipeline(spec, arrivals, types, None, free)
+    return None if isinstance(plan, Reason) else (plan, arrivals)
 
 
 def _unstick(
@@ -548,6 +561,7 @@ def _unstick(
     obj: Mapping[str, Any],
     spec: InferencePipelineSpec,
     recorded: PipelinePlan,
+    own: Sequence[Mapping[str, Any]],
     *,
     types: set[str],
     out: Outcome,
@@ -561,59 +575,32 @@ def _unstick(
     GPUs free now. Tried once per state of the free GPUs (a plan that still finds
     nothing better is not remade every pass); kept only if it moves (`fitted`).
     """
-    own = _own_pods(ops, obj)
-    said = _stuck_reason(own, now)
+    said = unplaced_reason(own, now=now, longer_than_s=STUCK_AFTER_S)
     if said is None:
         return None
     free = _free_gpus(ops, own)
     if fits_free(recorded, free):
         return None  # its GPUs are free: kube-scheduler waits for something else
-    meta = obj["metadata"]
-    key, seen = (str(meta.get("uid")), str(meta.get("generation"))), tuple(sorted(free.items()))
-    if _TRIED.get(key) == seen:
+    before, seen = _seen(obj, _UNSTICK, now, free)
+    if before is not None and before[1] == seen:
         return None
-    if len(_TRIED) >= _TRIED_KEPT:
-        _TRIED.clear()
-    _TRIED[key] = seen
-    arrivals = _arrivals(ops, meta["namespace"], spec.traffic)
-    if isinstance(arrivals, Reason):
+    made = _plan_on_free(ops, obj, spec, types, free)
+    if made is None or not made[0].fitted:
         return None
-    plan = plan_pipeline(spec, arrivals, types, None, free)
-    if not isinstance(plan, PipelinePlan) or not plan.fitted:
-        return None
-    out.events.append(
-        (
-            "Normal",
-            "Replanned",
-            f"its pods could not be placed for {STUCK_AFTER_S:.0f}s (kube-scheduler: {said}): "
-            f"{_plan_words(plan)}",
-        )
-    )
-    return plan, arrivals
+    words = f"its pods could not be placed for {STUCK_AFTER_S:.0f}s (kube-scheduler: {said})"
+    out.events.append(("Normal", "Replanned", f"{words}: {_plan_words(made[0])}"))
+    return made
 
 
 BACK_EVERY_S = 60.0
 """How often a plan moved to the free GPUs looks whether its cheapest plan fits again."""
-_LOOKED: dict[tuple[str, str], tuple[float, tuple[tuple[str, tuple[int, ...]], ...]]] = {}
-"""Pipeline (uid, generation) -> when `_back` last looked, and the free GPUs it saw."""
-
-
-def _looked(
-    obj: Mapping[str, Any], now: datetime, free: Mapping[str, tuple[int, ...]]
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Remember that the pipeline was planned, or looked, on `free` at `now`; returns it."""
-    meta = obj["metadata"]
-    seen = tuple(sorted(free.items()))
-    if len(_LOOKED) >= _TRIED_KEPT:
-        _LOOKED.clear()
-    _LOOKED[str(meta.get("uid")), str(meta.get("generation"))] = (now.timestamp(), seen)
-    return seen
 
 
 def _back(
     ops: PipelineOps,
     obj: Mapping[str, Any],
     spec: InferencePipelineSpec,
+    own: Sequence[Mapping[str, Any]],
     *,
     types: set[str],
     out: Outcome,
@@ -622,25 +609,24 @@ def _back(
     """The cheapest plan again for a plan moved to the free GPUs, once they hold it; or None.
 
     Looked at every `BACK_EVERY_S` at most, and planned again only when the free GPUs
-    changed since the last look; taken only if the new plan is the planner's own (not
-    moved): as a plan cut to its queue's quota goes back once the queue admits it.
+    changed since the last look (or its planning); taken only if the new plan is the
+    planner's own (not moved): as a plan cut to its queue's quota goes back once the
+    queue admits it.
     """
     meta = obj["metadata"]
-    last = _LOOKED.get((str(meta.get("uid")), str(meta.get("generation"))))
+    last = _SEEN.get((str(meta.get("uid")), str(meta.get("generation")), _BACK))
     if last is not None and now.timestamp() - last[0] < BACK_EVERY_S:
         return None
-    free = _free_gpus(ops, _own_pods(ops, obj))
-    if _looked(obj, now, free) == (last[1] if last is not None else None):
+    free = _free_gpus(ops, own)
+    _, seen = _seen(obj, _BACK, now, free)
+    if last is not None and last[1] == seen:
         return None
-    arrivals = _arrivals(ops, meta["namespace"], spec.traffic)
-    if isinstance(arrivals, Reason):
+    made = _plan_on_free(ops, obj, spec, types, free)
+    if made is None or made[0].fitted:
         return None
-    plan = plan_pipeline(spec, arrivals, types, None, free)
-    if not isinstance(plan, PipelinePlan) or plan.fitted:
-        return None
-    words = f"the GPUs of its cheapest plan are free again: {_plan_words(plan)}"
+    words = f"the GPUs of its cheapest plan are free again: {_plan_words(made[0])}"
     out.events.append(("Normal", "Replanned", words))
-    return plan, arrivals
+    return made
 
 
 def _announce(

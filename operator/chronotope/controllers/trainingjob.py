@@ -53,11 +53,11 @@ from chronotope.workloads.training_status import (
     condition,
     decided_phase,
     merge_conditions,
-    pod_waiting_reason,
     pods_status,
     queued_since,
     resizing_status,
     started_status,
+    unplaced_reason,
     waiting_status,
 )
 
@@ -291,14 +291,7 @@ def _running(
         out.events.append(("Warning", "WorkersLost", restart_why))
     elif (bound := _stuck(current, plan, c.now)) is not None:
         placed = "could not be placed" if bound == 0 else f"was bound {bound} of {len(current)}"
-        said = next(
-            (
-                w
-                for p in current
-                if not (p.get("spec") or {}).get("nodeName") and (w := pod_waiting_reason(p))
-            ),
-            None,
-        )
+        said = unplaced_reason(current)
         cause = f"kube-scheduler: {said}" if said else "another workload took the GPUs"
         avoid = avoid_after_stuck(
             c.job.get("status") or {},

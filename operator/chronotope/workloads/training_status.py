@@ -12,7 +12,7 @@ started cannot keep a "NotStarted" condition that still says why it waited.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "queued_since",
     "resizing_status",
     "started_status",
+    "unplaced_reason",
     "waiting_status",
 ]
 
@@ -139,6 +140,32 @@ def pod_unplaced(pod: Mapping[str, Any]) -> tuple[str, datetime | None] | None:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             why = str(cond.get("message") or cond.get("reason") or "not scheduled yet")
             return why, parse_time(cond.get("lastTransitionTime"))
+    return None
+
+
+def unplaced_reason(
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    now: datetime | None = None,
+    longer_than_s: float = 0.0,
+) -> str | None:
+    """kube-scheduler's reason for the first of `pods` it has not placed, or None.
+
+    Bound pods and pods being deleted are skipped. With `now`, only a pod unplaced
+    for over `longer_than_s` (since its condition's `lastTransitionTime`) counts.
+    """
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName") or (pod.get("metadata") or {}).get(
+            "deletionTimestamp"
+        ):
+            continue
+        unplaced = pod_unplaced(pod)
+        if unplaced is None:
+            continue
+        why, since = unplaced
+        if now is not None and (since is None or (now - since).total_seconds() <= longer_than_s):
+            continue
+        return why
     return None
 
 
