@@ -768,34 +768,80 @@ def test_a_worker_is_planned_where_its_cpu_fits(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # another pod holds host port 7777 on the fast node, and the job's workers ask for
-    # it: kube-scheduler's NodePorts filter, which the plan does not model, refuses the
-    # node. Before, the stuck rule re-planned the job on that node again, for ever
+    # a pod runs on the fast node, and the job's workers may not share a node with it
+    # (required pod anti-affinity): kube-scheduler's InterPodAffinity filter, which the
+    # plan does not model, refuses the node. Before, the stuck rule re-planned the job
+    # on that node again, for ever
     api, custom, core = jobs_api
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
-    port = {"containerPort": 7777, "hostPort": 7777}
     with (
         _gpu_nodes(api, core, f"fa-{tag}", fast, 1) as fast_nodes,
         _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
     ):
         wait_nodes_untainted(api, set(fast_nodes), 60)
         blocker = {
-            "metadata": {"name": "port-holder"},
+            "metadata": {"name": "loner", "labels": {"app": "loner"}},
             "spec": {
                 "nodeName": fast_nodes[0],
-                "containers": [{"name": "c", "image": "registry.example/p:1", "ports": [port]}],
+                "containers": [{"name": "c", "image": "registry.example/p:1"}],
             },
         }
         core.create_namespaced_pod(namespace, blocker)
-        ported = job("ported", 1, 1, [(fast, 2.0), (slow, 1.0)])
-        ported["spec"]["template"]["spec"]["containers"][0]["ports"] = [port]
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, ported)
-        _wait_running(api, namespace, "ported", timeout=150, what="ported running off the node")
-        status = _get(api, namespace, "ported")["status"]
+        shy = job("shy", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        shy["spec"]["template"]["spec"]["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"app": "loner"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, shy)
+        _wait_running(api, namespace, "shy", timeout=150, what="shy running off the node")
+        status = _get(api, namespace, "shy")["status"]
         assert status["plan"]["gpuType"] == slow
         assert [p["node"] for p in status["placement"]] == slow_nodes
         assert not status.get("avoidNodes")  # placed: cleared
-        replanned = _events(core, namespace, "ported")["Replanning"]
-        assert "didn't have free ports" in replanned, replanned
+        replanned = _events(core, namespace, "shy")["Replanning"]
+        assert "anti-affinity" in replanned, replanned
         assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+
+
+def test_a_gang_asking_a_host_port_is_planned_where_kube_scheduler_binds_it(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # two workers asking host port 7777: the fast type's one node has GPUs for both but
+    # can give the port to one (kube-scheduler's NodePorts filter); another pod holds
+    # it on one of the slow type's three nodes. The plan knows host ports: the gang
+    # starts at once, one worker a node, on the slow nodes that give the port. Before,
+    # it was planned on the fast node, stuck there 45 s, then re-planned off it
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    port = {"containerPort": 7777, "hostPort": 7777}
+    with (
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, per_node=2) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 3) as slow_nodes,
+    ):
+        wait_nodes_untainted(api, set(fast_nodes + slow_nodes), 60)
+        holder = {
+            "metadata": {"name": "port-holder"},
+            "spec": {
+                "nodeName": slow_nodes[0],
+                "containers": [{"name": "c", "image": "registry.example/p:1", "ports": [port]}],
+            },
+        }
+        core.create_namespaced_pod(namespace, holder)
+        ported = job("ported", 2, 1, [(fast, 2.0), (slow, 1.0)])
+        ported["spec"]["template"]["spec"]["containers"][0]["ports"] = [port]
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, ported)
+        _wait_running(api, namespace, "ported", timeout=90, what="ported running")
+        status = _get(api, namespace, "ported")["status"]
+        assert status["plan"]["gpuType"] == slow
+        assert sorted(p["node"] for p in status["placement"]) == slow_nodes[1:]
+        events = _events(core, namespace, "ported")
+        assert "Replanning" not in events, events  # planned right the first time
+        assert slow in events["Started"], events

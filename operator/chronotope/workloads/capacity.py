@@ -29,7 +29,8 @@ from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import UNBOUNDED
 from chronotope.solver.slots import next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
-from chronotope.workloads.node_fit import NodeRules, Taint, node_taints
+from chronotope.workloads.node_fit import HostPort, NodeRules, Taint, host_ports, node_taints
+from chronotope.workloads.podreq import planned
 
 __all__ = [
     "Capacity",
@@ -71,6 +72,9 @@ class NodeCapacity:
     """Allocatable CPU (UNBOUNDED: the node states none)."""
     host_memory_mib: int = UNBOUNDED
     """Allocatable memory (UNBOUNDED: the node states none)."""
+    host_ports: frozenset[HostPort] = frozenset()
+    """Host ports its pods hold (bound, or planned there and not yet bound): kube-scheduler's
+    NodePorts filter keeps a pod asking one of them off the node."""
 
 
 Capacity: TypeAlias = Sequence[NodeCapacity]
@@ -130,6 +134,9 @@ class Usable(NamedTuple):
     """The nodes its workers may not use, counted by their first reason."""
     short: int = 0
     """Nodes whose free GPUs its workers cannot all take now for want of CPU or memory."""
+    blocked: int = 0
+    """Nodes with free GPUs its workers cannot take now: a pod there holds a host port
+    they ask (`NodeRules.port_clash`)."""
     positions: Mapping[str, int] | None = None
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
 
@@ -147,13 +154,14 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
 
     A node refused by its labels or taints is left out; a node whose free CPU or
     memory holds fewer workers of `per_worker` GPUs than its free GPUs do counts
-    only the GPUs those workers take. A type none of whose nodes carries a taint is
-    answered without looking at its nodes when the rules select nothing and request
-    no CPU or memory (most jobs, and every job of a cluster without taints).
+    only the GPUs those workers take, and one where a pod holds a host port they
+    ask counts none. A type none of whose nodes carries a taint is answered without
+    looking at its nodes when the rules select nothing, request no CPU or memory
+    and ask no host port (most jobs, and every job of a cluster without taints).
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
-    if not rules.selects and not rules.asks and gpu_type not in index.tainted:
+    if not _looks(rules) and gpu_type not in index.tainted:
         return Usable(nodes, {})
     held = _ADMITTED.get(id(nodes))
     if held is None or held[0] is not nodes:  # held by the memo: its id is not reused
@@ -166,7 +174,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         return hit
     kept: list[NodeCapacity] = []
     refused: dict[str, int] = {}
-    short = 0
+    cut = [0, 0]  # nodes short of CPU or memory, nodes blocked by a host port
     for n in nodes:
         why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib))
         if why is not None:
@@ -174,18 +182,30 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
             continue
         room = _room(n, rules, per_worker)
         if room < n.free:
-            short += 1
+            cut[_blocked(n, rules)] += 1
             kept.append(replace(n, free=room, free_gpus=n.free_gpus[:room]))
         else:
             kept.append(n)
     at = {n.name: k for k, n in enumerate(kept)} if refused else None
-    seen = Usable(tuple(kept), refused, short, at)
+    seen = Usable(tuple(kept), refused, short=cut[0], blocked=cut[1], positions=at)
     answers[rules, per_worker] = seen
     return seen
 
 
+def _looks(rules: NodeRules) -> bool:
+    """Whether the rules may leave out or cut a node no taint is on (else all count as they are)."""
+    return rules.selects or rules.asks or bool(rules.host_ports)
+
+
+def _blocked(n: NodeCapacity, rules: NodeRules) -> bool:
+    """Whether a pod on `n` holds a host port the workers ask."""
+    return rules.port_clash(n.host_ports) is not None
+
+
 def _room(n: NodeCapacity, rules: NodeRules, per_worker: int) -> int:
-    """The free GPUs of `n` that workers with `rules` can take, CPU and memory allowing."""
+    """The free GPUs of `n` that workers with `rules` can take, CPU, memory and ports allowing."""
+    if _blocked(n, rules):
+        return 0
     pods = rules.pods_fit(n.cpu_free_milli, n.memory_free_mib) if rules.asks else None
     return n.free if pods is None else min(n.free, pods * per_worker)
 
@@ -200,11 +220,12 @@ def refuses_some(
 ) -> bool:
     """Some node of these GPU types refuses pods with `rules` (so counts per type overstate).
 
-    `or_short`: or cannot give them all its free GPUs now for want of CPU or memory.
+    `or_short`: or cannot give them all its free GPUs now for want of CPU or memory,
+    or for a host port a pod there holds.
     """
     for t in gpu_types:
         seen = admitting(capacity, t, rules, per_worker)
-        if seen.refused or (or_short and seen.short):
+        if seen.refused or (or_short and (seen.short or seen.blocked)):
             return True
     return False
 
@@ -229,6 +250,7 @@ def cluster_capacity(
         cache.upsert_node(node_info(node))
     promised: dict[str, int] = {}  # GPU model -> GPUs of created but not yet bound workers
     waiting: list[tuple[str, Mapping[str, Any], str]] = []
+    ports: dict[str, set[HostPort]] = {}  # node -> host ports its pods hold
     for pod in pods:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -244,9 +266,14 @@ def cluster_capacity(
                 waiting.append((key, pod, str(model)))
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
+        _hold_ports(ports, str(bound_to), spec)
     for key, pod, model in waiting:  # after every bound pod: a plan holds what it names
         if not hold_planned(cache, key, pod):
             promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
+            continue
+        plan = planned(pod)
+        if plan is not None:
+            _hold_ports(ports, plan.node, pod.get("spec") or {})
     state = cache.state()
     out: list[NodeCapacity] = []
     for node in nodes:
@@ -273,9 +300,17 @@ def cluster_capacity(
                 taints=node_taints(node),
                 cpu_milli=info.cpu_milli,
                 host_memory_mib=info.memory_mib,
+                host_ports=frozenset(ports.get(info.name, ())),
             )
         )
     return tuple(_minus_promised(out, promised))
+
+
+def _hold_ports(ports: dict[str, set[HostPort]], node: str, spec: Mapping[str, Any]) -> None:
+    """The host ports of a pod (its `spec`) on `node` are held there."""
+    held = host_ports(spec)
+    if held:
+        ports.setdefault(node, set()).update(held)
 
 
 Placements: TypeAlias = tuple[tuple[str, tuple[int, ...]], ...]
@@ -301,24 +336,18 @@ def take(
     returned, so the gang's pods can carry them (the extender honours them).
     If some worker fits nowhere, no placements are returned and the unplaced
     workers' GPUs are taken by count, from the largest free nodes first.
-    `rules`: the workers go only on nodes these admit (`admitting`).
+    `rules`: the workers go only on nodes these admit (`admitting`), and the host
+    ports they ask are held on the nodes they go to.
     """
     nodes = list(capacity)
+    ported = rules.host_ports if rules is not None else ()
     if placements:
-        where = {n.name: i for i, n in enumerate(nodes)}
-        for name, gpus in placements:
-            i = where.get(name)
-            if i is None:
-                continue
-            n = nodes[i]
-            rest = tuple(g for g in n.free_gpus if g not in set(gpus))
-            nodes[i] = replace(n, free=max(0, n.free - len(gpus)), free_gpus=rest)
-        return tuple(nodes), tuple((name, tuple(gpus)) for name, gpus in placements)
+        return _take_placed(nodes, placements, ported)
     index = _index(capacity)
     mine = index.positions.get(gpu_type, ())
     usable = mine
     room: dict[int, int] = {}  # free GPUs the workers can take, where node rules cut them
-    if rules is not None and (rules.selects or rules.asks or gpu_type in index.tainted):
+    if rules is not None and (_looks(rules) or gpu_type in index.tainted):
         by_name = {n.name: n.free for n in admitting(capacity, gpu_type, rules, per_worker).nodes}
         usable = tuple(i for i in mine if nodes[i].name in by_name)
         room = {i: by_name[nodes[i].name] for i in usable}
@@ -348,15 +377,10 @@ def take(
         i = where[slot]
         n = nodes[i]
         gpus = n.free_gpus[:per_worker] if len(n.free_gpus) >= per_worker else ()
-        n = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
-        if asks is not None:  # the worker's CPU and memory are taken too
-            n = replace(
-                n,
-                cpu_free_milli=_less(n.cpu_free_milli, asks.cpu_milli),
-                memory_free_mib=_less(n.memory_free_mib, asks.memory_mib),
-            )
+        n = _took(n, per_worker, asks, ported)
         if i in room:
-            room[i] = n.free if asks is None else _room(n, asks, per_worker)
+            assert rules is not None
+            room[i] = n.free if asks is None and not ported else _room(n, rules, per_worker)
         nodes[i] = n
         placed.append((slot, gpus))
     if unplaced:
@@ -367,6 +391,47 @@ def take(
         _Memo.last = (out, _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted))
         _carry_admitted(index.nodes.get(gpu_type, ()), after)
     return out, tuple(placed)
+
+
+def _take_placed(
+    nodes: list[NodeCapacity],
+    placements: Sequence[tuple[str, Sequence[int]]],
+    ported: Sequence[HostPort],
+) -> tuple[tuple[NodeCapacity, ...], Placements]:
+    """`take` with the workers' nodes and GPUs given (a joint plan's)."""
+    where = {n.name: i for i, n in enumerate(nodes)}
+    for name, gpus in placements:
+        i = where.get(name)
+        if i is None:
+            continue
+        n = nodes[i]
+        rest = tuple(g for g in n.free_gpus if g not in set(gpus))
+        nodes[i] = replace(
+            n,
+            free=max(0, n.free - len(gpus)),
+            free_gpus=rest,
+            host_ports=n.host_ports.union(ported),
+        )
+    return tuple(nodes), tuple((name, tuple(gpus)) for name, gpus in placements)
+
+
+def _took(
+    n: NodeCapacity, per_worker: int, asks: NodeRules | None, ported: Sequence[HostPort]
+) -> NodeCapacity:
+    """`n` after one worker took its first free GPUs, its CPU and memory, and its host ports.
+
+    `asks`: the workers' rules when they request CPU or memory (None: they request none).
+    """
+    n = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
+    if asks is not None:
+        n = replace(
+            n,
+            cpu_free_milli=_less(n.cpu_free_milli, asks.cpu_milli),
+            memory_free_mib=_less(n.memory_free_mib, asks.memory_mib),
+        )
+    if ported:
+        n = replace(n, host_ports=n.host_ports.union(ported))
+    return n
 
 
 def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity]) -> None:
@@ -383,19 +448,22 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
     # a copy (one C-level step): another thread's decision may add an answer meanwhile
     for (rules, per_worker), seen in tuple(held[1].items()):
         kept = list(seen.nodes)
-        short = seen.short
+        cut = [seen.short, seen.blocked]  # as in `admitting`
         for k, new in changed:
             pos = k if seen.positions is None else seen.positions.get(new.name)
             if pos is None:  # refused by its labels or taints: still so
                 continue
-            short -= kept[pos].free < before[k].free
+            if kept[pos].free < before[k].free:
+                cut[_blocked(before[k], rules)] -= 1
             room = _room(new, rules, per_worker)
             if room < new.free:
-                short += 1
+                cut[_blocked(new, rules)] += 1
                 kept[pos] = replace(new, free=room, free_gpus=new.free_gpus[:room])
             else:
                 kept[pos] = new
-        carried[rules, per_worker] = Usable(tuple(kept), seen.refused, short, seen.positions)
+        carried[rules, per_worker] = Usable(
+            tuple(kept), seen.refused, short=cut[0], blocked=cut[1], positions=seen.positions
+        )
     if len(_ADMITTED) >= _ADMITTED_KEPT:
         _ADMITTED.clear()
     _ADMITTED[id(after)] = (after, carried)

@@ -11,7 +11,11 @@ The spec the decisions read is the spec as written, except that a job whose
 `status.avoidNodes` names nodes gets a template whose node affinity excludes
 them (`node_fit.avoiding`): every decision then leaves them out as it leaves
 out any node the template rules out, and the workers it creates carry the
-exclusion, so kube-scheduler leaves them out too.
+exclusion, so kube-scheduler leaves them out too. And a job whose workers ask
+host ports (`node_fit.host_ports`) and whose placement strategy is Pack or
+Spread is placed StrictSpread: two of its workers can never share a node
+(kube-scheduler's NodePorts filter), so every decision, and the extender, put
+each on its own node.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.node_fit import avoiding
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
+from chronotope.workloads.node_fit import avoiding, host_ports
 
 __all__ = ["MEMO_SIZE", "job_spec", "job_spec_or_none"]
 
@@ -41,8 +45,14 @@ def _version(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
     return str(uid), str(gen), str(rv)
 
 
+_LOOSE = (PlacementStrategy.PACK, PlacementStrategy.SPREAD)
+
+
 def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
     spec = TrainingJobSpec.model_validate(job.get("spec") or {})
+    if spec.placement.strategy in _LOOSE and host_ports((spec.template or {}).get("spec")):
+        placement = spec.placement.model_copy(update={"strategy": PlacementStrategy.STRICT_SPREAD})
+        spec = spec.model_copy(update={"placement": placement})
     avoid = (job.get("status") or {}).get("avoidNodes")
     if not avoid or not isinstance(avoid, list):
         return spec

@@ -25,6 +25,15 @@ And NodeResourcesFit: a node holds only as many pods as its free CPU and memory
 (allocatable less what bound pods request) allow (`NodeRules.pods_fit`), so a
 node with free GPUs but too little CPU for a worker does not count them for it.
 
+And NodePorts: a pod asking host ports (`ports[].hostPort` of its containers and
+of its init containers that run all along, `restartPolicy: Always`; with
+`hostNetwork: true` every container port is a host port, as the API server
+defaults it) fits a node only where no pod bound there holds one of them
+(`host_ports`, `port_clash`: kube-scheduler's `HostPortInfo.CheckConflict`, an
+unset host IP is 0.0.0.0 and clashes with every IP, an unset protocol is TCP).
+Two workers of one gang asking the same port never share a node, so such a
+gang is placed strictly spread (`job_spec`).
+
 Preferred (soft) affinity and inter-pod affinity are not filters and are left
 to kube-scheduler's scoring. Pure: plain dicts in, answers out.
 """
@@ -42,12 +51,16 @@ from chronotope.workloads.cluster_feed import CONDITION_TAINTS
 from chronotope.workloads.podreq import PodRequestError, pod_resources
 
 __all__ = [
+    "ANY_HOST_IP",
+    "HostPort",
     "NodeRules",
     "Taint",
     "avoiding",
+    "host_ports",
     "job_rules",
     "next_avoid",
     "node_taints",
+    "port_clash",
 ]
 
 FILTER_EFFECTS = ("NoSchedule", "NoExecute")
@@ -85,6 +98,78 @@ def node_taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
             continue
         out.append(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"])))
     return tuple(out)
+
+
+ANY_HOST_IP = "0.0.0.0"
+"""A host port's IP when it names none: it binds every address of the node."""
+
+
+@dataclass(frozen=True, order=True)
+class HostPort:
+    """One host port a pod takes on its node (kube-scheduler's `HostPortInfo` entry)."""
+
+    port: int
+    protocol: str = "TCP"
+    ip: str = ANY_HOST_IP
+
+    def __str__(self) -> str:
+        """As kubectl shows a port: `7777/TCP`, with its IP when it names one."""
+        on = f" on {self.ip}" if self.ip != ANY_HOST_IP else ""
+        return f"{self.port}/{self.protocol}{on}"
+
+
+def host_ports(spec: object) -> tuple[HostPort, ...]:
+    """The host ports a pod with this spec takes (`GetHostPorts`); malformed ones state none.
+
+    Its containers' ports with a `hostPort`, and those of its init containers that
+    run all along (`restartPolicy: Always`); with `hostNetwork: true`, a port with
+    no `hostPort` takes its `containerPort` (the API server's defaulting).
+    """
+    if not isinstance(spec, Mapping):
+        return ()
+    host_network = spec.get("hostNetwork") is True
+    containers = [
+        c
+        for c in spec.get("initContainers") or []
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+    ]
+    containers += [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    out: set[HostPort] = set()
+    for c in containers:
+        ports = c.get("ports")
+        for p in ports if isinstance(ports, list) else []:
+            if not isinstance(p, Mapping):
+                continue
+            raw = p.get("hostPort") or (p.get("containerPort") if host_network else 0)
+            try:
+                port = int(raw or 0)
+            except (TypeError, ValueError):
+                continue
+            if port > 0:
+                out.add(
+                    HostPort(
+                        port, str(p.get("protocol") or "TCP"), str(p.get("hostIP") or ANY_HOST_IP)
+                    )
+                )
+    return tuple(sorted(out))
+
+
+def port_clash(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> HostPort | None:
+    """The first of the `wanted` host ports a node whose pods hold `used` cannot give; or None.
+
+    kube-scheduler's `HostPortInfo.CheckConflict`: the same protocol and port on
+    the same IP, or on any IP when either side binds every address (0.0.0.0).
+    """
+    taken = list(used)
+    if not taken:
+        return None
+    for w in wanted:
+        for u in taken:
+            if (u.port, u.protocol) != (w.port, w.protocol):
+                continue
+            if ANY_HOST_IP in (w.ip, u.ip) or w.ip == u.ip:
+                return w
+    return None
 
 
 @dataclass(frozen=True)
@@ -162,6 +247,8 @@ class NodeRules:
     """CPU one pod requests (kube-scheduler's NodeResourcesFit sums its containers)."""
     memory_mib: int = 0
     """Memory one pod requests."""
+    host_ports: tuple[HostPort, ...] = ()
+    """The host ports one pod takes on its node (`host_ports`)."""
 
     @classmethod
     def of_template(cls, template: Mapping[str, Any] | None, *, whole_gpus: bool) -> NodeRules:
@@ -190,6 +277,7 @@ class NodeRules:
             whole_gpus=whole_gpus,
             cpu_milli=cpu,
             memory_mib=memory,
+            host_ports=host_ports(spec),
         )
 
     @property
@@ -201,6 +289,10 @@ class NodeRules:
     def asks(self) -> bool:
         """Its pods request CPU or memory (a node's free share of them may bind)."""
         return self.cpu_milli > 0 or self.memory_mib > 0
+
+    def port_clash(self, used: Iterable[HostPort]) -> HostPort | None:
+        """The first host port its pods ask that a node whose pods hold `used` cannot give."""
+        return port_clash(self.host_ports, used) if self.host_ports else None
 
     def pods_fit(self, cpu_free_milli: int, memory_free_mib: int) -> int | None:
         """How many of its pods the node's free CPU and memory hold; None: no limit."""

@@ -278,18 +278,32 @@ def _on_type(
             starts.append(got)
     else:
         mine = f" on the {len(nodes)} node(s) its workers may use" if refused else ""
-        if seen.short:
-            mine += (
-                f" ({seen.short} node(s) have free GPUs but too little free CPU or memory "
-                f"for a worker: {rules.cpu_milli}m CPU, {rules.memory_mib} MiB)"
-            )
-        why_not.append(f"{gpu_type}: room for {now_fit} of {least} worker(s) now{mine}")
+        why_not.append(
+            f"{gpu_type}: room for {now_fit} of {least} worker(s) now{mine}{_cut(seen, rules)}"
+        )
     if now_fit < want and gpu_type in frees_at:
         start = max(now, frees_at[gpu_type])
         later = est.alternative(Action.WAIT, gpu_type, nodes, start, min(want, ever))
         if not isinstance(later, str):
             waits.append(later)
     return starts, waits, why_not
+
+
+def _cut(seen: Usable, rules: NodeRules) -> str:
+    """Why nodes with free GPUs give the workers fewer now, in words ('' when none do)."""
+    out = ""
+    if seen.short:
+        out += (
+            f" ({seen.short} node(s) have free GPUs but too little free CPU or memory "
+            f"for a worker: {rules.cpu_milli}m CPU, {rules.memory_mib} MiB)"
+        )
+    if seen.blocked:
+        ports = ", ".join(map(str, rules.host_ports))
+        out += (
+            f" ({seen.blocked} node(s) have free GPUs but a pod there holds a host port "
+            f"its workers ask: {ports})"
+        )
+    return out
 
 
 _REASONS_SHOWN = 3

@@ -28,7 +28,14 @@ from chronotope.workloads.capacity import (
 )
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.joint import Contender, arbitrate
-from chronotope.workloads.node_fit import NodeRules, Taint, avoiding, next_avoid, node_taints
+from chronotope.workloads.node_fit import (
+    HostPort,
+    NodeRules,
+    Taint,
+    avoiding,
+    next_avoid,
+    node_taints,
+)
 from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
 from chronotope.workloads.preemption import plan_preemption
 from chronotope.workloads.training import Action, decide
@@ -384,22 +391,28 @@ def test_the_remembered_answers_match_a_fresh_look_after_every_take() -> None:
             cpu_free_milli=rng.choice([8000, 32000, 64000]),
             labels={"pool": rng.choice("ab")},
             taints=(Taint("dedicated", "x"),) if i % 5 == 0 else (),
+            host_ports=frozenset([HostPort(7777)]) if i % 7 == 0 else frozenset(),
         )
         for i in range(30)
     )
+    port = {"hostPort": 7777}
     asks = [
         _rules(),
         _rules(nodeSelector={"pool": "a"}),
         _rules(tolerations=[{"operator": "Exists"}]),
         _rules(containers=[{"name": "w", "resources": {"requests": {"cpu": "6"}}}]),
+        _rules(containers=[{"name": "w", "ports": [port]}]),
+        _rules(
+            containers=[{"name": "w", "ports": [port], "resources": {"requests": {"cpu": "6"}}}]
+        ),
     ]
     for _ in range(60):
         rules, per_worker = rng.choice(asks), rng.choice([1, 2])
         remembered = [admitting(capacity, "L4", r, p) for r in asks for p in (1, 2)]
         _ADMITTED.clear()
         fresh = [admitting(capacity, "L4", r, p) for r in asks for p in (1, 2)]
-        assert [(u.nodes, u.refused, u.short) for u in remembered] == [
-            (u.nodes, u.refused, u.short) for u in fresh
+        assert [(u.nodes, u.refused, u.short, u.blocked) for u in remembered] == [
+            (u.nodes, u.refused, u.short, u.blocked) for u in fresh
         ]
         capacity, _ = take(capacity, "L4", rng.choice([1, 2]), per_worker, rules=rules)
 

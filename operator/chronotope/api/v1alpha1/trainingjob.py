@@ -185,7 +185,9 @@ class Placement(ApiModel):
         default=PlacementStrategy.PACK,
         description="Pack: as few nodes as possible (best effort). Spread: as many nodes as "
         "possible (best effort). StrictPack: all workers on one node. StrictSpread: every "
-        "worker on a different node. Ray's PACK, SPREAD, STRICT_PACK, STRICT_SPREAD.",
+        "worker on a different node. Ray's PACK, SPREAD, STRICT_PACK, STRICT_SPREAD. Workers "
+        "asking host ports are placed StrictSpread under Pack or Spread (two of them cannot "
+        "share a node).",
     )
     topology: TopologyLevel = Field(
         default=TopologyLevel.ANY,
@@ -597,7 +599,7 @@ class TrainingJobStatus(ApiModel):
         max_length=AVOID_MAX,
         description="Nodes the job's next plans leave out: its gang waited on them and "
         "kube-scheduler did not bind its workers there (a filter the plan does not model: "
-        "host ports, pod anti-affinity, volumes). Its workers get a node affinity excluding "
+        "pod anti-affinity, topology spread, volumes). Its workers get a node affinity excluding "
         "them by name. Cleared once a gang is placed; never every node the job may use.",
     )
     restarts: int = Field(default=0, ge=0, description="Gang restarts so far.")
