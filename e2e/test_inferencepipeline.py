@@ -604,6 +604,49 @@ def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
             assert replanned.startswith("the GPUs of its cheapest plan are free again"), replanned
 
 
+def test_a_pipeline_in_a_queue_is_planned_on_the_gpus_free_within_its_quota(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    # the queue has quota on both types and no one in it holds any; a pod outside it
+    # holds both GPUs of the cheaper type's only node: before stop 56 the plan within
+    # the quota chose that type anyway and the stage's pod stayed Pending
+    tag = namespace[-6:]
+    queue = f"free-{tag}"
+    body, cheap, dear = _cheap_or_dear("queued", tag)
+    quotas = {"quotas": [{"gpuType": t, "gpus": 2} for t in (cheap, dear)]}
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        queue_body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Queue",
+            "metadata": {"name": queue},
+        }
+        custom.create_cluster_custom_object(GROUP, VERSION, "queues", queue_body | {"spec": quotas})
+        try:
+            local = _local_queue(namespace, queue)
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
+            with (
+                _gpu_nodes(api, core, f"ch-{tag}", cheap, 1, per_node=2) as cheap_nodes,
+                _gpu_nodes(api, core, f"de-{tag}", dear, 1, per_node=2) as dear_nodes,
+            ):
+                wait_nodes_untainted(api, set(cheap_nodes), 60)
+                _hold_gpus(core, namespace, cheap_nodes[0], 2)
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+                _wait_serving(custom, core, namespace, "queued", 90)
+                status = _status(custom, namespace, "queued")
+                (planned,) = status["stages"]
+                assert planned["gpuType"] == dear
+                cond = next(c for c in status["conditions"] if c["type"] == "Planned")
+                assert cond["reason"] == "WithinFreeGpus", cond
+                assert _nodes_of(core, namespace, "queued") <= set(dear_nodes)
+                # planned there at once, not moved after its pod waited in vain
+                events = _events(core, namespace, "queued")
+                assert "Replanned" not in events, events
+                assert "moved to the GPUs free now" in events["Planned"], events
+        finally:
+            custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
 def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
 ) -> None:

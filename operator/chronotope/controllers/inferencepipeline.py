@@ -443,10 +443,11 @@ def _plan(
     nothing running, is planned again once the queue admits more than when it was
     planned (`status.quotaRoom`): a waiting pipeline takes the new plan, a serving
     one only a plan that is not cut (its stages are not moved for every change of
-    room, only back to the plan the quota held them from). A pipeline with no queue
-    whose pods (`own`) wait in vain on its recorded plan is planned again on the GPUs
-    free now (`_unstick`), and a plan moved to the free GPUs goes back to the cheapest
-    plan once they hold it (`_back`).
+    room, only back to the plan the quota held them from). Plans are made on the GPUs
+    free now too (`plan_pipeline`'s `free`): a pipeline whose pods (`own`) wait in
+    vain on its recorded plan is planned again on them (`_unstick`), and a plan moved
+    to them goes back to the cheapest plan (within its quota) once they hold it
+    (`_back`).
     """
     meta = obj["metadata"]
     namespace = meta["namespace"]
@@ -459,19 +460,18 @@ def _plan(
         if recorded is not None and not replan:
             waiting = old.get("phase") == "Pending" and bool(old.get("quotaHeld"))
             if not ((recorded.cut or waiting) and _room_grew(old, room)):
-                moved = None
-                if room is None:  # no queue: planned on the GPUs free now
-                    moved = _moved(ops, obj, spec, recorded, own, types=types, out=out, now=now)
+                moved = _moved(
+                    ops, obj, spec, recorded, own, types=types, room=room, out=out, now=now
+                )
                 return (recorded, None, room) if moved is None else (*moved, room)
             more_room = True
     arrivals = _arrivals(ops, namespace, spec.traffic)
     if isinstance(arrivals, Reason):
         plan: PipelinePlan | Reason = arrivals
-    else:  # with no queue, on the GPUs free now (`plan_pipeline`'s `free`)
-        free = _free_gpus(ops, own) if room is None else None
+    else:  # on the GPUs free now (`plan_pipeline`'s `free`)
+        free = _free_gpus(ops, own)
         plan = plan_pipeline(spec, arrivals, types, room, free)
-        if free is not None:
-            _seen(obj, _BACK, now, free)  # `_back` looks again in BACK_EVERY_S
+        _seen(obj, _BACK, now, free)  # `_back` looks again in BACK_EVERY_S
     if more_room:
         assert recorded is not None
         if not isinstance(plan, PipelinePlan) or (plan.cut and old.get("phase") != "Pending"):
@@ -496,16 +496,17 @@ def _moved(
     own: Sequence[Mapping[str, Any]],
     *,
     types: set[str],
+    room: ServingRoom | None,
     out: Outcome,
     now: datetime,
 ) -> tuple[PipelinePlan, list[float]] | None:
-    """A new plan on the GPUs free now for a pipeline with no queue, or None.
+    """A new plan on the GPUs free now (within `room`, its queue's), or None.
 
     For its pods that wait in vain (`_unstick`), or back to its cheapest plan (`_back`).
     """
-    moved = _unstick(ops, obj, spec, recorded, own, types=types, out=out, now=now)
+    moved = _unstick(ops, obj, spec, recorded, own, types=types, room=room, out=out, now=now)
     if moved is None and recorded.fitted:
-        moved = _back(ops, obj, spec, own, types=types, out=out, now=now)
+        moved = _back(ops, obj, spec, own, types=types, room=room, out=out, now=now)
     return moved
 
 
@@ -545,14 +546,16 @@ def _plan_on_free(
     ops: PipelineOps,
     obj: Mapping[str, Any],
     spec: InferencePipelineSpec,
+    *,
     types: set[str],
+    room: ServingRoom | None,
     free: Mapping[str, tuple[int, ...]],
 ) -> tuple[PipelinePlan, list[float]] | None:
-    """A new plan on the GPUs `free` now (with its sample), or None when none is made."""
+    """A new plan on the GPUs `free` now, within `room` (with its sample), or None."""
     arrivals = _arrivals(ops, obj["metadata"]["namespace"], spec.traffic)
     if isinstance(arrivals, Reason):
         return None
-    plan = plan_pipeline(spec, arrivals, types, None, free)
+    plan = plan_pipeline(spec, arrivals, types, room, free)
     return None if isinstance(plan, Reason) else (plan, arrivals)
 
 
@@ -564,10 +567,11 @@ def _unstick(
     own: Sequence[Mapping[str, Any]],
     *,
     types: set[str],
+    room: ServingRoom | None,
     out: Outcome,
     now: datetime,
 ) -> tuple[PipelinePlan, list[float]] | None:
-    """A plan on the GPUs free now for a pipeline (no queue) whose pods wait in vain, or None.
+    """A plan on the GPUs free now for a pipeline whose pods wait in vain, or None.
 
     The training controller's stuck rule, for serving: a pod of the pipeline unplaced
     for over `STUCK_AFTER_S`, on a plan the free GPUs no longer hold (other work took
@@ -584,7 +588,7 @@ def _unstick(
     before, seen = _seen(obj, _UNSTICK, now, free)
     if before is not None and before[1] == seen:
         return None
-    made = _plan_on_free(ops, obj, spec, types, free)
+    made = _plan_on_free(ops, obj, spec, types=types, room=room, free=free)
     if made is None or not made[0].fitted:
         return None
     words = f"its pods could not be placed for {STUCK_AFTER_S:.0f}s (kube-scheduler: {said})"
@@ -603,15 +607,16 @@ def _back(
     own: Sequence[Mapping[str, Any]],
     *,
     types: set[str],
+    room: ServingRoom | None,
     out: Outcome,
     now: datetime,
 ) -> tuple[PipelinePlan, list[float]] | None:
     """The cheapest plan again for a plan moved to the free GPUs, once they hold it; or None.
 
     Looked at every `BACK_EVERY_S` at most, and planned again only when the free GPUs
-    changed since the last look (or its planning); taken only if the new plan is the
-    planner's own (not moved): as a plan cut to its queue's quota goes back once the
-    queue admits it.
+    changed since the last look (or its planning); taken only if the new plan is not
+    moved (the planner's own, or its cut to the queue's quota): as a plan cut to its
+    queue's quota goes back once the queue admits it.
     """
     meta = obj["metadata"]
     last = _SEEN.get((str(meta.get("uid")), str(meta.get("generation")), _BACK))
@@ -621,7 +626,7 @@ def _back(
     _, seen = _seen(obj, _BACK, now, free)
     if last is not None and last[1] == seen:
         return None
-    made = _plan_on_free(ops, obj, spec, types, free)
+    made = _plan_on_free(ops, obj, spec, types=types, room=room, free=free)
     if made is None or made[0].fitted:
         return None
     words = f"the GPUs of its cheapest plan are free again: {_plan_words(made[0])}"

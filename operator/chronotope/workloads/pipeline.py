@@ -57,6 +57,7 @@ __all__ = [
     "STAGE_LABEL",
     "WITHIN_FREE",
     "WITHIN_QUOTA",
+    "WITHIN_QUOTA_AND_FREE",
     "PipelinePlan",
     "QueueRoom",
     "SloObservation",
@@ -98,17 +99,29 @@ class PipelinePlan:
     """Cut to fit the GPUs its queue's quota admits now (`plan_within`), not the plan
     the planner makes without that limit."""
     fitted: bool = False
-    """Moved to fit the GPUs free in the cluster now (`plan_within`; a pipeline with no
-    queue): the planner's choice had too few free GPUs of its types."""
+    """Moved to fit the GPUs free in the cluster now (`plan_within`): the planner's
+    choice (within its queue's quota, if cut) had too few free GPUs of its types."""
 
     @property
     def note(self) -> str:
         """What the plan was cut to, in words ('' for the planner's own plan)."""
+        if self.cut and self.fitted:
+            return (
+                "; cut to fit what its queue's quota admits now, and moved to the GPUs free "
+                "now (the cheapest plan within it had too few free)"
+            )
         if self.cut:
             return "; cut to fit what its queue's quota admits now"
         if self.fitted:
             return "; moved to the GPUs free now (the cheapest plan's types had too few free)"
         return ""
+
+    @property
+    def reason(self) -> str:
+        """The `Planned` condition's reason (`Planned` for the planner's own plan)."""
+        if self.cut:
+            return WITHIN_QUOTA_AND_FREE if self.fitted else WITHIN_QUOTA
+        return WITHIN_FREE if self.fitted else "Planned"
 
 
 def parse_trace(text: str) -> list[float] | Reason:
@@ -172,7 +185,10 @@ QUOTA_WAIT = "waiting for quota: "
 WITHIN_QUOTA = "WithinQueueQuota"
 """The `Planned` condition's reason for a plan cut to fit its queue's quota now."""
 WITHIN_FREE = "WithinFreeGpus"
-"""The `Planned` condition's reason for a plan moved to the GPUs free now (no queue)."""
+"""The `Planned` condition's reason for a plan moved to the GPUs free now."""
+WITHIN_QUOTA_AND_FREE = "WithinQueueQuotaAndFreeGpus"
+"""The `Planned` condition's reason for a plan cut to its queue's quota and moved to the
+GPUs free now."""
 
 
 class QueueRoom(Protocol):
@@ -304,11 +320,13 @@ def plan_pipeline(
     the SLO; `cut`); if no such plan exists, the plan is the uncut one and admission
     holds it back as before.
 
-    `free` (a pipeline with no queue; `variants.free_serving_gpus`): the free GPUs
-    of each type, per node. A plan that asks more than that is moved, the same way,
-    to a plan that fits them (`fitted`), so its pods do not wait for GPUs other
-    work holds while others idle; if none meets the SLO, the plan is the planner's
-    own and its pods wait for its GPUs to free up.
+    `free` (`variants.free_serving_gpus`): the free GPUs of each type, per node. A
+    plan that asks more than that is moved, the same way, to a plan that fits them
+    (`fitted`), so its pods do not wait for GPUs other work holds while others idle.
+    With `room` too, the plan must fit both (as Kueue's default flavour fungibility
+    tries the next flavour before preempting); if none meets the SLO, the plan is
+    the one within `room` alone (its queue may reclaim lent GPUs for it), else the
+    planner's own, and its pods wait for its GPUs to free up.
     """
     stages = []
     for stage in spec.stages:
@@ -336,19 +354,22 @@ def plan_pipeline(
     out = plan_chronotope(model, arrivals)
     if isinstance(out, Infeasible):
         return Reason(code="SLOInfeasible", message=out.reason, unresolvable=True)
-    over = (
-        _over(stages, room)
-        if room is not None
-        else _over_free(stages, free)
-        if free is not None
-        else None
-    )
-    if over is not None and over(out.config) > 0:
-        within = plan_within(model, arrivals, over, first=out)
-        if isinstance(within, PlanOutcome):
-            quota = room is not None
-            return PipelinePlan(within, tuple(stages), cut=quota, fitted=not quota)
-    return PipelinePlan(out, tuple(stages))
+    over_quota = _over(stages, room) if room is not None else None
+    over_free = _over_free(stages, free) if free is not None else None
+    plan = PipelinePlan(out, tuple(stages))
+    exceeds = over_quota is not None and over_quota(out.config) > 0
+    if exceeds:
+        assert over_quota is not None
+        cut = plan_within(model, arrivals, over_quota, first=out)
+        if isinstance(cut, PlanOutcome):
+            plan = PipelinePlan(cut, tuple(stages), cut=True)
+    if over_free is None or over_free(plan.outcome.config) <= 0:
+        return plan
+    limits = [f for f in (over_quota, over_free) if f is not None]
+    both = plan_within(model, arrivals, lambda c: sum(f(c) for f in limits), first=out)
+    if isinstance(both, PlanOutcome):
+        return PipelinePlan(both, tuple(stages), cut=exceeds, fitted=True)
+    return plan
 
 
 def _owner(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -519,7 +540,7 @@ def pipeline_status(
             condition(
                 "Planned",
                 True,
-                WITHIN_QUOTA if plan.cut else WITHIN_FREE if plan.fitted else "Planned",
+                plan.reason,
                 f"{len(stages)} stage(s), predicted P99 {plan.outcome.p99_s * 1000:.0f} ms, "
                 f"{plan.outcome.cost_per_hour:.2f}/h{plan.note}",
                 now=now,
@@ -624,8 +645,12 @@ def plan_from_status(
     reasons = {
         c.get("reason") for c in status.get("conditions") or [] if c.get("type") == "Planned"
     }
+    both = WITHIN_QUOTA_AND_FREE in reasons
     return PipelinePlan(
-        outcome, tuple(stages), cut=WITHIN_QUOTA in reasons, fitted=WITHIN_FREE in reasons
+        outcome,
+        tuple(stages),
+        cut=both or WITHIN_QUOTA in reasons,
+        fitted=both or WITHIN_FREE in reasons,
     )
 
 

@@ -1008,3 +1008,35 @@ def test_a_stage_short_of_replicas_says_kube_schedulers_reason() -> None:
     assert why.endswith(f"(kube-scheduler: {said})")
     ready = next(c for c in short.status["conditions"] if c["type"] == "Ready")
     assert ready["message"] == why
+
+
+def test_a_pipeline_in_a_queue_is_planned_on_the_gpus_free_now_within_its_quota() -> None:
+    # its queue admits the T4 (no one in the queue holds it), but a workload outside
+    # the queue runs on it: before stop 56 detect was planned on the T4 anyway and its
+    # pod stayed Pending while the queue's A100 quota idled
+    ops, obj = _ops(), _sample()
+    obj["metadata"]["uid"] = "u-queued-free"
+    _quota(ops, whole=8, shares_milli=8000)
+    theirs = _bound(serving_pod("theirs-0", "T4", namespace="other", pipeline="x"), "t4-0")
+    ops.pods = [theirs]
+    out = reconcile(obj, ops, NOW)
+    assert {s["name"]: s["gpuType"] for s in out.status["stages"]}["detect"] == "A100-SXM4-80GB"
+    planned = next(c for c in out.status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "WithinFreeGpus"
+    assert out.status.get("quotaHeld") is None
+    # the T4 frees up: it goes back to its cheapest plan within the quota
+    ops.pods = []
+    back = reconcile(obj | {"status": out.status}, ops, NOW + timedelta(seconds=61))
+    assert {s["name"]: s["gpuType"] for s in back.status["stages"]}["detect"] == "T4"
+    assert [e[1] for e in back.events] == ["Replanned"]
+    # the queue admits no whole A100: nothing it admits is free, so the plan is the T4,
+    # as before, and its pod waits for it
+    ops2, obj2 = _ops(), _sample()
+    _quota(ops2, whole=8, shares_milli=8000)
+    ops2.queue_objs[0]["spec"]["quotas"][0]["gpus"] = 0
+    ops2.pods = [theirs]
+    waits = reconcile(obj2, ops2, NOW)
+    assert {s["name"]: s["gpuType"] for s in waits.status["stages"]}["detect"] == "T4"
+    assert next(c for c in waits.status["conditions"] if c["type"] == "Planned")["reason"] == (
+        "Planned"
+    )

@@ -487,9 +487,10 @@ class InferencePipelineStatus(ApiModel):
         description=(
             "What its queue's quota admitted for it per GPU type when it was last planned, "
             "written while its plan is cut to fit that (condition Planned, reason "
-            "WithinQueueQuota) or quota holds back a pipeline that runs nothing yet. When "
-            "the queue admits more, it is planned again: a waiting pipeline takes the new "
-            "plan, a serving one only the plan without a cut."
+            "WithinQueueQuota or WithinQueueQuotaAndFreeGpus) or quota holds back a "
+            "pipeline that runs nothing yet. When the queue admits more, it is planned "
+            "again: a waiting pipeline takes the new plan, a serving one only the plan "
+            "without a cut."
         ),
     )
     quota_demand: list[QuotaDemand] | None = Field(
