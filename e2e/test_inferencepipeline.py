@@ -3,9 +3,11 @@ chronotope scheduler on the planned GPU types; bad input gets a condition and bu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -562,30 +564,54 @@ def test_a_pipeline_is_planned_off_nodes_whose_taint_its_pods_do_not_tolerate(
             assert _nodes_of(core, namespace, "tainted") <= set(dear_nodes)
 
 
+@contextlib.contextmanager
+def _cheap_type_held(
+    api: Any, core: client.CoreV1Api, ns: str, cheap: str, dear: str
+) -> Iterator[tuple[list[str], list[str]]]:
+    """One 2-GPU node of each type; a pod of another workload holds the cheap node's GPUs."""
+    tag = ns[-6:]
+    with (
+        _gpu_nodes(api, core, f"ch-{tag}", cheap, 1, per_node=2) as cheap_nodes,
+        _gpu_nodes(api, core, f"de-{tag}", dear, 1, per_node=2) as dear_nodes,
+    ):
+        wait_nodes_untainted(api, set(cheap_nodes), 60)
+        _hold_gpus(core, ns, cheap_nodes[0], 2)
+        yield cheap_nodes, dear_nodes
+
+
+def _serves_on_free_gpus(
+    custom: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    ns: str,
+    name: str,
+    *,
+    dear: str,
+    dear_nodes: list[str],
+) -> None:
+    """The one-stage pipeline `name` serves on the dear type's node, `WithinFreeGpus`."""
+    _wait_serving(custom, core, ns, name, 90)
+    status = _status(custom, ns, name)
+    (planned,) = status["stages"]
+    assert planned["gpuType"] == dear
+    cond = next(c for c in status["conditions"] if c["type"] == "Planned")
+    assert cond["reason"] == "WithinFreeGpus", cond
+    assert _nodes_of(core, ns, name) <= set(dear_nodes)
+
+
 def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
 ) -> None:
     # another workload holds both GPUs of the cheaper type's only node: before, the
     # planner chose that type anyway and the stage's pod stayed Pending ("Insufficient
     # nvidia.com/gpu") while the dearer type's GPUs idled; now the plan moves to them
-    tag = namespace[-6:]
-    body, cheap, dear = _cheap_or_dear("crowded", tag)
+    body, cheap, dear = _cheap_or_dear("crowded", namespace[-6:])
     with kube_cluster.api_client() as api:
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        with (
-            _gpu_nodes(api, core, f"ch-{tag}", cheap, 1, per_node=2) as cheap_nodes,
-            _gpu_nodes(api, core, f"de-{tag}", dear, 1, per_node=2) as dear_nodes,
-        ):
-            wait_nodes_untainted(api, set(cheap_nodes), 60)
-            _hold_gpus(core, namespace, cheap_nodes[0], 2)
+        with _cheap_type_held(api, core, namespace, cheap, dear) as (cheap_nodes, dear_nodes):
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-            _wait_serving(custom, core, namespace, "crowded", 90)
-            status = _status(custom, namespace, "crowded")
-            (planned,) = status["stages"]
-            assert planned["gpuType"] == dear
-            reason = next(c for c in status["conditions"] if c["type"] == "Planned")["reason"]
-            assert reason == "WithinFreeGpus"
-            assert _nodes_of(core, namespace, "crowded") <= set(dear_nodes)
+            _serves_on_free_gpus(
+                custom, core, namespace, "crowded", dear=dear, dear_nodes=dear_nodes
+            )
             # the other workload ends: within a look (60 s) it goes back to the cheap type
             core.delete_namespaced_pod(f"holder-{cheap_nodes[0]}"[:63], namespace)
 
@@ -625,20 +651,11 @@ def test_a_pipeline_in_a_queue_is_planned_on_the_gpus_free_within_its_quota(
         try:
             local = _local_queue(namespace, queue)
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local)
-            with (
-                _gpu_nodes(api, core, f"ch-{tag}", cheap, 1, per_node=2) as cheap_nodes,
-                _gpu_nodes(api, core, f"de-{tag}", dear, 1, per_node=2) as dear_nodes,
-            ):
-                wait_nodes_untainted(api, set(cheap_nodes), 60)
-                _hold_gpus(core, namespace, cheap_nodes[0], 2)
+            with _cheap_type_held(api, core, namespace, cheap, dear) as (_, dear_nodes):
                 custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-                _wait_serving(custom, core, namespace, "queued", 90)
-                status = _status(custom, namespace, "queued")
-                (planned,) = status["stages"]
-                assert planned["gpuType"] == dear
-                cond = next(c for c in status["conditions"] if c["type"] == "Planned")
-                assert cond["reason"] == "WithinFreeGpus", cond
-                assert _nodes_of(core, namespace, "queued") <= set(dear_nodes)
+                _serves_on_free_gpus(
+                    custom, core, namespace, "queued", dear=dear, dear_nodes=dear_nodes
+                )
                 # planned there at once, not moved after its pod waited in vain
                 events = _events(core, namespace, "queued")
                 assert "Replanned" not in events, events
