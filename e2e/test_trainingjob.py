@@ -810,14 +810,16 @@ def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
         assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
 
 
-def test_a_gang_asking_a_host_port_is_planned_where_kube_scheduler_binds_it(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+@pytest.mark.parametrize("apart", ["hostPort", "podAntiAffinity"])
+def test_a_gang_whose_workers_may_not_share_a_node_is_planned_where_it_binds(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, apart: str
 ) -> None:
-    # two workers asking host port 7777: the fast type's one node has GPUs for both but
-    # can give the port to one (kube-scheduler's NodePorts filter); another pod holds
-    # it on one of the slow type's three nodes. The plan knows host ports: the gang
-    # starts at once, one worker a node, on the slow nodes that give the port. Before,
-    # it was planned on the fast node, stuck there 45 s, then re-planned off it
+    # two workers that may not share a node: they ask host port 7777 (kube-scheduler's
+    # NodePorts filter), or keep off each other's nodes by a required pod anti-affinity
+    # on their own label (InterPodAffinity). The fast type's one node has GPUs for both
+    # but holds one; a pod holds port 7777 on one of the slow type's three nodes. The
+    # plan knows this: the gang starts at once, one worker a node, on slow nodes that
+    # take it. Before, it was planned on the fast node, stuck there 45 s, then re-planned
     api, custom, core = jobs_api
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
@@ -835,13 +837,31 @@ def test_a_gang_asking_a_host_port_is_planned_where_kube_scheduler_binds_it(
             },
         }
         core.create_namespaced_pod(namespace, holder)
-        ported = job("ported", 2, 1, [(fast, 2.0), (slow, 1.0)])
-        ported["spec"]["template"]["spec"]["containers"][0]["ports"] = [port]
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, ported)
-        _wait_running(api, namespace, "ported", timeout=90, what="ported running")
-        status = _get(api, namespace, "ported")["status"]
+        pair = job("pair", 2, 1, [(fast, 2.0), (slow, 1.0)])
+        template = pair["spec"]["template"]
+        if apart == "hostPort":
+            template["spec"]["containers"][0]["ports"] = [port]
+        else:
+            template["metadata"] = {"labels": {"app": f"pair-{tag}"}}
+            template["spec"]["affinity"] = {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {"matchLabels": {"app": f"pair-{tag}"}},
+                            "topologyKey": "kubernetes.io/hostname",
+                        }
+                    ]
+                }
+            }
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, pair)
+        _wait_running(api, namespace, "pair", timeout=90, what="pair running")
+        status = _get(api, namespace, "pair")["status"]
         assert status["plan"]["gpuType"] == slow
-        assert sorted(p["node"] for p in status["placement"]) == slow_nodes[1:]
-        events = _events(core, namespace, "ported")
+        placed = sorted(p["node"] for p in status["placement"])
+        assert len(set(placed)) == len(placed), placed  # one worker a node
+        assert set(placed) <= set(slow_nodes), placed
+        if apart == "hostPort":
+            assert placed == slow_nodes[1:]  # not where the port is held
+        events = _events(core, namespace, "pair")
         assert "Replanning" not in events, events  # planned right the first time
         assert slow in events["Started"], events

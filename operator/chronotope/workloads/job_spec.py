@@ -11,11 +11,12 @@ The spec the decisions read is the spec as written, except that a job whose
 `status.avoidNodes` names nodes gets a template whose node affinity excludes
 them (`node_fit.avoiding`): every decision then leaves them out as it leaves
 out any node the template rules out, and the workers it creates carry the
-exclusion, so kube-scheduler leaves them out too. And a job whose workers ask
-host ports (`node_fit.host_ports`) and whose placement strategy is Pack or
-Spread is placed StrictSpread: two of its workers can never share a node
-(kube-scheduler's NodePorts filter), so every decision, and the extender, put
-each on its own node.
+exclusion, so kube-scheduler leaves them out too. And a job whose placement
+strategy is Pack or Spread is placed StrictSpread when two of its workers can
+never share a node: they ask host ports (`node_fit.host_ports`, kube-scheduler's
+NodePorts filter) or keep off each other's nodes by a required pod anti-affinity
+(`node_fit.avoids_itself`, its InterPodAffinity filter); so every decision, and
+the extender, put each on its own node.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
-from chronotope.workloads.node_fit import avoiding, host_ports
+from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.node_fit import avoiding, avoids_itself, host_ports
 
 __all__ = ["MEMO_SIZE", "job_spec", "job_spec_or_none"]
 
@@ -48,9 +50,22 @@ def _version(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
 _LOOSE = (PlacementStrategy.PACK, PlacementStrategy.SPREAD)
 
 
+def _one_per_node(job: Mapping[str, Any], spec: TrainingJobSpec) -> bool:
+    """Whether two of the job's workers can never share a node (host ports, anti-affinity)."""
+    template = spec.template or {}
+    pod = template.get("spec")
+    if host_ports(pod):
+        return True
+    meta = template.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    own = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+    own[JOB_LABEL] = str((job.get("metadata") or {}).get("name") or "")
+    return avoids_itself(pod, own)
+
+
 def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
     spec = TrainingJobSpec.model_validate(job.get("spec") or {})
-    if spec.placement.strategy in _LOOSE and host_ports((spec.template or {}).get("spec")):
+    if spec.placement.strategy in _LOOSE and _one_per_node(job, spec):
         placement = spec.placement.model_copy(update={"strategy": PlacementStrategy.STRICT_SPREAD})
         spec = spec.model_copy(update={"placement": placement})
     avoid = (job.get("status") or {}).get("avoidNodes")

@@ -32,7 +32,11 @@ defaults it) fits a node only where no pod bound there holds one of them
 (`host_ports`, `port_clash`: kube-scheduler's `HostPortInfo.CheckConflict`, an
 unset host IP is 0.0.0.0 and clashes with every IP, an unset protocol is TCP).
 Two workers of one gang asking the same port never share a node, so such a
-gang is placed strictly spread (`job_spec`).
+gang is placed strictly spread (`job_spec`); so is a gang whose workers keep off
+each other's nodes by a required pod anti-affinity on `kubernetes.io/hostname`
+that matches their own labels (`avoids_itself`: the common "one worker per node"
+idiom). Pod anti-affinity against other pods, and other pods' anti-affinity, are
+not modelled (a gang stuck on them is moved by the stuck rule).
 
 Preferred (soft) affinity and inter-pod affinity are not filters and are left
 to kube-scheduler's scoring. Pure: plain dicts in, answers out.
@@ -56,6 +60,7 @@ __all__ = [
     "NodeRules",
     "Taint",
     "avoiding",
+    "avoids_itself",
     "host_ports",
     "job_rules",
     "next_avoid",
@@ -170,6 +175,60 @@ def port_clash(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> HostPort
             if ANY_HOST_IP in (w.ip, u.ip) or w.ip == u.ip:
                 return w
     return None
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""The topology key of "one per node" pod (anti-)affinity."""
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def avoids_itself(spec: object, labels: Mapping[str, str]) -> bool:
+    """Whether pods with this spec and `labels` may not share a node with each other.
+
+    A required pod anti-affinity term on `kubernetes.io/hostname`, for the pod's own
+    namespace (no `namespaces` or `namespaceSelector`), whose label selector matches
+    `labels` (`matchLabels` and `matchExpressions`; an empty selector matches every
+    pod, a missing one none). Malformed terms state nothing.
+    """
+    if not isinstance(spec, Mapping):
+        return False
+    affinity = spec.get("affinity")
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, Mapping) else None
+    terms = (
+        anti.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(anti, Mapping)
+        else None
+    )
+    for term in terms if isinstance(terms, list) else []:
+        if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME_LABEL:
+            continue
+        if term.get("namespaces") or term.get("namespaceSelector") is not None:
+            continue
+        if _selects(term.get("labelSelector"), labels):
+            return True
+    return False
+
+
+def _selects(selector: object, labels: Mapping[str, str]) -> bool:
+    """Whether a label selector (`matchLabels`, `matchExpressions`) matches `labels`."""
+    if not isinstance(selector, Mapping):
+        return False
+    match = selector.get("matchLabels") or {}
+    if not isinstance(match, Mapping) or any(labels.get(k) != v for k, v in match.items()):
+        return False
+    raw = selector.get("matchExpressions") or []
+    if not isinstance(raw, list):
+        return False
+    for r in raw:
+        if not isinstance(r, Mapping) or r.get("operator") not in _SELECTOR_OPERATORS:
+            return False
+        values = r.get("values") or []
+        if not r.get("key") or not isinstance(values, list):
+            return False
+        needs = _Requirement(str(r["key"]), str(r["operator"]), tuple(map(str, values)))
+        if not needs.holds(labels.get(needs.key)):
+            return False
+    return True
 
 
 @dataclass(frozen=True)

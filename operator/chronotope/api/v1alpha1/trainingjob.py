@@ -186,8 +186,9 @@ class Placement(ApiModel):
         description="Pack: as few nodes as possible (best effort). Spread: as many nodes as "
         "possible (best effort). StrictPack: all workers on one node. StrictSpread: every "
         "worker on a different node. Ray's PACK, SPREAD, STRICT_PACK, STRICT_SPREAD. Workers "
-        "asking host ports are placed StrictSpread under Pack or Spread (two of them cannot "
-        "share a node).",
+        "that cannot share a node (they ask host ports, or a required pod anti-affinity on "
+        "kubernetes.io/hostname matches their own labels) are placed StrictSpread under "
+        "Pack or Spread.",
     )
     topology: TopologyLevel = Field(
         default=TopologyLevel.ANY,

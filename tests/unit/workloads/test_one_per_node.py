@@ -1,9 +1,11 @@
-"""Host ports in the plan: kube-scheduler's NodePorts filter (`workloads.node_fit`).
+"""Workers that may not share a node: host ports and self anti-affinity (`workloads.node_fit`).
 
-A worker asking a host port fits a node only where no pod holds that port, and two
-workers of one gang asking it never share a node. Before, the plan knew neither:
-the gang was planned where kube-scheduler would not bind it and waited 45 s for
-the stuck rule to move it off that node (`status.avoidNodes`).
+A worker asking a host port fits a node only where no pod holds that port
+(kube-scheduler's NodePorts filter), and two workers of one gang asking it, or
+keeping off each other's nodes by a required pod anti-affinity (InterPodAffinity),
+never share a node. Before, the plan knew none of this: the gang was planned where
+kube-scheduler would not bind it and waited 45 s for the stuck rule to move it off
+that node (`status.avoidNodes`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 from chronotope.workloads.capacity import admitting, cluster_capacity, take
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.joint import Contender, arbitrate, options_for
-from chronotope.workloads.node_fit import HostPort, host_ports, port_clash
+from chronotope.workloads.node_fit import HostPort, avoids_itself, host_ports, port_clash
+from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
 from chronotope.workloads.training import decide
 from tests.unit.controllers.test_reconcile import FakeOps
 from tests.unit.workloads.test_backfill import node, tjob
@@ -187,3 +190,68 @@ def test_the_joint_plan_leaves_out_the_nodes_where_the_port_is_held() -> None:
     joint = arbitrate("scale/j", [contender, rival], capacity, NOW)
     assert joint.starts, joint.reason
     assert [p[0] for p in joint.placements] == ["b"], joint
+
+
+def _anti(
+    selector: dict[str, Any] | None, key: str = "kubernetes.io/hostname", **extra: Any
+) -> dict[str, Any]:
+    term: dict[str, Any] = {"topologyKey": key, **extra}
+    if selector is not None:
+        term["labelSelector"] = selector
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+MINE = {"app": "trainer", "chronotope.dev/job": "j"}
+
+
+@pytest.mark.parametrize(
+    ("affinity", "spreads"),
+    [
+        (_anti({"matchLabels": {"app": "trainer"}}), True),
+        (_anti({"matchLabels": {"chronotope.dev/job": "j"}}), True),
+        (
+            _anti({"matchExpressions": [{"key": "app", "operator": "In", "values": ["trainer"]}]}),
+            True,
+        ),
+        (_anti({"matchExpressions": [{"key": "app", "operator": "Exists"}]}), True),
+        (_anti({}), True),  # an empty selector matches every pod, its own workers too
+        (_anti(None), False),  # no selector matches no pod
+        (_anti({"matchLabels": {"app": "other"}}), False),  # other pods: not modelled
+        (
+            _anti(
+                {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["trainer"]}]}
+            ),
+            False,
+        ),
+        (_anti({"matchLabels": {"app": "trainer"}}, "topology.kubernetes.io/zone"), False),
+        (_anti({"matchLabels": {"app": "trainer"}}, namespaces=["elsewhere"]), False),
+        ({"podAffinity": _anti({})["podAntiAffinity"]}, False),  # affinity, not anti
+        ({"podAntiAffinity": "junk"}, False),
+    ],
+)
+def test_workers_that_keep_off_each_others_nodes_are_found(
+    affinity: dict[str, Any], spreads: bool
+) -> None:
+    assert avoids_itself({"affinity": affinity}, MINE) is spreads
+
+
+def test_a_gang_whose_workers_keep_off_each_others_nodes_is_spread() -> None:
+    job = tjob("j", created=NOW, types={A100: 1.0}, phase="Waiting")
+    job["spec"] |= {"replicas": 2}
+    job["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
+    job["spec"]["template"]["spec"]["affinity"] = _anti({"matchLabels": {"app": "trainer"}})
+    assert job_spec(job).placement.strategy is PlacementStrategy.STRICT_SPREAD
+    # one A100 node with 8 free GPUs holds one worker of it only
+    decision = decide(job_spec(job), cluster_capacity([node("a", A100, 8)], []), NOW)
+    assert decision.gpu_type is None
+    assert "holds at most 1 worker(s) of 1 GPU(s) (StrictSpread), the job needs 2" in (
+        decision.reason
+    ), decision.reason
+    # on two nodes it starts, one worker on each (the pass's placements)
+    ops = FakeOps([node("a", A100, 8), node("b", A100, 8)], [job])
+    ops._pods = []
+    _status(ops, job)
+    assert sorted(p["metadata"]["annotations"][PLANNED_NODE_ANNOTATION] for p in ops.started) == [
+        "a",
+        "b",
+    ]
