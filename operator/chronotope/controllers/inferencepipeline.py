@@ -506,7 +506,7 @@ def _moved(
     """
     moved = _unstick(ops, obj, spec, recorded, own, types=types, room=room, out=out, now=now)
     if moved is None and recorded.fitted:
-        moved = _back(ops, obj, spec, own, types=types, room=room, out=out, now=now)
+        moved = _back(ops, obj, spec, recorded, own, types=types, room=room, out=out, now=now)
     return moved
 
 
@@ -604,6 +604,7 @@ def _back(
     ops: PipelineOps,
     obj: Mapping[str, Any],
     spec: InferencePipelineSpec,
+    recorded: PipelinePlan,
     own: Sequence[Mapping[str, Any]],
     *,
     types: set[str],
@@ -611,12 +612,13 @@ def _back(
     out: Outcome,
     now: datetime,
 ) -> tuple[PipelinePlan, list[float]] | None:
-    """The cheapest plan again for a plan moved to the free GPUs, once they hold it; or None.
+    """A cheaper plan for a plan moved to the free GPUs, once they hold one; or None.
 
     Looked at every `BACK_EVERY_S` at most, and planned again only when the free GPUs
-    changed since the last look (or its planning); taken only if the new plan is not
-    moved (the planner's own, or its cut to the queue's quota): as a plan cut to its
-    queue's quota goes back once the queue admits it.
+    changed since the last look (or its planning); taken if the new plan is not
+    moved (the planner's own, or its cut to the queue's quota: as a plan cut to its
+    queue's quota goes back once the queue admits it), or is moved but costs less
+    than the recorded one (GPUs of a cheaper type freed up, not yet the cheapest's).
     """
     meta = obj["metadata"]
     last = _SEEN.get((str(meta.get("uid")), str(meta.get("generation")), _BACK))
@@ -627,11 +629,21 @@ def _back(
     if last is not None and last[1] == seen:
         return None
     made = _plan_on_free(ops, obj, spec, types=types, room=room, free=free)
-    if made is None or made[0].fitted:
+    if made is None:
         return None
-    words = f"the GPUs of its cheapest plan are free again: {_plan_words(made[0])}"
+    plan = made[0]
+    if not plan.fitted:
+        words = f"the GPUs of its cheapest plan are free again: {_plan_words(plan)}"
+    elif plan.outcome.cost_per_hour < recorded.outcome.cost_per_hour * (1 - _CHEAPER):
+        words = f"a cheaper plan fits the GPUs free now: {_plan_words(plan)}"
+    else:
+        return None
     out.events.append(("Normal", "Replanned", words))
     return made
+
+
+_CHEAPER = 1e-6
+"""How much less (relative) a moved plan must cost for `_back` to take it (not float noise)."""
 
 
 def _announce(

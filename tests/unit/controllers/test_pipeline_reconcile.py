@@ -1040,3 +1040,44 @@ def test_a_pipeline_in_a_queue_is_planned_on_the_gpus_free_now_within_its_quota(
     assert next(c for c in waits.status["conditions"] if c["type"] == "Planned")["reason"] == (
         "Planned"
     )
+
+
+def test_a_moved_plan_takes_a_cheaper_type_that_frees_up_before_the_cheapest() -> None:
+    # three types, X cheapest, Z dearest; other work holds X's and Y's only GPUs: the
+    # pipeline serves on Z. Y frees up, X stays held: before, the plan stayed on Z
+    # until X freed (it went back only to the cheapest plan); now it takes Y
+    ops = FakeOps([_node("x-0", "X", 1), _node("y-0", "Y", 1), _node("z-0", "Z", 1)])
+    batches = [{"batchSize": 1, "latencyMs": 10, "throughputQPS": 100}]
+    obj: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u-cheaper", "generation": 1},
+        "spec": {
+            "stages": [
+                {
+                    "name": "s",
+                    "model": {"image": "registry.example/m:1"},
+                    "profiles": [{"gpuType": t, "batches": batches} for t in "XYZ"],
+                }
+            ],
+            "slo": {"p99LatencyMs": 100},
+            "traffic": {"fixedQPS": 50},
+            "costs": [{"gpuType": t, "perHour": k + 1.0} for k, t in enumerate("XYZ")],
+        },
+    }
+    on_x = _bound(serving_pod("x-holder", "X", namespace="other", pipeline="a"), "x-0")
+    on_y = _bound(serving_pod("y-holder", "Y", namespace="other", pipeline="b"), "y-0")
+    ops.pods = [on_x, on_y]
+    moved = reconcile(obj, ops, NOW)
+    assert moved.status["stages"][0]["gpuType"] == "Z"
+    obj = obj | {"status": moved.status}
+    ops.pods = [on_x]
+    cheaper = reconcile(obj, ops, NOW + timedelta(seconds=61))
+    assert cheaper.status["stages"][0]["gpuType"] == "Y"
+    assert [e[1] for e in cheaper.events] == ["Replanned"]
+    assert cheaper.events[0][2].startswith("a cheaper plan fits the GPUs free now: s: 1x Y")
+    planned = next(c for c in cheaper.status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "WithinFreeGpus"
+    # then X frees up: back to the cheapest plan
+    ops.pods = []
+    back = reconcile(obj | {"status": cheaper.status}, ops, NOW + timedelta(seconds=122))
+    assert back.status["stages"][0]["gpuType"] == "X"
+    assert back.events[0][2].startswith("the GPUs of its cheapest plan are free again")
