@@ -39,6 +39,7 @@ from chronotope.planners.inferline import (
     tune,
 )
 from chronotope.solver.model import Reason
+from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.pipeline import (
     DEFAULT_RATE_WINDOW_S,
     PIPELINE_LABEL,
@@ -510,14 +511,14 @@ def _moved(
     return moved
 
 
-def _free_gpus(ops: PipelineOps, own: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, ...]]:
-    """The free GPUs per type and node, the pipeline's `own` pods' counted as free."""
+def _free_gpus(ops: PipelineOps, own: Sequence[Mapping[str, Any]]) -> dict[str, FreeGpus]:
+    """The free GPUs per type, the pipeline's `own` pods' counted as free."""
     keys = frozenset(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in own)
     return free_serving_gpus(ops.nodes(), ops.pods_matching(), keys)
 
 
-FreeSeen = tuple[tuple[str, tuple[int, ...]], ...]
-"""The free GPUs per type and node, as `_SEEN` keeps them."""
+FreeSeen = tuple[tuple[str, FreeGpus], ...]
+"""The free GPUs per type, as `_SEEN` keeps them."""
 _UNSTICK, _BACK = "unstick", "back"
 _SEEN: dict[tuple[str, str, str], tuple[float, FreeSeen]] = {}
 """(pipeline uid, generation, `_UNSTICK` or `_BACK`) -> when, and on which free GPUs, it
@@ -527,7 +528,7 @@ _SEEN_KEPT = 8192
 
 
 def _seen(
-    obj: Mapping[str, Any], what: str, now: datetime, free: Mapping[str, tuple[int, ...]]
+    obj: Mapping[str, Any], what: str, now: datetime, free: Mapping[str, FreeGpus]
 ) -> tuple[tuple[float, FreeSeen] | None, FreeSeen]:
     """Remember that the pipeline was planned on `free` at `now` for `what`.
 
@@ -549,7 +550,7 @@ def _plan_on_free(
     *,
     types: set[str],
     room: ServingRoom | None,
-    free: Mapping[str, tuple[int, ...]],
+    free: Mapping[str, FreeGpus],
 ) -> tuple[PipelinePlan, list[float]] | None:
     """A new plan on the GPUs `free` now, within `room` (with its sample), or None."""
     arrivals = _arrivals(ops, obj["metadata"]["namespace"], spec.traffic)

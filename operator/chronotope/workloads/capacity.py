@@ -26,7 +26,7 @@ from chronotope.sharing.labels import (
     ZONE_LABEL,
 )
 from chronotope.solver.cache import ClusterCache
-from chronotope.solver.model import UNBOUNDED
+from chronotope.solver.model import MILLI, UNBOUNDED
 from chronotope.solver.slots import next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 from chronotope.workloads.node_fit import HostPort, NodeRules, Taint, host_ports, node_taints
@@ -34,6 +34,7 @@ from chronotope.workloads.podreq import planned
 
 __all__ = [
     "Capacity",
+    "FreeGpus",
     "NodeCapacity",
     "Placements",
     "Usable",
@@ -75,6 +76,20 @@ class NodeCapacity:
     host_ports: frozenset[HostPort] = frozenset()
     """Host ports its pods hold (bound, or planned there and not yet bound): kube-scheduler's
     NodePorts filter keeps a pod asking one of them off the node."""
+    partial: tuple[tuple[int, int], ...] = ()
+    """(milli-GPU, device memory MiB) left on each GPU GPU-share pods use in part (neither
+    untouched nor full); memory 0 where unknown."""
+
+
+@dataclass(frozen=True, order=True)
+class FreeGpus:
+    """The GPUs of one type serving pods may take now (`variants.free_serving_gpus`)."""
+
+    whole: tuple[int, ...]
+    """Per node whole-GPU pods may use: its free whole GPUs, most first."""
+    shares: tuple[tuple[int, int], ...] = ()
+    """Per GPU a GPU-share pod may use (on the nodes those may use): (milli-GPU, device
+    memory MiB) left, untouched GPUs included; memory 0 where unknown."""
 
 
 Capacity: TypeAlias = Sequence[NodeCapacity]
@@ -284,6 +299,13 @@ def cluster_capacity(
         i = cache.index(info.name)
         assert i is not None
         free_gpus = state.first_free_gpus(i, info.gpu_count)
+        left, memory = state.gpu_left[i, : info.gpu_count], state.gpu_mem_left[i, : info.gpu_count]
+        in_part = (left > 0) & (left < MILLI)
+        partial = (
+            tuple((int(m), int(g)) for m, g in zip(left[in_part], memory[in_part], strict=True))
+            if in_part.any()
+            else ()
+        )
         out.append(
             NodeCapacity(
                 name=info.name,
@@ -301,6 +323,7 @@ def cluster_capacity(
                 cpu_milli=info.cpu_milli,
                 host_memory_mib=info.memory_mib,
                 host_ports=frozenset(ports.get(info.name, ())),
+                partial=partial,
             )
         )
     return tuple(_minus_promised(out, promised))

@@ -44,7 +44,8 @@ from chronotope.planners.inferline import (
     stage_share,
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, QUEUE_LABEL, SCHEDULER_NAME
-from chronotope.solver.model import Reason
+from chronotope.solver.model import MILLI, Reason
+from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.podreq import gpu_resources
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
@@ -265,41 +266,82 @@ def _over(stages: Sequence[Stage], room: QueueRoom) -> Callable[[Config], float]
     return over
 
 
-def _over_free(
-    stages: Sequence[Stage], free: Mapping[str, Sequence[int]]
-) -> Callable[[Config], float]:
-    """How many GPUs a configuration of `stages` asks beyond those free now (0: it fits).
+def _over_free(stages: Sequence[Stage], free: Mapping[str, FreeGpus]) -> Callable[[Config], float]:
+    """How many replicas' GPUs a configuration of `stages` asks beyond those free now (0: fits).
 
-    `free`: per GPU type, the free whole GPUs of each node the pipeline's pods may
-    use. Counted for the whole-GPU replicas of the stages it deploys itself; a
-    replica of k GPUs needs them on one node, so a node's room on a type is its
-    free GPUs less the remainder by the largest k asked there.
+    `free`: per GPU type, what serving pods may take (`variants.free_serving_gpus`).
+    Counted for the replicas of the stages it deploys itself. A whole-GPU replica of
+    k GPUs needs them on one node, so a node's room on a type is its free GPUs less
+    the remainder by the largest k asked there. A GPU-share replica takes the
+    tightest GPU with room for its compute and memory (first fit, largest first, as
+    the extender packs shares), in part used GPUs before untouched ones; the
+    untouched GPUs shares take are no longer there for whole replicas. Co-location
+    rules between shares (docs/sharing.md) are not counted. A type's shortfall counts
+    only up to what stages with another profiled type ask there: a stage profiled on
+    one type has nowhere else to go (it takes its room, and its pods wait for the rest).
     """
-    per_replica = [
-        0
-        if stage.model.variant or (stage.gpu is not None and stage.gpu.shared is not None)
-        else (stage.gpu.count if stage.gpu is not None else None) or 1
-        for stage in stages
-    ]
+    asks: list[int | tuple[int, int]] = []  # per stage: k whole GPUs, or (milli, MiB); 0 none
+    for stage in stages:
+        gpu = stage.gpu
+        if stage.model.variant:
+            asks.append(0)
+        elif gpu is not None and gpu.shared is not None:
+            asks.append((gpu.shared.compute_percent * MILLI // 100, gpu.shared.memory_mib))
+        else:
+            asks.append((gpu.count if gpu is not None else None) or 1)
+    movable = [len({p.gpu_type for p in stage.profiles}) > 1 for stage in stages]
 
     def over(config: Config) -> float:
-        asked: dict[str, tuple[int, int]] = {}
-        for k, c in zip(per_replica, config, strict=True):
-            if k and c.replicas:
-                gpus, largest = asked.get(c.gpu_type, (0, 0))
-                asked[c.gpu_type] = (gpus + c.replicas * k, max(largest, k))
-        return float(
-            sum(
-                max(0, gpus - sum(f - f % k for f in free.get(t, ())))
-                for t, (gpus, k) in asked.items()
-            )
-        )
+        # per type: whole GPUs asked, of them by movable stages, the largest k; share asks
+        whole: dict[str, list[int]] = {}
+        shares: dict[str, list[tuple[int, int]]] = {}
+        moving: dict[str, int] = {}  # share replicas of movable stages
+        for ask, moves, c in zip(asks, movable, config, strict=True):
+            if not ask or not c.replicas:
+                continue
+            if isinstance(ask, tuple):
+                shares.setdefault(c.gpu_type, []).extend([ask] * c.replicas)
+                moving[c.gpu_type] = moving.get(c.gpu_type, 0) + c.replicas * moves
+            else:
+                row = whole.setdefault(c.gpu_type, [0, 0, 1])
+                row[0] += c.replicas * ask
+                row[1] += c.replicas * ask * moves
+                row[2] = max(row[2], ask)
+        out = 0.0
+        for t in whole.keys() | shares.keys():
+            on = free.get(t, FreeGpus(()))
+            unplaced, untouched = _place_shares(shares.get(t, []), on.shares)
+            gpus, gpus_moving, k = whole.get(t, (0, 0, 1))
+            room = sum(f - f % k for f in on.whole)
+            short = max(0, gpus - room) + max(0, gpus + untouched - sum(on.whole))
+            out += min(short, gpus_moving) + min(unplaced, moving.get(t, 0))
+        return out
 
     return over
 
 
-def fits_free(plan: PipelinePlan, free: Mapping[str, Sequence[int]]) -> bool:
-    """Whether `plan`'s whole-GPU replicas fit the GPUs `free` (per type, per node) now."""
+def _place_shares(
+    asks: Sequence[tuple[int, int]], rooms: Sequence[tuple[int, int]]
+) -> tuple[int, int]:
+    """Share replicas `asks` (milli, MiB) first-fit, largest first, into GPU `rooms`.
+
+    Returns how many found no room, and how many untouched GPUs they took.
+    """
+    left = sorted(rooms)
+    unplaced = untouched = 0
+    for milli, mib in sorted(asks, reverse=True):
+        for i, (room, memory) in enumerate(left):
+            if room >= milli and (not mib or memory >= mib):
+                untouched += room == MILLI
+                left[i] = (room - milli, memory - mib if mib else memory)
+                break
+        else:
+            unplaced += 1
+    return unplaced, untouched
+
+
+def fits_free(plan: PipelinePlan, free: Mapping[str, FreeGpus]) -> bool:
+    """Whether `plan`'s replicas fit the GPUs `free` (per type) now."""
     return _over_free(plan.stages, free)(plan.outcome.config) <= 0
 
 
@@ -308,7 +350,7 @@ def plan_pipeline(
     arrivals: Sequence[float],
     gpu_types: set[str],
     room: QueueRoom | None = None,
-    free: Mapping[str, Sequence[int]] | None = None,
+    free: Mapping[str, FreeGpus] | None = None,
 ) -> PipelinePlan | Reason:
     """Plan on the GPU types the cluster has, or say why the pipeline cannot be planned.
 
@@ -320,7 +362,7 @@ def plan_pipeline(
     the SLO; `cut`); if no such plan exists, the plan is the uncut one and admission
     holds it back as before.
 
-    `free` (`variants.free_serving_gpus`): the free GPUs of each type, per node. A
+    `free` (`variants.free_serving_gpus`): the free GPUs of each type. A
     plan that asks more than that is moved, the same way, to a plan that fits them
     (`fitted`), so its pods do not wait for GPUs other work holds while others idle.
     With `room` too, the plan must fit both (as Kueue's default flavour fungibility

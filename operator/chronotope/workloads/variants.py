@@ -37,8 +37,8 @@ from chronotope.api.v1alpha1.modelvariant import BaseModelRef, ModelVariantSpec
 from chronotope.planners.llmcost import GpuPerf, ModelShape, gpu_perf
 from chronotope.planners.variants import GroupInput, GroupPlan, VariantDemand
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
-from chronotope.solver.model import Reason
-from chronotope.workloads.capacity import admitting, cluster_capacity
+from chronotope.solver.model import MILLI, Reason
+from chronotope.workloads.capacity import FreeGpus, admitting, cluster_capacity
 from chronotope.workloads.cluster_feed import node_schedulable
 from chronotope.workloads.node_fit import NodeRules, node_taints
 
@@ -263,19 +263,31 @@ def free_serving_gpus(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     own: frozenset[str] = frozenset(),
-) -> dict[str, tuple[int, ...]]:
-    """Per GPU type, the free whole GPUs of each schedulable node whole-GPU serving pods may use.
+) -> dict[str, FreeGpus]:
+    """Per GPU type, the GPUs serving pods may take now on the schedulable nodes they may use.
 
-    Most first. On the one cluster model (`capacity.cluster_capacity`: bound pods hold their GPUs,
+    On the one cluster model (`capacity.cluster_capacity`: bound pods hold their GPUs,
     a TrainingJob gang planned but not yet bound holds what its plan names), with the
     GPUs of the `own` pods ("ns/name": the workload's own) counted as free, and the
-    nodes `usable_gpu_nodes` keeps (no taint the pods do not tolerate).
+    nodes `usable_gpu_nodes` keeps (no taint the pods do not tolerate; GPU-share pods
+    do not tolerate `nvidia.com/gpu`): each node's free whole GPUs, and each GPU's
+    room for shares (untouched, or in part used by shares).
     """
     capacity = cluster_capacity(nodes, pods, ignore_pods=own)
-    out: dict[str, tuple[int, ...]] = {}
+    out: dict[str, FreeGpus] = {}
     for gpu_type in sorted({n.gpu_model for n in capacity}):
-        seen = admitting(capacity, gpu_type, _SERVING_PODS[True])
-        out[gpu_type] = tuple(sorted((n.free for n in seen.nodes if n.schedulable), reverse=True))
+        whole = admitting(capacity, gpu_type, _SERVING_PODS[True]).nodes
+        shared = admitting(capacity, gpu_type, _SERVING_PODS[False]).nodes
+        rooms = [
+            room
+            for n in shared
+            if n.schedulable
+            for room in (*n.partial, *([(MILLI, n.memory_mib)] * n.free))
+        ]
+        out[gpu_type] = FreeGpus(
+            tuple(sorted((n.free for n in whole if n.schedulable), reverse=True)),
+            tuple(sorted(rooms)),
+        )
     return out
 
 

@@ -1081,3 +1081,31 @@ def test_a_moved_plan_takes_a_cheaper_type_that_frees_up_before_the_cheapest() -
     back = reconcile(obj | {"status": cheaper.status}, ops, NOW + timedelta(seconds=122))
     assert back.status["stages"][0]["gpuType"] == "X"
     assert back.events[0][2].startswith("the GPUs of its cheapest plan are free again")
+
+
+def test_a_share_stage_is_planned_on_a_type_with_room_for_its_share() -> None:
+    # pose (a 50 % T4 share) may also run on an A100 share; another workload holds the
+    # only T4: before, pose's share was not counted and stayed planned on the full T4
+    ops, obj = _ops(), _sample()
+    for n in ops.nodes():  # a share asks GPU memory: the nodes say theirs (GPU feature discovery)
+        n["metadata"]["labels"]["nvidia.com/gpu.memory"] = "15360"
+    pose = obj["spec"]["stages"][1]
+    pose["profiles"].append({**pose["profiles"][0], "gpuType": "A100-SXM4-80GB"})
+    ops.pods = [_bound(serving_pod("theirs-0", "T4", namespace="other", pipeline="x"), "t4-0")]
+    out = reconcile(obj, ops, NOW)
+    types = {s["name"]: s["gpuType"] for s in out.status["stages"]}
+    assert types == {"detect": "A100-SXM4-80GB", "pose": "A100-SXM4-80GB", "ocr": "A100-SXM4-80GB"}
+    planned = next(c for c in out.status["conditions"] if c["type"] == "Planned")
+    assert planned["reason"] == "WithinFreeGpus"
+    # with the T4 free, detect takes it whole: pose's share has no room left on the one
+    # T4 and goes on an A100 (before, both were planned on the T4 and pose waited)
+    ops.pods = []
+    free = reconcile(obj, ops, NOW)
+    types = {s["name"]: s["gpuType"] for s in free.status["stages"]}
+    assert (types["detect"], types["pose"]) == ("T4", "A100-SXM4-80GB")
+    # a T4 node with a second GPU: both on the T4s (the cheapest plan)
+    ops.nodes().append(_node("t4-1", "T4", 1))
+    ops.nodes()[-1]["metadata"]["labels"]["nvidia.com/gpu.memory"] = "15360"
+    both = reconcile(obj, ops, NOW)
+    types = {s["name"]: s["gpuType"] for s in both.status["stages"]}
+    assert (types["detect"], types["pose"]) == ("T4", "T4")

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
+from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.pipeline import (
     WITHIN_FREE,
     WITHIN_QUOTA,
@@ -69,7 +70,8 @@ class _Room:
 
 
 def _plan(room: _Room | None, free: Mapping[str, tuple[int, ...]] | None) -> PipelinePlan:
-    plan = plan_pipeline(_spec(), ARRIVALS, set(TYPES), room, free)
+    whole = None if free is None else {t: FreeGpus(f) for t, f in free.items()}
+    plan = plan_pipeline(_spec(), ARRIVALS, set(TYPES), room, whole)
     assert isinstance(plan, PipelinePlan), plan
     return plan
 

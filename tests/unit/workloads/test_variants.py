@@ -17,6 +17,8 @@ from chronotope.controllers.inferencepipeline import gpu_types
 from chronotope.planners.inferline import StageConfig
 from chronotope.planners.llmcost import Tier
 from chronotope.planners.variants import GroupPlan, Placement, ReplicaPlan
+from chronotope.sharing.assignment import GpuAssignment
+from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.pipeline import _over_free
 from chronotope.workloads.placement import (
     DRAINING,
@@ -440,8 +442,12 @@ def test_the_free_serving_gpus_are_the_cluster_models_on_the_nodes_serving_pods_
     nodes = [node("h-0", gpus=8), node("h-1", gpus=4), dedicated, node("h-off", unschedulable=True)]
     nodes.append(node("l4-0", "L4", 2))
     pods = [_holding("train-0", "h-0", 6), _holding("mine-0", "h-1", 4, namespace="ns")]
-    assert free_serving_gpus(nodes, pods) == {"H100-SXM5-80GB": (2, 0), "L4": (2,)}
-    assert free_serving_gpus(nodes, pods, frozenset({"ns/mine-0"})) == {
+
+    def whole(free: dict[str, FreeGpus]) -> dict[str, tuple[int, ...]]:
+        return {t: f.whole for t, f in free.items()}
+
+    assert whole(free_serving_gpus(nodes, pods)) == {"H100-SXM5-80GB": (2, 0), "L4": (2,)}
+    assert whole(free_serving_gpus(nodes, pods, frozenset({"ns/mine-0"}))) == {
         "H100-SXM5-80GB": (4, 2),
         "L4": (2,),
     }
@@ -451,8 +457,68 @@ def test_a_replica_of_k_gpus_counts_only_the_nodes_room_for_whole_replicas() -> 
     doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
     spec = InferencePipelineSpec.model_validate(doc["spec"])
     detect = spec.stages[0].model_copy(update={"gpu": GpuRequest(count=2)})
-    over = _over_free([detect], {"T4": (3, 1, 2)})
+    over = _over_free([detect], {"T4": FreeGpus((3, 1, 2))})
     two = (StageConfig("T4", 1, 2),)
     assert over(two) == 0  # 3 -> 2 and 2: two replicas of 2
     assert over((StageConfig("T4", 1, 3),)) == 2
     assert over((StageConfig("A100-SXM4-80GB", 1, 1),)) == 2  # no free GPU of the type
+
+
+def _share_holder(name: str, node_name: str, gpu: int, percent: int, mib: int) -> dict[str, Any]:
+    """A bound GPU-share pod of another workload holding `percent` of one GPU."""
+    assignment = GpuAssignment(
+        node_name, (gpu,), (f"GPU-{node_name}-{gpu}",), mib, percent, "h-" + name
+    )
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "other",
+            "annotations": assignment.to_annotations(),
+        },
+        "spec": {
+            "nodeName": node_name,
+            "schedulerName": "chronotope",
+            "containers": [
+                {"name": "c", "resources": {"limits": {"chronotope.dev/gpu-share": "1"}}}
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_the_free_serving_gpus_say_each_gpus_room_for_shares() -> None:
+    # a share of 60 % and 10 GiB on GPU 0 of the T4 node; the tainted node's GPUs are
+    # for whole-GPU pods only (the API server tolerates nvidia.com/gpu for those)
+    tainted = node("t4-gpu-only", "T4", 1, memory_mib=15360)
+    tainted["spec"] = {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}
+    nodes = [node("t4-0", "T4", 2, memory_mib=15360), tainted]
+    free = free_serving_gpus(nodes, [_share_holder("s", "t4-0", 0, 60, 10240)])
+    assert free["T4"].whole == (1, 1)
+    assert free["T4"].shares == ((400, 5120), (1000, 15360))
+
+
+def _share_stage(types: Sequence[str]) -> Any:
+    doc = yaml.safe_load((ROOT / "manifests/samples/inferencepipeline-video.yaml").read_text())
+    pose = InferencePipelineSpec.model_validate(doc["spec"]).stages[1]  # a 50 % share, 4 GiB
+    profile = pose.profiles[0]
+    return pose.model_copy(
+        update={"profiles": [profile.model_copy(update={"gpu_type": t}) for t in types]}
+    )
+
+
+def test_share_replicas_count_against_each_gpus_room() -> None:
+    pose = _share_stage(["T4", "L4"])
+    over = _over_free([pose], {"T4": FreeGpus((), ((400, 8000), (600, 3000)))})
+    assert over((StageConfig("T4", 1, 1),)) == 1  # 40 % too little; 60 % but 3 GiB
+    over = _over_free([pose], {"T4": FreeGpus((1,), ((600, 8000), (1000, 15360)))})
+    assert over((StageConfig("T4", 1, 1),)) == 0  # the used GPU first
+    assert over((StageConfig("T4", 1, 3),)) == 0  # then two on the untouched GPU
+    assert over((StageConfig("T4", 1, 4),)) == 1
+    # a share on the untouched GPU leaves it no longer free for a whole replica
+    detect = pose.model_copy(update={"gpu": GpuRequest(count=1)})
+    both = _over_free([detect, pose], {"T4": FreeGpus((1,), ((1000, 15360),))})
+    assert both((StageConfig("T4", 1, 1), StageConfig("T4", 1, 1))) == 1
+    assert both((StageConfig("T4", 1, 1), StageConfig("T4", 1, 0))) == 0
+    # a stage profiled on one type only has nowhere else to go: its wait is not counted
+    only = _over_free([_share_stage(["T4"])], {"T4": FreeGpus(())})
+    assert only((StageConfig("T4", 1, 2),)) == 0
