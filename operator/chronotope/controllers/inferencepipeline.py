@@ -517,8 +517,9 @@ def _free_gpus(ops: PipelineOps, own: Sequence[Mapping[str, Any]]) -> dict[str, 
     return free_serving_gpus(ops.nodes(), ops.pods_matching(), keys)
 
 
-FreeSeen = tuple[tuple[str, FreeGpus], ...]
-"""The free GPUs per type, as `_SEEN` keeps them."""
+FreeSeen = int
+"""The free GPUs per type, as `_SEEN` keeps them: a hash (a large cluster's GPU rooms are
+thousands of entries; equal free GPUs hash equal)."""
 _UNSTICK, _BACK = "unstick", "back"
 _SEEN: dict[tuple[str, str, str], tuple[float, FreeSeen]] = {}
 """(pipeline uid, generation, `_UNSTICK` or `_BACK`) -> when, and on which free GPUs, it
@@ -536,7 +537,7 @@ def _seen(
     """
     meta = obj["metadata"]
     key = (str(meta.get("uid")), str(meta.get("generation")), what)
-    before, seen = _SEEN.get(key), tuple(sorted(free.items()))
+    before, seen = _SEEN.get(key), hash(tuple(sorted(free.items())))
     if len(_SEEN) >= _SEEN_KEPT:
         _SEEN.clear()
     _SEEN[key] = (now.timestamp(), seen)

@@ -327,6 +327,8 @@ def _place_shares(
 
     Returns how many found no room, and how many untouched GPUs they took.
     """
+    if not asks:
+        return 0, 0
     left = sorted(rooms)
     unplaced = untouched = 0
     for milli, mib in sorted(asks, reverse=True):
