@@ -88,6 +88,24 @@ def test_a_bad_pod_template_is_denied_naming_the_field(
     assert "NotFound" in gone.stderr  # nothing was stored
 
 
+def test_a_strict_pack_gang_whose_workers_may_not_share_a_node_is_denied(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    port = {"containerPort": 7777, "hostPort": 7777}
+    template = {"spec": {"containers": [{"name": "w", "image": "x", "ports": [port]}]}}
+    packed = _job("packed", replicas=2, placement={"strategy": "StrictPack"}, template=template)
+    out = _apply(kube_cluster, namespace, packed)
+    assert out.returncode != 0
+    assert DENIED in out.stderr
+    assert (
+        "spec.placement.strategy: StrictPack puts all 2 workers on one node, but its workers "
+        "ask host port(s) 7777/TCP"
+    ) in out.stderr
+    # under Pack it is admitted (and placed StrictSpread)
+    packed["spec"]["placement"] = {"strategy": "Pack"}
+    assert _apply(kube_cluster, namespace, packed).returncode == 0
+
+
 def test_a_template_no_gpu_node_admits_is_a_warning_kubectl_prints(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:

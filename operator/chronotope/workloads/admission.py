@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from chronotope.api.v1alpha1.common import GpuShare
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
 from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
 from chronotope.planners.profile import profile_from_data
 from chronotope.sharing.labels import (
     GPU_MEMORY_LABEL,
@@ -43,6 +43,7 @@ from chronotope.sharing.labels import (
     SHARE_RESOURCE,
 )
 from chronotope.workloads.capacity import admitting, cluster_capacity
+from chronotope.workloads.job_spec import apart_why
 from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.pod_shape import TypeTable, check_shape
 
@@ -158,12 +159,29 @@ def validate(
     else:
         if old is not None and kind == "TrainingJob":
             deny += _immutable(old, spec)
+        if kind == "TrainingJob":
+            assert isinstance(parsed, TrainingJobSpec)
+            deny += _packed_apart(obj, parsed)
         if not deny:
             namespace = str((obj.get("metadata") or {}).get("namespace") or "")
             warn += _CHECKS[kind](parsed, namespace, lookups)
     if deny:
         return Review(False, "; ".join(deny), warnings=_capped(warn))
     return Review(True, warnings=_capped(warn))
+
+
+def _packed_apart(obj: Mapping[str, Any], spec: TrainingJobSpec) -> list[str]:
+    """A StrictPack job of more than one worker whose workers may not share a node: never runs."""
+    least = min(spec.min_replicas or spec.replicas, spec.replicas)
+    if spec.placement.strategy is not PlacementStrategy.STRICT_PACK or least < 2:  # noqa: PLR2004
+        return []
+    why = apart_why(obj, spec)
+    if why is None:
+        return []
+    return [
+        f"spec.placement.strategy: StrictPack puts all {least} workers on one node, but {why}, "
+        "so no two of them may share a node: it could never be scheduled (use StrictSpread)"
+    ]
 
 
 def _errors(exc: ValidationError) -> list[str]:

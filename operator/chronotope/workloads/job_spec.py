@@ -30,7 +30,7 @@ from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSp
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.node_fit import avoiding, avoids_itself, host_ports
 
-__all__ = ["MEMO_SIZE", "job_spec", "job_spec_or_none"]
+__all__ = ["MEMO_SIZE", "apart_why", "job_spec", "job_spec_or_none"]
 
 MEMO_SIZE = 20_000
 """Parsed versions kept (least recently used dropped first)."""
@@ -50,22 +50,27 @@ def _version(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
 _LOOSE = (PlacementStrategy.PACK, PlacementStrategy.SPREAD)
 
 
-def _one_per_node(job: Mapping[str, Any], spec: TrainingJobSpec) -> bool:
-    """Whether two of the job's workers can never share a node (host ports, anti-affinity)."""
+def apart_why(job: Mapping[str, Any], spec: TrainingJobSpec) -> str | None:
+    """Why two of the job's workers can never share a node, in words; None when they may."""
     template = spec.template or {}
     pod = template.get("spec")
-    if host_ports(pod):
-        return True
+    ports = host_ports(pod)
+    if ports:
+        return f"its workers ask host port(s) {', '.join(map(str, ports))}"
     meta = template.get("metadata")
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
     own = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
     own[JOB_LABEL] = str((job.get("metadata") or {}).get("name") or "")
-    return avoids_itself(pod, own)
+    if avoids_itself(pod, own):
+        return (
+            "a required pod anti-affinity on kubernetes.io/hostname matches its workers' own labels"
+        )
+    return None
 
 
 def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
     spec = TrainingJobSpec.model_validate(job.get("spec") or {})
-    if spec.placement.strategy in _LOOSE and _one_per_node(job, spec):
+    if spec.placement.strategy in _LOOSE and apart_why(job, spec) is not None:
         placement = spec.placement.model_copy(update={"strategy": PlacementStrategy.STRICT_SPREAD})
         spec = spec.model_copy(update={"placement": placement})
     avoid = (job.get("status") or {}).get("avoidNodes")

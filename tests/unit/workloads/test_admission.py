@@ -215,6 +215,43 @@ def test_a_spec_the_models_reject_is_denied_with_its_path() -> None:
     assert answer.message.startswith("spec.gpuTypes[0].relativeSpeed: ")
 
 
+def test_a_strict_pack_gang_whose_workers_may_not_share_a_node_is_denied() -> None:
+    port = {"containerPort": 7777, "hostPort": 7777}
+    ported = {"spec": {"containers": [{"name": "w", "image": "x", "ports": [port]}]}}
+    answer = validate("TrainingJob", job(placement={"strategy": "StrictPack"}, template=ported))
+    assert not answer.allowed
+    assert answer.message == (
+        "spec.placement.strategy: StrictPack puts all 2 workers on one node, but its workers "
+        "ask host port(s) 7777/TCP, so no two of them may share a node: it could never be "
+        "scheduled (use StrictSpread)"
+    )
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"chronotope.dev/job": "j"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    apart = {"spec": {"containers": [{"name": "w", "image": "x"}], "affinity": anti}}
+    answer = validate("TrainingJob", job(placement={"strategy": "StrictPack"}, template=apart))
+    assert "a required pod anti-affinity on kubernetes.io/hostname" in answer.message
+    # one worker, Pack (placed StrictSpread), or an elastic job that may run on one: admitted
+    assert validate(
+        "TrainingJob", job(replicas=1, placement={"strategy": "StrictPack"}, template=ported)
+    ).allowed
+    assert validate("TrainingJob", job(template=ported)).allowed
+    elastic = job(
+        minReplicas=1,
+        placement={"strategy": "StrictPack"},
+        template=ported,
+        checkpoint={"path": "/ckpt"},
+    )
+    assert validate("TrainingJob", elastic).allowed
+
+
 def test_the_models_template_message_is_not_repeated_after_the_precise_one() -> None:
     answer = validate("TrainingJob", job(template={"spec": {"containers": "x"}}))
     assert answer.message == "spec.template.spec.containers: must be a list, not the string 'x'"
