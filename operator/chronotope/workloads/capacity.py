@@ -353,8 +353,10 @@ def take(
     """`capacity` after a gang starts, and where its workers go.
 
     With `placements` (node, GPU indices per worker, from a joint plan) those
-    GPUs are taken and returned. Otherwise each worker goes where the
-    extender's gang rule puts it (`solver.slots.next_slot`, the gang's
+    GPUs are taken and returned. A pod on one of those nodes may hold a host port
+    the workers ask (`rules`; the joint plan does not see the ports of the other
+    jobs it starts with this one): then, as without placements, each worker goes
+    where the extender's gang rule puts it (`solver.slots.next_slot`, the gang's
     `strategy`) and takes the node's first free GPUs; those placements are
     returned, so the gang's pods can carry them (the extender honours them).
     If some worker fits nowhere, no placements are returned and the unplaced
@@ -364,7 +366,7 @@ def take(
     """
     nodes = list(capacity)
     ported = rules.host_ports if rules is not None else ()
-    if placements:
+    if placements and not _placed_on_held_port(nodes, placements, rules):
         return _take_placed(nodes, placements, ported)
     index = _index(capacity)
     mine = index.positions.get(gpu_type, ())
@@ -414,6 +416,18 @@ def take(
         _Memo.last = (out, _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted))
         _carry_admitted(index.nodes.get(gpu_type, ()), after)
     return out, tuple(placed)
+
+
+def _placed_on_held_port(
+    nodes: Sequence[NodeCapacity],
+    placements: Sequence[tuple[str, Sequence[int]]],
+    rules: NodeRules | None,
+) -> bool:
+    """Whether a pod on a node of `placements` holds a host port the workers ask."""
+    if rules is None or not rules.host_ports:
+        return False
+    on = {name for name, _ in placements}
+    return any(_blocked(n, rules) for n in nodes if n.name in on)
 
 
 def _take_placed(

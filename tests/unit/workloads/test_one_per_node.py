@@ -255,3 +255,17 @@ def test_a_gang_whose_workers_keep_off_each_others_nodes_is_spread() -> None:
         "a",
         "b",
     ]
+
+
+def test_a_joint_plans_placement_on_a_node_where_the_port_is_now_held_is_made_again() -> None:
+    # the joint plan put two jobs asking port 7777 on node a (it sees no ports of the
+    # jobs it starts together): the second start goes where the port is free
+    rules = _rules(containers=[_container(PORT)])
+    capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8)], [])
+    left, first = take(capacity, A100, 1, 1, placements=[("a", (0,))], rules=rules)
+    assert first == (("a", (0,)),)
+    _, second = take(left, A100, 1, 1, placements=[("a", (1,))], rules=rules)
+    assert second == (("b", (0,)),)
+    # without ports the plan's placement is kept
+    _, kept = take(left, A100, 1, 1, placements=[("a", (1,))], rules=_rules())
+    assert kept == (("a", (1,)),)
