@@ -461,9 +461,8 @@ def _plan(
         if recorded is not None and not replan:
             waiting = old.get("phase") == "Pending" and bool(old.get("quotaHeld"))
             if not ((recorded.cut or waiting) and _room_grew(old, room)):
-                moved = _moved(
-                    ops, obj, spec, recorded, own, types=types, room=room, out=out, now=now
-                )
+                look = _FreeLook(ops, obj, spec, own, types, room, now)
+                moved = _moved(look, recorded, out)
                 return (recorded, None, room) if moved is None else (*moved, room)
             more_room = True
     arrivals = _arrivals(ops, namespace, spec.traffic)
@@ -490,24 +489,15 @@ def _plan(
 
 
 def _moved(
-    ops: PipelineOps,
-    obj: Mapping[str, Any],
-    spec: InferencePipelineSpec,
-    recorded: PipelinePlan,
-    own: Sequence[Mapping[str, Any]],
-    *,
-    types: set[str],
-    room: ServingRoom | None,
-    out: Outcome,
-    now: datetime,
+    look: _FreeLook, recorded: PipelinePlan, out: Outcome
 ) -> tuple[PipelinePlan, list[float]] | None:
-    """A new plan on the GPUs free now (within `room`, its queue's), or None.
+    """A new plan on the GPUs free now (within its queue's room), or None.
 
     For its pods that wait in vain (`_unstick`), or back to its cheapest plan (`_back`).
     """
-    moved = _unstick(ops, obj, spec, recorded, own, types=types, room=room, out=out, now=now)
+    moved = _unstick(look, recorded, out)
     if moved is None and recorded.fitted:
-        moved = _back(ops, obj, spec, recorded, own, types=types, room=room, out=out, now=now)
+        moved = _back(look, recorded, out)
     return moved
 
 
@@ -544,34 +534,41 @@ def _seen(
     return before, seen
 
 
-def _plan_on_free(
-    ops: PipelineOps,
-    obj: Mapping[str, Any],
-    spec: InferencePipelineSpec,
-    *,
-    types: set[str],
-    room: ServingRoom | None,
-    free: Mapping[str, FreeGpus],
-) -> tuple[PipelinePlan, list[float]] | None:
-    """A new plan on the GPUs `free` now, within `room` (with its sample), or None."""
-    arrivals = _arrivals(ops, obj["metadata"]["namespace"], spec.traffic)
-    if isinstance(arrivals, Reason):
-        return None
-    plan = plan_pipeline(spec, arrivals, types, room, free)
-    return None if isinstance(plan, Reason) else (plan, arrivals)
+@dataclass(frozen=True)
+class _FreeLook:
+    """What a look at the GPUs free now reads for one pipeline (`_unstick`, `_back`)."""
+
+    ops: PipelineOps
+    obj: Mapping[str, Any]
+    spec: InferencePipelineSpec
+    own: Sequence[Mapping[str, Any]]
+    """The pipeline's own pods (their GPUs count as free)."""
+    types: set[str]
+    room: ServingRoom | None
+    """What its queue admits now (None: no queue, or quotas off)."""
+    now: datetime
+
+    def free(self) -> dict[str, FreeGpus]:
+        """The GPUs free now, per type (`_free_gpus`)."""
+        return _free_gpus(self.ops, self.own)
+
+    def seen(
+        self, what: str, free: Mapping[str, FreeGpus]
+    ) -> tuple[tuple[float, FreeSeen] | None, FreeSeen]:
+        """`_seen` for this pipeline, now."""
+        return _seen(self.obj, what, self.now, free)
+
+    def plan(self, free: Mapping[str, FreeGpus]) -> tuple[PipelinePlan, list[float]] | None:
+        """A new plan on the GPUs `free` now, within its room (with its sample), or None."""
+        arrivals = _arrivals(self.ops, self.obj["metadata"]["namespace"], self.spec.traffic)
+        if isinstance(arrivals, Reason):
+            return None
+        plan = plan_pipeline(self.spec, arrivals, self.types, self.room, free)
+        return None if isinstance(plan, Reason) else (plan, arrivals)
 
 
 def _unstick(
-    ops: PipelineOps,
-    obj: Mapping[str, Any],
-    spec: InferencePipelineSpec,
-    recorded: PipelinePlan,
-    own: Sequence[Mapping[str, Any]],
-    *,
-    types: set[str],
-    room: ServingRoom | None,
-    out: Outcome,
-    now: datetime,
+    look: _FreeLook, recorded: PipelinePlan, out: Outcome
 ) -> tuple[PipelinePlan, list[float]] | None:
     """A plan on the GPUs free now for a pipeline whose pods wait in vain, or None.
 
@@ -581,16 +578,16 @@ def _unstick(
     GPUs free now. Tried once per state of the free GPUs (a plan that still finds
     nothing better is not remade every pass); kept only if it moves (`fitted`).
     """
-    said = unplaced_reason(own, now=now, longer_than_s=STUCK_AFTER_S)
+    said = unplaced_reason(look.own, now=look.now, longer_than_s=STUCK_AFTER_S)
     if said is None:
         return None
-    free = _free_gpus(ops, own)
+    free = look.free()
     if fits_free(recorded, free):
         return None  # its GPUs are free: kube-scheduler waits for something else
-    before, seen = _seen(obj, _UNSTICK, now, free)
+    before, seen = look.seen(_UNSTICK, free)
     if before is not None and before[1] == seen:
         return None
-    made = _plan_on_free(ops, obj, spec, types=types, room=room, free=free)
+    made = look.plan(free)
     if made is None or not made[0].fitted:
         return None
     words = f"its pods could not be placed for {STUCK_AFTER_S:.0f}s (kube-scheduler: {said})"
@@ -603,16 +600,7 @@ BACK_EVERY_S = 60.0
 
 
 def _back(
-    ops: PipelineOps,
-    obj: Mapping[str, Any],
-    spec: InferencePipelineSpec,
-    recorded: PipelinePlan,
-    own: Sequence[Mapping[str, Any]],
-    *,
-    types: set[str],
-    room: ServingRoom | None,
-    out: Outcome,
-    now: datetime,
+    look: _FreeLook, recorded: PipelinePlan, out: Outcome
 ) -> tuple[PipelinePlan, list[float]] | None:
     """A cheaper plan for a plan moved to the free GPUs, once they hold one; or None.
 
@@ -622,15 +610,15 @@ def _back(
     queue's quota goes back once the queue admits it), or is moved but costs less
     than the recorded one (GPUs of a cheaper type freed up, not yet the cheapest's).
     """
-    meta = obj["metadata"]
+    meta = look.obj["metadata"]
     last = _SEEN.get((str(meta.get("uid")), str(meta.get("generation")), _BACK))
-    if last is not None and now.timestamp() - last[0] < BACK_EVERY_S:
+    if last is not None and look.now.timestamp() - last[0] < BACK_EVERY_S:
         return None
-    free = _free_gpus(ops, own)
-    _, seen = _seen(obj, _BACK, now, free)
+    free = look.free()
+    _, seen = look.seen(_BACK, free)
     if last is not None and last[1] == seen:
         return None
-    made = _plan_on_free(ops, obj, spec, types=types, room=room, free=free)
+    made = look.plan(free)
     if made is None:
         return None
     plan = made[0]
