@@ -598,6 +598,27 @@ def _serves_on_free_gpus(
     assert _nodes_of(core, ns, name) <= set(dear_nodes)
 
 
+def _moves_to(
+    custom: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    ns: str,
+    name: str,
+    *,
+    gpu_type: str,
+    nodes: list[str],
+    timeout: float,
+) -> None:
+    """The one-stage pipeline `name` is planned again on `gpu_type`, serves, on `nodes` only."""
+
+    def planned_there() -> bool:
+        (stage,) = _status(custom, ns, name)["stages"]
+        return bool(stage["gpuType"] == gpu_type)
+
+    wait_for(planned_there, timeout, f"{name} planned again on {gpu_type}")
+    _wait_serving(custom, core, ns, name, 60, what=f"{name} serving on {gpu_type}")
+    wait_for(lambda: _nodes_of(core, ns, name) <= set(nodes), 60, f"{name}'s pods on {nodes}")
+
+
 def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
 ) -> None:
@@ -615,16 +636,8 @@ def test_a_pipeline_is_planned_on_the_gpu_type_with_free_gpus(
             # the other workload ends: within a look (60 s) it goes back to the cheap type
             core.delete_namespaced_pod(f"holder-{cheap_nodes[0]}"[:63], namespace)
 
-            def back() -> bool:
-                (stage,) = _status(custom, namespace, "crowded")["stages"]
-                return bool(stage["gpuType"] == cheap)
-
-            wait_for(back, 120, "the pipeline back on the cheap type")
-            _wait_serving(custom, core, namespace, "crowded", 60, what="serving on the cheap type")
-            wait_for(
-                lambda: _nodes_of(core, namespace, "crowded") <= set(cheap_nodes),
-                60,
-                "its pods on the cheap node only",
+            _moves_to(
+                custom, core, namespace, "crowded", gpu_type=cheap, nodes=cheap_nodes, timeout=120
             )
             replanned = _events(core, namespace, "crowded")["Replanned"]
             assert replanned.startswith("the GPUs of its cheapest plan are free again"), replanned
@@ -691,16 +704,8 @@ def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
             core.delete_node(cheap_nodes[0])  # its node goes; the pod with it
             core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
 
-            def moved() -> bool:
-                (stage,) = _status(custom, namespace, "moved")["stages"]
-                return bool(stage["gpuType"] == dear)
-
-            wait_for(moved, 150, "the pipeline planned again on the dear type")
-            _wait_serving(custom, core, namespace, "moved", 60, what="serving on the dear type")
-            wait_for(
-                lambda: _nodes_of(core, namespace, "moved") <= set(dear_nodes),
-                60,
-                "its pods on the dear node only",
+            _moves_to(
+                custom, core, namespace, "moved", gpu_type=dear, nodes=dear_nodes, timeout=150
             )
             replanned = _events(core, namespace, "moved")["Replanned"]
             assert replanned.startswith("its pods could not be placed for 45s"), replanned
