@@ -50,7 +50,7 @@ from chronotope.planners.interference import (
     predict_slowdown,
 )
 from chronotope.planners.kernel_replay import Estimator, gated_share, gated_slowdown
-from chronotope.solver.model import MILLI, Reason
+from chronotope.solver.model import Reason, percent_milli
 from chronotope.solver.policies import Context, Policy
 from chronotope.solver.state import BoolArray, ClusterState, IntArray, PodSpec, ShareTag
 
@@ -367,7 +367,7 @@ def choose(
     percent = gpu_verdict(rules, st, node, gpus[0], pod)
     if isinstance(percent, Reason) or percent == pod.percent:  # a Reason cannot happen here
         return Decision(node, gpus, pod)
-    return Decision(node, gpus, replace(pod, milli=percent * MILLI // 100))
+    return Decision(node, gpus, replace(pod, milli=percent_milli(percent)))
 
 
 def complement_key(

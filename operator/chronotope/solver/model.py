@@ -32,10 +32,17 @@ __all__ = [
     "Unplaced",
     "Workload",
     "is_share",
+    "percent_milli",
 ]
 
 MILLI = 1000
 """Milli-GPU in one whole GPU."""
+
+
+def percent_milli(percent: int) -> int:
+    """A GPU share's compute percentage in milli-GPU."""
+    return percent * MILLI // 100
+
 
 UNBOUNDED = 1 << 40
 """CPU (milli) or memory (MiB) of a node that does not state it: no constraint."""

@@ -27,7 +27,7 @@ from chronotope.sharing.labels import (
     SCHEDULER_NAME,
 )
 from chronotope.solver.cache import ClusterCache, Holding, NodeInfo
-from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest, Reason
+from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest, Reason, percent_milli
 from chronotope.workloads.podreq import PodRequestError, planned, pod_request
 
 __all__ = [
@@ -120,7 +120,7 @@ def pod_holding(cache: ClusterCache, key: str, pod: Mapping[str, Any], node: str
         cache.observe(key, req)  # a restarted reader relearns the request mix
     a = scheduler_assignment(pod, node)
     if a is not None:
-        milli = MILLI if a.compute_percent is None else a.compute_percent * MILLI // 100
+        milli = MILLI if a.compute_percent is None else percent_milli(a.compute_percent)
         assigned = Holding(node, a.gpu_indices, milli, a.memory_mib or 0, cpu, mem)
         return _with_class(assigned, a, req)
     if req is None or req.num_gpus == 0 or req.is_share:  # no GPU we know of

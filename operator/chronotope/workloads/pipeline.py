@@ -44,7 +44,7 @@ from chronotope.planners.inferline import (
     stage_share,
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, QUEUE_LABEL, SCHEDULER_NAME
-from chronotope.solver.model import MILLI, Reason
+from chronotope.solver.model import MILLI, Reason, percent_milli
 from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.podreq import gpu_resources
 from chronotope.workloads.replan import parse_time
@@ -286,7 +286,7 @@ def _over_free(stages: Sequence[Stage], free: Mapping[str, FreeGpus]) -> Callabl
         if stage.model.variant:
             asks.append(0)
         elif gpu is not None and gpu.shared is not None:
-            asks.append((gpu.shared.compute_percent * MILLI // 100, gpu.shared.memory_mib))
+            asks.append((percent_milli(gpu.shared.compute_percent), gpu.shared.memory_mib))
         else:
             asks.append((gpu.count if gpu is not None else None) or 1)
     movable = [len({p.gpu_type for p in stage.profiles}) > 1 for stage in stages]

@@ -34,7 +34,7 @@ from chronotope.api.annotations import (
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
 from chronotope.api.v1alpha1.common import GpuShare
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
-from chronotope.solver.model import MILLI, PodRequest
+from chronotope.solver.model import MILLI, PodRequest, percent_milli
 
 __all__ = [
     "GPU_MODELS_ANNOTATION",
@@ -162,7 +162,7 @@ def pod_request(pod: Mapping[str, Any]) -> PodRequest:
         cpu_milli=cpu,
         memory_mib=mem,
         num_gpus=1,
-        gpu_milli=share.compute_percent * MILLI // 100,
+        gpu_milli=percent_milli(share.compute_percent),
         gpu_memory_mib=share.memory_mib,
         gpu_models=models,
         gpu_priority=share.priority,
