@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from chronotope.api.v1alpha1.common import GpuShare, SharePriority, WorkloadProfile
 from chronotope.kube.nodes import wait_nodes_untainted
+from chronotope.workloads.podreq import gpu_resources
 from e2e.kubetest import KubeCluster, scratch_namespace, wait_for
 from e2e.test_kubectl_plugin import _kubectl
 from e2e.test_queues import (
@@ -709,3 +711,54 @@ def test_a_pipeline_whose_pod_waits_in_vain_is_planned_again_on_free_gpus(
             )
             replanned = _events(core, namespace, "moved")["Replanned"]
             assert replanned.startswith("its pods could not be placed for 45s"), replanned
+
+
+def test_a_pipeline_share_is_planned_where_the_colocation_rules_let_it_go(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    # three best-effort compute-bound 10 % shares of another workload are on the cheap
+    # type's only GPU: 70 % and room for the stage's High 50 % share, but the extender's
+    # co-location rules refuse it there (predicted slowdown 1.15x, over the 1.10x
+    # budget). Before, the free-GPU fit counted the room alone: the plan took the cheap
+    # type, its pod stayed Pending, and with its GPU "free" it was never moved. Now the
+    # fit places the share as the extender does, and the plan takes the dear type at once
+    tag = namespace[-6:]
+    body, cheap, dear = _cheap_or_dear("colo", tag)
+    high = GpuShare(
+        memory_mib=2048,
+        compute_percent=50,
+        priority=SharePriority.HIGH,
+        profile=WorkloadProfile.COMPUTE_BOUND,
+    )
+    body["spec"]["stages"][0]["gpu"] = {"shared": high.model_dump(by_alias=True, mode="json")}
+    best_effort = GpuShare(memory_mib=1024, compute_percent=10, profile=high.profile)
+    limits, annotations = gpu_resources(best_effort, 1)
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"ch-{tag}", cheap, 1) as cheap_nodes,
+            _gpu_nodes(api, core, f"de-{tag}", dear, 1) as dear_nodes,
+        ):
+            wait_nodes_untainted(api, {*cheap_nodes, *dear_nodes}, 60)
+            for i in range(3):
+                container: dict[str, Any] = {"name": "c", "image": "registry.example/be:1"}
+                container["resources"] = {"limits": limits}
+                spec = {
+                    "schedulerName": "chronotope",
+                    "nodeSelector": {"nvidia.com/gpu.product": cheap},
+                    "containers": [container],
+                }
+                meta = {"name": f"be-{i}", "annotations": annotations}
+                core.create_namespaced_pod(namespace, {"metadata": meta, "spec": spec})
+            wait_for(
+                lambda: all(
+                    core.read_namespaced_pod(f"be-{i}", namespace).spec.node_name == cheap_nodes[0]
+                    for i in range(3)
+                ),
+                90,
+                "the best-effort shares bound to the cheap node",
+            )
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            _serves_on_free_gpus(custom, core, namespace, "colo", dear=dear, dear_nodes=dear_nodes)
+            events = _events(core, namespace, "colo")
+            assert "Replanned" not in events, events

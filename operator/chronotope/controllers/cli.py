@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chronotope.solver.online import PlacementRules, add_placement_arguments
+
 if TYPE_CHECKING:
     from chronotope.controllers.metrics import OperatorMetrics
     from chronotope.kube.store import OperatorCache
@@ -39,6 +41,9 @@ def add_parser(sub: Any) -> None:
         help="serve the read-only dashboard on this port (0: off)",
     )
     parser.add_argument("--dashboard-address", default="127.0.0.1", help="dashboard bind address")
+    # the extender's --policy, --interference-budget, --colocation-runtime: give both the
+    # same, so a pipeline's GPU shares count as fitting the GPUs where it would place them
+    add_placement_arguments(parser)
     parser.add_argument(
         "--tuner-down-delay-s",
         type=float,
@@ -252,6 +257,7 @@ def _run(args: argparse.Namespace) -> int:
             down_delay_s=args.tuner_down_delay_s,
             replan_period_s=args.replan_period_s,
             envelope_s=args.tuner_envelope_s,
+            placement=PlacementRules.from_args(args),
         ),
         variant_ops=KubeVariantOps(api, cache, prometheus=args.prometheus),
         memo=GroupMemo(refresh_s=args.variant_refresh_s),

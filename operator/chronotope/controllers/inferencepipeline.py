@@ -16,7 +16,7 @@ is built.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -39,6 +39,7 @@ from chronotope.planners.inferline import (
     tune,
 )
 from chronotope.solver.model import Reason
+from chronotope.solver.online import PlacementRules
 from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.pipeline import (
     DEFAULT_RATE_WINDOW_S,
@@ -109,6 +110,9 @@ class TunerSettings:
     envelope_s: float = ENVELOPE_LARGEST_S
     """The longest window of the live traffic envelope: the query is also asked over
     windows doubling from its own up to this (no longer than its own: the one rate)."""
+    placement: PlacementRules = field(default_factory=PlacementRules)
+    """How the extender places pods (its flags, which the operator takes too): a plan's
+    GPU shares count as fitting the free GPUs where the extender would place them."""
 
 
 def gpu_types(nodes: list[dict[str, Any]]) -> set[str]:
@@ -193,7 +197,17 @@ def reconcile(
         (groups, None, None)
         if isinstance(groups, Reason)
         else _plan(
-            ops, obj, spec, old, out, view=view, holders=holders, own=own, now=now, replan=due
+            ops,
+            obj,
+            spec,
+            old,
+            out,
+            view=view,
+            holders=holders,
+            own=own,
+            now=now,
+            replan=due,
+            rules=settings.placement,
         )
     )
     if isinstance(plan, Reason):
@@ -432,6 +446,7 @@ def _plan(
     own: Sequence[Mapping[str, Any]],
     now: datetime,
     replan: bool = False,
+    rules: PlacementRules,
 ) -> tuple[PipelinePlan | Reason, list[float] | None, ServingRoom | None]:
     """The recorded plan if it still holds, else a new one (and its sample), else why not.
 
@@ -461,7 +476,7 @@ def _plan(
         if recorded is not None and not replan:
             waiting = old.get("phase") == "Pending" and bool(old.get("quotaHeld"))
             if not ((recorded.cut or waiting) and _room_grew(old, room)):
-                look = _FreeLook(ops, obj, spec, own, types, room, now)
+                look = _FreeLook(ops, obj, spec, own, types, room, now, rules)
                 moved = _moved(look, recorded, out)
                 return (recorded, None, room) if moved is None else (*moved, room)
             more_room = True
@@ -469,7 +484,7 @@ def _plan(
     if isinstance(arrivals, Reason):
         plan: PipelinePlan | Reason = arrivals
     else:  # on the GPUs free now (`plan_pipeline`'s `free`)
-        free = _free_gpus(ops, own)
+        free = _free_gpus(ops, own, rules)
         plan = plan_pipeline(spec, arrivals, types, room, free)
         _seen(obj, _BACK, now, free)  # `_back` looks again in BACK_EVERY_S
     if more_room:
@@ -501,10 +516,12 @@ def _moved(
     return moved
 
 
-def _free_gpus(ops: PipelineOps, own: Sequence[Mapping[str, Any]]) -> dict[str, FreeGpus]:
+def _free_gpus(
+    ops: PipelineOps, own: Sequence[Mapping[str, Any]], rules: PlacementRules
+) -> dict[str, FreeGpus]:
     """The free GPUs per type, the pipeline's `own` pods' counted as free."""
     keys = frozenset(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in own)
-    return free_serving_gpus(ops.nodes(), ops.pods_matching(), keys)
+    return free_serving_gpus(ops.nodes(), ops.pods_matching(), keys, rules)
 
 
 FreeSeen = int
@@ -547,10 +564,11 @@ class _FreeLook:
     room: ServingRoom | None
     """What its queue admits now (None: no queue, or quotas off)."""
     now: datetime
+    rules: PlacementRules
 
     def free(self) -> dict[str, FreeGpus]:
         """The GPUs free now, per type (`_free_gpus`)."""
-        return _free_gpus(self.ops, self.own)
+        return _free_gpus(self.ops, self.own, self.rules)
 
     def seen(
         self, what: str, free: Mapping[str, FreeGpus]

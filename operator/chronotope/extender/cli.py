@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from chronotope.ratelimit import EVENT_WINDOW_S, RepeatLimiter
 from chronotope.ratelimit import install as repeat_install
-from chronotope.solver.colocation import DEFAULT_BUDGET, RUNTIMES, budget_error
-from chronotope.solver.online import POLICY_NAMES
+from chronotope.solver.online import PlacementRules, add_placement_arguments
 
 if TYPE_CHECKING:
     from chronotope.solver.frag import TypicalPod
@@ -89,34 +88,12 @@ def add_parser(sub: Any) -> None:
         default=60.0,
         help="seconds to wait for the first list of nodes and pods",
     )
-    parser.add_argument(
-        "--policy",
-        default="chronotope",
-        choices=POLICY_NAMES,
-        help="online placement policy (the one `chronotope simulate openb` measures)",
-    )
+    add_placement_arguments(parser)
     parser.add_argument(
         "--typical-pods",
         type=Path,
         help="openb-style pod list CSV whose request mix the fragmentation-aware policies "
         "expect (default: learned from the pods the extender sees)",
-    )
-    parser.add_argument(
-        "--interference-budget",
-        type=_budget,
-        default=DEFAULT_BUDGET,
-        metavar="X",
-        help="largest predicted slowdown of a High-priority GPU share that co-located "
-        f"shares may cause, as a factor >= 1 (default {DEFAULT_BUDGET})",
-    )
-    parser.add_argument(
-        "--colocation-runtime",
-        choices=RUNTIMES,
-        default="mps",
-        help="what runs GPU shares on the nodes: `mps` (MPS alone; a best-effort share beside "
-        "a High one is held to a static MPS percent) or `gated` (an Orion-style kernel-level "
-        "runtime that holds best-effort kernels back while a High request is in service; "
-        "the co-location rules then predict with that runtime; docs/colocation.md)",
     )
     parser.add_argument(
         "--tie-order",
@@ -125,18 +102,6 @@ def add_parser(sub: Any) -> None:
         "(default: by name); `chronotope replay` passes the simulator's order",
     )
     parser.set_defaults(func=_run)
-
-
-def _budget(text: str) -> float:
-    """`--interference-budget`: a factor >= 1; anything else stops the start with the reason."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    why = budget_error(value)
-    if why is not None:
-        raise argparse.ArgumentTypeError(why)
-    return value
 
 
 GC_THRESHOLDS = (50_000, 20, 100)
@@ -195,8 +160,6 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.kube.client import connect, core_v1
     from chronotope.kube.informer import Informer, Resource
     from chronotope.solver.cache import ClusterCache
-    from chronotope.solver.colocation import Colocation
-    from chronotope.solver.online import make_policy
 
     # The watch and bind threads share the GIL with the event loop that answers
     # kube-scheduler; at the default 5 ms switch interval a filter can wait several
@@ -223,14 +186,15 @@ def _run(args: argparse.Namespace) -> int:
             return
         events.submit(post_pod_event, api, key, reason, message)
 
+    rules = PlacementRules.from_args(args)
     service = ExtenderService(
         bind_fn=short_errors(binder.bind, "binding failed: ", own=(BindError,)),
         fetch_pod=short_errors(lambda ns, name: fetch_pod(api, ns, name)),
-        policy=make_policy(args.policy),
+        policy=rules.policy,
         cache=ClusterCache(
             typical=_typical(args.typical_pods),
             tie_order=_tie_order(args.tie_order),
-            colocation=Colocation(budget=args.interference_budget, runtime=args.colocation_runtime),
+            colocation=rules.colocation,
         ),
         event_fn=post_event,
     )

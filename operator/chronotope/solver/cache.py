@@ -34,7 +34,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from chronotope.api.v1alpha1.common import SharePriority, WorkloadProfile
-from chronotope.solver.colocation import Colocation, choose, gpu_verdict, usable_gpus
+from chronotope.solver.colocation import (
+    Colocation,
+    Decision,
+    choose,
+    gpu_verdict,
+    usable_gpus,
+)
 from chronotope.solver.frag import (
     FragModel,
     FragTracker,
@@ -406,14 +412,10 @@ class ClusterCache:
         placement's `gpu_milli` is what the pod holds: a BestEffort share's
         compute bounded by the rules.
         """
-        st = self.state()
-        spec = st.spec(req)
-        cand = np.flatnonzero(st.feasible_mask(spec) & self._offered(node_names))
-        if len(cand) == 0:
-            return self.reasons(req, node_names)
-        decision = choose(policy, self.context(req), spec, cand, self.colocation)
+        decision = self._decide(self.context(req), req, self._offered(node_names), policy)
         if decision is None:
             return self.reasons(req, node_names)
+        st = self.state()
         choice = self.assume(key, st.names[decision.node], req, now, decision.gpus)
         if isinstance(choice, Reason):  # an earlier bind of the same pod is under way
             return {n: choice for n in node_names}
@@ -423,6 +425,46 @@ class ClusterCache:
             gpu_indices=choice,
             gpu_milli=self.holdings[key].gpu_milli,
         )
+
+    def trial(
+        self, reqs: Sequence[PodRequest], node_names: Sequence[str], policy: Policy
+    ) -> tuple[list[Decision | None], ClusterState]:
+        """Where `policy` would put `reqs`, one after another, among `node_names` now.
+
+        `place`'s decision for each in turn, on a copy of the arrays (nothing is held
+        and the live arrays do not change): per request its decision, None where no
+        node takes it; and the copy with all placed ones taken.
+        """
+        st = self.snapshot()
+        if not reqs:
+            return [], st
+        live = self.context(reqs[0])
+        frag = FragTracker(live.frag.model, st) if live.frag is not None else None
+        ctx = Context(state=st, frag=frag, rng=np.random.default_rng(0), rank=live.rank)
+        offered = self._offered(node_names)
+        out: list[Decision | None] = []
+        for req in reqs:
+            decision = self._decide(ctx, req, offered, policy)
+            out.append(decision)
+            if decision is not None:
+                st.assign(decision.node, decision.pod, decision.gpus)
+                if frag is not None:
+                    frag.refresh(decision.node)
+        return out, st
+
+    def _decide(
+        self, ctx: Context, req: PodRequest, offered: BoolArray, policy: Policy
+    ) -> Decision | None:
+        """The policy's choice for `req` on `ctx`'s arrays, or None where no node takes it.
+
+        Among the `offered` nodes it fits now, under the co-location rules.
+        """
+        st = ctx.state
+        spec = st.spec(req)
+        cand = np.flatnonzero(st.feasible_mask(spec) & offered)
+        if len(cand) == 0:
+            return None
+        return choose(policy, ctx, spec, cand, self.colocation)
 
     def _offered(self, node_names: Sequence[str]) -> BoolArray:
         """Per node: is it among `node_names` (the last list is kept: it rarely changes)."""

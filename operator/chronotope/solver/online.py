@@ -4,19 +4,29 @@
 get a policy from its name. A policy decides on the arrays (`ClusterState`):
 the simulator's own, or the live cache's (`solver.cache.ClusterCache.place`).
 `node_reasons` counts how many nodes each predicate ruled out, for the batch
-planner's `Unplaced`.
+planner's `Unplaced`. `PlacementRules` is how the extender places pods (its
+policy and co-location rules), from the flags it and the operator share.
 """
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from chronotope.solver.colocation import DEFAULT_BUDGET, RUNTIMES, Colocation, budget_error
 from chronotope.solver.model import ClusterSnapshot, PodRequest, Reason
 
 if TYPE_CHECKING:
     from chronotope.solver.policies import Policy
 
-__all__ = ["POLICY_NAMES", "make_policy", "node_reasons"]
+__all__ = [
+    "POLICY_NAMES",
+    "PlacementRules",
+    "add_placement_arguments",
+    "make_policy",
+    "node_reasons",
+]
 
 POLICY_NAMES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "chronotope")
 
@@ -80,3 +90,63 @@ def make_policy(name: str) -> Policy:
     if name not in BASELINES:
         raise ValueError(f"unknown policy {name!r}; one of {', '.join(POLICY_NAMES)}")
     return BASELINES[name]()
+
+
+@dataclass(frozen=True)
+class PlacementRules:
+    """How the extender places pods: its online policy, and its co-location rules for shares.
+
+    The extender's `--policy`, `--interference-budget` and `--colocation-runtime`
+    (`add_placement_arguments`). The operator takes the same flags, so the GPUs it
+    counts as free for a GPU share are those the extender would give it.
+    """
+
+    policy: Policy = field(default_factory=lambda: make_policy("chronotope"))
+    colocation: Colocation = field(default_factory=Colocation)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> PlacementRules:
+        """The rules `add_placement_arguments`' flags name."""
+        return cls(
+            make_policy(args.policy),
+            Colocation(budget=args.interference_budget, runtime=args.colocation_runtime),
+        )
+
+
+def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `PlacementRules`: the extender's, and the operator's (to agree with it)."""
+    parser.add_argument(
+        "--policy",
+        default="chronotope",
+        choices=POLICY_NAMES,
+        help="online placement policy (the one `chronotope simulate openb` measures)",
+    )
+    parser.add_argument(
+        "--interference-budget",
+        type=_budget,
+        default=DEFAULT_BUDGET,
+        metavar="X",
+        help="largest predicted slowdown of a High-priority GPU share that co-located "
+        f"shares may cause, as a factor >= 1 (default {DEFAULT_BUDGET})",
+    )
+    parser.add_argument(
+        "--colocation-runtime",
+        choices=RUNTIMES,
+        default="mps",
+        help="what runs GPU shares on the nodes: `mps` (MPS alone; a best-effort share beside "
+        "a High one is held to a static MPS percent) or `gated` (an Orion-style kernel-level "
+        "runtime that holds best-effort kernels back while a High request is in service; "
+        "the co-location rules then predict with that runtime; docs/colocation.md)",
+    )
+
+
+def _budget(text: str) -> float:
+    """`--interference-budget`: a factor >= 1; anything else stops the start with the reason."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    why = budget_error(value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return value

@@ -26,7 +26,9 @@ from chronotope.sharing.labels import (
     ZONE_LABEL,
 )
 from chronotope.solver.cache import ClusterCache
-from chronotope.solver.model import MILLI, UNBOUNDED
+from chronotope.solver.colocation import Colocation
+from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
+from chronotope.solver.policies import Policy
 from chronotope.solver.slots import next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 from chronotope.workloads.node_fit import HostPort, NodeRules, Taint, host_ports, node_taints
@@ -37,9 +39,11 @@ __all__ = [
     "FreeGpus",
     "NodeCapacity",
     "Placements",
+    "SharePlacer",
     "Usable",
     "admitting",
     "cluster_capacity",
+    "cluster_model",
     "of_type",
     "refuses_some",
     "take",
@@ -89,7 +93,61 @@ class FreeGpus:
     """Per node whole-GPU pods may use: its free whole GPUs, most first."""
     shares: tuple[tuple[int, int], ...] = ()
     """Per GPU a GPU-share pod may use (on the nodes those may use): (milli-GPU, device
-    memory MiB) left, untouched GPUs included; memory 0 where unknown."""
+    memory MiB) left, untouched GPUs included; memory 0 where unknown. What the free
+    GPUs are compared and remembered by; `placer` places shares on them."""
+    placer: SharePlacer | None = field(default=None, compare=False, repr=False)
+    """Places share pods on this type as the extender would (None: no share fits)."""
+
+    def after_shares(self, asks: Sequence[PodRequest]) -> tuple[int, tuple[int, ...]]:
+        """How many of the share pods `asks` find no GPU, and `whole` once the rest are placed."""
+        if not asks:
+            return 0, self.whole
+        if self.placer is None:
+            return len(asks), self.whole
+        return self.placer.place(asks)
+
+
+@dataclass(frozen=True, eq=False)
+class SharePlacer:
+    """GPU-share pods of one GPU type placed as the extender places them, on the cluster model.
+
+    The extender's decision (`ClusterCache.trial`: its policy, under its co-location
+    rules, on the arrays of the one cluster model), tried on a copy: which GPU each
+    share takes, or that none does, and which untouched GPUs that leaves to
+    whole-GPU pods.
+    """
+
+    cache: ClusterCache
+    """The cluster model (its co-location rules are the extender's)."""
+    policy: Policy
+    """The extender's placement policy."""
+    share_nodes: tuple[str, ...]
+    """The nodes of the type share pods may use."""
+    whole_nodes: tuple[tuple[str, int], ...]
+    """The nodes of the type whole-GPU pods may use, and their free whole GPUs."""
+    memo: dict[tuple[PodRequest, ...], tuple[int, tuple[int, ...]]] = field(
+        default_factory=dict, repr=False
+    )
+
+    def place(self, asks: Sequence[PodRequest]) -> tuple[int, tuple[int, ...]]:
+        """How many of `asks` (largest first) find no GPU, and each whole node's free GPUs after.
+
+        The whole nodes' free GPUs less the untouched GPUs the shares took there, most first.
+        """
+        key = tuple(sorted(asks, key=lambda r: (r.gpu_milli, r.gpu_memory_mib), reverse=True))
+        known = self.memo.get(key)
+        if known is not None:
+            return known
+        placed, after = self.cache.trial(key, self.share_nodes, self.policy)
+        before = self.cache.state()
+        whole = []
+        for name, free in self.whole_nodes:
+            i = self.cache.index(name)
+            took = 0 if i is None else int(before.full_free[i] - after.full_free[i])
+            whole.append(max(0, free - took))
+        out = placed.count(None), tuple(sorted(whole, reverse=True))
+        self.memo[key] = out
+        return out
 
 
 Capacity: TypeAlias = Sequence[NodeCapacity]
@@ -259,8 +317,18 @@ def cluster_capacity(
     ignore_pods: frozenset[str] = frozenset(),
 ) -> tuple[NodeCapacity, ...]:
     """Per GPU node: model, total and free whole GPUs. `ignore_pods` ("ns/name") count as free."""
+    return cluster_model(nodes, pods, ignore_pods)[0]
+
+
+def cluster_model(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    ignore_pods: frozenset[str] = frozenset(),
+    colocation: Colocation | None = None,
+) -> tuple[tuple[NodeCapacity, ...], ClusterCache]:
+    """`cluster_capacity`, and the cluster model it sums up (with `colocation`'s share rules)."""
     nodes = list(nodes)
-    cache = ClusterCache()
+    cache = ClusterCache(colocation=colocation)
     for node in nodes:
         cache.upsert_node(node_info(node))
     promised: dict[str, int] = {}  # GPU model -> GPUs of created but not yet bound workers
@@ -326,7 +394,7 @@ def cluster_capacity(
                 partial=partial,
             )
         )
-    return tuple(_minus_promised(out, promised))
+    return tuple(_minus_promised(out, promised)), cache
 
 
 def _hold_ports(ports: dict[str, set[HostPort]], node: str, spec: Mapping[str, Any]) -> None:

@@ -44,9 +44,9 @@ from chronotope.planners.inferline import (
     stage_share,
 )
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, QUEUE_LABEL, SCHEDULER_NAME
-from chronotope.solver.model import MILLI, Reason, percent_milli
+from chronotope.solver.model import PodRequest, Reason
 from chronotope.workloads.capacity import FreeGpus
-from chronotope.workloads.podreq import gpu_resources
+from chronotope.workloads.podreq import gpu_resources, pod_request, replica_pod
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_status import capped_why, condition
@@ -272,21 +272,21 @@ def _over_free(stages: Sequence[Stage], free: Mapping[str, FreeGpus]) -> Callabl
     `free`: per GPU type, what serving pods may take (`variants.free_serving_gpus`).
     Counted for the replicas of the stages it deploys itself. A whole-GPU replica of
     k GPUs needs them on one node, so a node's room on a type is its free GPUs less
-    the remainder by the largest k asked there. A GPU-share replica takes the
-    tightest GPU with room for its compute and memory (first fit, largest first, as
-    the extender packs shares), in part used GPUs before untouched ones; the
-    untouched GPUs shares take are no longer there for whole replicas. Co-location
-    rules between shares (docs/sharing.md) are not counted. A type's shortfall counts
-    only up to what stages with another profiled type ask there: a stage profiled on
-    one type has nowhere else to go (it takes its room, and its pods wait for the rest).
+    the remainder by the largest k asked there. GPU-share replicas are placed first,
+    as the extender places them (`FreeGpus.after_shares`: its policy, under its
+    co-location rules); the untouched GPUs they take are no longer there for whole
+    replicas. A type's shortfall counts only up to what stages with another profiled
+    type ask there: a stage profiled on one type has nowhere else to go (it takes its
+    room, and its pods wait for the rest).
     """
-    asks: list[int | tuple[int, int]] = []  # per stage: k whole GPUs, or (milli, MiB); 0 none
+    asks: list[int | PodRequest] = []  # per stage: k whole GPUs, or one share replica; 0 none
     for stage in stages:
         gpu = stage.gpu
         if stage.model.variant:
             asks.append(0)
         elif gpu is not None and gpu.shared is not None:
-            asks.append((percent_milli(gpu.shared.compute_percent), gpu.shared.memory_mib))
+            limits, annotations = _replica_resources(stage)
+            asks.append(pod_request(replica_pod(limits, annotations, name=stage.name)))
         else:
             asks.append((gpu.count if gpu is not None else None) or 1)
     movable = [len({p.gpu_type for p in stage.profiles}) > 1 for stage in stages]
@@ -294,12 +294,12 @@ def _over_free(stages: Sequence[Stage], free: Mapping[str, FreeGpus]) -> Callabl
     def over(config: Config) -> float:
         # per type: whole GPUs asked, of them by movable stages, the largest k; share asks
         whole: dict[str, list[int]] = {}
-        shares: dict[str, list[tuple[int, int]]] = {}
+        shares: dict[str, list[PodRequest]] = {}
         moving: dict[str, int] = {}  # share replicas of movable stages
         for ask, moves, c in zip(asks, movable, config, strict=True):
             if not ask or not c.replicas:
                 continue
-            if isinstance(ask, tuple):
+            if isinstance(ask, PodRequest):
                 shares.setdefault(c.gpu_type, []).extend([ask] * c.replicas)
                 moving[c.gpu_type] = moving.get(c.gpu_type, 0) + c.replicas * moves
             else:
@@ -309,37 +309,13 @@ def _over_free(stages: Sequence[Stage], free: Mapping[str, FreeGpus]) -> Callabl
                 row[2] = max(row[2], ask)
         out = 0.0
         for t in whole.keys() | shares.keys():
-            on = free.get(t, FreeGpus(()))
-            unplaced, untouched = _place_shares(shares.get(t, []), on.shares)
+            unplaced, left = free.get(t, FreeGpus(())).after_shares(shares.get(t, ()))
             gpus, gpus_moving, k = whole.get(t, (0, 0, 1))
-            room = sum(f - f % k for f in on.whole)
-            short = max(0, gpus - room) + max(0, gpus + untouched - sum(on.whole))
+            short = max(0, gpus - sum(f - f % k for f in left))
             out += min(short, gpus_moving) + min(unplaced, moving.get(t, 0))
         return out
 
     return over
-
-
-def _place_shares(
-    asks: Sequence[tuple[int, int]], rooms: Sequence[tuple[int, int]]
-) -> tuple[int, int]:
-    """Share replicas `asks` (milli, MiB) first-fit, largest first, into GPU `rooms`.
-
-    Returns how many found no room, and how many untouched GPUs they took.
-    """
-    if not asks:
-        return 0, 0
-    left = sorted(rooms)
-    unplaced = untouched = 0
-    for milli, mib in sorted(asks, reverse=True):
-        for i, (room, memory) in enumerate(left):
-            if room >= milli and (not mib or memory >= mib):
-                untouched += room == MILLI
-                left[i] = (room - milli, memory - mib if mib else memory)
-                break
-        else:
-            unplaced += 1
-    return unplaced, untouched
 
 
 def fits_free(plan: PipelinePlan, free: Mapping[str, FreeGpus]) -> bool:

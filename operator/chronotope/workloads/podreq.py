@@ -56,6 +56,7 @@ __all__ = [
     "pod_request",
     "pod_resources",
     "profile_warning",
+    "replica_pod",
 ]
 
 SHARE_MEMORY_ANNOTATION = GPU_MEMORY_MIB
@@ -273,6 +274,24 @@ def planned_gang(pod: Mapping[str, Any]) -> tuple[PlannedPlacement, ...] | None:
 def gang_plan_annotation(placements: Sequence[tuple[str, Sequence[int]]]) -> str:
     """`PLANNED_GANG_ANNOTATION`'s value for per-member (node, GPU indices), in rank order."""
     return ";".join(f"{node}={','.join(map(str, gpus))}" for node, gpus in placements)
+
+
+def replica_pod(
+    limits: Mapping[str, str],
+    annotations: Mapping[str, str],
+    *,
+    gpu_type: str | None = None,
+    name: str = "server",
+) -> dict[str, Any]:
+    """A pod of one container asking `limits`, with `annotations` (`gpu_resources`' pair).
+
+    Pinned to `gpu_type` if given: one replica as quota admission and the free-GPU
+    fit read it, before any Deployment exists.
+    """
+    spec: dict[str, Any] = {"containers": [{"name": name, "resources": {"limits": dict(limits)}}]}
+    if gpu_type is not None:
+        spec["nodeSelector"] = {GPU_PRODUCT_LABEL: gpu_type}
+    return {"metadata": {"name": name, "annotations": dict(annotations)}, "spec": spec}
 
 
 def gpu_resources(shared: GpuShare | None, count: int) -> tuple[dict[str, str], dict[str, str]]:

@@ -44,14 +44,13 @@ from chronotope.api.v1alpha1.queue import (
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec, UtilityFunction
 from chronotope.sharing.labels import (
     DONE_PHASES,
-    GPU_PRODUCT_LABEL,
     PREEMPTED_BY_ANNOTATION,
     QUEUE_LABEL,
 )
 from chronotope.solver.model import MILLI
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.pipeline import PIPELINE_LABEL, QUOTA_WAIT
-from chronotope.workloads.podreq import PodRequestError, pod_request
+from chronotope.workloads.podreq import PodRequestError, pod_request, replica_pod
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.quota import (
     Admission,
@@ -586,14 +585,7 @@ class ServingRoom:
         And how much, read as admission reads a serving pod (`_pod_quota`); None
         without a GPU.
         """
-        pod = {
-            "metadata": {"annotations": dict(annotations)},
-            "spec": {
-                "nodeSelector": {GPU_PRODUCT_LABEL: gpu_type},
-                "containers": [{"name": "server", "resources": {"limits": dict(limits)}}],
-            },
-        }
-        return _pod_quota(pod)
+        return _pod_quota(replica_pod(limits, annotations, gpu_type=gpu_type))
 
     def holds(
         self, gpu_type: str, limits: Mapping[str, str], annotations: Mapping[str, str]

@@ -38,7 +38,8 @@ from chronotope.planners.llmcost import GpuPerf, ModelShape, gpu_perf
 from chronotope.planners.variants import GroupInput, GroupPlan, VariantDemand
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.model import MILLI, Reason
-from chronotope.workloads.capacity import FreeGpus, admitting, cluster_capacity
+from chronotope.solver.online import PlacementRules
+from chronotope.workloads.capacity import FreeGpus, SharePlacer, admitting, cluster_model
 from chronotope.workloads.cluster_feed import node_schedulable
 from chronotope.workloads.node_fit import NodeRules, node_taints
 
@@ -263,30 +264,38 @@ def free_serving_gpus(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     own: frozenset[str] = frozenset(),
+    rules: PlacementRules | None = None,
 ) -> dict[str, FreeGpus]:
     """Per GPU type, the GPUs serving pods may take now on the schedulable nodes they may use.
 
-    On the one cluster model (`capacity.cluster_capacity`: bound pods hold their GPUs,
+    On the one cluster model (`capacity.cluster_model`: bound pods hold their GPUs,
     a TrainingJob gang planned but not yet bound holds what its plan names), with the
     GPUs of the `own` pods ("ns/name": the workload's own) counted as free, and the
     nodes `usable_gpu_nodes` keeps (no taint the pods do not tolerate; GPU-share pods
     do not tolerate `nvidia.com/gpu`): each node's free whole GPUs, and each GPU's
-    room for shares (untouched, or in part used by shares).
+    room for shares (untouched, or in part used by shares), with a `SharePlacer` that
+    places shares there as the extender does (`rules`: its policy and co-location
+    rules; default the extender's defaults).
     """
-    capacity = cluster_capacity(nodes, pods, ignore_pods=own)
+    rules = rules or PlacementRules()
+    capacity, cache = cluster_model(nodes, pods, own, rules.colocation)
     out: dict[str, FreeGpus] = {}
     for gpu_type in sorted({n.gpu_model for n in capacity}):
-        whole = admitting(capacity, gpu_type, _SERVING_PODS[True]).nodes
-        shared = admitting(capacity, gpu_type, _SERVING_PODS[False]).nodes
-        rooms = [
-            room
-            for n in shared
-            if n.schedulable
-            for room in (*n.partial, *([(MILLI, n.memory_mib)] * n.free))
+        whole = [
+            n for n in admitting(capacity, gpu_type, _SERVING_PODS[True]).nodes if n.schedulable
         ]
+        shared = [
+            n for n in admitting(capacity, gpu_type, _SERVING_PODS[False]).nodes if n.schedulable
+        ]
+        rooms = [room for n in shared for room in (*n.partial, *([(MILLI, n.memory_mib)] * n.free))]
+        placer = SharePlacer(
+            cache,
+            rules.policy,
+            tuple(n.name for n in shared),
+            tuple((n.name, n.free) for n in whole),
+        )
         out[gpu_type] = FreeGpus(
-            tuple(sorted((n.free for n in whole if n.schedulable), reverse=True)),
-            tuple(sorted(rooms)),
+            tuple(sorted((n.free for n in whole), reverse=True)), tuple(sorted(rooms)), placer
         )
     return out
 

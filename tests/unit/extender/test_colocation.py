@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 from chronotope.api.v1alpha1.common import WorkloadProfile
-from chronotope.cli import main
+from chronotope.cli import build_parser, main
 from chronotope.extender.service import ExtenderService
 from chronotope.planners.interference import best_effort_share
 from chronotope.sharing.assignment import BindRequest, GpuAssignment
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.colocation import Colocation
+from chronotope.solver.online import PlacementRules
 from chronotope.workloads.podreq import pod_request, profile_warning
 from tests.kernel_streams import greedy, long_request
 
@@ -192,17 +193,39 @@ def test_other_bad_share_annotations_still_fail_the_pod() -> None:
     assert profile_warning(pod) is None
 
 
-def test_the_budget_flag_refuses_less_than_one(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("command", ["scheduler", "operator"])
+def test_the_budget_flag_refuses_less_than_one(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["scheduler", "--interference-budget", "0.8"])
+        main([command, "--interference-budget", "0.8"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--interference-budget: interference budget 0.8x is below 1x" in err
 
 
-def test_the_runtime_flag_names_its_choices(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("command", ["scheduler", "operator"])
+def test_the_runtime_flag_names_its_choices(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["scheduler", "--colocation-runtime", "orion"])
+        main([command, "--colocation-runtime", "orion"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--colocation-runtime: invalid choice: 'orion' (choose from" in err
+
+
+def test_the_operator_takes_the_extenders_placement_rules() -> None:
+    # the same flags give the same rules: the operator's free-GPU fit places GPU
+    # shares under the co-location rules and policy the extender runs with
+    flags = ["--policy", "fgd", "--interference-budget", "1.3", "--colocation-runtime", "gated"]
+    tls = ["--tls-cert-file", "c", "--tls-private-key-file", "k", "--client-ca-file", "ca"]
+    parser = build_parser()
+    scheduler = PlacementRules.from_args(parser.parse_args(["scheduler", *tls, *flags]))
+    operator = PlacementRules.from_args(parser.parse_args(["operator", *flags]))
+    for rules in (scheduler, operator):
+        assert rules.policy.name == "fgd"
+        assert (rules.colocation.budget, rules.colocation.runtime) == (1.3, "gated")
+    defaults = PlacementRules.from_args(parser.parse_args(["operator"]))
+    assert defaults.policy.name == PlacementRules().policy.name == "chronotope"
+    assert defaults.colocation.budget == PlacementRules().colocation.budget

@@ -310,3 +310,22 @@ def test_a_gated_runtime_still_refuses_what_no_percent_protects() -> None:
 def test_an_unknown_runtime_is_refused() -> None:
     with pytest.raises(ValueError, match="runtime 'orion' is not one of mps, gated"):
         Colocation(runtime="orion")
+
+
+def test_a_trial_places_as_place_does_and_holds_nothing() -> None:
+    # two High shares over the budget together: `place` spreads them over two GPUs and
+    # refuses a third; a trial on another cache in the same state says the same, and
+    # its cache's arrays and holdings are as before
+    s = Colocation().pair(CB, CB, 30)
+    reqs = [share(f"hp-{i}", HIGH, CB, 30) for i in range(3)]
+    placed = cache(Colocation(budget=s - 0.01), gpus=2)
+    want = [placed.place(r.name, r, ["n1"], Chronotope(), now=0.0) for r in reqs]
+    assert [isinstance(w, Placement) for w in want] == [True, True, False]
+    tried = cache(Colocation(budget=s - 0.01), gpus=2)
+    before = tried.state().gpu_left.copy()
+    decisions, after = tried.trial(reqs, ["n1"], Chronotope())
+    got = [None if d is None else d.gpus for d in decisions]
+    assert got == [w.gpu_indices if isinstance(w, Placement) else None for w in want]
+    assert after.gpu_left[0].tolist() == [700, 700]
+    assert (tried.state().gpu_left == before).all()
+    assert not tried.holdings

@@ -18,6 +18,8 @@ from chronotope.planners.inferline import StageConfig
 from chronotope.planners.llmcost import Tier
 from chronotope.planners.variants import GroupPlan, Placement, ReplicaPlan
 from chronotope.sharing.assignment import GpuAssignment
+from chronotope.solver.colocation import Colocation
+from chronotope.solver.online import PlacementRules
 from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.pipeline import _over_free
 from chronotope.workloads.placement import (
@@ -464,10 +466,19 @@ def test_a_replica_of_k_gpus_counts_only_the_nodes_room_for_whole_replicas() -> 
     assert over((StageConfig("A100-SXM4-80GB", 1, 1),)) == 2  # no free GPU of the type
 
 
-def _share_holder(name: str, node_name: str, gpu: int, percent: int, mib: int) -> dict[str, Any]:
+def _share_holder(
+    name: str,
+    node_name: str,
+    gpu: int,
+    percent: int,
+    mib: int,
+    *,
+    priority: str | None = None,
+    profile: str | None = None,
+) -> dict[str, Any]:
     """A bound GPU-share pod of another workload holding `percent` of one GPU."""
     assignment = GpuAssignment(
-        node_name, (gpu,), (f"GPU-{node_name}-{gpu}",), mib, percent, "h-" + name
+        node_name, (gpu,), (f"GPU-{node_name}-{gpu}",), mib, percent, "h-" + name, priority, profile
     )
     return {
         "metadata": {
@@ -506,19 +517,58 @@ def _share_stage(types: Sequence[str]) -> Any:
     )
 
 
+def _t4(
+    gpus: int, *holders: tuple[int, int, int], rules: PlacementRules | None = None, **cls: str
+) -> dict[str, FreeGpus]:
+    """One T4 node of `gpus` GPUs of 15 GiB; each holder (GPU, percent, MiB) a share on it."""
+    pods = [
+        _share_holder(f"s{i}", "t4-0", g, pct, mib, **cls)
+        for i, (g, pct, mib) in enumerate(holders)
+    ]
+    return free_serving_gpus([node("t4-0", "T4", gpus, memory_mib=15360)], pods, rules=rules)
+
+
 def test_share_replicas_count_against_each_gpus_room() -> None:
-    pose = _share_stage(["T4", "L4"])
-    over = _over_free([pose], {"T4": FreeGpus((), ((400, 8000), (600, 3000)))})
+    pose = _share_stage(["T4", "L4"])  # a 50 % share of 4 GiB
+    over = _over_free([pose], _t4(2, (0, 60, 8000), (1, 40, 12000)))
     assert over((StageConfig("T4", 1, 1),)) == 1  # 40 % too little; 60 % but 3 GiB
-    over = _over_free([pose], {"T4": FreeGpus((1,), ((600, 8000), (1000, 15360)))})
-    assert over((StageConfig("T4", 1, 1),)) == 0  # the used GPU first
-    assert over((StageConfig("T4", 1, 3),)) == 0  # then two on the untouched GPU
+    over = _over_free([pose], _t4(2, (0, 40, 4000)))
+    assert over((StageConfig("T4", 1, 1),)) == 0
+    assert over((StageConfig("T4", 1, 3),)) == 0  # 60 % left on GPU 0, 100 % on GPU 1
     assert over((StageConfig("T4", 1, 4),)) == 1
     # a share on the untouched GPU leaves it no longer free for a whole replica
     detect = pose.model_copy(update={"gpu": GpuRequest(count=1)})
-    both = _over_free([detect, pose], {"T4": FreeGpus((1,), ((1000, 15360),))})
+    both = _over_free([detect, pose], _t4(1))
     assert both((StageConfig("T4", 1, 1), StageConfig("T4", 1, 1))) == 1
     assert both((StageConfig("T4", 1, 1), StageConfig("T4", 1, 0))) == 0
     # a stage profiled on one type only has nowhere else to go: its wait is not counted
-    only = _over_free([_share_stage(["T4"])], {"T4": FreeGpus(())})
+    only = _over_free([_share_stage(["T4"])], _t4(1, (0, 100, 15360)))
     assert only((StageConfig("T4", 1, 2),)) == 0
+
+
+def test_share_replicas_go_where_the_extenders_policy_puts_them() -> None:
+    # the extender's policy puts a 50 % share on the GPU a 50 % share already uses
+    # (it fills a GPU rather than cut into an untouched one), so a whole replica still
+    # finds the untouched GPU; a second share then has to take that GPU
+    pose = _share_stage(["T4", "L4"])
+    detect = pose.model_copy(update={"gpu": GpuRequest(count=1)})
+    both = _over_free([detect, pose], _t4(2, (0, 50, 4000)))
+    assert both((StageConfig("T4", 1, 1), StageConfig("T4", 1, 1))) == 0
+    assert both((StageConfig("T4", 1, 1), StageConfig("T4", 1, 2))) == 1
+
+
+def test_share_replicas_fit_only_where_the_co_location_rules_let_them() -> None:
+    # three best-effort compute-bound shares hold 30 % of the only GPU: room for the
+    # High compute-bound 50 % share, but its predicted slowdown beside them is over the
+    # extender's 1.10x budget, so the extender would not place it there
+    pose = _share_stage(["T4", "L4"])
+    held = [(0, 10, 1024)] * 3
+    crowded = _t4(1, *held, priority="best-effort", profile="compute-bound")
+    assert crowded["T4"].shares == ((700, 12288),)
+    assert _over_free([pose], crowded)((StageConfig("T4", 1, 1),)) == 1
+    # the extender's budget is the operator's too (`--interference-budget`)
+    loose = PlacementRules(colocation=Colocation(budget=1.5))
+    relaxed = _t4(1, *held, rules=loose, priority="best-effort", profile="compute-bound")
+    assert _over_free([pose], relaxed)((StageConfig("T4", 1, 1),)) == 0
+    # shares that state no priority are not subject to the rules
+    assert _over_free([pose], _t4(1, *held))((StageConfig("T4", 1, 1),)) == 0
