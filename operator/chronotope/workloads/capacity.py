@@ -31,7 +31,16 @@ from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
 from chronotope.solver.policies import Policy
 from chronotope.solver.slots import next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
-from chronotope.workloads.node_fit import HostPort, NodeRules, Taint, host_ports, node_taints
+from chronotope.workloads.node_fit import (
+    HostPort,
+    Neighbour,
+    NodeRules,
+    PodTerm,
+    Taint,
+    host_ports,
+    node_taints,
+    pod_anti_terms,
+)
 from chronotope.workloads.podreq import planned
 
 __all__ = [
@@ -42,6 +51,7 @@ __all__ = [
     "SharePlacer",
     "Usable",
     "admitting",
+    "blocks",
     "cluster_capacity",
     "cluster_model",
     "of_type",
@@ -83,6 +93,11 @@ class NodeCapacity:
     partial: tuple[tuple[int, int], ...] = ()
     """(milli-GPU, device memory MiB) left on each GPU GPU-share pods use in part (neither
     untouched nor full); memory 0 where unknown."""
+    neighbours: frozenset[Neighbour] = frozenset()
+    """Its pods (bound, or planned there and not yet bound), as pod anti-affinity sees them."""
+    repels: tuple[PodTerm, ...] = ()
+    """Their required pod anti-affinity terms on `kubernetes.io/hostname`: kube-scheduler's
+    InterPodAffinity filter keeps a pod they select off the node."""
 
 
 @dataclass(frozen=True, order=True)
@@ -162,6 +177,8 @@ class _Index:
     nodes: dict[str, tuple[NodeCapacity, ...]]
     tainted: frozenset[str] = frozenset()
     """The GPU models some node of which carries a taint."""
+    repelling: frozenset[str] = frozenset()
+    """The GPU models some node of which holds a pod with a pod anti-affinity (`repels`)."""
 
 
 class _Memo:
@@ -181,6 +198,7 @@ def _index(capacity: Capacity) -> _Index:
         {g: tuple(p) for g, p in positions.items()},
         {g: tuple(capacity[i] for i in p) for g, p in positions.items()},
         frozenset(n.gpu_model for n in capacity if n.taints),
+        frozenset(n.gpu_model for n in capacity if n.repels),
     )
     if isinstance(capacity, tuple):
         _Memo.last = (capacity, index)
@@ -210,12 +228,18 @@ class Usable(NamedTuple):
     blocked: int = 0
     """Nodes with free GPUs its workers cannot take now: a pod there holds a host port
     they ask (`NodeRules.port_clash`)."""
+    shunned: int = 0
+    """Nodes with free GPUs its workers cannot take now for a pod anti-affinity: theirs
+    selects a pod there, or a pod's there selects them (`NodeRules.shuns`)."""
     positions: Mapping[str, int] | None = None
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
 
 
-_ADMITTED: dict[int, tuple[Sequence[NodeCapacity], dict[tuple[NodeRules, int], Usable]]] = {}
-"""`admitting`'s answers by the type's nodes (their id), then (rules, GPUs per worker).
+_Asked: TypeAlias = tuple[NodeRules, int, Neighbour | None]
+"""What `admitting` answers for: rules, GPUs per worker, and whom pod anti-affinity
+concerns (`_who`; None when none may)."""
+_ADMITTED: dict[int, tuple[Sequence[NodeCapacity], dict[_Asked, Usable]]] = {}
+"""`admitting`'s answers by the type's nodes (their id), then what was asked (`_Asked`).
 A pass asks it of one capacity for every job, and each start there changes one type's
 nodes only (`take` keeps the others' tuples, and carries that type's answers over), so
 most jobs find their answer here."""
@@ -230,11 +254,14 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     only the GPUs those workers take, and one where a pod holds a host port they
     ask counts none. A type none of whose nodes carries a taint is answered without
     looking at its nodes when the rules select nothing, request no CPU or memory
-    and ask no host port (most jobs, and every job of a cluster without taints).
+    and ask no host port (most jobs, and every job of a cluster without taints). A
+    node where a pod anti-affinity keeps the workers off (theirs, or a pod's there;
+    on `kubernetes.io/hostname`) counts none too.
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
-    if not _looks(rules) and gpu_type not in index.tainted:
+    who = _who(index, gpu_type, rules)
+    if not _looks(rules) and who is None and gpu_type not in index.tainted:
         return Usable(nodes, {})
     held = _ADMITTED.get(id(nodes))
     if held is None or held[0] is not nodes:  # held by the memo: its id is not reused
@@ -242,26 +269,27 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
             _ADMITTED.clear()
         held = _ADMITTED[id(nodes)] = (nodes, {})
     answers = held[1]
-    hit = answers.get((rules, per_worker))
+    asked = (rules, per_worker, who)
+    hit = answers.get(asked)
     if hit is not None:
         return hit
     kept: list[NodeCapacity] = []
     refused: dict[str, int] = {}
-    cut = [0, 0]  # nodes short of CPU or memory, nodes blocked by a host port
+    cut = [0, 0, 0]  # nodes short of CPU or memory, blocked by a host port, shunned
     for n in nodes:
         why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib))
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             continue
-        room = _room(n, rules, per_worker)
+        room = _room(n, rules, per_worker, who)
         if room < n.free:
-            cut[_blocked(n, rules)] += 1
+            cut[_blocked(n, rules, who)] += 1
             kept.append(replace(n, free=room, free_gpus=n.free_gpus[:room]))
         else:
             kept.append(n)
     at = {n.name: k for k, n in enumerate(kept)} if refused else None
-    seen = Usable(tuple(kept), refused, short=cut[0], blocked=cut[1], positions=at)
-    answers[rules, per_worker] = seen
+    seen = Usable(tuple(kept), refused, cut[0], cut[1], cut[2], positions=at)
+    answers[asked] = seen
     return seen
 
 
@@ -270,14 +298,42 @@ def _looks(rules: NodeRules) -> bool:
     return rules.selects or rules.asks or bool(rules.host_ports)
 
 
-def _blocked(n: NodeCapacity, rules: NodeRules) -> bool:
-    """Whether a pod on `n` holds a host port the workers ask."""
-    return rules.port_clash(n.host_ports) is not None
+def _who(index: _Index, gpu_type: str, rules: NodeRules) -> Neighbour | None:
+    """Whom a pod anti-affinity may keep off some node of `gpu_type`: the workers; else None.
+
+    Theirs may (they state one), or a pod's on a node of the type may.
+    """
+    if rules.who is not None and (rules.anti or gpu_type in index.repelling):
+        return rules.who
+    return None
 
 
-def _room(n: NodeCapacity, rules: NodeRules, per_worker: int) -> int:
-    """The free GPUs of `n` that workers with `rules` can take, CPU, memory and ports allowing."""
-    if _blocked(n, rules):
+def _blocked(n: NodeCapacity, rules: NodeRules, who: Neighbour | None) -> int:
+    """What keeps workers with `rules` off `n` now: 0 nothing, 1 a host port, 2 anti-affinity.
+
+    `who`: the workers, when a pod anti-affinity may concern them (`_who`).
+    """
+    if rules.port_clash(n.host_ports) is not None:
+        return 1
+    if who is not None and rules.shuns(n.neighbours, n.repels) is not None:
+        return 2
+    return 0
+
+
+def blocks(capacity: Capacity, n: NodeCapacity, rules: NodeRules) -> bool:
+    """Whether a pod on `n` (a node of `capacity`) keeps workers with `rules` off it now.
+
+    It holds a host port they ask, or a pod anti-affinity keeps them apart.
+    """
+    return _blocked(n, rules, _who(_index(capacity), n.gpu_model, rules)) > 0
+
+
+def _room(n: NodeCapacity, rules: NodeRules, per_worker: int, who: Neighbour | None) -> int:
+    """The free GPUs of `n` that workers with `rules` can take.
+
+    CPU, memory, host ports and pod anti-affinity allowing.
+    """
+    if _blocked(n, rules, who):
         return 0
     pods = rules.pods_fit(n.cpu_free_milli, n.memory_free_mib) if rules.asks else None
     return n.free if pods is None else min(n.free, pods * per_worker)
@@ -294,11 +350,11 @@ def refuses_some(
     """Some node of these GPU types refuses pods with `rules` (so counts per type overstate).
 
     `or_short`: or cannot give them all its free GPUs now for want of CPU or memory,
-    or for a host port a pod there holds.
+    for a host port a pod there holds, or for a pod anti-affinity.
     """
     for t in gpu_types:
         seen = admitting(capacity, t, rules, per_worker)
-        if seen.refused or (or_short and (seen.short or seen.blocked)):
+        if seen.refused or (or_short and (seen.short or seen.blocked or seen.shunned)):
             return True
     return False
 
@@ -333,7 +389,7 @@ def cluster_model(
         cache.upsert_node(node_info(node))
     promised: dict[str, int] = {}  # GPU model -> GPUs of created but not yet bound workers
     waiting: list[tuple[str, Mapping[str, Any], str]] = []
-    ports: dict[str, set[HostPort]] = {}  # node -> host ports its pods hold
+    held: dict[str, _Held] = {}  # node -> what its pods hold there
     for pod in pods:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -349,14 +405,14 @@ def cluster_model(
                 waiting.append((key, pod, str(model)))
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
-        _hold_ports(ports, str(bound_to), spec)
+        held.setdefault(str(bound_to), _Held()).add(pod)
     for key, pod, model in waiting:  # after every bound pod: a plan holds what it names
         if not hold_planned(cache, key, pod):
             promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
             continue
         plan = planned(pod)
         if plan is not None:
-            _hold_ports(ports, plan.node, pod.get("spec") or {})
+            held.setdefault(plan.node, _Held()).add(pod)
     state = cache.state()
     out: list[NodeCapacity] = []
     for node in nodes:
@@ -366,6 +422,7 @@ def cluster_model(
             continue
         i = cache.index(info.name)
         assert i is not None
+        on = held.get(info.name, _NOTHING_HELD)
         free_gpus = state.first_free_gpus(i, info.gpu_count)
         left, memory = state.gpu_left[i, : info.gpu_count], state.gpu_mem_left[i, : info.gpu_count]
         in_part = (left > 0) & (left < MILLI)
@@ -390,18 +447,37 @@ def cluster_model(
                 taints=node_taints(node),
                 cpu_milli=info.cpu_milli,
                 host_memory_mib=info.memory_mib,
-                host_ports=frozenset(ports.get(info.name, ())),
+                host_ports=frozenset(on.ports),
                 partial=partial,
+                neighbours=frozenset(on.neighbours),
+                repels=tuple(dict.fromkeys(on.repels)),
             )
         )
     return tuple(_minus_promised(out, promised)), cache
 
 
-def _hold_ports(ports: dict[str, set[HostPort]], node: str, spec: Mapping[str, Any]) -> None:
-    """The host ports of a pod (its `spec`) on `node` are held there."""
-    held = host_ports(spec)
-    if held:
-        ports.setdefault(node, set()).update(held)
+@dataclass
+class _Held:
+    """What the pods on one node hold there beyond resources (`NodeCapacity`'s fields)."""
+
+    ports: set[HostPort] = field(default_factory=set)
+    neighbours: set[Neighbour] = field(default_factory=set)
+    repels: list[PodTerm] = field(default_factory=list)
+
+    def add(self, pod: Mapping[str, Any]) -> None:
+        """One more pod there: its host ports, it, and its pod anti-affinity."""
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        self.ports.update(host_ports(spec))
+        labels = meta.get("labels") or {}
+        me = (
+            str(meta.get("namespace") or ""),
+            frozenset((str(k), str(v)) for k, v in labels.items()),
+        )
+        self.neighbours.add(me)
+        self.repels.extend(pod_anti_terms(spec, me))
+
+
+_NOTHING_HELD = _Held()
 
 
 Placements: TypeAlias = tuple[tuple[str, tuple[int, ...]], ...]
@@ -429,18 +505,19 @@ def take(
     returned, so the gang's pods can carry them (the extender honours them).
     If some worker fits nowhere, no placements are returned and the unplaced
     workers' GPUs are taken by count, from the largest free nodes first.
-    `rules`: the workers go only on nodes these admit (`admitting`), and the host
-    ports they ask are held on the nodes they go to.
+    `rules`: the workers go only on nodes these admit (`admitting`); the host ports
+    they ask are held on the nodes they go to, and each worker is among its node's
+    pods for pod anti-affinity (with its own terms: `NodeCapacity.neighbours`, `repels`).
     """
     nodes = list(capacity)
-    ported = rules.host_ports if rules is not None else ()
-    if placements and not _placed_on_held_port(nodes, placements, rules):
-        return _take_placed(nodes, placements, ported)
     index = _index(capacity)
+    who = _who(index, gpu_type, rules) if rules is not None else None
+    if placements and not _placed_where_blocked(nodes, placements, rules, who):
+        return _take_placed(nodes, placements, rules)
     mine = index.positions.get(gpu_type, ())
     usable = mine
     room: dict[int, int] = {}  # free GPUs the workers can take, where node rules cut them
-    if rules is not None and (_looks(rules) or gpu_type in index.tainted):
+    if rules is not None and (_looks(rules) or who is not None or gpu_type in index.tainted):
         by_name = {n.name: n.free for n in admitting(capacity, gpu_type, rules, per_worker).nodes}
         usable = tuple(i for i in mine if nodes[i].name in by_name)
         room = {i: by_name[nodes[i].name] for i in usable}
@@ -470,10 +547,11 @@ def take(
         i = where[slot]
         n = nodes[i]
         gpus = n.free_gpus[:per_worker] if len(n.free_gpus) >= per_worker else ()
-        n = _took(n, per_worker, asks, ported)
+        n = _took(n, per_worker, asks, rules)
         if i in room:
             assert rules is not None
-            room[i] = n.free if asks is None and not ported else _room(n, rules, per_worker)
+            plain = asks is None and not rules.host_ports and who is None
+            room[i] = n.free if plain else _room(n, rules, per_worker, who)
         nodes[i] = n
         placed.append((slot, gpus))
     if unplaced:
@@ -481,27 +559,36 @@ def take(
     out = tuple(nodes)
     if isinstance(capacity, tuple):  # only this type's nodes changed, in place
         after = tuple(out[i] for i in mine)
-        _Memo.last = (out, _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted))
+        repelling = index.repelling | ({gpu_type} if rules is not None and rules.anti else set())
+        _Memo.last = (
+            out,
+            _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted, repelling),
+        )
         _carry_admitted(index.nodes.get(gpu_type, ()), after)
     return out, tuple(placed)
 
 
-def _placed_on_held_port(
+def _placed_where_blocked(
     nodes: Sequence[NodeCapacity],
     placements: Sequence[tuple[str, Sequence[int]]],
     rules: NodeRules | None,
+    who: Neighbour | None,
 ) -> bool:
-    """Whether a pod on a node of `placements` holds a host port the workers ask."""
-    if rules is None or not rules.host_ports:
+    """Whether a pod on a node of `placements` keeps the workers off it (`_blocked`).
+
+    A host port they ask, or a pod anti-affinity: the joint plan does not see the
+    other jobs it starts in the same pass.
+    """
+    if rules is None or (not rules.host_ports and who is None):
         return False
     on = {name for name, _ in placements}
-    return any(_blocked(n, rules) for n in nodes if n.name in on)
+    return any(_blocked(n, rules, who) for n in nodes if n.name in on)
 
 
 def _take_placed(
     nodes: list[NodeCapacity],
     placements: Sequence[tuple[str, Sequence[int]]],
-    ported: Sequence[HostPort],
+    rules: NodeRules | None,
 ) -> tuple[tuple[NodeCapacity, ...], Placements]:
     """`take` with the workers' nodes and GPUs given (a joint plan's)."""
     where = {n.name: i for i, n in enumerate(nodes)}
@@ -511,19 +598,15 @@ def _take_placed(
             continue
         n = nodes[i]
         rest = tuple(g for g in n.free_gpus if g not in set(gpus))
-        nodes[i] = replace(
-            n,
-            free=max(0, n.free - len(gpus)),
-            free_gpus=rest,
-            host_ports=n.host_ports.union(ported),
-        )
+        n = replace(n, free=max(0, n.free - len(gpus)), free_gpus=rest)
+        nodes[i] = _marked(n, rules)
     return tuple(nodes), tuple((name, tuple(gpus)) for name, gpus in placements)
 
 
 def _took(
-    n: NodeCapacity, per_worker: int, asks: NodeRules | None, ported: Sequence[HostPort]
+    n: NodeCapacity, per_worker: int, asks: NodeRules | None, rules: NodeRules | None
 ) -> NodeCapacity:
-    """`n` after one worker took its first free GPUs, its CPU and memory, and its host ports.
+    """`n` after one worker took its first free GPUs, its CPU and memory (`_marked`).
 
     `asks`: the workers' rules when they request CPU or memory (None: they request none).
     """
@@ -534,40 +617,54 @@ def _took(
             cpu_free_milli=_less(n.cpu_free_milli, asks.cpu_milli),
             memory_free_mib=_less(n.memory_free_mib, asks.memory_mib),
         )
-    if ported:
-        n = replace(n, host_ports=n.host_ports.union(ported))
-    return n
+    return _marked(n, rules)
+
+
+def _marked(n: NodeCapacity, rules: NodeRules | None) -> NodeCapacity:
+    """`n` with one more worker of `rules` there.
+
+    Its host ports held, it among the pods pod anti-affinity reads, its own
+    anti-affinity terms in force there.
+    """
+    if rules is None:
+        return n
+    if rules.host_ports:
+        n = replace(n, host_ports=n.host_ports.union(rules.host_ports))
+    if rules.who is not None and rules.who not in n.neighbours:
+        n = replace(n, neighbours=n.neighbours | {rules.who})
+    new = tuple(t for t in rules.anti if t not in n.repels)
+    return replace(n, repels=n.repels + new) if new else n
 
 
 def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity]) -> None:
     """`admitting`'s answers for `after` (a take changed a few of `before`'s nodes).
 
-    Made from `before`'s, for every (rules, GPUs per worker) asked of it: the next
+    Made from `before`'s, for everything asked of it (`_Asked`): the next
     job finds its answer without looking at every node again.
     """
     held = _ADMITTED.get(id(before))
     if held is None or held[0] is not before:
         return
     changed = [(k, a) for k, (b, a) in enumerate(zip(before, after, strict=True)) if b is not a]
-    carried: dict[tuple[NodeRules, int], Usable] = {}
+    carried: dict[_Asked, Usable] = {}
     # a copy (one C-level step): another thread's decision may add an answer meanwhile
-    for (rules, per_worker), seen in tuple(held[1].items()):
+    for (rules, per_worker, who), seen in tuple(held[1].items()):
         kept = list(seen.nodes)
-        cut = [seen.short, seen.blocked]  # as in `admitting`
+        cut = [seen.short, seen.blocked, seen.shunned]  # as in `admitting`
         for k, new in changed:
             pos = k if seen.positions is None else seen.positions.get(new.name)
             if pos is None:  # refused by its labels or taints: still so
                 continue
             if kept[pos].free < before[k].free:
-                cut[_blocked(before[k], rules)] -= 1
-            room = _room(new, rules, per_worker)
+                cut[_blocked(before[k], rules, who)] -= 1
+            room = _room(new, rules, per_worker, who)
             if room < new.free:
-                cut[_blocked(new, rules)] += 1
+                cut[_blocked(new, rules, who)] += 1
                 kept[pos] = replace(new, free=room, free_gpus=new.free_gpus[:room])
             else:
                 kept[pos] = new
-        carried[rules, per_worker] = Usable(
-            tuple(kept), seen.refused, short=cut[0], blocked=cut[1], positions=seen.positions
+        carried[rules, per_worker, who] = Usable(
+            tuple(kept), seen.refused, cut[0], cut[1], cut[2], positions=seen.positions
         )
     if len(_ADMITTED) >= _ADMITTED_KEPT:
         _ADMITTED.clear()

@@ -11,12 +11,15 @@ The spec the decisions read is the spec as written, except that a job whose
 `status.avoidNodes` names nodes gets a template whose node affinity excludes
 them (`node_fit.avoiding`): every decision then leaves them out as it leaves
 out any node the template rules out, and the workers it creates carry the
-exclusion, so kube-scheduler leaves them out too. And a job whose placement
-strategy is Pack or Spread is placed StrictSpread when two of its workers can
-never share a node: they ask host ports (`node_fit.host_ports`, kube-scheduler's
-NodePorts filter) or keep off each other's nodes by a required pod anti-affinity
-(`node_fit.avoids_itself`, its InterPodAffinity filter); so every decision, and
-the extender, put each on its own node.
+exclusion, so kube-scheduler leaves them out too. Its template's metadata names
+the job's namespace and carries its job label, as its workers do, so the
+decisions know which pods' anti-affinity selects them (`node_fit.NodeRules.who`).
+And a job whose placement strategy is Pack or Spread is placed StrictSpread
+when two of its workers can never share a node: they ask host ports
+(`node_fit.host_ports`, kube-scheduler's NodePorts filter) or keep off each
+other's nodes by a required pod anti-affinity (`node_fit.avoids_itself`, its
+InterPodAffinity filter); so every decision, and the extender, put each on its
+own node.
 """
 
 from __future__ import annotations
@@ -60,16 +63,33 @@ def apart_why(job: Mapping[str, Any], spec: TrainingJobSpec) -> str | None:
     meta = template.get("metadata")
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
     own = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
-    own[JOB_LABEL] = str((job.get("metadata") or {}).get("name") or "")
-    if avoids_itself(pod, own):
+    job_meta = job.get("metadata") or {}
+    own[JOB_LABEL] = str(job_meta.get("name") or "")
+    if avoids_itself(pod, own, str(job_meta.get("namespace") or "")):
         return (
             "a required pod anti-affinity on kubernetes.io/hostname matches its workers' own labels"
         )
     return None
 
 
+def _named(job: Mapping[str, Any], spec: TrainingJobSpec) -> TrainingJobSpec:
+    """`spec` with its template's metadata naming the job's namespace and job label.
+
+    As its workers carry them (`workloads.gang`): what other pods' anti-affinity selects.
+    """
+    meta = job.get("metadata") or {}
+    template = dict(spec.template or {})
+    pod_meta = template.get("metadata")
+    pod_meta = dict(pod_meta) if isinstance(pod_meta, Mapping) else {}
+    labels = pod_meta.get("labels")
+    labels = dict(labels) if isinstance(labels, Mapping) else {}
+    labels[JOB_LABEL] = str(meta.get("name") or "")
+    pod_meta |= {"namespace": str(meta.get("namespace") or ""), "labels": labels}
+    return spec.model_copy(update={"template": template | {"metadata": pod_meta}})
+
+
 def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
-    spec = TrainingJobSpec.model_validate(job.get("spec") or {})
+    spec = _named(job, TrainingJobSpec.model_validate(job.get("spec") or {}))
     if spec.placement.strategy in _LOOSE and apart_why(job, spec) is not None:
         placement = spec.placement.model_copy(update={"strategy": PlacementStrategy.STRICT_SPREAD})
         spec = spec.model_copy(update={"placement": placement})

@@ -35,7 +35,7 @@ from chronotope.solver.model import (
     PodRequest,
     Workload,
 )
-from chronotope.workloads.capacity import Capacity, Placements, admitting
+from chronotope.workloads.capacity import Capacity, Placements, admitting, blocks
 from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.podreq import PodRequestError, pod_resources
 from chronotope.workloads.training import Action, Decision
@@ -105,16 +105,15 @@ def _allowed_nodes(c: Contender, capacity: Capacity) -> frozenset[str] | None:
     """The nodes of its options' types the job's workers may use now; None: every one of them.
 
     Not those its node rules refuse, nor those where a pod holds a host port its
-    workers ask (the snapshot models CPU and memory itself, not ports).
+    workers ask or a pod anti-affinity keeps them off (the snapshot models CPU and
+    memory itself, not ports or pods).
     """
     rules, per_worker = job_rules(c.spec), c.options[0].gpus_per_worker
     types = [str(d.gpu_type) for d in c.options]
     seen = [admitting(capacity, t, rules, per_worker) for t in types]
-    if not any(s.refused or s.blocked for s in seen):
+    if not any(s.refused or s.blocked or s.shunned for s in seen):
         return None
-    return frozenset(
-        n.name for s in seen for n in s.nodes if rules.port_clash(n.host_ports) is None
-    )
+    return frozenset(n.name for s in seen for n in s.nodes if not blocks(capacity, n, rules))
 
 
 def _workload(c: Contender, now: datetime, capacity: Capacity) -> Workload:

@@ -35,18 +35,23 @@ Two workers of one gang asking the same port never share a node, so such a
 gang is placed strictly spread (`job_spec`); so is a gang whose workers keep off
 each other's nodes by a required pod anti-affinity on `kubernetes.io/hostname`
 that matches their own labels (`avoids_itself`: the common "one worker per node"
-idiom). Pod anti-affinity against other pods, and other pods' anti-affinity, are
-not modelled (a gang stuck on them is moved by the stuck rule).
+idiom). And InterPodAffinity's anti-affinity half on `kubernetes.io/hostname`: a
+node is no place for the workers when their required pod anti-affinity selects a
+pod there, or a pod there has one that selects them (`pod_anti_terms`,
+`NodeRules.shuns`; the pods of each node are `capacity.NodeCapacity.neighbours`).
+Required pod affinity, anti-affinity on other topology keys and a
+`namespaceSelector` naming labels are not modelled (a gang stuck on them is
+moved by the stuck rule).
 
-Preferred (soft) affinity and inter-pod affinity are not filters and are left
-to kube-scheduler's scoring. Pure: plain dicts in, answers out.
+Preferred (soft) node and pod affinity are not filters and are left to
+kube-scheduler's scoring. Pure: plain dicts in, answers out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TrainingJobSpec
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
@@ -57,7 +62,9 @@ from chronotope.workloads.podreq import PodRequestError, pod_resources
 __all__ = [
     "ANY_HOST_IP",
     "HostPort",
+    "Neighbour",
     "NodeRules",
+    "PodTerm",
     "Taint",
     "avoiding",
     "avoids_itself",
@@ -65,6 +72,7 @@ __all__ = [
     "job_rules",
     "next_avoid",
     "node_taints",
+    "pod_anti_terms",
     "port_clash",
 ]
 
@@ -181,54 +189,127 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The topology key of "one per node" pod (anti-)affinity."""
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
+Neighbour: TypeAlias = tuple[str, frozenset[tuple[str, str]]]
+"""A pod as a pod anti-affinity term sees it: its namespace and labels."""
 
-def avoids_itself(spec: object, labels: Mapping[str, str]) -> bool:
-    """Whether pods with this spec and `labels` may not share a node with each other.
 
-    A required pod anti-affinity term on `kubernetes.io/hostname`, for the pod's own
-    namespace (no `namespaces` or `namespaceSelector`), whose label selector matches
-    `labels` (`matchLabels` and `matchExpressions`; an empty selector matches every
-    pod, a missing one none). Malformed terms state nothing.
+@dataclass(frozen=True)
+class PodTerm:
+    """A required pod anti-affinity term on `kubernetes.io/hostname`: the pods it keeps off.
+
+    kube-scheduler's `AffinityTerm`: a pod is selected when it is in one of
+    `namespaces` (None: every namespace, an empty `namespaceSelector`) and its
+    labels meet every requirement of the label selector.
+    """
+
+    selector: tuple[_Requirement, ...]
+    namespaces: frozenset[str] | None
+
+    def selects(self, pod: Neighbour) -> bool:
+        """Whether the term keeps the pod `pod` (namespace, labels) off its node."""
+        namespace, labels = pod
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        have = dict(labels)
+        return all(r.holds(have.get(r.key)) for r in self.selector)
+
+
+def pod_anti_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
+    """The required pod anti-affinity terms on `kubernetes.io/hostname` of a pod spec.
+
+    `pod`: the pod's own namespace (a term naming no namespaces and no
+    `namespaceSelector` is for it) and labels (its `matchLabelKeys` and
+    `mismatchLabelKeys` read them, as the API server merges them into the selector).
+    A term with another topology key, a `namespaceSelector` that names labels (the
+    namespaces' labels are not read), a missing selector (it selects nothing) or a
+    malformed part is left out.
     """
     if not isinstance(spec, Mapping):
-        return False
+        return ()
     affinity = spec.get("affinity")
     anti = affinity.get("podAntiAffinity") if isinstance(affinity, Mapping) else None
-    terms = (
+    raw = (
         anti.get("requiredDuringSchedulingIgnoredDuringExecution")
         if isinstance(anti, Mapping)
         else None
     )
-    for term in terms if isinstance(terms, list) else []:
+    out = []
+    for term in raw if isinstance(raw, list) else []:
         if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME_LABEL:
             continue
-        if term.get("namespaces") or term.get("namespaceSelector") is not None:
+        selector = _label_selector(term.get("labelSelector"))
+        keys = _keys(term.get("matchLabelKeys"), pod[1], "In")
+        not_keys = _keys(term.get("mismatchLabelKeys"), pod[1], "NotIn")
+        if selector is None or keys is None or not_keys is None:
             continue
-        if _selects(term.get("labelSelector"), labels):
-            return True
-    return False
+        known, namespaces = _term_namespaces(term, pod[0])
+        if not known:
+            continue
+        out.append(PodTerm((*selector, *keys, *not_keys), namespaces))
+    return tuple(out)
 
 
-def _selects(selector: object, labels: Mapping[str, str]) -> bool:
-    """Whether a label selector (`matchLabels`, `matchExpressions`) matches `labels`."""
-    if not isinstance(selector, Mapping):
-        return False
-    match = selector.get("matchLabels") or {}
-    if not isinstance(match, Mapping) or any(labels.get(k) != v for k, v in match.items()):
-        return False
-    raw = selector.get("matchExpressions") or []
+def _keys(
+    raw: object, labels: frozenset[tuple[str, str]], operator: str
+) -> list[_Requirement] | None:
+    """`matchLabelKeys` (`In`) or `mismatchLabelKeys` (`NotIn`) as requirements on `labels`."""
+    if raw is None:
+        return []
     if not isinstance(raw, list):
-        return False
+        return None
+    have = dict(labels)
+    return [_Requirement(str(k), operator, (have[str(k)],)) for k in raw if str(k) in have]
+
+
+def _term_namespaces(term: Mapping[str, Any], own: str) -> tuple[bool, frozenset[str] | None]:
+    """Whether a term's namespaces can be known here, and which (None: every namespace).
+
+    kube-scheduler's `getNamespacesFromPodAffinityTerm`: no `namespaces` and no
+    `namespaceSelector` is the pod's own namespace; an empty selector, every one; a
+    selector naming labels needs the namespaces' labels, which are not read here.
+    """
+    listed = term.get("namespaces") or []
+    chosen = term.get("namespaceSelector")
+    if not isinstance(listed, list):
+        return False, None
+    if chosen is None:
+        return True, frozenset(map(str, listed)) if listed else frozenset({own})
+    empty = isinstance(chosen, Mapping) and not chosen.get("matchLabels")
+    if empty and not chosen.get("matchExpressions"):
+        return True, None
+    return False, None
+
+
+def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
+    """Whether pods with this spec, `labels` and `namespace` may not share a node with each other.
+
+    One of their required pod anti-affinity terms on `kubernetes.io/hostname`
+    (`pod_anti_terms`) selects their own labels in their own namespace.
+    """
+    own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
+    return any(t.selects(own) for t in pod_anti_terms(spec, own))
+
+
+def _label_selector(selector: object) -> tuple[_Requirement, ...] | None:
+    """A label selector (`matchLabels`, `matchExpressions`) as requirements; None: none selected.
+
+    A missing or malformed selector selects nothing; an empty one every pod.
+    """
+    if not isinstance(selector, Mapping):
+        return None
+    match = selector.get("matchLabels") or {}
+    raw = selector.get("matchExpressions") or []
+    if not isinstance(match, Mapping) or not isinstance(raw, list):
+        return None
+    out = [_Requirement(str(k), "In", (str(v),)) for k, v in match.items()]
     for r in raw:
         if not isinstance(r, Mapping) or r.get("operator") not in _SELECTOR_OPERATORS:
-            return False
+            return None
         values = r.get("values") or []
         if not r.get("key") or not isinstance(values, list):
-            return False
-        needs = _Requirement(str(r["key"]), str(r["operator"]), tuple(map(str, values)))
-        if not needs.holds(labels.get(needs.key)):
-            return False
-    return True
+            return None
+        out.append(_Requirement(str(r["key"]), str(r["operator"]), tuple(map(str, values))))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -308,6 +389,12 @@ class NodeRules:
     """Memory one pod requests."""
     host_ports: tuple[HostPort, ...] = ()
     """The host ports one pod takes on its node (`host_ports`)."""
+    anti: tuple[PodTerm, ...] = ()
+    """Its pods' required pod anti-affinity on `kubernetes.io/hostname` (`pod_anti_terms`)."""
+    who: Neighbour | None = field(default=None, compare=False)
+    """Its pods' namespace and labels (what other pods' anti-affinity selects), when the
+    template's metadata names a namespace (`job_spec` adds the job's). Not compared:
+    jobs of equal templates have equal rules; a decision that reads it keys on it."""
 
     @classmethod
     def of_template(cls, template: Mapping[str, Any] | None, *, whole_gpus: bool) -> NodeRules:
@@ -316,9 +403,16 @@ class NodeRules:
         The API server rejects a malformed pod when the workers are created, and the
         controller reports that; here it only must not make a node look forbidden.
         """
+        meta = (template or {}).get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        labels = meta.get("labels")
+        who: Neighbour | None = None
+        if isinstance(meta.get("namespace"), str):
+            pairs_of = labels.items() if isinstance(labels, Mapping) else ()
+            who = (meta["namespace"], frozenset((str(k), str(v)) for k, v in pairs_of))
         spec = (template or {}).get("spec")
         if not isinstance(spec, Mapping):
-            return cls(whole_gpus=whole_gpus)
+            return cls(whole_gpus=whole_gpus, who=who)
         selector = spec.get("nodeSelector")
         pairs: tuple[tuple[str, str], ...] = ()
         if isinstance(selector, Mapping):
@@ -337,6 +431,8 @@ class NodeRules:
             cpu_milli=cpu,
             memory_mib=memory,
             host_ports=host_ports(spec),
+            anti=pod_anti_terms(spec, who) if who is not None else (),
+            who=who,
         )
 
     @property
@@ -352,6 +448,20 @@ class NodeRules:
     def port_clash(self, used: Iterable[HostPort]) -> HostPort | None:
         """The first host port its pods ask that a node whose pods hold `used` cannot give."""
         return port_clash(self.host_ports, used) if self.host_ports else None
+
+    def shuns(self, neighbours: Iterable[Neighbour], repels: Iterable[PodTerm]) -> str | None:
+        """Why its pods may not join a node's pods (kube-scheduler's InterPodAffinity), or None.
+
+        `neighbours`: the pods there; `repels`: their required pod anti-affinity terms on
+        `kubernetes.io/hostname`. Read only with `who` known.
+        """
+        if self.who is None:
+            return None
+        if self.anti and any(t.selects(p) for p in neighbours for t in self.anti):
+            return "a pod there matches its workers' pod anti-affinity"
+        if any(t.selects(self.who) for t in repels):
+            return "a pod there has a pod anti-affinity that matches its workers"
+        return None
 
     def pods_fit(self, cpu_free_milli: int, memory_free_mib: int) -> int | None:
         """How many of its pods the node's free CPU and memory hold; None: no limit."""

@@ -303,6 +303,11 @@ def _cut(seen: Usable, rules: NodeRules) -> str:
             f" ({seen.blocked} node(s) have free GPUs but a pod there holds a host port "
             f"its workers ask: {ports})"
         )
+    if seen.shunned:
+        out += (
+            f" ({seen.shunned} node(s) have free GPUs but a required pod anti-affinity keeps "
+            "its workers off them: theirs selects a pod there, or a pod's there selects them)"
+        )
     return out
 
 
