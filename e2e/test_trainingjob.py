@@ -287,6 +287,7 @@ def _gpu_nodes(
     *,
     per_node: int = 1,
     cpu: str = "32",
+    zone: str = "zone-a",
 ) -> Iterator[list[str]]:
     """kwok GPU nodes of a type only this test uses; deleted afterwards."""
     spec = ClusterSpec.model_validate(
@@ -298,6 +299,7 @@ def _gpu_nodes(
                     "count": count,
                     "gpu": {"model": model, "perNode": per_node, "memoryMiB": 40960},
                     "cpu": cpu,
+                    "zone": zone,
                 }
             ],
         }
@@ -767,14 +769,18 @@ def test_a_worker_is_planned_where_its_cpu_fits(
 
 @contextlib.contextmanager
 def _fast_and_slow(
-    api: Any, core: client.CoreV1Api, namespace: str
+    api: Any, core: client.CoreV1Api, namespace: str, *, zones: bool = False
 ) -> Iterator[tuple[str, str, list[str], list[str]]]:
-    """One 1-GPU node of a fast and of a slow GPU type of the test's own, untainted."""
+    """One 1-GPU node of a fast and of a slow GPU type of the test's own, untainted.
+
+    `zones`: each in a zone of its own (else both in zone-a).
+    """
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    fast_zone, slow_zone = (f"fz-{tag}", f"sz-{tag}") if zones else ("zone-a", "zone-a")
     with (
-        _gpu_nodes(api, core, f"fa-{tag}", fast, 1) as fast_nodes,
-        _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, zone=fast_zone) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1, zone=slow_zone) as slow_nodes,
     ):
         wait_nodes_untainted(api, set(fast_nodes + slow_nodes), 60)
         yield fast, slow, fast_nodes, slow_nodes
@@ -783,15 +789,18 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # the job's workers must share a node with a pod that runs on the slow node
-    # (required pod affinity): kube-scheduler's InterPodAffinity filter, whose affinity
-    # half the plan does not model, refuses the fast node. Before, the stuck rule
-    # re-planned the job on that node again, for ever
+    # the job's workers must share a zone with a pod that runs on the slow node, each
+    # type in a zone of its own (required pod affinity on topology.kubernetes.io/zone):
+    # kube-scheduler's InterPodAffinity filter refuses the fast node, and the plan does
+    # not model zone terms. Before, the stuck rule re-planned the job on that node
+    # again, for ever
     api, custom, core = jobs_api
-    with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
+    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, fast_nodes, slow_nodes):
         core.create_namespaced_pod(namespace, _bare_pod("friend", slow_nodes[0], "friend"))
         close = job("close", 1, 1, [(fast, 2.0), (slow, 1.0)])
-        close["spec"]["template"]["spec"]["affinity"] = _on_node_with("podAffinity", "friend")
+        close["spec"]["template"]["spec"]["affinity"] = _beside(
+            "podAffinity", "friend", "topology.kubernetes.io/zone"
+        )
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, close)
         _wait_running(api, namespace, "close", timeout=150, what="close running off the node")
         status = _get(api, namespace, "close")["status"]
@@ -812,35 +821,39 @@ def _bare_pod(name: str, node: str, app: str) -> dict[str, Any]:
     }
 
 
-def _on_node_with(kind: str, app: str) -> dict[str, Any]:
-    """A required `kind` (podAffinity, podAntiAffinity) on the node to pods labelled `app`."""
-    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}
+def _beside(kind: str, app: str, key: str = "kubernetes.io/hostname") -> dict[str, Any]:
+    """A required `kind` (podAffinity, podAntiAffinity) to pods labelled `app`, on `key`."""
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
     return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
-@pytest.mark.parametrize("whose", ["the workers'", "the other pod's"])
-def test_a_gang_a_pod_anti_affinity_keeps_off_a_node_starts_where_it_binds(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, whose: str
+@pytest.mark.parametrize("rule", ["its anti-affinity", "the pod's anti-affinity", "its affinity"])
+def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, rule: str
 ) -> None:
-    # a serving pod runs on the fast type's only node, and a required pod anti-affinity
-    # keeps the job's workers off it: theirs selects the serving pod, or the serving
-    # pod's selects them (kube-scheduler's InterPodAffinity filter). The plan knows
-    # this: the job starts at once on the slow node. Before, it was planned on the fast
-    # node, kube-scheduler would not bind it there, and the stuck rule moved it after 45 s
+    # a required pod (anti-)affinity keeps the job's workers off the fast type's only
+    # node: their anti-affinity selects a serving pod there, or the serving pod's
+    # selects them, or their affinity asks for a cache pod that runs only on the slow
+    # node (kube-scheduler's InterPodAffinity filter). The plan knows this: the job
+    # starts at once on the slow node. Before, it was planned on the fast node,
+    # kube-scheduler would not bind it there, and the stuck rule moved it after 45 s
     api, custom, core = jobs_api
     with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
-        serving = _bare_pod("serving", fast_nodes[0], "serve")
+        other = _bare_pod("other", fast_nodes[0], "serve")
         shy = job("shy", 1, 1, [(fast, 2.0), (slow, 1.0)])
-        if whose == "the workers'":
-            shy["spec"]["template"]["spec"]["affinity"] = _on_node_with("podAntiAffinity", "serve")
-        else:
-            serving["spec"]["affinity"] = _on_node_with("podAntiAffinity", "trainer")
+        if rule == "its anti-affinity":
+            shy["spec"]["template"]["spec"]["affinity"] = _beside("podAntiAffinity", "serve")
+        elif rule == "the pod's anti-affinity":
+            other["spec"]["affinity"] = _beside("podAntiAffinity", "trainer")
             shy["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
-        core.create_namespaced_pod(namespace, serving)
+        else:
+            other = _bare_pod("other", slow_nodes[0], "cache")
+            shy["spec"]["template"]["spec"]["affinity"] = _beside("podAffinity", "cache")
+        core.create_namespaced_pod(namespace, other)
         wait_for(
-            lambda: core.read_namespaced_pod("serving", namespace).status.phase == "Running",
+            lambda: core.read_namespaced_pod("other", namespace).status.phase == "Running",
             30,
-            "the serving pod running",
+            "the other pod running",
         )
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, shy)
         _wait_running(api, namespace, "shy", timeout=60, what="shy running on the slow node")

@@ -229,15 +229,18 @@ class Usable(NamedTuple):
     """Nodes with free GPUs its workers cannot take now: a pod there holds a host port
     they ask (`NodeRules.port_clash`)."""
     shunned: int = 0
-    """Nodes with free GPUs its workers cannot take now for a pod anti-affinity: theirs
-    selects a pod there, or a pod's there selects them (`NodeRules.shuns`)."""
+    """Nodes with free GPUs its workers cannot take now for a required pod (anti-)affinity:
+    theirs, or a pod's there (`NodeRules.shuns`)."""
     positions: Mapping[str, int] | None = None
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
 
 
-_Asked: TypeAlias = tuple[NodeRules, int, Neighbour | None]
-"""What `admitting` answers for: rules, GPUs per worker, and whom pod anti-affinity
-concerns (`_who`; None when none may)."""
+_Whom: TypeAlias = tuple[Neighbour | None, bool]
+"""Whom a pod (anti-)affinity may concern (None: none may), and whether they are the first
+of a series their required pod affinity may start anywhere (`_whom`)."""
+_NO_ONE: _Whom = (None, False)
+_Asked: TypeAlias = tuple[NodeRules, int, _Whom]
+"""What `admitting` answers for: rules, GPUs per worker, `_Whom`."""
 _ADMITTED: dict[int, tuple[Sequence[NodeCapacity], dict[_Asked, Usable]]] = {}
 """`admitting`'s answers by the type's nodes (their id), then what was asked (`_Asked`).
 A pass asks it of one capacity for every job, and each start there changes one type's
@@ -260,8 +263,8 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
-    who = _who(index, gpu_type, rules)
-    if not _looks(rules) and who is None and gpu_type not in index.tainted:
+    whom = _whom(capacity, index, gpu_type, rules)
+    if not _looks(rules) and whom[0] is None and gpu_type not in index.tainted:
         return Usable(nodes, {})
     held = _ADMITTED.get(id(nodes))
     if held is None or held[0] is not nodes:  # held by the memo: its id is not reused
@@ -269,7 +272,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
             _ADMITTED.clear()
         held = _ADMITTED[id(nodes)] = (nodes, {})
     answers = held[1]
-    asked = (rules, per_worker, who)
+    asked = (rules, per_worker, whom)
     hit = answers.get(asked)
     if hit is not None:
         return hit
@@ -281,9 +284,9 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             continue
-        room = _room(n, rules, per_worker, who)
+        room = _room(n, rules, per_worker, whom)
         if room < n.free:
-            cut[_blocked(n, rules, who)] += 1
+            cut[_blocked(n, rules, whom)] += 1
             kept.append(replace(n, free=room, free_gpus=n.free_gpus[:room]))
         else:
             kept.append(n)
@@ -298,24 +301,30 @@ def _looks(rules: NodeRules) -> bool:
     return rules.selects or rules.asks or bool(rules.host_ports)
 
 
-def _who(index: _Index, gpu_type: str, rules: NodeRules) -> Neighbour | None:
-    """Whom a pod anti-affinity may keep off some node of `gpu_type`: the workers; else None.
+def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) -> _Whom:
+    """Whom a pod (anti-)affinity may keep off some node of `gpu_type`, and if they are first.
 
-    Theirs may (they state one), or a pod's on a node of the type may.
+    The workers, when theirs may (they state one) or a pod's on a node of the type may;
+    else nobody. First: they have a required pod affinity no pod of `capacity` meets
+    and they meet it themselves (kube-scheduler lets the first of such a series go
+    on any node).
     """
-    if rules.who is not None and (rules.anti or gpu_type in index.repelling):
-        return rules.who
-    return None
+    if rules.who is None or not (rules.anti or rules.near or gpu_type in index.repelling):
+        return _NO_ONE
+    first = rules.meets_near(rules.who) and not any(
+        rules.meets_near(p) for n in capacity for p in n.neighbours
+    )
+    return rules.who, first
 
 
-def _blocked(n: NodeCapacity, rules: NodeRules, who: Neighbour | None) -> int:
-    """What keeps workers with `rules` off `n` now: 0 nothing, 1 a host port, 2 anti-affinity.
+def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
+    """What keeps workers with `rules` off `n` now: 0 nothing, 1 a host port, 2 pod affinity.
 
-    `who`: the workers, when a pod anti-affinity may concern them (`_who`).
+    `whom`: the workers, when a pod (anti-)affinity may concern them (`_whom`).
     """
     if rules.port_clash(n.host_ports) is not None:
         return 1
-    if who is not None and rules.shuns(n.neighbours, n.repels) is not None:
+    if whom[0] is not None and rules.shuns(n.neighbours, n.repels, whom[1]) is not None:
         return 2
     return 0
 
@@ -323,17 +332,17 @@ def _blocked(n: NodeCapacity, rules: NodeRules, who: Neighbour | None) -> int:
 def blocks(capacity: Capacity, n: NodeCapacity, rules: NodeRules) -> bool:
     """Whether a pod on `n` (a node of `capacity`) keeps workers with `rules` off it now.
 
-    It holds a host port they ask, or a pod anti-affinity keeps them apart.
+    It holds a host port they ask, or a pod (anti-)affinity keeps them off.
     """
-    return _blocked(n, rules, _who(_index(capacity), n.gpu_model, rules)) > 0
+    return _blocked(n, rules, _whom(capacity, _index(capacity), n.gpu_model, rules)) > 0
 
 
-def _room(n: NodeCapacity, rules: NodeRules, per_worker: int, who: Neighbour | None) -> int:
+def _room(n: NodeCapacity, rules: NodeRules, per_worker: int, whom: _Whom) -> int:
     """The free GPUs of `n` that workers with `rules` can take.
 
     CPU, memory, host ports and pod anti-affinity allowing.
     """
-    if _blocked(n, rules, who):
+    if _blocked(n, rules, whom):
         return 0
     pods = rules.pods_fit(n.cpu_free_milli, n.memory_free_mib) if rules.asks else None
     return n.free if pods is None else min(n.free, pods * per_worker)
@@ -511,13 +520,13 @@ def take(
     """
     nodes = list(capacity)
     index = _index(capacity)
-    who = _who(index, gpu_type, rules) if rules is not None else None
-    if placements and not _placed_where_blocked(nodes, placements, rules, who):
+    whom = _whom(capacity, index, gpu_type, rules) if rules is not None else _NO_ONE
+    if placements and not _placed_where_blocked(nodes, placements, rules, whom):
         return _take_placed(nodes, placements, rules)
     mine = index.positions.get(gpu_type, ())
     usable = mine
     room: dict[int, int] = {}  # free GPUs the workers can take, where node rules cut them
-    if rules is not None and (_looks(rules) or who is not None or gpu_type in index.tainted):
+    if rules is not None and (_looks(rules) or whom[0] is not None or gpu_type in index.tainted):
         by_name = {n.name: n.free for n in admitting(capacity, gpu_type, rules, per_worker).nodes}
         usable = tuple(i for i in mine if nodes[i].name in by_name)
         room = {i: by_name[nodes[i].name] for i in usable}
@@ -550,8 +559,8 @@ def take(
         n = _took(n, per_worker, asks, rules)
         if i in room:
             assert rules is not None
-            plain = asks is None and not rules.host_ports and who is None
-            room[i] = n.free if plain else _room(n, rules, per_worker, who)
+            plain = asks is None and not rules.host_ports and whom[0] is None
+            room[i] = n.free if plain else _room(n, rules, per_worker, whom)
         nodes[i] = n
         placed.append((slot, gpus))
     if unplaced:
@@ -572,17 +581,17 @@ def _placed_where_blocked(
     nodes: Sequence[NodeCapacity],
     placements: Sequence[tuple[str, Sequence[int]]],
     rules: NodeRules | None,
-    who: Neighbour | None,
+    whom: _Whom,
 ) -> bool:
     """Whether a pod on a node of `placements` keeps the workers off it (`_blocked`).
 
-    A host port they ask, or a pod anti-affinity: the joint plan does not see the
+    A host port they ask, or a pod (anti-)affinity: the joint plan does not see the
     other jobs it starts in the same pass.
     """
-    if rules is None or (not rules.host_ports and who is None):
+    if rules is None or (not rules.host_ports and whom[0] is None):
         return False
     on = {name for name, _ in placements}
-    return any(_blocked(n, rules, who) for n in nodes if n.name in on)
+    return any(_blocked(n, rules, whom) for n in nodes if n.name in on)
 
 
 def _take_placed(
@@ -648,7 +657,7 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
     changed = [(k, a) for k, (b, a) in enumerate(zip(before, after, strict=True)) if b is not a]
     carried: dict[_Asked, Usable] = {}
     # a copy (one C-level step): another thread's decision may add an answer meanwhile
-    for (rules, per_worker, who), seen in tuple(held[1].items()):
+    for (rules, per_worker, whom), seen in tuple(held[1].items()):
         kept = list(seen.nodes)
         cut = [seen.short, seen.blocked, seen.shunned]  # as in `admitting`
         for k, new in changed:
@@ -656,14 +665,14 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
             if pos is None:  # refused by its labels or taints: still so
                 continue
             if kept[pos].free < before[k].free:
-                cut[_blocked(before[k], rules, who)] -= 1
-            room = _room(new, rules, per_worker, who)
+                cut[_blocked(before[k], rules, whom)] -= 1
+            room = _room(new, rules, per_worker, whom)
             if room < new.free:
-                cut[_blocked(new, rules, who)] += 1
+                cut[_blocked(new, rules, whom)] += 1
                 kept[pos] = replace(new, free=room, free_gpus=new.free_gpus[:room])
             else:
                 kept[pos] = new
-        carried[rules, per_worker, who] = Usable(
+        carried[rules, per_worker, whom] = Usable(
             tuple(kept), seen.refused, cut[0], cut[1], cut[2], positions=seen.positions
         )
     if len(_ADMITTED) >= _ADMITTED_KEPT:

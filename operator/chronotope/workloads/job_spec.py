@@ -19,7 +19,9 @@ when two of its workers can never share a node: they ask host ports
 (`node_fit.host_ports`, kube-scheduler's NodePorts filter) or keep off each
 other's nodes by a required pod anti-affinity (`node_fit.avoids_itself`, its
 InterPodAffinity filter); so every decision, and the extender, put each on its
-own node.
+own node. Likewise a job whose workers must share a node (a required pod affinity
+on `kubernetes.io/hostname` their own labels meet: once one runs, kube-scheduler
+puts the others only beside it; `node_fit.seeks_itself`) is placed StrictPack.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.node_fit import avoiding, avoids_itself, host_ports
+from chronotope.workloads.node_fit import avoiding, avoids_itself, host_ports, seeks_itself
 
-__all__ = ["MEMO_SIZE", "apart_why", "job_spec", "job_spec_or_none"]
+__all__ = ["MEMO_SIZE", "apart_why", "job_spec", "job_spec_or_none", "together"]
 
 MEMO_SIZE = 20_000
 """Parsed versions kept (least recently used dropped first)."""
@@ -55,21 +57,34 @@ _LOOSE = (PlacementStrategy.PACK, PlacementStrategy.SPREAD)
 
 def apart_why(job: Mapping[str, Any], spec: TrainingJobSpec) -> str | None:
     """Why two of the job's workers can never share a node, in words; None when they may."""
-    template = spec.template or {}
-    pod = template.get("spec")
+    pod, own, namespace = _workers(job, spec)
     ports = host_ports(pod)
     if ports:
         return f"its workers ask host port(s) {', '.join(map(str, ports))}"
+    if avoids_itself(pod, own, namespace):
+        return (
+            "a required pod anti-affinity on kubernetes.io/hostname matches its workers' own labels"
+        )
+    return None
+
+
+def together(job: Mapping[str, Any], spec: TrainingJobSpec) -> bool:
+    """Whether the job's workers must share a node (`node_fit.seeks_itself`).
+
+    Their required pod affinity on `kubernetes.io/hostname` is met by their own labels.
+    """
+    return seeks_itself(*_workers(job, spec))
+
+
+def _workers(job: Mapping[str, Any], spec: TrainingJobSpec) -> tuple[Any, dict[str, str], str]:
+    """The workers' pod spec, labels (the template's and the job label) and namespace."""
+    template = spec.template or {}
     meta = template.get("metadata")
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
     own = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
     job_meta = job.get("metadata") or {}
     own[JOB_LABEL] = str(job_meta.get("name") or "")
-    if avoids_itself(pod, own, str(job_meta.get("namespace") or "")):
-        return (
-            "a required pod anti-affinity on kubernetes.io/hostname matches its workers' own labels"
-        )
-    return None
+    return template.get("spec"), own, str(job_meta.get("namespace") or "")
 
 
 def _named(job: Mapping[str, Any], spec: TrainingJobSpec) -> TrainingJobSpec:
@@ -90,9 +105,15 @@ def _named(job: Mapping[str, Any], spec: TrainingJobSpec) -> TrainingJobSpec:
 
 def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
     spec = _named(job, TrainingJobSpec.model_validate(job.get("spec") or {}))
-    if spec.placement.strategy in _LOOSE and apart_why(job, spec) is not None:
-        placement = spec.placement.model_copy(update={"strategy": PlacementStrategy.STRICT_SPREAD})
-        spec = spec.model_copy(update={"placement": placement})
+    if spec.placement.strategy in _LOOSE:
+        strategy = None
+        if apart_why(job, spec) is not None:
+            strategy = PlacementStrategy.STRICT_SPREAD
+        elif together(job, spec):
+            strategy = PlacementStrategy.STRICT_PACK
+        if strategy is not None:
+            placement = spec.placement.model_copy(update={"strategy": strategy})
+            spec = spec.model_copy(update={"placement": placement})
     avoid = (job.get("status") or {}).get("avoidNodes")
     if not avoid or not isinstance(avoid, list):
         return spec

@@ -35,13 +35,16 @@ Two workers of one gang asking the same port never share a node, so such a
 gang is placed strictly spread (`job_spec`); so is a gang whose workers keep off
 each other's nodes by a required pod anti-affinity on `kubernetes.io/hostname`
 that matches their own labels (`avoids_itself`: the common "one worker per node"
-idiom). And InterPodAffinity's anti-affinity half on `kubernetes.io/hostname`: a
-node is no place for the workers when their required pod anti-affinity selects a
-pod there, or a pod there has one that selects them (`pod_anti_terms`,
-`NodeRules.shuns`; the pods of each node are `capacity.NodeCapacity.neighbours`).
-Required pod affinity, anti-affinity on other topology keys and a
+idiom). And InterPodAffinity on `kubernetes.io/hostname`: a node is no place for
+the workers when their required pod anti-affinity selects a pod there, or a pod
+there has one that selects them (`pod_anti_terms`), or when their required pod
+affinity is met by no pod there (`pod_affinity_terms`; unless no pod anywhere
+meets it and they meet it themselves: the first of a series goes anywhere, and
+a gang whose workers meet their own affinity is packed onto one node,
+`seeks_itself`). `NodeRules.shuns` decides; the pods of each node are
+`capacity.NodeCapacity.neighbours`. Terms on other topology keys and a
 `namespaceSelector` naming labels are not modelled (a gang stuck on them is
-moved by the stuck rule).
+moved by the stuck rule; a pod affinity with such a term is left out whole).
 
 Preferred (soft) node and pod affinity are not filters and are left to
 kube-scheduler's scoring. Pure: plain dicts in, answers out.
@@ -72,8 +75,10 @@ __all__ = [
     "job_rules",
     "next_avoid",
     "node_taints",
+    "pod_affinity_terms",
     "pod_anti_terms",
     "port_clash",
+    "seeks_itself",
 ]
 
 FILTER_EFFECTS = ("NoSchedule", "NoExecute")
@@ -224,29 +229,45 @@ def pod_anti_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
     namespaces' labels are not read), a missing selector (it selects nothing) or a
     malformed part is left out.
     """
+    return tuple(t for t in _pod_terms(spec, pod, "podAntiAffinity") if t is not None)
+
+
+def pod_affinity_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
+    """The required pod affinity terms of a pod spec, when all are read here; else none.
+
+    As `pod_anti_terms` reads them; one that cannot be read (another topology key, a
+    `namespaceSelector` naming labels, no selector, a malformed part) leaves the
+    pod's affinity unmodelled: no term is returned.
+    """
+    terms = _pod_terms(spec, pod, "podAffinity")
+    return () if None in terms else tuple(t for t in terms if t is not None)
+
+
+def _pod_terms(spec: object, pod: Neighbour, kind: str) -> list[PodTerm | None]:
+    """The required terms of `kind` (podAffinity, podAntiAffinity); None where unreadable."""
     if not isinstance(spec, Mapping):
-        return ()
+        return []
     affinity = spec.get("affinity")
-    anti = affinity.get("podAntiAffinity") if isinstance(affinity, Mapping) else None
+    part = affinity.get(kind) if isinstance(affinity, Mapping) else None
     raw = (
-        anti.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(anti, Mapping)
+        part.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(part, Mapping)
         else None
     )
-    out = []
+    out: list[PodTerm | None] = []
     for term in raw if isinstance(raw, list) else []:
         if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME_LABEL:
+            out.append(None)
             continue
         selector = _label_selector(term.get("labelSelector"))
         keys = _keys(term.get("matchLabelKeys"), pod[1], "In")
         not_keys = _keys(term.get("mismatchLabelKeys"), pod[1], "NotIn")
-        if selector is None or keys is None or not_keys is None:
-            continue
         known, namespaces = _term_namespaces(term, pod[0])
-        if not known:
+        if selector is None or keys is None or not_keys is None or not known:
+            out.append(None)
             continue
         out.append(PodTerm((*selector, *keys, *not_keys), namespaces))
-    return tuple(out)
+    return out
 
 
 def _keys(
@@ -288,6 +309,18 @@ def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") 
     """
     own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
     return any(t.selects(own) for t in pod_anti_terms(spec, own))
+
+
+def seeks_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
+    """Whether pods with this spec, `labels` and `namespace` must share a node with each other.
+
+    Their required pod affinity on `kubernetes.io/hostname` (`pod_affinity_terms`) is
+    met by their own labels in their own namespace: once one runs, the others may go
+    only where a pod that meets it runs.
+    """
+    own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
+    terms = pod_affinity_terms(spec, own)
+    return bool(terms) and all(t.selects(own) for t in terms)
 
 
 def _label_selector(selector: object) -> tuple[_Requirement, ...] | None:
@@ -391,6 +424,8 @@ class NodeRules:
     """The host ports one pod takes on its node (`host_ports`)."""
     anti: tuple[PodTerm, ...] = ()
     """Its pods' required pod anti-affinity on `kubernetes.io/hostname` (`pod_anti_terms`)."""
+    near: tuple[PodTerm, ...] = ()
+    """Its pods' required pod affinity on `kubernetes.io/hostname` (`pod_affinity_terms`)."""
     who: Neighbour | None = field(default=None, compare=False)
     """Its pods' namespace and labels (what other pods' anti-affinity selects), when the
     template's metadata names a namespace (`job_spec` adds the job's). Not compared:
@@ -432,6 +467,7 @@ class NodeRules:
             memory_mib=memory,
             host_ports=host_ports(spec),
             anti=pod_anti_terms(spec, who) if who is not None else (),
+            near=pod_affinity_terms(spec, who) if who is not None else (),
             who=who,
         )
 
@@ -449,19 +485,29 @@ class NodeRules:
         """The first host port its pods ask that a node whose pods hold `used` cannot give."""
         return port_clash(self.host_ports, used) if self.host_ports else None
 
-    def shuns(self, neighbours: Iterable[Neighbour], repels: Iterable[PodTerm]) -> str | None:
+    def shuns(
+        self, neighbours: Iterable[Neighbour], repels: Iterable[PodTerm], first: bool = False
+    ) -> str | None:
         """Why its pods may not join a node's pods (kube-scheduler's InterPodAffinity), or None.
 
         `neighbours`: the pods there; `repels`: their required pod anti-affinity terms on
-        `kubernetes.io/hostname`. Read only with `who` known.
+        `kubernetes.io/hostname`. `first`: no pod anywhere meets its pods' required pod
+        affinity and they meet it themselves (the first of a series: any node will do).
+        Read only with `who` known.
         """
         if self.who is None:
             return None
+        if self.near and not first and not any(self.meets_near(p) for p in neighbours):
+            return "no pod there matches its workers' required pod affinity"
         if self.anti and any(t.selects(p) for p in neighbours for t in self.anti):
             return "a pod there matches its workers' pod anti-affinity"
         if any(t.selects(self.who) for t in repels):
             return "a pod there has a pod anti-affinity that matches its workers"
         return None
+
+    def meets_near(self, pod: Neighbour) -> bool:
+        """Whether `pod` meets every term of its pods' required pod affinity (`near`)."""
+        return bool(self.near) and all(t.selects(pod) for t in self.near)
 
     def pods_fit(self, cpu_free_milli: int, memory_free_mib: int) -> int | None:
         """How many of its pods the node's free CPU and memory hold; None: no limit."""

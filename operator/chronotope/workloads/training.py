@@ -305,8 +305,8 @@ def _cut(seen: Usable, rules: NodeRules) -> str:
         )
     if seen.shunned:
         out += (
-            f" ({seen.shunned} node(s) have free GPUs but a required pod anti-affinity keeps "
-            "its workers off them: theirs selects a pod there, or a pod's there selects them)"
+            f" ({seen.shunned} node(s) have free GPUs but a required pod affinity or "
+            "anti-affinity keeps its workers off them: theirs, or a pod's there)"
         )
     return out
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 from chronotope.workloads.capacity import admitting, cluster_capacity, take
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.joint import Contender, arbitrate, options_for
@@ -23,6 +24,7 @@ from chronotope.workloads.node_fit import (
     PodTerm,
     avoids_itself,
     job_rules,
+    pod_affinity_terms,
     pod_anti_terms,
 )
 from chronotope.workloads.training import decide
@@ -234,7 +236,7 @@ def test_a_job_kept_off_the_fast_type_starts_on_the_other_and_one_that_cannot_sa
     capacity = cluster_capacity(nodes, [_pod("serve", "a100", {"app": "serve"})])
     decision = decide(job_spec(pinned), capacity, NOW)
     assert decision.gpu_type is None
-    assert "1 node(s) have free GPUs but a required pod anti-affinity keeps its workers off" in (
+    assert "1 node(s) have free GPUs but a required pod affinity or anti-affinity keeps" in (
         decision.reason
     ), decision.reason
 
@@ -278,3 +280,57 @@ def test_a_joint_placement_where_a_job_started_since_shuns_the_workers_is_made_a
     plain = job_rules(job_spec(_job("k", metadata={"labels": {"app": "other"}})))
     _, kept = take(left, A100, 1, 1, placements=[("a", (1,))], rules=plain)
     assert kept == (("a", (1,)),)
+
+
+# ---------------------------------------------------------------- required pod affinity
+def _near(app: str, key: str = HOST) -> dict[str, Any]:
+    """A required pod affinity to pods labelled `app` (on the node, by default)."""
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def test_pod_affinity_is_read_whole_or_not_at_all() -> None:
+    (term,) = pod_affinity_terms({"affinity": _near("cache")}, ME)
+    assert term.selects(("scale", _labels(app="cache")))
+    # one term on a zone cannot be read here: the affinity is left out whole
+    both = _near("cache")
+    both["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].append(
+        _near("db", "topology.kubernetes.io/zone")["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ][0]
+    )
+    assert pod_affinity_terms({"affinity": both}, ME) == ()
+    assert pod_anti_terms({"affinity": _near("cache")}, ME) == ()
+
+
+def test_workers_that_must_share_a_node_with_a_pod_go_only_where_one_runs() -> None:
+    pods = [_pod("cache", "b", {"app": "cache"})]
+    capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8)], pods)
+    job = _job("j")
+    job["spec"]["template"]["spec"]["affinity"] = _near("cache")
+    seen = admitting(capacity, A100, job_rules(job_spec(job)))
+    assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 8)]
+    assert seen.shunned == 1
+    # no pod meets it anywhere, and the workers do not meet it: no node will do
+    alone = cluster_capacity([node("a", A100, 8), node("b", A100, 8)], [])
+    assert [n.free for n in admitting(alone, A100, job_rules(job_spec(job))).nodes] == [0, 0]
+
+
+def test_the_first_of_a_series_goes_anywhere_and_the_rest_join_it() -> None:
+    # the workers meet their own affinity: with no such pod running, any node will do
+    # (kube-scheduler's first-of-a-series rule), and the gang is packed onto one node
+    capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8)], [])
+    job = _job("j", metadata={"labels": {"app": "trainer"}})
+    job["spec"] |= {"replicas": 2, "placement": {"strategy": "Spread"}}
+    job["spec"]["template"]["spec"]["affinity"] = _near("trainer")
+    spec = job_spec(job)
+    assert spec.placement.strategy is PlacementStrategy.STRICT_PACK
+    rules = job_rules(spec)
+    assert [n.free for n in admitting(capacity, A100, rules).nodes] == [8, 8]
+    left, placed = take(capacity, A100, 2, 1, strategy=spec.placement.strategy, rules=rules)
+    (where,) = {p[0] for p in placed}
+    # the next job of the series goes only beside them
+    later = _job("k", metadata={"labels": {"app": "trainer"}})
+    later["spec"]["template"]["spec"]["affinity"] = _near("trainer")
+    seen = admitting(left, A100, job_rules(job_spec(later)))
+    assert [n.name for n in seen.nodes if n.free] == [where]
