@@ -88,7 +88,7 @@ def test_a_bad_pod_template_is_denied_naming_the_field(
     assert "NotFound" in gone.stderr  # nothing was stored
 
 
-def test_a_strict_pack_gang_whose_workers_may_not_share_a_node_is_denied(
+def test_a_gang_whose_strategy_its_pods_rules_forbid_is_denied(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:
     port = {"containerPort": 7777, "hostPort": 7777}
@@ -104,6 +104,19 @@ def test_a_strict_pack_gang_whose_workers_may_not_share_a_node_is_denied(
     # under Pack it is admitted (and placed StrictSpread)
     packed["spec"]["placement"] = {"strategy": "Pack"}
     assert _apply(kube_cluster, namespace, packed).returncode == 0
+    # the other way round: StrictSpread, but a pod affinity its workers meet keeps them
+    # together (once one runs, the others may go only beside it)
+    term = {
+        "labelSelector": {"matchLabels": {"chronotope.dev/job": "spread"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    near = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    template = {"spec": {"containers": [{"name": "w", "image": "x"}], "affinity": near}}
+    spread = _job("spread", replicas=2, placement={"strategy": "StrictSpread"}, template=template)
+    out = _apply(kube_cluster, namespace, spread)
+    assert out.returncode != 0
+    assert DENIED in out.stderr
+    assert "StrictSpread puts each of its 2 workers on a node of its own" in out.stderr
 
 
 def test_a_template_no_gpu_node_admits_is_a_warning_kubectl_prints(

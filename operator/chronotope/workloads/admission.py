@@ -43,7 +43,7 @@ from chronotope.sharing.labels import (
     SHARE_RESOURCE,
 )
 from chronotope.workloads.capacity import admitting, cluster_capacity
-from chronotope.workloads.job_spec import apart_why
+from chronotope.workloads.job_spec import apart_why, together
 from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.pod_shape import TypeTable, check_shape
 
@@ -171,17 +171,29 @@ def validate(
 
 
 def _packed_apart(obj: Mapping[str, Any], spec: TrainingJobSpec) -> list[str]:
-    """A StrictPack job of more than one worker whose workers may not share a node: never runs."""
+    """A gang of more than one worker its strategy and its pods' rules keep from ever running.
+
+    StrictPack, but its workers may not share a node; or StrictSpread, but they must.
+    """
     least = min(spec.min_replicas or spec.replicas, spec.replicas)
-    if spec.placement.strategy is not PlacementStrategy.STRICT_PACK or least < 2:  # noqa: PLR2004
+    if least < 2:  # noqa: PLR2004
         return []
-    why = apart_why(obj, spec)
-    if why is None:
-        return []
-    return [
-        f"spec.placement.strategy: StrictPack puts all {least} workers on one node, but {why}, "
-        "so no two of them may share a node: it could never be scheduled (use StrictSpread)"
-    ]
+    strategy = spec.placement.strategy
+    why = apart_why(obj, spec) if strategy is PlacementStrategy.STRICT_PACK else None
+    if why is not None:
+        return [
+            f"spec.placement.strategy: StrictPack puts all {least} workers on one node, but "
+            f"{why}, so no two of them may share a node: it could never be scheduled "
+            "(use StrictSpread)"
+        ]
+    if strategy is PlacementStrategy.STRICT_SPREAD and together(obj, spec):
+        return [
+            f"spec.placement.strategy: StrictSpread puts each of its {least} workers on a node "
+            "of its own, but a required pod affinity on kubernetes.io/hostname is met by its "
+            "workers' own labels, so once one runs the others may go only beside it: it could "
+            "never be scheduled (use StrictPack)"
+        ]
+    return []
 
 
 def _errors(exc: ValidationError) -> list[str]:

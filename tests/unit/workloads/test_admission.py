@@ -252,6 +252,36 @@ def test_a_strict_pack_gang_whose_workers_may_not_share_a_node_is_denied() -> No
     assert validate("TrainingJob", elastic).allowed
 
 
+def test_a_strict_spread_gang_whose_workers_must_share_a_node_is_denied() -> None:
+    near = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"chronotope.dev/job": "j"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    together = {"spec": {"containers": [{"name": "w", "image": "x"}], "affinity": near}}
+    answer = validate("TrainingJob", job(placement={"strategy": "StrictSpread"}, template=together))
+    assert not answer.allowed
+    assert answer.message == (
+        "spec.placement.strategy: StrictSpread puts each of its 2 workers on a node of its "
+        "own, but a required pod affinity on kubernetes.io/hostname is met by its workers' own "
+        "labels, so once one runs the others may go only beside it: it could never be "
+        "scheduled (use StrictPack)"
+    )
+    # Spread (placed StrictPack), StrictPack, or one worker: admitted
+    assert validate("TrainingJob", job(placement={"strategy": "Spread"}, template=together)).allowed
+    assert validate(
+        "TrainingJob", job(placement={"strategy": "StrictPack"}, template=together)
+    ).allowed
+    assert validate(
+        "TrainingJob", job(replicas=1, placement={"strategy": "StrictSpread"}, template=together)
+    ).allowed
+
+
 def test_the_models_template_message_is_not_repeated_after_the_precise_one() -> None:
     answer = validate("TrainingJob", job(template={"spec": {"containers": "x"}}))
     assert answer.message == "spec.template.spec.containers: must be a list, not the string 'x'"
