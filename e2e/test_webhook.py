@@ -111,8 +111,10 @@ def test_a_gang_whose_strategy_its_pods_rules_forbid_is_denied(
         "topologyKey": "kubernetes.io/hostname",
     }
     near = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    template = {"spec": {"containers": [{"name": "w", "image": "x"}], "affinity": near}}
-    spread = _job("spread", replicas=2, placement={"strategy": "StrictSpread"}, template=template)
+    together: dict[str, Any] = {
+        "spec": {"containers": [{"name": "w", "image": "x"}], "affinity": near}
+    }
+    spread = _job("spread", replicas=2, placement={"strategy": "StrictSpread"}, template=together)
     out = _apply(kube_cluster, namespace, spread)
     assert out.returncode != 0
     assert DENIED in out.stderr
