@@ -260,7 +260,7 @@ def _run(args: argparse.Namespace) -> int:
             placement=PlacementRules.from_args(args),
         ),
         variant_ops=KubeVariantOps(api, cache, prometheus=args.prometheus),
-        memo=GroupMemo(refresh_s=args.variant_refresh_s),
+        memo=GroupMemo(refresh_s=args.variant_refresh_s, placement=PlacementRules.from_args(args)),
     )
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = (

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from chronotope.controllers.reads import Reads
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.solver.model import Reason
+from chronotope.solver.online import PlacementRules
 from chronotope.workloads.placement import parse_doc
 from chronotope.workloads.quota import StopCause
 from chronotope.workloads.serving_group import (
@@ -97,8 +98,14 @@ class GroupMemo:
         refresh_s: float = 30.0,
         rate_ttl_s: float = 5.0,
         on_pass: Callable[[str, GroupResult], None] | None = None,
+        placement: PlacementRules | None = None,
     ) -> None:
-        """Re-apply a group at least every `refresh_s`; reuse a live rate for `rate_ttl_s`."""
+        """Re-apply a group at least every `refresh_s`; reuse a live rate for `rate_ttl_s`.
+
+        `placement`: how the extender places pods (how many of a group's GPU shares it
+        puts on one GPU; `variants.gpu_pool`).
+        """
+        self.placement = placement or PlacementRules()
         self.refresh_s = refresh_s
         self.rate_ttl_s = rate_ttl_s
         self.on_pass = on_pass
@@ -144,7 +151,7 @@ class GroupMemo:
         with self._group_lock(key):
             rates = self.rates(ops, namespace, group, now)
             nodes, pods = ops.nodes(), ops.pods(namespace, group.name)
-            fp = fingerprint(group, nodes, pods, rates)
+            fp = fingerprint(group, nodes, pods, rates, self.placement)
             with self._lock:
                 entry = self._entries.get(key)
             fresh = entry is not None and (now - entry.at).total_seconds() < self.refresh_s
@@ -159,6 +166,7 @@ class GroupMemo:
                     previous_doc=parse_doc(cm.get("data")),
                     rates=rates,
                     now=now,
+                    rules=self.placement,
                 )
                 result = _within_quota(ops, namespace, group, group_pass, now, running=bool(pods))
                 if result.objects:
@@ -265,9 +273,10 @@ def fingerprint(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     rates: Mapping[str, float | str],
+    rules: PlacementRules | None = None,
 ) -> str:
     """A digest of everything a group pass reads; equal digests give equal passes."""
-    pool = gpu_pool(nodes, replica_request(group.members))
+    pool = gpu_pool(nodes, replica_request(group.members), rules)
     pod_rows = []
     for p in pods:
         meta, status = p.get("metadata") or {}, p.get("status") or {}

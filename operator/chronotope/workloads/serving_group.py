@@ -28,6 +28,7 @@ from chronotope.planners.llmcost import Tier
 from chronotope.planners.variants import GroupPlan, Placement, plan_group
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, SCHEDULER_NAME
 from chronotope.solver.model import Reason
+from chronotope.solver.online import PlacementRules
 from chronotope.workloads.placement import (
     JSON_KEY,
     SERVING,
@@ -102,17 +103,19 @@ def serve_group(
     rates: Mapping[str, float | str],
     now: datetime,
     hold: Reason | None = None,
+    rules: PlacementRules | None = None,
 ) -> GroupResult:
     """One pass over the group; see the module docstring.
 
     `hold`: why the group may not take a new plan now (its queue's quota does not
     admit it): the last plan is kept, as when no plan can be made, and each member
-    gets one `QuotaExceeded` event when the reason is new.
+    gets one `QuotaExceeded` event when the reason is new. `rules`: how the extender
+    places pods (`variants.gpu_pool`).
     """
     previous = plan_from_doc(previous_doc)
     if hold is None:
         live = {k: v for k, v in rates.items() if not isinstance(v, str)}
-        planned: GroupPlan | Reason = plan_group(group_input(group, nodes, live, previous))
+        planned: GroupPlan | Reason = plan_group(group_input(group, nodes, live, previous, rules))
     else:
         planned = hold
     why_not: Reason | None = None

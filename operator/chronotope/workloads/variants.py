@@ -37,11 +37,13 @@ from chronotope.api.v1alpha1.modelvariant import BaseModelRef, ModelVariantSpec
 from chronotope.planners.llmcost import GpuPerf, ModelShape, gpu_perf
 from chronotope.planners.variants import GroupInput, GroupPlan, VariantDemand
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
+from chronotope.solver.cache import ClusterCache, NodeInfo
 from chronotope.solver.model import MILLI, Reason
 from chronotope.solver.online import PlacementRules
 from chronotope.workloads.capacity import FreeGpus, SharePlacer, admitting, cluster_model
 from chronotope.workloads.cluster_feed import node_schedulable
 from chronotope.workloads.node_fit import NodeRules, node_taints
+from chronotope.workloads.podreq import gpu_resources, pod_request, replica_pod
 
 __all__ = [
     "Grouping",
@@ -53,6 +55,7 @@ __all__ = [
     "group_name",
     "group_variants",
     "replica_request",
+    "shares_per_gpu",
     "usable_gpu_nodes",
 ]
 
@@ -301,16 +304,20 @@ def free_serving_gpus(
 
 
 def gpu_pool(
-    nodes: Sequence[Mapping[str, Any]], request: GpuRequest
+    nodes: Sequence[Mapping[str, Any]],
+    request: GpuRequest,
+    rules: PlacementRules | None = None,
 ) -> dict[str, tuple[GpuPerf, int]]:
     """GPU types the group can use: one replica's performance and how many replicas fit.
 
     Whole GPUs: k GPUs per replica act as one k-times larger GPU (tensor
     parallel), and a node holds floor(GPUs / k) replicas. A share: the GPU's
     memory capped at the share's, compute and bandwidth scaled by its
-    percentage, and as many shares per GPU as memory and compute allow.
+    percentage, and as many shares per GPU as the extender puts on one
+    (`shares_per_gpu`: compute, memory and its co-location rules, `rules`).
     Types without a performance profile (`planners.llmcost.GPUS`) are left out.
     """
+    rules = rules or PlacementRules()
     pool: dict[str, tuple[GpuPerf, int]] = {}
     for product, gpus, memory in usable_gpu_nodes(nodes, whole_gpus=request.shared is None):
         perf = gpu_perf(product, memory)
@@ -318,7 +325,7 @@ def gpu_pool(
             continue
         if request.shared is not None:
             share = request.shared
-            per_gpu = min(_WHOLE // share.compute_percent, perf.memory_mib // share.memory_mib)
+            per_gpu = shares_per_gpu(share, perf.memory_mib, rules)
             scale = share.compute_percent / _WHOLE
             one = GpuPerf(
                 perf.name,
@@ -345,13 +352,52 @@ def gpu_pool(
     return pool
 
 
+_PER_GPU: dict[tuple[Any, ...], int] = {}
+"""`shares_per_gpu`'s answers by share, GPU memory and rules (few distinct ones)."""
+
+
+def shares_per_gpu(share: GpuShare, memory_mib: int, rules: PlacementRules) -> int:
+    """How many pods asking `share` one untouched GPU of `memory_mib` takes.
+
+    As the extender places them: its own decision (`ClusterCache.trial`: its policy
+    under its co-location rules) on a cluster of that one GPU. Compute, device memory,
+    and for shares that state a priority the rules (a High share joins others only
+    within the interference budget).
+    """
+    colocation = rules.colocation
+    key = (
+        share.compute_percent,
+        share.memory_mib,
+        share.priority,
+        share.profile,
+        memory_mib,
+        rules.policy.name,
+        colocation.budget,
+        colocation.runtime,
+    )
+    known = _PER_GPU.get(key)
+    if known is not None:
+        return known
+    cache = ClusterCache(colocation=colocation)
+    cache.upsert_node(NodeInfo("gpu", gpu_model="gpu", gpu_count=1, gpu_memory_mib=memory_mib))
+    one = pod_request(replica_pod(*gpu_resources(share, 1)))
+    placed, _ = cache.trial([one] * (_WHOLE // share.compute_percent), ["gpu"], rules.policy)
+    out = sum(d is not None for d in placed)
+    _PER_GPU[key] = out
+    return out
+
+
 def group_input(
     group: ServingGroup,
     nodes: Sequence[Mapping[str, Any]],
     rates: Mapping[str, float],
     previous: GroupPlan | None,
+    rules: PlacementRules | None = None,
 ) -> GroupInput:
-    """The planner's input: the group's variants at their live rate (else expectedQPS)."""
+    """The planner's input: the group's variants at their live rate (else expectedQPS).
+
+    `rules`: how the extender places pods (its shares per GPU; `gpu_pool`).
+    """
     variants = tuple(
         VariantDemand(
             name=m.name,
@@ -366,6 +412,6 @@ def group_input(
         group=group.name,
         shape=ModelShape.of(group.base.size_mib, group.base.parameters_billions),
         variants=variants,
-        gpus=gpu_pool(nodes, replica_request(group.members)),
+        gpus=gpu_pool(nodes, replica_request(group.members), rules),
         previous=previous,
     )

@@ -188,6 +188,23 @@ def test_the_gpu_pool_counts_ready_schedulable_nodes_of_known_types() -> None:
     assert perf.memory_mib == 20000
 
 
+def test_the_gpu_pool_counts_as_many_shares_a_gpu_as_the_extender_puts_there() -> None:
+    # High compute-bound 20 % shares: compute and memory allow five a GPU, but beside two
+    # others a third is predicted at the 1.10x budget and a fourth over it; the
+    # extender places three, and so does the pool count (before: five, and the group
+    # planned replicas whose pods the extender refused)
+    high = {"memoryMiB": 4096, "computePercent": 20, "priority": "High"}
+    request = GpuRequest.model_validate({"shared": high | {"profile": "ComputeBound"}})
+    nodes = [node("h0", gpus=2)]
+    assert gpu_pool(nodes, request)[H100][1] == 2 * 3
+    # the extender's budget is the operator's too
+    loose = PlacementRules(colocation=Colocation(budget=1.5))
+    assert gpu_pool(nodes, request, loose)[H100][1] == 2 * 5
+    # best-effort shares are bounded beside High ones, never refused by each other
+    best_effort = GpuRequest.model_validate({"shared": high | {"priority": "BestEffort"}})
+    assert gpu_pool(nodes, best_effort)[H100][1] == 2 * 5
+
+
 def test_the_gpu_pool_leaves_out_nodes_whose_taints_serving_pods_do_not_tolerate() -> None:
     # serving pods carry no tolerations: a team's dedicated node is not theirs (before,
     # the group was planned there and its pods stayed Pending); the device plugin's
