@@ -42,7 +42,8 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--dashboard-address", default="127.0.0.1", help="dashboard bind address")
     # the extender's --policy, --interference-budget, --colocation-runtime: give both the
-    # same, so a pipeline's GPU shares count as fitting the GPUs where it would place them
+    # same, so a pipeline's GPU shares fit the free GPUs where the extender would place
+    # them, and a ModelVariant group counts as many shares a GPU as it puts on one
     add_placement_arguments(parser)
     parser.add_argument(
         "--tuner-down-delay-s",
@@ -249,6 +250,7 @@ def _run(args: argparse.Namespace) -> int:
     job_loop = TrainingJobLoop(job_ops, cache.training_jobs.list, metrics, resync_s=args.resync)
     cache.listen(job_loop.on_change)
 
+    placement = PlacementRules.from_args(args)  # the extender's rules (its flags)
     registry = build_registry(
         interval=args.interval,
         metrics=metrics,
@@ -257,10 +259,10 @@ def _run(args: argparse.Namespace) -> int:
             down_delay_s=args.tuner_down_delay_s,
             replan_period_s=args.replan_period_s,
             envelope_s=args.tuner_envelope_s,
-            placement=PlacementRules.from_args(args),
+            placement=placement,
         ),
         variant_ops=KubeVariantOps(api, cache, prometheus=args.prometheus),
-        memo=GroupMemo(refresh_s=args.variant_refresh_s, placement=PlacementRules.from_args(args)),
+        memo=GroupMemo(refresh_s=args.variant_refresh_s, placement=placement),
     )
     logging.getLogger("kopf").setLevel(logging.WARNING)
     liveness = (

@@ -258,8 +258,8 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     ask counts none. A type none of whose nodes carries a taint is answered without
     looking at its nodes when the rules select nothing, request no CPU or memory
     and ask no host port (most jobs, and every job of a cluster without taints). A
-    node where a pod anti-affinity keeps the workers off (theirs, or a pod's there;
-    on `kubernetes.io/hostname`) counts none too.
+    node where a required pod affinity or anti-affinity keeps the workers off
+    (theirs, or a pod's there; on `kubernetes.io/hostname`) counts none too.
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
@@ -340,7 +340,7 @@ def blocks(capacity: Capacity, n: NodeCapacity, rules: NodeRules) -> bool:
 def _room(n: NodeCapacity, rules: NodeRules, per_worker: int, whom: _Whom) -> int:
     """The free GPUs of `n` that workers with `rules` can take.
 
-    CPU, memory, host ports and pod anti-affinity allowing.
+    CPU, memory, host ports and pod (anti-)affinity allowing.
     """
     if _blocked(n, rules, whom):
         return 0
@@ -431,7 +431,7 @@ def cluster_model(
             continue
         i = cache.index(info.name)
         assert i is not None
-        on = held.get(info.name, _NOTHING_HELD)
+        on = held.get(info.name) or _Held()
         free_gpus = state.first_free_gpus(i, info.gpu_count)
         left, memory = state.gpu_left[i, : info.gpu_count], state.gpu_mem_left[i, : info.gpu_count]
         in_part = (left > 0) & (left < MILLI)
@@ -484,9 +484,6 @@ class _Held:
         )
         self.neighbours.add(me)
         self.repels.extend(pod_anti_terms(spec, me))
-
-
-_NOTHING_HELD = _Held()
 
 
 Placements: TypeAlias = tuple[tuple[str, tuple[int, ...]], ...]

@@ -90,7 +90,7 @@ def _workers(job: Mapping[str, Any], spec: TrainingJobSpec) -> tuple[Any, dict[s
 def _named(job: Mapping[str, Any], spec: TrainingJobSpec) -> TrainingJobSpec:
     """`spec` with its template's metadata naming the job's namespace and job label.
 
-    As its workers carry them (`workloads.gang`): what other pods' anti-affinity selects.
+    As its workers carry them (`workloads.gang`): what pod (anti-)affinity selects.
     """
     meta = job.get("metadata") or {}
     template = dict(spec.template or {})

@@ -195,12 +195,12 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 Neighbour: TypeAlias = tuple[str, frozenset[tuple[str, str]]]
-"""A pod as a pod anti-affinity term sees it: its namespace and labels."""
+"""A pod as a pod (anti-)affinity term sees it: its namespace and labels."""
 
 
 @dataclass(frozen=True)
 class PodTerm:
-    """A required pod anti-affinity term on `kubernetes.io/hostname`: the pods it keeps off.
+    """A required pod affinity or anti-affinity term on `kubernetes.io/hostname`: whom it selects.
 
     kube-scheduler's `AffinityTerm`: a pod is selected when it is in one of
     `namespaces` (None: every namespace, an empty `namespaceSelector`) and its
@@ -211,7 +211,7 @@ class PodTerm:
     namespaces: frozenset[str] | None
 
     def selects(self, pod: Neighbour) -> bool:
-        """Whether the term keeps the pod `pod` (namespace, labels) off its node."""
+        """Whether the term selects the pod `pod` (namespace, labels)."""
         namespace, labels = pod
         if self.namespaces is not None and namespace not in self.namespaces:
             return False
