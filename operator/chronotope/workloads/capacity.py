@@ -177,8 +177,8 @@ class _Index:
     nodes: dict[str, tuple[NodeCapacity, ...]]
     tainted: frozenset[str] = frozenset()
     """The GPU models some node of which carries a taint."""
-    repelling: frozenset[str] = frozenset()
-    """The GPU models some node of which holds a pod with a pod anti-affinity (`repels`)."""
+    repelling: Mapping[str, frozenset[PodTerm]] = field(default_factory=dict)
+    """Per GPU model, the pod anti-affinity terms of the pods on its nodes (`repels`)."""
 
 
 class _Memo:
@@ -198,11 +198,20 @@ def _index(capacity: Capacity) -> _Index:
         {g: tuple(p) for g, p in positions.items()},
         {g: tuple(capacity[i] for i in p) for g, p in positions.items()},
         frozenset(n.gpu_model for n in capacity if n.taints),
-        frozenset(n.gpu_model for n in capacity if n.repels),
+        _repelling(capacity),
     )
     if isinstance(capacity, tuple):
         _Memo.last = (capacity, index)
     return index
+
+
+def _repelling(capacity: Capacity) -> dict[str, frozenset[PodTerm]]:
+    """Per GPU model, the distinct pod anti-affinity terms of the pods on its nodes."""
+    out: dict[str, set[PodTerm]] = {}
+    for n in capacity:
+        if n.repels:
+            out.setdefault(n.gpu_model, set()).update(n.repels)
+    return {g: frozenset(t) for g, t in out.items()}
 
 
 def of_type(capacity: Capacity, gpu_type: str) -> Sequence[NodeCapacity]:
@@ -304,12 +313,15 @@ def _looks(rules: NodeRules) -> bool:
 def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) -> _Whom:
     """Whom a pod (anti-)affinity may keep off some node of `gpu_type`, and if they are first.
 
-    The workers, when theirs may (they state one) or a pod's on a node of the type may;
-    else nobody. First: they have a required pod affinity no pod of `capacity` meets
-    and they meet it themselves (kube-scheduler lets the first of such a series go
-    on any node).
+    The workers, when theirs may (they state one) or a pod's on a node of the type
+    selects them; else nobody, so jobs of equal rules share `admitting`'s answers.
+    First: they have a required pod affinity no pod of `capacity` meets and they meet
+    it themselves (kube-scheduler lets the first of such a series go on any node).
     """
-    if rules.who is None or not (rules.anti or rules.near or gpu_type in index.repelling):
+    if rules.who is None:
+        return _NO_ONE
+    repels = index.repelling.get(gpu_type, ())
+    if not (rules.anti or rules.near or any(t.selects(rules.who) for t in repels)):
         return _NO_ONE
     first = rules.meets_near(rules.who) and not any(
         rules.meets_near(p) for n in capacity for p in n.neighbours
@@ -565,7 +577,9 @@ def take(
     out = tuple(nodes)
     if isinstance(capacity, tuple):  # only this type's nodes changed, in place
         after = tuple(out[i] for i in mine)
-        repelling = index.repelling | ({gpu_type} if rules is not None and rules.anti else set())
+        repelling = dict(index.repelling)
+        if rules is not None and rules.anti:
+            repelling[gpu_type] = repelling.get(gpu_type, frozenset()) | set(rules.anti)
         _Memo.last = (
             out,
             _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted, repelling),

@@ -334,3 +334,25 @@ def test_the_first_of_a_series_goes_anywhere_and_the_rest_join_it() -> None:
     later["spec"]["template"]["spec"]["affinity"] = _near("trainer")
     seen = admitting(left, A100, job_rules(job_spec(later)))
     assert [n.name for n in seen.nodes if n.free] == [where]
+
+
+def test_jobs_a_pods_anti_affinity_does_not_select_still_share_one_answer() -> None:
+    # a pod with an anti-affinity on the type's nodes: jobs it does not select, of equal
+    # templates (here asking CPU, so their answer is looked up node by node), share
+    # `admitting`'s answer (the pass asks it for every job); a job it selects gets its own
+    pods = [_pod("serve", "a", {"app": "serve"}, affinity=KEEP_TRAINERS_OFF)]
+    capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8)], pods)
+    cpu = [{"name": "w", "image": "registry.example/t:1", "resources": {"requests": {"cpu": "1"}}}]
+
+    def rules(name: str, app: str) -> Any:
+        job = _job(name, metadata={"labels": {"app": app}})
+        job["spec"]["template"]["spec"]["containers"] = cpu
+        return job_rules(job_spec(job))
+
+    plain = [rules(n, "x") for n in "jk"]
+    assert plain[0] == plain[1]
+    assert plain[0].who != plain[1].who
+    first, second = (admitting(capacity, A100, r, 2) for r in plain)
+    assert first is second
+    assert first.shunned == 0
+    assert admitting(capacity, A100, rules("t", "trainer"), 2).shunned == 1
