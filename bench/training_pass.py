@@ -2,6 +2,7 @@
 
 Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
        [--when-can-borrow Borrow|TryNextFlavor] [--dedicated FRACTION] [--worker-cpu CORES]
+       [--repelling FRACTION]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
 round-robin over `--queues` team namespaces, each queue an equal share of every
@@ -17,6 +18,9 @@ same.
 the first team's jobs the toleration, so every other job is decided on the nodes it
 may use (`workloads.node_fit`); `--worker-cpu C` makes every worker request C cores,
 so each node counts only the workers its CPU holds. Both measure what node rules cost.
+`--repelling F` binds to every 1/F-th GPU node a pod (no GPU) whose required pod
+anti-affinity keeps pods labelled `app=team-00` off it, and gives the first team's
+workers that label: what pod anti-affinity costs the pass (`NodeRules.shuns`).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def main() -> int:
     ap.add_argument("--cluster", default=str(REPO_ROOT / "manifests" / "clusters" / "openb.yaml"))
     ap.add_argument("--dedicated", type=float, default=0.0)
     ap.add_argument("--worker-cpu", type=int, default=0)
+    ap.add_argument("--repelling", type=float, default=0.0)
     args = ap.parse_args()
     spec_path = Path(args.cluster)
     total, widest = per_type(load_spec(spec_path))
@@ -69,6 +74,17 @@ def main() -> int:
     if args.dedicated > 0:
         for n in nodes[:: max(1, round(1 / args.dedicated))]:
             n["spec"] = {**(n.get("spec") or {}), "taints": [taint]}
+    pods = []
+    if args.repelling > 0:
+        term = {
+            "labelSelector": {"matchLabels": {"app": "team-00"}},
+            "topologyKey": "kubernetes.io/hostname",
+        }
+        anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+        for k, n in enumerate(nodes[:: max(1, round(1 / args.repelling))]):
+            spec = {"nodeName": n["metadata"]["name"], "affinity": anti, "containers": [{}]}
+            meta = {"name": f"serve-{k}", "namespace": "serving", "labels": {"app": "serve"}}
+            pods.append({"metadata": meta, "spec": spec, "status": {"phase": "Running"}})
     queues = queue_objects(args.queues, total, args.when_can_borrow)
     teams = [local["metadata"]["namespace"] for _, local in queues]
     view = QuotaView.parse([q for q, _ in queues], [local for _, local in queues])
@@ -86,6 +102,9 @@ def main() -> int:
         pod = job["spec"]["template"]["spec"]
         if args.dedicated > 0 and i % len(teams) == 0:
             pod["tolerations"] = [{**taint, "operator": "Equal"}]
+        if args.repelling > 0 and i % len(teams) == 0:
+            meta = job["spec"]["template"].setdefault("metadata", {})
+            meta["labels"] = {**(meta.get("labels") or {}), "app": "team-00"}
         if args.worker_cpu:
             pod["containers"][0]["resources"] = {"requests": {"cpu": str(args.worker_cpu)}}
         jobs.append(job)
@@ -93,7 +112,7 @@ def main() -> int:
     for _ in range(args.runs):
         decider = Decider(lambda _ns, name: f"no profile {name}", lambda *_: [])
         started = time.perf_counter()
-        done = schedule(jobs, nodes, [], view, decider=decider, now=NOW)
+        done = schedule(jobs, nodes, pods, view, decider=decider, now=NOW)
         seconds.append(time.perf_counter() - started)
     verdicts = sorted(
         (k, v.decision.action.value, v.decision.gpu_type, v.decision.reason)
