@@ -51,12 +51,12 @@ __all__ = [
     "SharePlacer",
     "Usable",
     "admitting",
-    "blocks",
     "cluster_capacity",
     "cluster_model",
     "of_type",
     "refuses_some",
     "take",
+    "unblocked",
 ]
 
 
@@ -341,12 +341,16 @@ def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
     return 0
 
 
-def blocks(capacity: Capacity, n: NodeCapacity, rules: NodeRules) -> bool:
-    """Whether a pod on `n` (a node of `capacity`) keeps workers with `rules` off it now.
+def unblocked(
+    capacity: Capacity, gpu_type: str, rules: NodeRules, nodes: Iterable[NodeCapacity]
+) -> list[str]:
+    """The names of `nodes` (of `gpu_type`, in `capacity`) no pod keeps workers with `rules` off.
 
-    It holds a host port they ask, or a pod (anti-)affinity keeps them off.
+    No pod there holds a host port they ask, and no pod (anti-)affinity keeps them off
+    (`_blocked`); whom an affinity concerns is worked out once for the type.
     """
-    return _blocked(n, rules, _whom(capacity, _index(capacity), n.gpu_model, rules)) > 0
+    whom = _whom(capacity, _index(capacity), gpu_type, rules)
+    return [n.name for n in nodes if not _blocked(n, rules, whom)]
 
 
 def _room(n: NodeCapacity, rules: NodeRules, per_worker: int, whom: _Whom) -> int:

@@ -35,7 +35,7 @@ from chronotope.solver.model import (
     PodRequest,
     Workload,
 )
-from chronotope.workloads.capacity import Capacity, Placements, admitting, blocks
+from chronotope.workloads.capacity import Capacity, Placements, admitting, unblocked
 from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.podreq import PodRequestError, pod_resources
 from chronotope.workloads.training import Action, Decision
@@ -113,7 +113,11 @@ def _allowed_nodes(c: Contender, capacity: Capacity) -> frozenset[str] | None:
     seen = [admitting(capacity, t, rules, per_worker) for t in types]
     if not any(s.refused or s.blocked or s.shunned for s in seen):
         return None
-    return frozenset(n.name for s in seen for n in s.nodes if not blocks(capacity, n, rules))
+    return frozenset(
+        name
+        for t, s in zip(types, seen, strict=True)
+        for name in unblocked(capacity, t, rules, s.nodes)
+    )
 
 
 def _workload(c: Contender, now: datetime, capacity: Capacity) -> Workload:
