@@ -14,12 +14,15 @@ from kubernetes import client
 from chronotope.kube.nodes import apply_nodes, wait_nodes_ready
 from chronotope.sim.clusterspec import load_spec, node_manifests
 from e2e.kubetest import KubeCluster, wait_for
+from e2e.test_inferencepipeline import _hold_gpus
 from e2e.test_queues import _local_queue
+from e2e.test_trainingjob import _events
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION, PLURAL = "chronotope.dev", "v1alpha1", "modelvariants"
 H100 = "H100-SXM5-80GB"
+A100 = "A100-SXM4-80GB"
 LABEL = "chronotope.dev/serving-group"
 DEMO_SPEC = Path(__file__).resolve().parents[1] / "manifests" / "clusters" / "demo.yaml"
 
@@ -281,3 +284,41 @@ def test_a_new_serving_group_waits_for_its_queue_quota(
             )
         finally:
             k.custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+def _serving_on(k: Api, name: str, gpu_type: str) -> bool:
+    """`name` serves from a pod bound to a node of `gpu_type` (and says that type)."""
+    status = k.status(name)
+    if status.get("phase") != "Serving" or status.get("gpuType") != gpu_type:
+        return False
+    node = k.core.read_node(status["node"])
+    return bool(node.metadata.labels.get("nvidia.com/gpu.product") == gpu_type)
+
+
+def test_a_serving_group_is_planned_on_free_gpus_and_back_once_its_best_type_frees_up(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    # other work holds every H100 GPU: before, the group was planned on the H100s anyway
+    # (the fewest GPUs for its traffic) and its pod stayed Pending ("Insufficient
+    # nvidia.com/gpu") while the A100s idled; now it is planned on the A100s free now,
+    # and back on the H100s once they free up
+    with kube_cluster.api_client() as api:
+        k = Api(api, namespace)
+        selector = f"nvidia.com/gpu.product={H100}"
+        h100 = sorted(n.metadata.name for n in k.core.list_node(label_selector=selector).items)
+        assert h100
+        for name in h100:
+            _hold_gpus(k.core, namespace, name, 8)
+        k.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, mv("chat"))
+        k.wait(lambda: _serving_on(k, "chat", A100), 90, "chat serving on an A100")
+        placed = _events(k.core, namespace, "chat")["Placed"]
+        assert placed.startswith(f"{A100} (on the GPUs free now (1 x {H100} would serve it"), placed
+        for name in h100:  # the other work ends
+            k.core.delete_namespaced_pod(f"holder-{name}"[:63], namespace)
+        k.wait(lambda: _serving_on(k, "chat", H100), 120, "chat serving on an H100 again")
+
+        def off_h100() -> list[str]:
+            live = [p for p in k.pods() if not p.metadata.deletion_timestamp]
+            return [p.metadata.name for p in live if p.spec.node_name not in h100]
+
+        k.wait(lambda: not off_h100(), 60, "the A100 replica gone")

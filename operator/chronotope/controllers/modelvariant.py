@@ -5,8 +5,11 @@ group: the base's replicas shared by the group's variants. So the pass groups
 the namespace's variants (`workloads.variants`), and the group's pass (plan,
 placement ConfigMap, Service, Deployment: `workloads.serving_group`) runs
 only when the group's inputs changed (its variants' specs and generations,
-the GPU types and counts of the nodes, the live rates, the group's pods) or
-its last apply is older than `refresh_s`. `GroupMemo` keeps the last result
+the GPU types and counts of the nodes, the GPUs free now for it, the live
+rates, the group's pods) or its last apply is older than `refresh_s`. It is
+planned first on a GPU type whose free GPUs hold it (its own pods' counted
+free: `variants.free_serving_gpus`, the one cluster model), so it does not wait
+for GPUs other work holds while another type's idle. `GroupMemo` keeps the last result
 per group, so the other variants' passes read their status from it. The
 variant then gets its status and its events: one per distinct waiting
 reason, one when it starts serving, one per placement change. A group's
@@ -32,6 +35,7 @@ from chronotope.controllers.reads import Reads
 from chronotope.controllers.trainingjob import Outcome
 from chronotope.solver.model import Reason
 from chronotope.solver.online import PlacementRules
+from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.placement import parse_doc
 from chronotope.workloads.quota import StopCause
 from chronotope.workloads.serving_group import (
@@ -51,6 +55,8 @@ from chronotope.workloads.training_quota import (
 )
 from chronotope.workloads.variants import (
     ServingGroup,
+    free_serving_gpus,
+    free_summary,
     gpu_pool,
     group_variants,
     replica_request,
@@ -151,7 +157,9 @@ class GroupMemo:
         with self._group_lock(key):
             rates = self.rates(ops, namespace, group, now)
             nodes, pods = ops.nodes(), ops.pods(namespace, group.name)
-            fp = fingerprint(group, nodes, pods, rates, self.placement)
+            own = frozenset(f"{namespace}/{(p.get('metadata') or {}).get('name')}" for p in pods)
+            free = free_serving_gpus(nodes, ops.pods_matching(), own, self.placement)
+            fp = fingerprint(group, nodes, pods, rates, self.placement, free=free)
             with self._lock:
                 entry = self._entries.get(key)
             fresh = entry is not None and (now - entry.at).total_seconds() < self.refresh_s
@@ -167,6 +175,7 @@ class GroupMemo:
                     rates=rates,
                     now=now,
                     rules=self.placement,
+                    free=free,
                 )
                 result = _within_quota(ops, namespace, group, group_pass, now, running=bool(pods))
                 if result.objects:
@@ -274,9 +283,15 @@ def fingerprint(
     pods: Sequence[Mapping[str, Any]],
     rates: Mapping[str, float | str],
     rules: PlacementRules | None = None,
+    *,
+    free: Mapping[str, FreeGpus] | None = None,
 ) -> str:
-    """A digest of everything a group pass reads; equal digests give equal passes."""
-    pool = gpu_pool(nodes, replica_request(group.members), rules)
+    """A digest of everything a group pass reads; equal digests give equal passes.
+
+    `free`: the GPUs free now per type; what of them the plan reads (`free_summary`).
+    """
+    request = replica_request(group.members)
+    pool = gpu_pool(nodes, request, rules)
     pod_rows = []
     for p in pods:
         meta, status = p.get("metadata") or {}, p.get("status") or {}
@@ -297,6 +312,7 @@ def fingerprint(
         ],
         "owners": [(m.name, m.uid) for m in group.owners],
         "gpus": sorted((t, perf.memory_mib, n) for t, (perf, n) in pool.items()),
+        "free": free_summary(request, {t: f for t, f in (free or {}).items() if t in pool}),
         "pods": sorted(pod_rows, key=lambda r: str(r[0])),
         # two significant digits: Prometheus noise does not re-plan every pass
         "rates": {k: v if isinstance(v, str) else float(f"{v:.2g}") for k, v in rates.items()},

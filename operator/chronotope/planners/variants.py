@@ -7,7 +7,9 @@ compressed deltas, and batches requests for different variants together.
 
 - which GPU type and how many replicas: the type that needs the fewest GPUs
   for the group's traffic at the planned utilisation (ties: the faster type),
-  among the types the cluster has and the base fits;
+  among the types the cluster has and the base fits; first among those whose
+  GPUs free now hold it (`GroupInput.fits_now`), so its pods do not wait for
+  GPUs other work holds while others idle, and the `why` says so;
 - which deltas are resident on which replica: variants in order of need
   (those whose TTFT SLO cannot absorb a swap from host first, then by load),
   each on as many replicas as its load needs, hot variants (more than
@@ -31,7 +33,7 @@ policy (`sim.serving`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chronotope.planners.llmcost import CostModel, GpuPerf, ModelShape, Tier, Tiers
@@ -129,6 +131,9 @@ class GroupPlan:
     """Requests per second one replica sustains at the planned utilisation."""
     rejected: dict[str, Reason] = field(default_factory=dict)
     why: str = ""
+    on_free: str = ""
+    """What the GPUs free now did to the plan (moved it off a type other work holds, or
+    hold none: its pods wait), in words; empty when nothing (also part of `why`)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,9 @@ class GroupInput:
     settings: PlanSettings = field(default_factory=PlanSettings)
     replicas: int | None = None
     previous: GroupPlan | None = None
+    fits_now: Callable[[str, int], bool] | None = None
+    """Whether the GPUs free now (the group's own pods' counted free) hold that many
+    replicas on a GPU type (None: not known, every GPU counts as free)."""
 
 
 def _batch(cost: CostModel, request: RequestShape, slots_mib: float, max_batch: int) -> int:
@@ -267,13 +275,36 @@ def plan_group(inp: GroupInput) -> GroupPlan | Reason:
     # fewest GPUs among types with enough of them; else the type that covers the most load
     fitting = [o for o in options if o.replicas <= o.available or inp.replicas is not None]
     if fitting:
-        best = min(fitting, key=lambda o: (o.replicas, -o.capacity, o.gpu.name))
-        short = ""
-    else:
-        best = max(options, key=lambda o: (o.available * o.capacity, o.gpu.name))
-        short = f"; needs {best.replicas} replicas of {best.gpu.name}, only {best.available} exist"
-        best.replicas = best.available
+        free = fitting
+        if inp.fits_now is not None and inp.replicas is None:
+            free = [o for o in fitting if inp.fits_now(o.gpu.name, o.replicas)]
+        best = min(free or fitting, key=_fewest)
+        on_free = _on_free(best, min(fitting, key=_fewest), bool(free))
+        return _place(inp, best, f"; {on_free}" if on_free else "", on_free)
+    best = max(options, key=lambda o: (o.available * o.capacity, o.gpu.name))
+    short = f"; needs {best.replicas} replicas of {best.gpu.name}, only {best.available} exist"
+    best.replicas = best.available
     return _place(inp, best, short)
+
+
+def _fewest(o: _Option) -> tuple[int, float, str]:
+    """The order types are chosen in: fewest replicas, then the faster, then by name."""
+    return (o.replicas, -o.capacity, o.gpu.name)
+
+
+def _on_free(best: _Option, first: _Option, free: bool) -> str:
+    """What the GPUs free now did to the plan (`GroupPlan.on_free`), or ""."""
+    if not free:
+        return (
+            f"the GPUs free now hold no such plan: its pods wait for {best.gpu.name} "
+            "GPUs other work holds"
+        )
+    if best is not first:
+        return (
+            f"on the GPUs free now ({first.replicas} x {first.gpu.name} would serve it, "
+            "but other work holds them)"
+        )
+    return ""
 
 
 @dataclass
@@ -302,7 +333,7 @@ def _rejections(inp: GroupInput, opt: _Option, prefill_ms: float) -> dict[str, R
     }
 
 
-def _place(inp: GroupInput, opt: _Option, short: str) -> GroupPlan:
+def _place(inp: GroupInput, opt: _Option, short: str, on_free: str = "") -> GroupPlan:
     st, cost, n = inp.settings, opt.cost, opt.replicas
     prefill_ms = cost.iteration_s(inp.request.prompt_tokens, 0, 0, 0, 1) * 1000
     rejected = _rejections(inp, opt, prefill_ms)
@@ -338,6 +369,7 @@ def _place(inp: GroupInput, opt: _Option, short: str) -> GroupPlan:
         round(opt.capacity, 3),
         rejected,
         why,
+        on_free,
     )
 
 

@@ -29,6 +29,7 @@ from chronotope.planners.variants import GroupPlan, Placement, plan_group
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, SCHEDULER_NAME
 from chronotope.solver.model import Reason
 from chronotope.solver.online import PlacementRules
+from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.placement import (
     JSON_KEY,
     SERVING,
@@ -104,18 +105,23 @@ def serve_group(
     now: datetime,
     hold: Reason | None = None,
     rules: PlacementRules | None = None,
+    free: Mapping[str, FreeGpus] | None = None,
 ) -> GroupResult:
     """One pass over the group; see the module docstring.
 
     `hold`: why the group may not take a new plan now (its queue's quota does not
     admit it): the last plan is kept, as when no plan can be made, and each member
     gets one `QuotaExceeded` event when the reason is new. `rules`: how the extender
-    places pods (`variants.gpu_pool`).
+    places pods (`variants.gpu_pool`). `free`: the GPUs free now per type, its own
+    pods' counted free (`variants.free_serving_gpus`): it is planned on a type they
+    hold first (`variants.free_fit`).
     """
     previous = plan_from_doc(previous_doc)
     if hold is None:
         live = {k: v for k, v in rates.items() if not isinstance(v, str)}
-        planned: GroupPlan | Reason = plan_group(group_input(group, nodes, live, previous, rules))
+        planned: GroupPlan | Reason = plan_group(
+            group_input(group, nodes, live, previous, rules, free=free)
+        )
     else:
         planned = hold
     why_not: Reason | None = None
@@ -184,7 +190,8 @@ def _placed_events(
     for v, p in plan.placements.items():
         old = before.get(v) or {}
         if old.get("replicas") != list(p.replicas) or old.get("residency") != str(p.residency):
-            out[v] = [("Normal", "Placed", f"{plan.gpu_type}: {p.why}")]
+            moved = f" ({plan.on_free})" if plan.on_free else ""
+            out[v] = [("Normal", "Placed", f"{plan.gpu_type}{moved}: {p.why}")]
     return out
 
 
@@ -242,6 +249,8 @@ def _variant_status(
     else:
         phase = VariantPhase.LOADING if bound else VariantPhase.PENDING
     why = _why(phase, placement, route, pod, views)
+    if phase is VariantPhase.PENDING and plan.on_free:
+        why = f"{why}; {plan.on_free}"
     if why is not None and why_not is not None:
         why = f"{why} ({why_not.message})"
     resident = placement.residency is Tier.GPU

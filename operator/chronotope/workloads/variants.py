@@ -18,7 +18,10 @@ Bad input is per variant:
 
 A replica's GPUs are the largest request of its variants: whole GPUs when
 any variant asks for them or names none (a whole GPU holds any share), else
-one share with the largest memory and compute any variant asks for.
+one share with the largest memory and compute any variant asks for. The group
+is planned first on the GPU types whose free GPUs hold it (`free_fit`, on
+`free_serving_gpus`: the one cluster model, and the extender's decision for
+shares), as an InferencePipeline is.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +52,9 @@ __all__ = [
     "Grouping",
     "Member",
     "ServingGroup",
+    "free_fit",
     "free_serving_gpus",
+    "free_summary",
     "gpu_pool",
     "group_input",
     "group_name",
@@ -387,16 +392,54 @@ def shares_per_gpu(share: GpuShare, memory_mib: int, rules: PlacementRules) -> i
     return out
 
 
+def free_fit(request: GpuRequest, free: Mapping[str, FreeGpus]) -> Callable[[str, int], bool]:
+    """Whether the GPUs `free` now (per type) hold that many replicas asking `request`.
+
+    Whole GPUs: k per replica, on one node (a node holds floor(free / k)). A share:
+    placed as the extender places them (`FreeGpus.after_shares`), every one found a GPU.
+    """
+    if request.shared is not None:
+        one = pod_request(replica_pod(*gpu_resources(request.shared, 1)))
+
+        def shares_fit(gpu_type: str, replicas: int) -> bool:
+            room = free.get(gpu_type)
+            return room is not None and room.after_shares([one] * replicas)[0] == 0
+
+        return shares_fit
+    k = request.count or 1
+
+    def whole_fit(gpu_type: str, replicas: int) -> bool:
+        room = free.get(gpu_type)
+        return room is not None and sum(f // k for f in room.whole) >= replicas
+
+    return whole_fit
+
+
+def free_summary(request: GpuRequest, free: Mapping[str, FreeGpus]) -> list[Any]:
+    """What of the GPUs `free` now `free_fit` reads for `request`, per type (a fingerprint).
+
+    Whole GPUs: the k-GPU replicas each type's nodes hold; a share: each GPU's room.
+    """
+    if request.shared is not None:
+        return sorted([t, list(f.shares)] for t, f in free.items())
+    k = request.count or 1
+    return sorted([t, sum(n // k for n in f.whole)] for t, f in free.items())
+
+
 def group_input(
     group: ServingGroup,
     nodes: Sequence[Mapping[str, Any]],
     rates: Mapping[str, float],
     previous: GroupPlan | None,
     rules: PlacementRules | None = None,
+    *,
+    free: Mapping[str, FreeGpus] | None = None,
 ) -> GroupInput:
     """The planner's input: the group's variants at their live rate (else expectedQPS).
 
-    `rules`: how the extender places pods (its shares per GPU; `gpu_pool`).
+    `rules`: how the extender places pods (its shares per GPU; `gpu_pool`). `free`:
+    the GPUs free now per type (`free_serving_gpus`, the group's pods' counted free):
+    the planner takes a type they hold first (`free_fit`).
     """
     variants = tuple(
         VariantDemand(
@@ -408,10 +451,12 @@ def group_input(
         )
         for m in group.members
     )
+    request = replica_request(group.members)
     return GroupInput(
         group=group.name,
         shape=ModelShape.of(group.base.size_mib, group.base.parameters_billions),
         variants=variants,
-        gpus=gpu_pool(nodes, replica_request(group.members), rules),
+        gpus=gpu_pool(nodes, request, rules),
         previous=previous,
+        fits_now=None if free is None else free_fit(request, free),
     )

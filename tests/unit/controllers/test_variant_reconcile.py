@@ -140,6 +140,48 @@ def test_a_node_change_replans() -> None:
     assert selector == {"nvidia.com/gpu.product": "A100-SXM4-80GB"}
 
 
+def _holder(name: str, node_name: str, gpus: int) -> dict[str, Any]:
+    """A bound pod of another namespace's workload holding `gpus` of the node's GPUs."""
+    limits = {"nvidia.com/gpu": str(gpus)}
+    return {
+        "metadata": {"name": name, "namespace": "other"},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"limits": limits}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_group_is_planned_on_free_gpus_and_moves_back_once_its_best_type_frees_up() -> None:
+    # other work holds every H100: before, the group was planned there anyway and its
+    # pod waited while the A100s idled; now it goes to the A100s, and once the H100s
+    # free up (a change of the free GPUs, not the refresh) it is planned back on them
+    ops, memo = _three(), GroupMemo(refresh_s=300)
+    ops._nodes = [*ops._nodes, node("a100-0", "A100-SXM4-80GB", 8)]
+    ops.elsewhere = [_holder("train-0", "h100-0", 8), _holder("train-1", "h100-1", 8)]
+
+    def selector() -> str:
+        spec = ops.applied["Deployment", "llama"]["spec"]["template"]["spec"]
+        return str(spec["nodeSelector"]["nvidia.com/gpu.product"])
+
+    first = _pass(ops, memo)
+    assert selector() == "A100-SXM4-80GB"
+    placed = dict(e[1:] for e in first["a"].events)["Placed"]
+    assert "on the GPUs free now (1 x H100-SXM5-80GB would serve it" in placed
+    _pass(ops, memo, NOW + timedelta(seconds=10))
+    assert memo.passes == 1  # nothing it reads changed
+    ops.elsewhere = [_holder("train-1", "h100-1", 8)]  # one H100 node's GPUs free up
+    _pass(ops, memo, NOW + timedelta(seconds=20))
+    assert memo.passes == 2
+    assert selector() == "H100-SXM5-80GB"
+    # its own pods' GPUs count as free: running there, it stays when other work fills the rest
+    ops.run_pods("llama")
+    ops.elsewhere = [_holder("train-0", "h100-0", 7), _holder("train-1", "h100-1", 8)]
+    _pass(ops, memo, NOW + timedelta(seconds=30))
+    assert selector() == "H100-SXM5-80GB"
+
+
 def test_a_bad_variant_fails_alone_and_says_so_once() -> None:
     ops = FakeOps(
         [

@@ -177,3 +177,32 @@ def test_a_gpu_type_with_no_gpus_is_not_planned_on() -> None:
     why = plan_group(GroupInput("g", LLAMA_7B, _zipf(4, 1.0), gpus))
     assert isinstance(why, Reason)
     assert "no GPUs of this type" in why.message
+
+
+def test_the_type_whose_free_gpus_hold_the_plan_is_taken_first() -> None:
+    gpus = {g: (GPUS[g], 16) for g in ("A100-SXM4-80GB", "H100-SXM5-80GB")}
+    variants = _zipf(8, 2.0)
+    best = _plan(GroupInput("g", LLAMA_7B, variants, gpus))
+    assert best.gpu_type == "H100-SXM5-80GB"
+    n = len(best.replicas)
+
+    def plan(free: dict[str, int]) -> GroupPlan:
+        return _plan(
+            GroupInput("g", LLAMA_7B, variants, gpus, fits_now=lambda t, k: free.get(t, 0) >= k)
+        )
+
+    # every H100 held by other work: the A100s free now serve it, and it says why
+    moved = plan({"A100-SXM4-80GB": 16})
+    assert moved.gpu_type == "A100-SXM4-80GB"
+    assert f"on the GPUs free now ({n} x H100-SXM5-80GB would serve it" in moved.why
+    # the H100s free now hold it: the fewest GPUs, as before
+    assert plan({"H100-SXM5-80GB": n, "A100-SXM4-80GB": 16}) == best
+    # one H100 short of the plan does not hold it
+    assert plan({"H100-SXM5-80GB": n - 1, "A100-SXM4-80GB": 16}).gpu_type == "A100-SXM4-80GB"
+    # no type's free GPUs hold it: the planner's own type, and its pods wait
+    waits = plan({})
+    assert waits.gpu_type == "H100-SXM5-80GB"
+    assert "the GPUs free now hold no such plan: its pods wait for H100-SXM5-80GB" in waits.why
+    # a fixed fleet (the simulator's) is not moved
+    fixed = GroupInput("g", LLAMA_7B, variants, gpus, replicas=2, fits_now=lambda t, k: False)
+    assert "free now" not in _plan(fixed).why

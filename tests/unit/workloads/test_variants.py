@@ -589,3 +589,42 @@ def test_share_replicas_fit_only_where_the_co_location_rules_let_them() -> None:
     assert _over_free([pose], relaxed)((StageConfig("T4", 1, 1),)) == 0
     # shares that state no priority are not subject to the rules
     assert _over_free([pose], _t4(1, *held))((StageConfig("T4", 1, 1),)) == 0
+
+
+def test_a_share_group_is_planned_where_the_free_gpus_hold_its_shares() -> None:
+    # two 50 % shares of another workload fill the H100's only GPU; the A100s are free.
+    # Planned on the free GPUs (as the extender would place the shares), the group goes
+    # to the A100s (four 40 % replicas, two a GPU) and says why; planned on capacity
+    # alone it would wait on the H100 (one replica)
+    shared: dict[str, Any] = {"gpu": {"shared": {"memoryMiB": 20000, "computePercent": 40}}}
+    members = [variant("a", **shared), variant("b", **shared)]
+    nodes = [
+        node("h100-0", gpus=1, memory_mib=81559),
+        node("a100-0", "A100-SXM4-80GB", 2, memory_mib=81920),
+    ]
+    holders = [_share_holder(f"s{g}", "h100-0", 0, 50, 20000) for g in range(2)]
+    group = group_variants(members).groups["llama"]
+
+    def planned(free: dict[str, FreeGpus] | None) -> GroupResult:
+        return serve_group(
+            group, "ns", nodes=nodes, pods=[], previous_doc=None, rates={}, now=NOW, free=free
+        )
+
+    assert isinstance(planned(None).plan, GroupPlan)
+    assert planned(None).statuses["a"]["gpuType"] == H100
+    moved = planned(free_serving_gpus(nodes, holders))
+    assert moved.statuses["a"]["gpuType"] == "A100-SXM4-80GB"
+    template = moved.objects[2]["spec"]["template"]["spec"]
+    assert template["nodeSelector"] == {"nvidia.com/gpu.product": "A100-SXM4-80GB"}
+    why = moved.statuses["a"]["whyWaiting"]
+    assert "on the GPUs free now (1 x H100-SXM5-80GB would serve it" in why
+    (event,) = moved.events["a"]
+    assert event[2].startswith("A100-SXM4-80GB (on the GPUs free now")
+    # the A100 held too: no type's free GPUs hold it; it waits on the H100, and says so
+    full = [*holders, _holding("train", "a100-0", 1)]  # half its GPUs: room for two, not four
+    waits = planned(free_serving_gpus(nodes, full))
+    assert waits.statuses["a"]["gpuType"] == H100
+    assert (
+        "its pods wait for H100-SXM5-80GB GPUs other work holds"
+        in waits.statuses["a"]["whyWaiting"]
+    )
