@@ -108,6 +108,8 @@ class GroupMemo:
     ) -> None:
         """Re-apply a group at least every `refresh_s`; reuse a live rate for `rate_ttl_s`.
 
+        The GPUs free now for a group are read once per `rate_ttl_s` too.
+
         `placement`: how the extender places pods (how many of a group's GPU shares it
         puts on one GPU; `variants.gpu_pool`).
         """
@@ -120,6 +122,7 @@ class GroupMemo:
         self._group_locks: dict[Key, threading.Lock] = {}
         self._entries: dict[Key, _Entry] = {}
         self._rates: dict[tuple[str, ...], tuple[datetime, float | str]] = {}
+        self._free_seen: dict[Key, tuple[datetime, frozenset[str], dict[str, FreeGpus]]] = {}
 
     def _group_lock(self, key: Key) -> threading.Lock:
         with self._lock:
@@ -149,6 +152,29 @@ class GroupMemo:
                 out[m.name] = self._rate(ops, key, source.address, now)
         return out
 
+    def _free(
+        self,
+        ops: VariantOps,
+        key: Key,
+        nodes: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        now: datetime,
+    ) -> dict[str, FreeGpus]:
+        """The GPUs free now for the group `key` (its `pods`' counted free).
+
+        Read once per `rate_ttl_s`: the cluster model costs tens of ms on a large
+        cluster, and every variant of the group asks each timer round.
+        """
+        own = frozenset(f"{key[0]}/{(p.get('metadata') or {}).get('name')}" for p in pods)
+        with self._lock:
+            hit = self._free_seen.get(key)
+        if hit is not None and hit[1] == own and (now - hit[0]).total_seconds() < self.rate_ttl_s:
+            return hit[2]
+        free = free_serving_gpus(nodes, ops.pods_matching(), own, self.placement)
+        with self._lock:
+            self._free_seen[key] = (now, own, free)
+        return free
+
     def serve(
         self, ops: VariantOps, namespace: str, group: ServingGroup, variant: str, now: datetime
     ) -> tuple[GroupResult, list[tuple[str, str, str]]]:
@@ -157,8 +183,7 @@ class GroupMemo:
         with self._group_lock(key):
             rates = self.rates(ops, namespace, group, now)
             nodes, pods = ops.nodes(), ops.pods(namespace, group.name)
-            own = frozenset(f"{namespace}/{(p.get('metadata') or {}).get('name')}" for p in pods)
-            free = free_serving_gpus(nodes, ops.pods_matching(), own, self.placement)
+            free = self._free(ops, key, nodes, pods, now)
             fp = fingerprint(group, nodes, pods, rates, self.placement, free=free)
             with self._lock:
                 entry = self._entries.get(key)
@@ -205,6 +230,9 @@ class GroupMemo:
             }
             self._rates = {
                 k: v for k, v in self._rates.items() if (now - v[0]).total_seconds() <= horizon
+            }
+            self._free_seen = {
+                k: v for k, v in self._free_seen.items() if (now - v[0]).total_seconds() <= horizon
             }
 
 
