@@ -322,3 +322,28 @@ def test_a_serving_group_is_planned_on_free_gpus_and_back_once_its_best_type_fre
             return [p.metadata.name for p in live if p.spec.node_name not in h100]
 
         k.wait(lambda: not off_h100(), 60, "the A100 replica gone")
+
+
+def test_a_serving_group_is_planned_on_the_gpu_type_its_queue_admits(
+    kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
+) -> None:
+    # the namespace's queue lists A100 quota and no H100 quota: before, the group was
+    # planned on the H100s (the fewest GPUs) and waited `QuotaExceeded` for good
+    queue = f"mv-{namespace[-6:]}"
+    with kube_cluster.api_client() as api:
+        k = Api(api, namespace)
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
+        spec = {"quotas": [{"gpuType": H100, "gpus": 0}, {"gpuType": A100, "gpus": 8}]}
+        k.custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
+        try:
+            local = _local_queue(namespace, queue)
+            k.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "localqueues", local
+            )
+            k.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, mv("chat", group="quota")
+            )
+            k.wait(lambda: _serving_on(k, "chat", A100), 90, "chat serving on an A100")
+            assert "QuotaExceeded" not in _events(k.core, namespace, "chat")
+        finally:
+            k.custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)

@@ -6,10 +6,11 @@ the namespace's variants (`workloads.variants`), and the group's pass (plan,
 placement ConfigMap, Service, Deployment: `workloads.serving_group`) runs
 only when the group's inputs changed (its variants' specs and generations,
 the GPU types and counts of the nodes, the GPUs free now for it, the live
-rates, the group's pods) or its last apply is older than `refresh_s`. It is
-planned first on a GPU type whose free GPUs hold it (its own pods' counted
-free: `variants.free_serving_gpus`, the one cluster model), so it does not wait
-for GPUs other work holds while another type's idle. `GroupMemo` keeps the last result
+rates, the group's pods, its queue's room) or its last apply is older than
+`refresh_s`. It is planned first on a GPU type whose free GPUs hold it within
+what its queue admits now (its own pods' counted free:
+`variants.free_serving_gpus`, the one cluster model; `training_quota.serving_room`),
+so it does not wait for GPUs other work holds, or quota, while another type's idle. `GroupMemo` keeps the last result
 per group, so the other variants' passes read their status from it. The
 variant then gets its status and its events: one per distinct waiting
 reason, one when it starts serving, one per placement change. A group's
@@ -29,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from chronotope.controllers.reads import Reads
 from chronotope.controllers.trainingjob import Outcome
@@ -47,11 +48,13 @@ from chronotope.workloads.serving_group import (
 from chronotope.workloads.training_quota import (
     DEFAULT_LOCAL_QUEUE,
     QuotaView,
+    ServingRoom,
     reclaim_words,
     serving_admission,
     serving_demand,
     serving_holders,
     serving_reclaim,
+    serving_room,
 )
 from chronotope.workloads.variants import (
     ServingGroup,
@@ -66,6 +69,8 @@ __all__ = ["GroupMemo", "VariantOps", "reconcile"]
 
 Key = tuple[str, str]
 """(namespace, serving group)"""
+_Now: TypeAlias = tuple[dict[str, FreeGpus], ServingRoom | None]
+"""The GPUs free now for a group, and its queue's room (`GroupMemo._now`)."""
 
 
 class VariantOps(Reads, Protocol):
@@ -108,7 +113,8 @@ class GroupMemo:
     ) -> None:
         """Re-apply a group at least every `refresh_s`; reuse a live rate for `rate_ttl_s`.
 
-        The GPUs free now for a group are read once per `rate_ttl_s` too.
+        The GPUs free now for a group, and its queue's room, are read once per
+        `rate_ttl_s` too.
 
         `placement`: how the extender places pods (how many of a group's GPU shares it
         puts on one GPU; `variants.gpu_pool`).
@@ -122,7 +128,7 @@ class GroupMemo:
         self._group_locks: dict[Key, threading.Lock] = {}
         self._entries: dict[Key, _Entry] = {}
         self._rates: dict[tuple[str, ...], tuple[datetime, float | str]] = {}
-        self._free_seen: dict[Key, tuple[datetime, frozenset[str], dict[str, FreeGpus]]] = {}
+        self._seen_now: dict[Key, tuple[datetime, frozenset[str], _Now]] = {}
 
     def _group_lock(self, key: Key) -> threading.Lock:
         with self._lock:
@@ -152,28 +158,36 @@ class GroupMemo:
                 out[m.name] = self._rate(ops, key, source.address, now)
         return out
 
-    def _free(
+    def _now(
         self,
         ops: VariantOps,
         key: Key,
         nodes: Sequence[Mapping[str, Any]],
         pods: Sequence[Mapping[str, Any]],
         now: datetime,
-    ) -> dict[str, FreeGpus]:
-        """The GPUs free now for the group `key` (its `pods`' counted free).
+    ) -> tuple[dict[str, FreeGpus], ServingRoom | None]:
+        """The GPUs free now for the group `key` (its `pods`' counted free), and its queue's room.
 
+        The room: what the namespace's `default` LocalQueue's Queue could ever hold,
+        and admits the group now (`training_quota.serving_room`; None: quotas off).
         Read once per `rate_ttl_s`: the cluster model costs tens of ms on a large
         cluster, and every variant of the group asks each timer round.
         """
         own = frozenset(f"{key[0]}/{(p.get('metadata') or {}).get('name')}" for p in pods)
         with self._lock:
-            hit = self._free_seen.get(key)
+            hit = self._seen_now.get(key)
         if hit is not None and hit[1] == own and (now - hit[0]).total_seconds() < self.rate_ttl_s:
             return hit[2]
-        free = free_serving_gpus(nodes, ops.pods_matching(), own, self.placement)
+        every = ops.pods_matching()
+        free = free_serving_gpus(nodes, every, own, self.placement)
+        view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
+        room = None
+        if view.on:
+            holders = serving_holders(view, ops.training_jobs(), every, _holder_key(*key))
+            room = serving_room(view, key[0], DEFAULT_LOCAL_QUEUE, now=holders)
         with self._lock:
-            self._free_seen[key] = (now, own, free)
-        return free
+            self._seen_now[key] = (now, own, (free, room))
+        return free, room
 
     def serve(
         self, ops: VariantOps, namespace: str, group: ServingGroup, variant: str, now: datetime
@@ -183,8 +197,8 @@ class GroupMemo:
         with self._group_lock(key):
             rates = self.rates(ops, namespace, group, now)
             nodes, pods = ops.nodes(), ops.pods(namespace, group.name)
-            free = self._free(ops, key, nodes, pods, now)
-            fp = fingerprint(group, nodes, pods, rates, self.placement, free=free)
+            free, room = self._now(ops, key, nodes, pods, now)
+            fp = fingerprint(group, nodes, pods, rates, self.placement, free=free, room=room)
             with self._lock:
                 entry = self._entries.get(key)
             fresh = entry is not None and (now - entry.at).total_seconds() < self.refresh_s
@@ -201,6 +215,7 @@ class GroupMemo:
                     now=now,
                     rules=self.placement,
                     free=free,
+                    room=room,
                 )
                 result = _within_quota(ops, namespace, group, group_pass, now, running=bool(pods))
                 if result.objects:
@@ -231,8 +246,8 @@ class GroupMemo:
             self._rates = {
                 k: v for k, v in self._rates.items() if (now - v[0]).total_seconds() <= horizon
             }
-            self._free_seen = {
-                k: v for k, v in self._free_seen.items() if (now - v[0]).total_seconds() <= horizon
+            self._seen_now = {
+                k: v for k, v in self._seen_now.items() if (now - v[0]).total_seconds() <= horizon
             }
 
 
@@ -293,7 +308,7 @@ def _quota_held(
     view = QuotaView.parse(ops.queues(), ops.local_queues(), ops.namespaces())
     if not view.on:
         return None, None
-    key = f"{namespace}/serving-group:{group.name}"
+    key = _holder_key(namespace, group.name)
     # every namespace's serving pods hold quota in the cohort
     holders = serving_holders(view, ops.training_jobs(), ops.pods_matching(), key)
     deployments = [o for o in result.objects if o.get("kind") == "Deployment"]
@@ -305,6 +320,11 @@ def _quota_held(
     )
 
 
+def _holder_key(namespace: str, group: str) -> str:
+    """The group's key among the serving workloads that hold quota."""
+    return f"{namespace}/serving-group:{group}"
+
+
 def fingerprint(
     group: ServingGroup,
     nodes: Sequence[Mapping[str, Any]],
@@ -313,10 +333,12 @@ def fingerprint(
     rules: PlacementRules | None = None,
     *,
     free: Mapping[str, FreeGpus] | None = None,
+    room: ServingRoom | None = None,
 ) -> str:
     """A digest of everything a group pass reads; equal digests give equal passes.
 
     `free`: the GPUs free now per type; what of them the plan reads (`free_summary`).
+    `room`: what its queue could ever hold and admits now.
     """
     request = replica_request(group.members)
     pool = gpu_pool(nodes, request, rules)
@@ -341,6 +363,9 @@ def fingerprint(
         "owners": [(m.name, m.uid) for m in group.owners],
         "gpus": sorted((t, perf.memory_mib, n) for t, (perf, n) in pool.items()),
         "free": free_summary(request, {t: f for t, f in (free or {}).items() if t in pool}),
+        "room": None
+        if room is None
+        else [room.queue, sorted(room.ceilings.items()), sorted((room.now or {}).items())],
         "pods": sorted(pod_rows, key=lambda r: str(r[0])),
         # two significant digits: Prometheus noise does not re-plan every pass
         "rates": {k: v if isinstance(v, str) else float(f"{v:.2g}") for k, v in rates.items()},

@@ -8,8 +8,9 @@ compressed deltas, and batches requests for different variants together.
 - which GPU type and how many replicas: the type that needs the fewest GPUs
   for the group's traffic at the planned utilisation (ties: the faster type),
   among the types the cluster has and the base fits; first among those whose
-  GPUs free now hold it (`GroupInput.fits_now`), so its pods do not wait for
-  GPUs other work holds while others idle, and the `why` says so;
+  GPUs free now hold it within its queue's quota now (`GroupInput.fits_now`),
+  so its pods do not wait for GPUs other work holds while others idle, and the
+  `why` says so;
 - which deltas are resident on which replica: variants in order of need
   (those whose TTFT SLO cannot absorb a swap from host first, then by load),
   each on as many replicas as its load needs, hot variants (more than
@@ -35,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from chronotope.planners.llmcost import CostModel, GpuPerf, ModelShape, Tier, Tiers
 from chronotope.solver.model import Reason
@@ -42,6 +44,7 @@ from chronotope.solver.model import Reason
 __all__ = [
     "GroupInput",
     "GroupPlan",
+    "NowFit",
     "Placement",
     "PlanSettings",
     "ReplicaPlan",
@@ -132,8 +135,15 @@ class GroupPlan:
     rejected: dict[str, Reason] = field(default_factory=dict)
     why: str = ""
     on_free: str = ""
-    """What the GPUs free now did to the plan (moved it off a type other work holds, or
-    hold none: its pods wait), in words; empty when nothing (also part of `why`)."""
+    """What how the types stand now did to the plan (`GroupInput.fits_now`: moved it off a
+    type other work holds, or its queue does not admit now; or nothing holds it now and
+    its pods wait), in words; empty when nothing (also part of `why`)."""
+
+
+NowFit: TypeAlias = tuple[int, str]
+"""How n replicas on a GPU type stand now: (0, "") they may run at once; else a rank
+(lower is nearer: 1, its queue admits them but other work holds the GPUs; 2, its queue
+does not admit them now) and why, in words ("other work holds them")."""
 
 
 @dataclass(frozen=True)
@@ -150,9 +160,8 @@ class GroupInput:
     settings: PlanSettings = field(default_factory=PlanSettings)
     replicas: int | None = None
     previous: GroupPlan | None = None
-    fits_now: Callable[[str, int], bool] | None = None
-    """Whether the GPUs free now (the group's own pods' counted free) hold that many
-    replicas on a GPU type (None: not known, every GPU counts as free)."""
+    fits_now: Callable[[str, int], NowFit] | None = None
+    """How that many replicas on a GPU type stand now (None: not known; all hold)."""
 
 
 def _batch(cost: CostModel, request: RequestShape, slots_mib: float, max_batch: int) -> int:
@@ -275,11 +284,11 @@ def plan_group(inp: GroupInput) -> GroupPlan | Reason:
     # fewest GPUs among types with enough of them; else the type that covers the most load
     fitting = [o for o in options if o.replicas <= o.available or inp.replicas is not None]
     if fitting:
-        free = fitting
-        if inp.fits_now is not None and inp.replicas is None:
-            free = [o for o in fitting if inp.fits_now(o.gpu.name, o.replicas)]
-        best = min(free or fitting, key=_fewest)
-        on_free = _on_free(best, min(fitting, key=_fewest), bool(free))
+        now = inp.fits_now if inp.replicas is None else None
+        stand = {id(o): now(o.gpu.name, o.replicas) if now else (0, "") for o in fitting}
+        best = min(fitting, key=lambda o: (stand[id(o)][0], _fewest(o)))
+        first = min(fitting, key=_fewest)
+        on_free = _on_free(best, stand[id(best)], first, stand[id(first)])
         return _place(inp, best, f"; {on_free}" if on_free else "", on_free)
     best = max(options, key=lambda o: (o.available * o.capacity, o.gpu.name))
     short = f"; needs {best.replicas} replicas of {best.gpu.name}, only {best.available} exist"
@@ -292,17 +301,17 @@ def _fewest(o: _Option) -> tuple[int, float, str]:
     return (o.replicas, -o.capacity, o.gpu.name)
 
 
-def _on_free(best: _Option, first: _Option, free: bool) -> str:
-    """What the GPUs free now did to the plan (`GroupPlan.on_free`), or ""."""
-    if not free:
-        return (
-            f"the GPUs free now hold no such plan: its pods wait for {best.gpu.name} "
-            "GPUs other work holds"
-        )
+def _on_free(best: _Option, stands: NowFit, first: _Option, first_stands: NowFit) -> str:
+    """What standing now did to the plan (`GroupPlan.on_free`), or "".
+
+    `best` was taken, `first` needs the fewest GPUs; each with how it stands now.
+    """
+    if stands[0] > 0:
+        return f"nothing holds it now ({best.gpu.name}: {stands[1]}): its pods wait"
     if best is not first:
         return (
             f"on the GPUs free now ({first.replicas} x {first.gpu.name} would serve it, "
-            "but other work holds them)"
+            f"but {first_stands[1]})"
         )
     return ""
 

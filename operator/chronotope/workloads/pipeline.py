@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +47,7 @@ from chronotope.sharing.labels import GPU_PRODUCT_LABEL, QUEUE_LABEL, SCHEDULER_
 from chronotope.solver.model import PodRequest, Reason
 from chronotope.workloads.capacity import FreeGpus
 from chronotope.workloads.podreq import gpu_resources, pod_request, replica_pod
+from chronotope.workloads.queue_room import QueueRoom
 from chronotope.workloads.replan import parse_time
 from chronotope.workloads.serving_group import object_name
 from chronotope.workloads.training_status import capped_why, condition
@@ -60,7 +61,6 @@ __all__ = [
     "WITHIN_QUOTA",
     "WITHIN_QUOTA_AND_FREE",
     "PipelinePlan",
-    "QueueRoom",
     "SloObservation",
     "append_history",
     "failed_status",
@@ -190,35 +190,6 @@ WITHIN_FREE = "WithinFreeGpus"
 WITHIN_QUOTA_AND_FREE = "WithinQueueQuotaAndFreeGpus"
 """The `Planned` condition's reason for a plan cut to its queue's quota and moved to the
 GPUs free now."""
-
-
-class QueueRoom(Protocol):
-    """What a pipeline's queue could ever hold, and now (`training_quota.ServingRoom`)."""
-
-    @property
-    def queue(self) -> str:
-        """The Queue's name."""
-        ...
-
-    def holds(
-        self, gpu_type: str, limits: Mapping[str, str], annotations: Mapping[str, str]
-    ) -> bool:
-        """Whether one pod with GPU `limits` and share `annotations` could ever be admitted."""
-        ...
-
-    def pod_quota(
-        self, gpu_type: str, limits: Mapping[str, str], annotations: Mapping[str, str]
-    ) -> tuple[Any, int] | None:
-        """The quota pool one such pod takes, and how much (None: no GPU)."""
-        ...
-
-    def excess(self, usage: Mapping[Any, int]) -> float:
-        """How far `usage` (per pool) exceeds what the queue admits now, in GPUs; 0 if unknown."""
-        ...
-
-    def rows(self) -> list[dict[str, Any]]:
-        """What the queue admits now per GPU type, as `status.quotaRoom` rows."""
-        ...
 
 
 def _replica_resources(stage: Stage) -> tuple[dict[str, str], dict[str, str]]:

@@ -42,6 +42,7 @@ from chronotope.workloads.placement import (
     render_text,
 )
 from chronotope.workloads.podreq import gpu_resources
+from chronotope.workloads.queue_room import QueueRoom
 from chronotope.workloads.training_status import condition
 from chronotope.workloads.variants import Member, ServingGroup, group_input, replica_request
 
@@ -106,6 +107,7 @@ def serve_group(
     hold: Reason | None = None,
     rules: PlacementRules | None = None,
     free: Mapping[str, FreeGpus] | None = None,
+    room: QueueRoom | None = None,
 ) -> GroupResult:
     """One pass over the group; see the module docstring.
 
@@ -113,14 +115,15 @@ def serve_group(
     admit it): the last plan is kept, as when no plan can be made, and each member
     gets one `QuotaExceeded` event when the reason is new. `rules`: how the extender
     places pods (`variants.gpu_pool`). `free`: the GPUs free now per type, its own
-    pods' counted free (`variants.free_serving_gpus`): it is planned on a type they
-    hold first (`variants.free_fit`).
+    pods' counted free (`variants.free_serving_gpus`); `room`: what its queue could
+    ever hold, and admits now (`training_quota.serving_room`). It is planned on a type
+    both hold first (`variants.fit_now`).
     """
     previous = plan_from_doc(previous_doc)
     if hold is None:
         live = {k: v for k, v in rates.items() if not isinstance(v, str)}
         planned: GroupPlan | Reason = plan_group(
-            group_input(group, nodes, live, previous, rules, free=free)
+            group_input(group, nodes, live, previous, rules, free=free, room=room)
         )
     else:
         planned = hold

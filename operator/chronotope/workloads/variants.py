@@ -19,8 +19,9 @@ Bad input is per variant:
 A replica's GPUs are the largest request of its variants: whole GPUs when
 any variant asks for them or names none (a whole GPU holds any share), else
 one share with the largest memory and compute any variant asks for. The group
-is planned first on the GPU types whose free GPUs hold it (`free_fit`, on
-`free_serving_gpus`: the one cluster model, and the extender's decision for
+is planned on the GPU types its queue could ever hold a replica on, and first
+on those whose free GPUs hold it within what its queue admits now (`fit_now`,
+on `free_serving_gpus`: the one cluster model, and the extender's decision for
 shares), as an InferencePipeline is.
 """
 
@@ -38,7 +39,7 @@ from pydantic import ValidationError
 from chronotope.api.v1alpha1.common import GpuRequest, GpuShare, SharePriority, WorkloadProfile
 from chronotope.api.v1alpha1.modelvariant import BaseModelRef, ModelVariantSpec
 from chronotope.planners.llmcost import GpuPerf, ModelShape, gpu_perf
-from chronotope.planners.variants import GroupInput, GroupPlan, VariantDemand
+from chronotope.planners.variants import GroupInput, GroupPlan, NowFit, VariantDemand
 from chronotope.sharing.labels import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from chronotope.solver.cache import ClusterCache, NodeInfo
 from chronotope.solver.model import MILLI, Reason
@@ -47,12 +48,13 @@ from chronotope.workloads.capacity import FreeGpus, SharePlacer, admitting, clus
 from chronotope.workloads.cluster_feed import node_schedulable
 from chronotope.workloads.node_fit import NodeRules, node_taints
 from chronotope.workloads.podreq import gpu_resources, pod_request, replica_pod
+from chronotope.workloads.queue_room import QueueRoom
 
 __all__ = [
     "Grouping",
     "Member",
     "ServingGroup",
-    "free_fit",
+    "fit_now",
     "free_serving_gpus",
     "free_summary",
     "gpu_pool",
@@ -392,31 +394,39 @@ def shares_per_gpu(share: GpuShare, memory_mib: int, rules: PlacementRules) -> i
     return out
 
 
-def free_fit(request: GpuRequest, free: Mapping[str, FreeGpus]) -> Callable[[str, int], bool]:
-    """Whether the GPUs `free` now (per type) hold that many replicas asking `request`.
+def fit_now(
+    request: GpuRequest, free: Mapping[str, FreeGpus], room: QueueRoom | None = None
+) -> Callable[[str, int], NowFit]:
+    """How that many replicas asking `request` on a GPU type stand now (`planners.variants`).
 
-    Whole GPUs: k per replica, on one node (a node holds floor(free / k)). A share:
-    placed as the extender places them (`FreeGpus.after_shares`), every one found a GPU.
+    Its queue's quota (`room`, what the group's queue admits now; None: no quota)
+    admits them, and the GPUs `free` now (per type) hold them: whole GPUs, k per
+    replica on one node (a node holds floor(free / k)); a share, placed as the
+    extender places them (`FreeGpus.after_shares`), every one found a GPU.
     """
-    if request.shared is not None:
-        one = pod_request(replica_pod(*gpu_resources(request.shared, 1)))
-
-        def shares_fit(gpu_type: str, replicas: int) -> bool:
-            room = free.get(gpu_type)
-            return room is not None and room.after_shares([one] * replicas)[0] == 0
-
-        return shares_fit
+    limits, annotations = gpu_resources(request.shared, request.count or 1)
+    one = pod_request(replica_pod(limits, annotations)) if request.shared is not None else None
     k = request.count or 1
 
-    def whole_fit(gpu_type: str, replicas: int) -> bool:
-        room = free.get(gpu_type)
-        return room is not None and sum(f // k for f in room.whole) >= replicas
+    def stands(gpu_type: str, replicas: int) -> NowFit:
+        if room is not None:
+            held = room.pod_quota(gpu_type, limits, annotations)
+            if held is not None and room.excess({held[0]: held[1] * replicas}) > 0:
+                return 2, f"queue {room.queue}'s quota does not admit them now"
+        room_now = free.get(gpu_type)
+        if room_now is None:
+            return 1, "other work holds the GPUs"
+        if one is not None:
+            fits = room_now.after_shares([one] * replicas)[0] == 0
+        else:
+            fits = sum(f // k for f in room_now.whole) >= replicas
+        return (0, "") if fits else (1, "other work holds the GPUs")
 
-    return whole_fit
+    return stands
 
 
 def free_summary(request: GpuRequest, free: Mapping[str, FreeGpus]) -> list[Any]:
-    """What of the GPUs `free` now `free_fit` reads for `request`, per type (a fingerprint).
+    """What of the GPUs `free` now `fit_now` reads for `request`, per type (a fingerprint).
 
     Whole GPUs: the k-GPU replicas each type's nodes hold; a share: each GPU's room.
     """
@@ -434,12 +444,15 @@ def group_input(
     rules: PlacementRules | None = None,
     *,
     free: Mapping[str, FreeGpus] | None = None,
+    room: QueueRoom | None = None,
 ) -> GroupInput:
     """The planner's input: the group's variants at their live rate (else expectedQPS).
 
     `rules`: how the extender places pods (its shares per GPU; `gpu_pool`). `free`:
-    the GPUs free now per type (`free_serving_gpus`, the group's pods' counted free):
-    the planner takes a type they hold first (`free_fit`).
+    the GPUs free now per type (`free_serving_gpus`, the group's pods' counted free);
+    `room`: what its queue could ever hold, and admits now. The planner takes a type
+    both hold first (`fit_now`); types the queue could never hold a replica on are
+    left out (unless that is every type: quota admission then says why it waits).
     """
     variants = tuple(
         VariantDemand(
@@ -456,7 +469,18 @@ def group_input(
         group=group.name,
         shape=ModelShape.of(group.base.size_mib, group.base.parameters_billions),
         variants=variants,
-        gpus=gpu_pool(nodes, request, rules),
+        gpus=_within(gpu_pool(nodes, request, rules), request, room),
         previous=previous,
-        fits_now=None if free is None else free_fit(request, free),
+        fits_now=None if free is None else fit_now(request, free, room),
     )
+
+
+def _within(
+    pool: dict[str, tuple[GpuPerf, int]], request: GpuRequest, room: QueueRoom | None
+) -> dict[str, tuple[GpuPerf, int]]:
+    """The types of `pool` where `room` could ever admit a replica (all, if none could)."""
+    if room is None:
+        return pool
+    limits, annotations = gpu_resources(request.shared, request.count or 1)
+    kept = {t: v for t, v in pool.items() if room.holds(t, limits, annotations)}
+    return kept or pool

@@ -290,6 +290,36 @@ def test_a_new_serving_group_over_its_queue_quota_waits_and_builds_nothing() -> 
     assert ("Deployment", next(iter(memo._entries))[1]) in ops.applied
 
 
+def test_a_new_serving_group_is_planned_on_the_gpu_type_its_queue_admits() -> None:
+    # the queue lists A100 quota only: before, the group was planned on the H100s (the
+    # fewest GPUs) and waited for quota that never comes; now it is built on the A100s
+    ops, memo = _three(), GroupMemo()
+    ops._nodes = [*ops._nodes, node("a100-0", "A100-SXM4-80GB", 8)]
+    _serving_queue(ops, 0)
+    ops.queue_objs[0]["spec"]["quotas"].append({"gpuType": "A100-SXM4-80GB", "gpus": 8})
+    out = _pass(ops, memo)
+    assert ops.applies == 1
+    spec = ops.applied["Deployment", "llama"]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "A100-SXM4-80GB"}
+    assert all(o.status["phase"] == "Pending" for o in out.values())
+    assert not any("quota" in o.status["whyWaiting"] for o in out.values())
+    # its H100 quota lent to a borrowing TrainingJob, its A100 quota free: it is built on
+    # the A100s without stopping the borrower (Kueue tries the next flavour first)
+    ops, memo = _three(), GroupMemo()
+    ops._nodes = [*ops._nodes, node("a100-0", "A100-SXM4-80GB", 8)]
+    _serving_queue(ops, 16)
+    ops.queue_objs[0]["spec"]["quotas"].append({"gpuType": "A100-SXM4-80GB", "gpus": 8})
+    training_borrows(ops, "PreemptBorrowed", GPU, workers=16)
+    events = _pass(ops, memo)["a"].events
+    assert ops.applies == 1
+    reasons = dict(e[1:] for e in events)
+    assert "ReclaimingQuota" not in reasons
+    assert reasons["Placed"].startswith(
+        "A100-SXM4-80GB (on the GPUs free now (1 x H100-SXM5-80GB would serve it, "
+        "but queue serving's quota does not admit them now))"
+    )
+
+
 def test_a_running_serving_group_grows_only_as_far_as_its_queue_quota_admits() -> None:
     ops, memo = _three(), GroupMemo(refresh_s=30)
     _serving_queue(ops, 16)

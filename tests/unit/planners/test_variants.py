@@ -186,15 +186,21 @@ def test_the_type_whose_free_gpus_hold_the_plan_is_taken_first() -> None:
     assert best.gpu_type == "H100-SXM5-80GB"
     n = len(best.replicas)
 
-    def plan(free: dict[str, int]) -> GroupPlan:
-        return _plan(
-            GroupInput("g", LLAMA_7B, variants, gpus, fits_now=lambda t, k: free.get(t, 0) >= k)
-        )
+    def plan(free: dict[str, int], admitted: dict[str, int] | None = None) -> GroupPlan:
+        def stands(t: str, k: int) -> tuple[int, str]:
+            if admitted is not None and admitted.get(t, 0) < k:
+                return 2, "its queue does not admit them now"
+            return (0, "") if free.get(t, 0) >= k else (1, "other work holds them")
+
+        return _plan(GroupInput("g", LLAMA_7B, variants, gpus, fits_now=stands))
 
     # every H100 held by other work: the A100s free now serve it, and it says why
     moved = plan({"A100-SXM4-80GB": 16})
     assert moved.gpu_type == "A100-SXM4-80GB"
-    assert f"on the GPUs free now ({n} x H100-SXM5-80GB would serve it" in moved.why
+    assert moved.on_free == (
+        f"on the GPUs free now ({n} x H100-SXM5-80GB would serve it, but other work holds them)"
+    )
+    assert moved.on_free in moved.why
     # the H100s free now hold it: the fewest GPUs, as before
     assert plan({"H100-SXM5-80GB": n, "A100-SXM4-80GB": 16}) == best
     # one H100 short of the plan does not hold it
@@ -202,7 +208,18 @@ def test_the_type_whose_free_gpus_hold_the_plan_is_taken_first() -> None:
     # no type's free GPUs hold it: the planner's own type, and its pods wait
     waits = plan({})
     assert waits.gpu_type == "H100-SXM5-80GB"
-    assert "the GPUs free now hold no such plan: its pods wait for H100-SXM5-80GB" in waits.why
+    assert (
+        waits.on_free
+        == "nothing holds it now (H100-SXM5-80GB: other work holds them): its pods wait"
+    )
+    # the queue admits none on the H100s now: the A100s it admits, free or not, come first
+    quota = plan({"H100-SXM5-80GB": 16}, {"A100-SXM4-80GB": 16})
+    assert quota.gpu_type == "A100-SXM4-80GB"
+    assert "nothing holds it now (A100-SXM4-80GB: other work holds them)" in quota.why
+    assert plan({"H100-SXM5-80GB": 16, "A100-SXM4-80GB": 16}, {"A100-SXM4-80GB": 16}).on_free == (
+        f"on the GPUs free now ({n} x H100-SXM5-80GB would serve it, "
+        "but its queue does not admit them now)"
+    )
     # a fixed fleet (the simulator's) is not moved
-    fixed = GroupInput("g", LLAMA_7B, variants, gpus, replicas=2, fits_now=lambda t, k: False)
-    assert "free now" not in _plan(fixed).why
+    fixed = GroupInput("g", LLAMA_7B, variants, gpus, replicas=2, fits_now=lambda t, k: (1, "held"))
+    assert _plan(fixed).on_free == ""

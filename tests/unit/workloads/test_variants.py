@@ -31,7 +31,9 @@ from chronotope.workloads.placement import (
     plan_from_doc,
     routes,
 )
+from chronotope.workloads.quota import Unit
 from chronotope.workloads.serving_group import GroupResult, object_name, serve_group
+from chronotope.workloads.training_quota import ServingRoom
 from chronotope.workloads.variants import (
     free_serving_gpus,
     gpu_pool,
@@ -624,7 +626,46 @@ def test_a_share_group_is_planned_where_the_free_gpus_hold_its_shares() -> None:
     full = [*holders, _holding("train", "a100-0", 1)]  # half its GPUs: room for two, not four
     waits = planned(free_serving_gpus(nodes, full))
     assert waits.statuses["a"]["gpuType"] == H100
-    assert (
-        "its pods wait for H100-SXM5-80GB GPUs other work holds"
-        in waits.statuses["a"]["whyWaiting"]
+    said = waits.statuses["a"]["whyWaiting"]
+    assert "nothing holds it now (H100-SXM5-80GB: other work holds the GPUs): its pods wait" in said
+
+
+def test_a_group_is_planned_on_the_types_its_queue_admits() -> None:
+    # the namespace's queue lists no H100 quota (never admitted), or none left now:
+    # before, the group was planned on the H100s anyway and waited for quota that would
+    # not come (or until borrowers stopped) while its A100 quota and GPUs were free
+    nodes = [node("h100-0", gpus=8), node("a100-0", "A100-SXM4-80GB", 8)]
+    group = group_variants([variant("a"), variant("b")]).groups["llama"]
+    a100, h100 = ("A100-SXM4-80GB", Unit.GPUS), (H100, Unit.GPUS)
+
+    def planned(room: ServingRoom | None) -> GroupPlan:
+        result = serve_group(
+            group,
+            "ns",
+            nodes=nodes,
+            pods=[],
+            previous_doc=None,
+            rates={},
+            now=NOW,
+            free=free_serving_gpus(nodes, []),
+            room=room,
+        )
+        assert isinstance(result.plan, GroupPlan)
+        return result.plan
+
+    assert planned(None).gpu_type == H100
+    never = planned(ServingRoom("team", {a100: 8, h100: 0}))
+    assert never.gpu_type == "A100-SXM4-80GB"
+    assert never.on_free == ""  # the H100s are no option at all
+    not_now = planned(ServingRoom("team", {a100: 8, h100: 8}, {a100: 8, h100: 0}))
+    assert not_now.gpu_type == "A100-SXM4-80GB"
+    assert not_now.on_free == (
+        "on the GPUs free now (1 x H100-SXM5-80GB would serve it, "
+        "but queue team's quota does not admit them now)"
     )
+    # it admits neither now: the type whose GPUs are free, and it waits for quota
+    neither = planned(ServingRoom("team", {a100: 8, h100: 8}, {a100: 0, h100: 0}))
+    assert neither.gpu_type == H100
+    assert neither.on_free.startswith("nothing holds it now (H100-SXM5-80GB: queue team's")
+    # a queue that could hold none of the types leaves them all in (admission says why)
+    assert planned(ServingRoom("team", {a100: 0, h100: 0})).gpu_type == H100
