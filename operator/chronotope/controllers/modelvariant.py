@@ -9,9 +9,10 @@ the GPU types and counts of the nodes, the GPUs free now for it, the live
 rates, the group's pods, its queue's room) or its last apply is older than
 `refresh_s`. It is planned first on a GPU type whose free GPUs hold it within
 what its queue admits now (its own pods' counted free:
-`variants.free_serving_gpus`, the one cluster model; `training_quota.serving_room`),
-so it does not wait for GPUs other work holds, or quota, while another type's idle. `GroupMemo` keeps the last result
-per group, so the other variants' passes read their status from it. The
+`variants.free_serving_gpus`, the one cluster model;
+`training_quota.serving_room`), so it does not wait for GPUs other work holds,
+or for quota, while another type's idle. `GroupMemo` keeps the last result per
+group, so the other variants' passes read their status from it. The
 variant then gets its status and its events: one per distinct waiting
 reason, one when it starts serving, one per placement change. A group's
 GPUs hold its namespace's `default` LocalQueue's quota: a new group is built,
