@@ -919,3 +919,37 @@ def test_a_gang_whose_workers_may_not_share_a_node_is_planned_where_it_binds(
         events = _events(core, namespace, "pair")
         assert "Replanning" not in events, events  # planned right the first time
         assert slow in events["Started"], events
+
+
+def test_a_gang_that_requires_one_zone_starts_inside_one(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # one GPU type in two zones: two 2-GPU nodes in one, one in the other. Two workers of
+    # 2 GPUs under Spread go to two nodes with the most free GPUs: before, one in each
+    # zone, though the job said `topology: Zone, required: true` (read by nothing). Now
+    # both go inside the zone that holds them; a gang no zone can hold says so
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    gpu = f"ZONED-{tag.upper()}"
+    with (
+        _gpu_nodes(api, core, f"za-{tag}", gpu, 2, per_node=2, zone=f"za-{tag}") as zone_a,
+        _gpu_nodes(api, core, f"zb-{tag}", gpu, 1, per_node=2, zone=f"zb-{tag}") as zone_b,
+    ):
+        wait_nodes_untainted(api, set(zone_a + zone_b), 60)
+        placement = {"strategy": "Spread", "topology": "Zone", "required": True}
+        body = job("zoned", 2, 2, [(gpu, 1.0)], placement=placement)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        _wait_running(api, namespace, "zoned", timeout=90, what="zoned running")
+        placed = sorted(p["node"] for p in _get(api, namespace, "zoned")["status"]["placement"])
+        assert placed == zone_a, placed
+        pods = core.list_namespaced_pod(namespace, label_selector="chronotope.dev/job=zoned")
+        assert sorted(p.spec.node_name for p in pods.items) == zone_a
+        three = job("three", 3, 2, [(gpu, 1.0)], placement=placement)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, three)
+
+        def why() -> str:
+            status = _get(api, namespace, "three").get("status") or {}
+            return str(status.get("whyWaiting") or "")
+
+        wait_for(lambda: "within one Zone" in why(), 60, "three says why")
+        assert "at most 2 worker(s) of 2 GPU(s) (Spread within one Zone)" in why(), why()

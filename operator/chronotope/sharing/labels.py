@@ -16,9 +16,12 @@ __all__ = [
     "GPU_MEMORY_LABEL",
     "GPU_PRODUCT_LABEL",
     "GPU_RESOURCE",
+    "HOSTNAME_LABEL",
+    "NVLINK_LABEL",
     "PLANNED_FOR_ANNOTATION",
     "PREEMPTED_BY_ANNOTATION",
     "QUEUE_LABEL",
+    "RACK_LABEL",
     "SCHEDULER_NAME",
     "SHARE_RESOURCE",
     "STRATEGY_ANNOTATION",
@@ -33,6 +36,11 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+RACK_LABEL = "chronotope.dev/rack"
+"""Node label: the rack a node is in (a TrainingJob's `placement.topology: Rack`)."""
+NVLINK_LABEL = "chronotope.dev/nvlink-domain"
+"""Node label: the NVLink domain a node is in (`placement.topology: NVLinkDomain`)."""
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 GANG_LABEL = "chronotope.dev/pod-group"
 """Pod label: the gang (pod group) a pod belongs to."""
 GANG_SIZE_ANNOTATION = "chronotope.dev/pod-group-size"

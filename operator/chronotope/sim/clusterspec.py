@@ -32,6 +32,8 @@ from chronotope.sharing.labels import (
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
+    NVLINK_LABEL,
+    RACK_LABEL,
     ZONE_LABEL,
 )
 
@@ -52,8 +54,6 @@ __all__ = [
     "node_manifests",
 ]
 
-RACK_LABEL = "chronotope.dev/rack"
-NVLINK_LABEL = "chronotope.dev/nvlink-domain"
 POOL_LABEL = "chronotope.dev/pool"
 # kwok only manages nodes that carry this annotation (see devcluster.components).
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"

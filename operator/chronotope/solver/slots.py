@@ -13,16 +13,31 @@ members go. The strategies are Ray's placement-group strategies:
   only those), the one with the most free GPUs.
 
 Ties go to the larger node name, so the answer never depends on input order.
-Pure.
+
+A gang whose TrainingJob requires one topology domain (`placement.topology`
+Node, NVLinkDomain, Rack or Zone with `required: true`) goes into one domain:
+of those whose nodes hold every member under the strategy (`gang_room`), the
+one with the fewest free GPUs (best fit, so large domains stay whole for large
+gangs), ties to the larger domain name (`gang_domain`); the members then go by
+`next_slot` among that domain's nodes. A node without the domain's label is a
+domain of its own. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
+from chronotope.sharing.labels import NVLINK_LABEL, RACK_LABEL, ZONE_LABEL
 
-__all__ = ["next_slot"]
+__all__ = ["DOMAIN_LABELS", "domain_of", "gang_domain", "gang_room", "next_slot"]
+
+DOMAIN_LABELS = {
+    TopologyLevel.NVLINK_DOMAIN: NVLINK_LABEL,
+    TopologyLevel.RACK: RACK_LABEL,
+    TopologyLevel.ZONE: ZONE_LABEL,
+}
+"""The node label naming each topology domain above one node."""
 
 _PACKING = (PlacementStrategy.PACK, PlacementStrategy.STRICT_PACK)
 
@@ -55,3 +70,56 @@ def next_slot(
             return max(name for name, free in holds if free == least)
         return max(fitting, key=lambda f: (f[1], f[0]))[0]
     return max(fitting, key=lambda f: (f[0] not in used, f[1], f[0]))[0]
+
+
+def domain_of(name: str, labels: Mapping[str, str], level: TopologyLevel) -> str | None:
+    """The `level` domain node `name` (with `labels`) is in; None for Any.
+
+    Node: the node itself. A node without the level's label is a domain of its own.
+    """
+    if level is TopologyLevel.ANY:
+        return None
+    if level is TopologyLevel.NODE:
+        return f"node/{name}"
+    value = labels.get(DOMAIN_LABELS[level])
+    return f"{level.value}/{value}" if value else f"node/{name}"
+
+
+def gang_room(frees: Sequence[int], per_worker: int, strategy: PlacementStrategy) -> int:
+    """How many members of `per_worker` GPUs nodes with `frees` free GPUs hold.
+
+    StrictPack: on one node; StrictSpread: one a node; else any way.
+    """
+    per_node = [f // max(1, per_worker) for f in frees]
+    if not per_node:
+        return 0
+    if strategy is PlacementStrategy.STRICT_PACK:
+        return max(per_node)
+    if strategy is PlacementStrategy.STRICT_SPREAD:
+        return sum(1 for k in per_node if k > 0)
+    return sum(per_node)
+
+
+def gang_domain(
+    fitting: Sequence[tuple[str, int]],
+    domains: Mapping[str, str],
+    strategy: PlacementStrategy,
+    members: int,
+    per_worker: int,
+) -> str | None:
+    """The domain a gang of `members` goes into, or None when no domain holds it.
+
+    `fitting`: (node, free whole GPUs) for each node a member fits on now; `domains`:
+    each node's domain (`domain_of`). Of the domains whose nodes hold every member
+    (`gang_room`), the one with the fewest free GPUs; ties to the larger name.
+    """
+    frees: dict[str, list[int]] = {}
+    for name, free in fitting:
+        frees.setdefault(domains[name], []).append(free)
+    holding = [
+        (sum(f), d) for d, f in frees.items() if gang_room(f, per_worker, strategy) >= members
+    ]
+    if not holding:
+        return None
+    least = min(total for total, _ in holding)
+    return max(d for total, d in holding if total == least)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeAlias
 
-from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
 from chronotope.sharing.labels import (
     DONE_PHASES,
     GPU_PRODUCT_LABEL,
@@ -29,7 +29,7 @@ from chronotope.solver.cache import ClusterCache
 from chronotope.solver.colocation import Colocation
 from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
 from chronotope.solver.policies import Policy
-from chronotope.solver.slots import next_slot
+from chronotope.solver.slots import domain_of, gang_domain, next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 from chronotope.workloads.node_fit import (
     HostPort,
@@ -515,6 +515,8 @@ def take(
     strategy: PlacementStrategy = PlacementStrategy.PACK,
     placements: Sequence[tuple[str, Sequence[int]]] = (),
     rules: NodeRules | None = None,
+    topology: TopologyLevel = TopologyLevel.ANY,
+    required: bool = True,
 ) -> tuple[tuple[NodeCapacity, ...], Placements]:
     """`capacity` after a gang starts, and where its workers go.
 
@@ -530,6 +532,9 @@ def take(
     `rules`: the workers go only on nodes these admit (`admitting`); the host ports
     they ask are held on the nodes they go to, and each worker is among its node's
     pods for pod anti-affinity (with its own terms: `NodeCapacity.neighbours`, `repels`).
+    `topology`: the domain all workers share (`placement.topology`): they go only into
+    the one `solver.slots.gang_domain` picks; when no domain holds them, none if it is
+    `required`, else anywhere (a wish).
     """
     nodes = list(capacity)
     index = _index(capacity)
@@ -543,6 +548,17 @@ def take(
         by_name = {n.name: n.free for n in admitting(capacity, gpu_type, rules, per_worker).nodes}
         usable = tuple(i for i in mine if nodes[i].name in by_name)
         room = {i: by_name[nodes[i].name] for i in usable}
+    if topology is not TopologyLevel.ANY:
+        usable = _in_domain(
+            nodes,
+            usable,
+            room,
+            topology=topology,
+            strategy=strategy,
+            workers=workers,
+            per_worker=per_worker,
+            required=required,
+        )
     asks = rules if rules is not None and rules.asks else None
     where = {nodes[i].name: i for i in usable}
     used: set[str] = set()
@@ -590,6 +606,32 @@ def take(
         )
         _carry_admitted(index.nodes.get(gpu_type, ()), after)
     return out, tuple(placed)
+
+
+def _in_domain(
+    nodes: Sequence[NodeCapacity],
+    usable: Sequence[int],
+    room: Mapping[int, int],
+    *,
+    topology: TopologyLevel,
+    strategy: PlacementStrategy,
+    workers: int,
+    per_worker: int,
+    required: bool,
+) -> tuple[int, ...]:
+    """Those of `usable` in the `topology` domain the gang goes into.
+
+    When no domain holds it: none if `required`, else all of `usable`. `room`: the
+    free GPUs the workers can take where node rules cut them (else `free`).
+    """
+    fitting = [(nodes[i].name, room.get(i, nodes[i].free)) for i in usable if nodes[i].schedulable]
+    domains = {
+        nodes[i].name: domain_of(nodes[i].name, nodes[i].labels, topology) or "" for i in usable
+    }
+    chosen = gang_domain(fitting, domains, strategy, workers, per_worker)
+    if chosen is None and not required:
+        return tuple(usable)
+    return tuple(i for i in usable if chosen is not None and domains[nodes[i].name] == chosen)
 
 
 def _placed_where_blocked(

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec, UtilityFunction
+from chronotope.api.v1alpha1.trainingjob import TopologyLevel, TrainingJobSpec, UtilityFunction
 from chronotope.solver.batch import BatchSettings, plan
 from chronotope.solver.model import (
     MILLI,
@@ -35,10 +35,11 @@ from chronotope.solver.model import (
     PodRequest,
     Workload,
 )
+from chronotope.solver.slots import domain_of
 from chronotope.workloads.capacity import Capacity, Placements, admitting, unblocked
 from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.podreq import PodRequestError, pod_resources
-from chronotope.workloads.training import Action, Decision
+from chronotope.workloads.training import Action, Decision, required_topology
 
 __all__ = ["Contender", "JointOutcome", "arbitrate"]
 
@@ -87,10 +88,24 @@ def _snapshot(capacity: Capacity) -> ClusterSnapshot:
                 cpu_milli=n.cpu_free_milli,
                 memory_mib=n.memory_free_mib,
                 gpus=gpus,
-                zone=n.zone,
+                # each domain as `solver.slots.domain_of` names it (a node without the
+                # label is a domain of its own), so a required topology means the same here
+                zone=domain_of(n.name, n.labels, TopologyLevel.ZONE) or "",
+                rack=domain_of(n.name, n.labels, TopologyLevel.RACK) or "",
+                nvlink_domain=domain_of(n.name, n.labels, TopologyLevel.NVLINK_DOMAIN) or "",
             )
         )
     return ClusterSnapshot(nodes=tuple(nodes), time_s=0.0)
+
+
+_SAME = {
+    TopologyLevel.ANY: "",
+    TopologyLevel.NODE: "name",
+    TopologyLevel.NVLINK_DOMAIN: "nvlink_domain",
+    TopologyLevel.RACK: "rack",
+    TopologyLevel.ZONE: "zone",
+}
+"""The snapshot node's attribute all of a gang's nodes share, per required topology."""
 
 
 def _deadline_s(spec: TrainingJobSpec, now: datetime) -> float | None:
@@ -153,6 +168,7 @@ def _workload(c: Contender, now: datetime, capacity: Capacity) -> Workload:
         alternatives=alternatives,
         deadline_s=_deadline_s(c.spec, now),
         strategy=c.spec.placement.strategy,
+        same_topology=_SAME[required_topology(c.spec)],
         priority=c.spec.priority,
     )
 

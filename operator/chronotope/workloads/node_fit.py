@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TrainingJobSpec
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL
 from chronotope.solver.model import UNBOUNDED
 from chronotope.workloads.cluster_feed import CONDITION_TAINTS
 from chronotope.workloads.podreq import PodRequestError, pod_resources
@@ -190,8 +190,6 @@ def port_clash(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> HostPort
     return None
 
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-"""The topology key of "one per node" pod (anti-)affinity."""
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 Neighbour: TypeAlias = tuple[str, frozenset[tuple[str, str]]]

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING
 
 from chronotope.api.v1alpha1.trainingjob import (
     PlacementStrategy,
+    TopologyLevel,
     TrainingJobSpec,
     Utility,
     UtilityFunction,
 )
 from chronotope.solver.model import Reason
+from chronotope.solver.slots import domain_of, gang_room
 from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, Usable, admitting
 from chronotope.workloads.node_fit import NodeRules, job_rules
 from chronotope.workloads.parallelism import Degrees
@@ -33,7 +35,14 @@ from chronotope.workloads.parallelism import Degrees
 if TYPE_CHECKING:
     from chronotope.workloads.profiled import GangPlan, ProfilePlanner
 
-__all__ = ["Action", "Decision", "decide", "utility_at", "workers_that_fit"]
+__all__ = [
+    "Action",
+    "Decision",
+    "decide",
+    "required_topology",
+    "utility_at",
+    "workers_that_fit",
+]
 
 
 class Action(StrEnum):
@@ -110,19 +119,31 @@ def utility_at(utility: Utility | None, finish: datetime) -> float:
 
 
 def workers_that_fit(
-    nodes: Sequence[NodeCapacity], per_worker: int, strategy: PlacementStrategy, free: bool
+    nodes: Sequence[NodeCapacity],
+    per_worker: int,
+    strategy: PlacementStrategy,
+    free: bool,
+    topology: TopologyLevel = TopologyLevel.ANY,
 ) -> int:
-    """How many workers of `per_worker` GPUs the nodes hold (now if `free`, else ever)."""
-    per_node = [
-        (n.free if free else n.total) // per_worker for n in nodes if n.schedulable or not free
-    ]
-    if not per_node:
-        return 0
-    if strategy is PlacementStrategy.STRICT_PACK:
-        return max(per_node)
-    if strategy is PlacementStrategy.STRICT_SPREAD:
-        return sum(1 for k in per_node if k > 0)
-    return sum(per_node)
+    """How many workers of `per_worker` GPUs the nodes hold (now if `free`, else ever).
+
+    `topology`: the domain every worker must share (a required `placement.topology`):
+    the most any one such domain holds (`solver.slots.domain_of`, `gang_room`).
+    """
+    usable = [n for n in nodes if n.schedulable or not free]
+    if topology is TopologyLevel.ANY:
+        return gang_room([n.free if free else n.total for n in usable], per_worker, strategy)
+    by_domain: dict[str | None, list[int]] = {}
+    for n in usable:
+        by_domain.setdefault(domain_of(n.name, n.labels, topology), []).append(
+            n.free if free else n.total
+        )
+    return max((gang_room(frees, per_worker, strategy) for frees in by_domain.values()), default=0)
+
+
+def required_topology(spec: TrainingJobSpec) -> TopologyLevel:
+    """The domain all the job's workers must share (Any: none; a preference is not a rule)."""
+    return spec.placement.topology if spec.placement.required else TopologyLevel.ANY
 
 
 def _speed(spec: TrainingJobSpec, gpu_type: str) -> float:
@@ -250,7 +271,8 @@ def _on_type(
         if refused:
             return [], [], [f"{gpu_type}: {_refusals(refused, everyone=True)}"]
         return [], [], [f"no node has {gpu_type} GPUs"]
-    ever = workers_that_fit(nodes, per_worker, strategy, free=False)
+    topology = required_topology(spec)
+    ever = workers_that_fit(nodes, per_worker, strategy, free=False, topology=topology)
     if ever < least:
         where = "the cluster holds" if not refused else "the nodes its workers may use hold"
         more = f"; {_refusals(refused, everyone=False)}" if refused else ""
@@ -259,7 +281,7 @@ def _on_type(
             [],
             [
                 f"{gpu_type}: {where} at most {ever} worker(s) of {per_worker} "
-                f"GPU(s) ({strategy.value}), the job needs {least}{more}"
+                f"GPU(s) ({strategy.value}{_within(topology)}), the job needs {least}{more}"
             ],
         )
     if est.planner is not None:  # can the profile run here at all, with every GPU free?
@@ -269,7 +291,7 @@ def _on_type(
     starts: list[Decision] = []
     waits: list[Decision] = []
     why_not: list[str] = []
-    now_fit = min(want, workers_that_fit(nodes, per_worker, strategy, free=True))
+    now_fit = min(want, workers_that_fit(nodes, per_worker, strategy, True, topology))
     if now_fit >= least:
         got = est.alternative(Action.START, gpu_type, nodes, now, now_fit)
         if isinstance(got, str):
@@ -279,7 +301,8 @@ def _on_type(
     else:
         mine = f" on the {len(nodes)} node(s) its workers may use" if refused else ""
         why_not.append(
-            f"{gpu_type}: room for {now_fit} of {least} worker(s) now{mine}{_cut(seen, rules)}"
+            f"{gpu_type}: room for {now_fit} of {least} worker(s) now{_within(topology)}"
+            f"{mine}{_cut(seen, rules)}"
         )
     if now_fit < want and gpu_type in frees_at:
         start = max(now, frees_at[gpu_type])
@@ -287,6 +310,11 @@ def _on_type(
         if not isinstance(later, str):
             waits.append(later)
     return starts, waits, why_not
+
+
+def _within(topology: TopologyLevel) -> str:
+    """' within one <domain>' for a required topology ('' for Any)."""
+    return "" if topology is TopologyLevel.ANY else f" within one {topology.value}"
 
 
 def _cut(seen: Usable, rules: NodeRules) -> str:

@@ -546,6 +546,8 @@ class _Pass:
             strategy=spec.placement.strategy,
             placements=d.placements,
             rules=job_rules(spec),
+            topology=spec.placement.topology,
+            required=spec.placement.required,
         )
         if len(placements) == d.workers:
             d = replace(d, placements=placements)
