@@ -192,12 +192,15 @@ class Placement(ApiModel):
     )
     topology: TopologyLevel = Field(
         default=TopologyLevel.ANY,
-        description="Keep all workers within one Node, NVLinkDomain, Rack or Zone; Any: no wish.",
+        description="Keep all workers within one Node, NVLinkDomain (node label "
+        "chronotope.dev/nvlink-domain), Rack (chronotope.dev/rack) or Zone "
+        "(topology.kubernetes.io/zone); a node without the label is a domain of its own. "
+        "Any: no wish.",
     )
     required: bool = Field(
         default=False,
         description="True: the topology wish is a hard constraint (wait rather than break it). "
-        "False: a preference.",
+        "False: a preference (kept when one domain holds the gang now).",
     )
 
 
