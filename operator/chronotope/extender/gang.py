@@ -13,7 +13,10 @@ Gangs are declared on pods: label `chronotope.dev/pod-group` (the gang's name)
 and annotation `chronotope.dev/pod-group-size` (how many members), optional
 `chronotope.dev/placement-strategy`: Pack (default), Spread, StrictPack,
 StrictSpread (Ray's placement-group strategies; where each member goes is
-`solver.slots.next_slot`, the rule the operator's scheduling pass places by).
+`solver.slots.next_slot`, the rule the operator's scheduling pass places by),
+and optional `chronotope.dev/placement-topology`: Node, NVLinkDomain, Rack or
+Zone, the domain every member must share (`solver.slots.gang_domain` picks it;
+a gang whose plan names its nodes, the operator's, is placed there instead).
 
 Pure: plain values and the cluster cache.
 """
@@ -24,11 +27,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
-from chronotope.sharing.labels import GANG_LABEL, GANG_SIZE_ANNOTATION, STRATEGY_ANNOTATION
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
+from chronotope.sharing.labels import (
+    GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
+    STRATEGY_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
+)
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.model import PodRequest, Reason
-from chronotope.solver.slots import next_slot
+from chronotope.solver.slots import domain_of, gang_domain, next_slot
 from chronotope.workloads.podreq import PlannedPlacement
 
 __all__ = ["MAX_GANG_SIZE", "Gang", "GangBook", "gang_of"]
@@ -45,6 +53,8 @@ class Gang:
     key: str
     size: int
     strategy: PlacementStrategy
+    topology: TopologyLevel = TopologyLevel.ANY
+    """The domain every member must share (`chronotope.dev/placement-topology`)."""
 
 
 def gang_of(pod: Mapping[str, Any]) -> Gang | None:
@@ -73,7 +83,15 @@ def gang_of(pod: Mapping[str, Any]) -> Gang | None:
         raise ValueError(
             f"metadata.annotations[{STRATEGY_ANNOTATION}]: {raw_strategy!r} is not one of {allowed}"
         ) from None
-    return Gang(f"{meta.get('namespace', 'default')}/{name}", size, strategy)
+    raw_topology = annotations.get(TOPOLOGY_ANNOTATION, TopologyLevel.ANY.value)
+    try:
+        topology = TopologyLevel(raw_topology)
+    except ValueError:
+        allowed = ", ".join(t.value for t in TopologyLevel)
+        raise ValueError(
+            f"metadata.annotations[{TOPOLOGY_ANNOTATION}]: {raw_topology!r} is not one of {allowed}"
+        ) from None
+    return Gang(f"{meta.get('namespace', 'default')}/{name}", size, strategy, topology)
 
 
 @dataclass
@@ -116,6 +134,11 @@ class GangBook:
         needed = gang.size - len(self.members_bound.get(gang.key, set()))
         if needed <= 0:
             return None
+        if gang.topology is not TopologyLevel.ANY:
+            within = _one_domain(cache, gang, req, candidates, needed)
+            if isinstance(within, str):
+                return within
+            candidates = within
         res = Reservation(gang, [], expires_at=now + self.ttl_s)
         for i in range(needed):
             rest = (needed - i) * (0 if req.is_share else req.num_gpus)
@@ -288,3 +311,27 @@ def hold_for_reservation(cache: ClusterCache, res: Reservation) -> None:
     """Slots live as long as their reservation, not the cache's assume TTL."""
     for i in range(len(res.slots)):
         cache.confirm(res.slot_key(i))
+
+
+def _one_domain(
+    cache: ClusterCache, gang: Gang, req: PodRequest, candidates: list[str], needed: int
+) -> list[str] | str:
+    """The candidates in the one domain the gang goes into (`solver.slots.gang_domain`).
+
+    Or why none holds its `needed` members now.
+    """
+    fits = [n for n in candidates if not isinstance(cache.fit(n, req), Reason)]
+    domains = {
+        n: domain_of(n, dict(cache.nodes[n].topology), gang.topology) or ""
+        for n in fits
+        if n in cache.nodes
+    }
+    fitting = [(n, cache.free_whole(n)) for n in fits if n in domains]
+    chosen = gang_domain(fitting, domains, gang.strategy, needed, req.num_gpus)
+    if chosen is None:
+        return (
+            f"gang {gang.key} ({gang.strategy.value}) needs {needed} member(s) with "
+            f"{req.describe_gpus()} each within one {gang.topology.value}; no "
+            f"{gang.topology.value} holds them now"
+        )
+    return [n for n in candidates if domains.get(n) == chosen]

@@ -25,6 +25,7 @@ __all__ = [
     "SCHEDULER_NAME",
     "SHARE_RESOURCE",
     "STRATEGY_ANNOTATION",
+    "TOPOLOGY_ANNOTATION",
     "ZONE_LABEL",
 ]
 
@@ -50,6 +51,9 @@ QUEUE_LABEL = "chronotope.dev/queue"
 (InferencePipeline stages: `spec.queue`; absent: `default`)."""
 STRATEGY_ANNOTATION = "chronotope.dev/placement-strategy"
 """Pod annotation: the gang's placement strategy (`PlacementStrategy` values)."""
+TOPOLOGY_ANNOTATION = "chronotope.dev/placement-topology"
+"""Pod annotation: the topology domain every member of the gang must share (`TopologyLevel`
+values but Any; a TrainingJob's worker carries it when its `placement.required` is true)."""
 DONE_PHASES = ("Succeeded", "Failed")
 """Pod phases after which a pod holds no resources."""
 GENERATION_ANNOTATION = "chronotope.dev/gang-generation"

@@ -74,6 +74,9 @@ class NodeInfo:
     """New pods cannot land there (`workloads.cluster_feed.node_schedulable`)."""
     device_plugin: bool = False
     """The node runs Chronotope's device plugin (binds then take its allocation lock)."""
+    topology: tuple[tuple[str, str], ...] = ()
+    """Its topology labels (zone, rack, NVLink domain: `solver.slots.DOMAIN_LABELS`), as
+    (label, value) pairs: what a gang that requires one domain reads."""
 
     def shape(self) -> tuple[str, int, int, int, int]:
         """The fields the node's array row is built from; a change rebuilds the arrays."""

@@ -28,6 +28,7 @@ from chronotope.sharing.labels import (
 )
 from chronotope.solver.cache import ClusterCache, Holding, NodeInfo
 from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest, Reason, percent_milli
+from chronotope.solver.slots import DOMAIN_LABELS
 from chronotope.workloads.podreq import PodRequestError, planned, pod_request
 
 __all__ = [
@@ -106,6 +107,9 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         memory_mib=amount("memory", memory_mib),
         unschedulable=not node_schedulable(node),
         device_plugin=DEVICE_PLUGIN in (meta.get("annotations") or {}),
+        topology=tuple(
+            (label, str(labels[label])) for label in DOMAIN_LABELS.values() if label in labels
+        ),
     )
 
 

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import TopologyLevel, TrainingJobSpec
 from chronotope.sharing.assignment import is_scheduler_key
 from chronotope.sharing.labels import (
     GANG_LABEL,
@@ -21,6 +21,7 @@ from chronotope.sharing.labels import (
     GPU_PRODUCT_LABEL,
     SCHEDULER_NAME,
     STRATEGY_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
 )
 from chronotope.workloads.parallelism import Degrees, choose_degrees
 from chronotope.workloads.podreq import (
@@ -140,6 +141,8 @@ def worker_pods(
             GANG_SIZE_ANNOTATION: str(decision.workers),
             STRATEGY_ANNOTATION: spec.placement.strategy.value,
         }
+        if spec.placement.required and spec.placement.topology is not TopologyLevel.ANY:
+            annotations[TOPOLOGY_ANNOTATION] = spec.placement.topology.value
         if len(decision.placements) == decision.workers:  # the pass's node and GPUs
             node, gpus = decision.placements[rank]
             annotations |= {

@@ -10,6 +10,8 @@ from chronotope.sharing.labels import (
     GANG_SIZE_ANNOTATION,
     SCHEDULER_NAME,
     STRATEGY_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
+    ZONE_LABEL,
 )
 from chronotope.workloads.podreq import (
     PLANNED_GANG_ANNOTATION,
@@ -17,7 +19,7 @@ from chronotope.workloads.podreq import (
     PLANNED_NODE_ANNOTATION,
     gang_plan_annotation,
 )
-from tests.unit.extender.test_service import Recorder, bound, pod, service
+from tests.unit.extender.test_service import Recorder, bound, node, pod, service
 
 
 def member(
@@ -300,3 +302,35 @@ def test_a_plan_holds_nothing_on_a_pod_of_another_scheduler_or_one_being_deleted
     svc.on_pod("MODIFIED", going)
     assert svc.filter(pod("plain", gpus=1, model="V100"), ["v"]).passed == ["v"]
     assert svc.filter(pod("big", gpus=8, model="A100"), ["a"]).passed == ["a"]
+
+
+def test_a_gang_that_requires_one_zone_is_reserved_inside_one() -> None:
+    # two 4-GPU nodes in zone x, one 8-GPU node in zone y: a StrictSpread gang of two
+    # members of 4 takes y0 (most free) and an x node; within one zone, x's two nodes
+    zones = {"x0": "x", "x1": "x", "y0": "y"}
+    svc = service(Recorder())
+    nodes = [node("x0", "A100", 4), node("x1", "A100", 4), node("y0", "A100", 8)]
+    for n in nodes:
+        n["metadata"]["labels"][ZONE_LABEL] = zones[n["metadata"]["name"]]
+    svc.sync_nodes(nodes)
+
+    def gang(name: str, size: int, topology: str | None) -> list[dict[str, Any]]:
+        pods = [member(i, size, 4, "StrictSpread", gang=name) for i in range(size)]
+        for p in pods:
+            if topology:
+                p["metadata"]["annotations"][TOPOLOGY_ANNOTATION] = topology
+        return pods
+
+    free = svc.filter(gang("free", 2, None)[0], list(zones)).passed
+    assert "y0" in free  # without the annotation: across zones
+    assert len(free) == 2
+    svc = service(Recorder())
+    svc.sync_nodes(nodes)
+    first = svc.filter(gang("zoned", 2, "Zone")[0], list(zones))
+    assert sorted(first.passed) == ["x0", "x1"]
+    # three members of 4: no zone holds them; it says so, and holds nothing
+    out = svc.filter(gang("big", 3, "Zone")[0], ["y0"])
+    assert "within one Zone; no Zone holds them now" in out.failed["y0"]
+    bad = gang("odd", 2, "Galaxy")[0]
+    said = svc.filter(bad, list(zones)).unresolvable["x0"]
+    assert "placement-topology]: 'Galaxy' is not one of Any, Node" in said

@@ -197,6 +197,13 @@ def test_worker_pods_carry_gang_labels_and_launcher_env() -> None:
     assert first["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert first["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert "chronotope.dev/planned-node" not in first["metadata"]["annotations"]
+    assert "chronotope.dev/placement-topology" not in first["metadata"]["annotations"]
+    # a required topology reaches the extender's own gang reservation; a wish does not
+    for required, expect in ((True, "Rack"), (False, None)):
+        placement = {"strategy": "StrictSpread", "topology": "Rack", "required": required}
+        ranked = spec(placement=placement)
+        got = worker_pods(job, ranked, d, generation=3)[0]["metadata"]["annotations"]
+        assert got.get("chronotope.dev/placement-topology") == expect
     planned = replace(d, placements=(("h-0", (0, 1, 2, 3)), ("h-1", (4, 5, 6, 7))))
     for pod, (node, gpus) in zip(
         worker_pods(job, s, planned, generation=3), planned.placements, strict=True
