@@ -3,8 +3,9 @@ scheduler, replicated when hot, and re-placed when a node carrying a replica goe
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,84 +207,88 @@ def test_variants_are_served_replicated_when_hot_and_re_placed_when_a_node_goes(
         _lose_a_node(k, api, route, names)
 
 
+@contextlib.contextmanager
+def _in_queue(k: Api, spec: dict[str, Any]) -> Iterator[str]:
+    """A Queue with `spec`, the namespace's LocalQueue `default` onto it; deleted after."""
+    queue = f"mv-{k.ns[-6:]}"
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
+    k.custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
+    try:
+        local = _local_queue(k.ns, queue)
+        k.custom.create_namespaced_custom_object(GROUP, VERSION, k.ns, "localqueues", local)
+        yield queue
+    finally:
+        k.custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
 def test_a_new_serving_group_waits_for_its_queue_quota(
     kube_cluster: KubeCluster, chronotope_operator: None, namespace: str
 ) -> None:
-    queue = f"mv-{namespace[-6:]}"
-    with kube_cluster.api_client() as api:
+    spec: dict[str, Any] = {"quotas": [{"gpuType": H100, "gpus": 0}]}
+    with kube_cluster.api_client() as api, _in_queue(Api(api, namespace), spec) as queue:
         k = Api(api, namespace)
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
-        spec = {"quotas": [{"gpuType": H100, "gpus": 0}]}
-        k.custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
-        try:
-            local = _local_queue(namespace, queue)
-            k.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, "localqueues", local
-            )
-            k.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, mv("held", group="quota")
-            )
-            k.wait(
-                lambda: (
-                    k.status("held").get("phase") == "Pending"
-                    and "waiting for quota" in str(k.status("held").get("whyWaiting"))
-                ),
-                60,
-                "the variant waiting for its queue's quota",
-            )
-            status = k.status("held")
-            ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-            assert ready["reason"] == "QuotaExceeded"
-            assert not k.apps.list_namespaced_deployment(namespace).items
+        k.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, mv("held", group="quota")
+        )
+        k.wait(
+            lambda: (
+                k.status("held").get("phase") == "Pending"
+                and "waiting for quota" in str(k.status("held").get("whyWaiting"))
+            ),
+            60,
+            "the variant waiting for its queue's quota",
+        )
+        status = k.status("held")
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == "QuotaExceeded"
+        assert not k.apps.list_namespaced_deployment(namespace).items
 
-            def pending() -> tuple[int, list[str]]:
-                got = k.custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)
-                q = got.get("status") or {}
-                head = [w["workload"] for w in q.get("pendingHead") or []]
-                return int(q.get("pendingWorkloads") or 0), head
+        def pending() -> tuple[int, list[str]]:
+            got = k.custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)
+            q = got.get("status") or {}
+            head = [w["workload"] for w in q.get("pendingHead") or []]
+            return int(q.get("pendingWorkloads") or 0), head
 
-            # the group is one pending workload of its Queue
-            listed = (1, [f"{namespace}/serving-group:quota"])
-            k.wait(lambda: pending() == listed, 60, "the Queue lists the waiting group")
-            # room in the queue: the group is built at its next pass (within its refresh)
-            spec["quotas"][0]["gpus"] = 16
-            k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
-            k.wait(
-                lambda: bool(k.apps.list_namespaced_deployment(namespace).items),
-                90,
-                "the group's Deployment once the quota allows it",
-            )
-            k.wait(lambda: _serving(k, ["held"]), 120, "the variant serving")
-            k.wait(lambda: pending() == (0, []), 60, "nothing pending in the Queue")
-            # the queue is capped at what runs; then the variant's traffic wants a replica more
-            spec["quotas"][0]["gpus"] = 1
-            k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
-            k.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, "held", {"spec": {"traffic": {"expectedQPS": 8}}}
-            )
+        # the group is one pending workload of its Queue
+        listed = (1, [f"{namespace}/serving-group:quota"])
+        k.wait(lambda: pending() == listed, 60, "the Queue lists the waiting group")
+        # room in the queue: the group is built at its next pass (within its refresh)
+        spec["quotas"][0]["gpus"] = 16
+        k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
+        k.wait(
+            lambda: bool(k.apps.list_namespaced_deployment(namespace).items),
+            90,
+            "the group's Deployment once the quota allows it",
+        )
+        k.wait(lambda: _serving(k, ["held"]), 120, "the variant serving")
+        k.wait(lambda: pending() == (0, []), 60, "nothing pending in the Queue")
+        # the queue is capped at what runs; then the variant's traffic wants a replica more
+        spec["quotas"][0]["gpus"] = 1
+        k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
+        k.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "held", {"spec": {"traffic": {"expectedQPS": 8}}}
+        )
 
-            def not_scaling() -> list[Any]:
-                return [
-                    e
-                    for e in k.core.list_namespaced_event(namespace).items
-                    if e.involved_object.name == "held"
-                    and e.reason == "QuotaExceeded"
-                    and e.message.startswith("not scaling up: ")
-                ]
+        def not_scaling() -> list[Any]:
+            return [
+                e
+                for e in k.core.list_namespaced_event(namespace).items
+                if e.involved_object.name == "held"
+                and e.reason == "QuotaExceeded"
+                and e.message.startswith("not scaling up: ")
+            ]
 
-            k.wait(not_scaling, 90, "a QuotaExceeded event: the running group does not grow")
-            assert k.apps.read_namespaced_deployment("quota", namespace).spec.replicas == 1
-            assert k.status("held").get("phase") == "Serving"  # what runs keeps serving
-            # the quota is raised again: the group takes its new plan
-            spec["quotas"][0]["gpus"] = 16
-            k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
-            k.wait(
-                lambda: k.apps.read_namespaced_deployment("quota", namespace).spec.replicas >= 2,
-                90,
-                "the group scaled up once its quota allows it",
-            )
-        finally:
-            k.custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+        k.wait(not_scaling, 90, "a QuotaExceeded event: the running group does not grow")
+        assert k.apps.read_namespaced_deployment("quota", namespace).spec.replicas == 1
+        assert k.status("held").get("phase") == "Serving"  # what runs keeps serving
+        # the quota is raised again: the group takes its new plan
+        spec["quotas"][0]["gpus"] = 16
+        k.custom.patch_cluster_custom_object(GROUP, VERSION, "queues", queue, {"spec": spec})
+        k.wait(
+            lambda: k.apps.read_namespaced_deployment("quota", namespace).spec.replicas >= 2,
+            90,
+            "the group scaled up once its quota allows it",
+        )
 
 
 def _serving_on(k: Api, name: str, gpu_type: str) -> bool:
@@ -329,21 +334,11 @@ def test_a_serving_group_is_planned_on_the_gpu_type_its_queue_admits(
 ) -> None:
     # the namespace's queue lists A100 quota and no H100 quota: before, the group was
     # planned on the H100s (the fewest GPUs) and waited `QuotaExceeded` for good
-    queue = f"mv-{namespace[-6:]}"
-    with kube_cluster.api_client() as api:
+    spec = {"quotas": [{"gpuType": H100, "gpus": 0}, {"gpuType": A100, "gpus": 8}]}
+    with kube_cluster.api_client() as api, _in_queue(Api(api, namespace), spec):
         k = Api(api, namespace)
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue}}
-        spec = {"quotas": [{"gpuType": H100, "gpus": 0}, {"gpuType": A100, "gpus": 8}]}
-        k.custom.create_cluster_custom_object(GROUP, VERSION, "queues", body | {"spec": spec})
-        try:
-            local = _local_queue(namespace, queue)
-            k.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, "localqueues", local
-            )
-            k.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, mv("chat", group="quota")
-            )
-            k.wait(lambda: _serving_on(k, "chat", A100), 90, "chat serving on an A100")
-            assert "QuotaExceeded" not in _events(k.core, namespace, "chat")
-        finally:
-            k.custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+        k.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, mv("chat", group="quota")
+        )
+        k.wait(lambda: _serving_on(k, "chat", A100), 90, "chat serving on an A100")
+        assert "QuotaExceeded" not in _events(k.core, namespace, "chat")

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
 from chronotope.sharing.labels import (
@@ -75,23 +76,23 @@ def gang_of(pod: Mapping[str, Any]) -> Gang | None:
         raise ValueError(
             f"metadata.annotations[{GANG_SIZE_ANNOTATION}]: {size} is not 1..{MAX_GANG_SIZE}"
         )
-    raw_strategy = annotations.get(STRATEGY_ANNOTATION, PlacementStrategy.PACK.value)
-    try:
-        strategy = PlacementStrategy(raw_strategy)
-    except ValueError:
-        allowed = ", ".join(s.value for s in PlacementStrategy)
-        raise ValueError(
-            f"metadata.annotations[{STRATEGY_ANNOTATION}]: {raw_strategy!r} is not one of {allowed}"
-        ) from None
-    raw_topology = annotations.get(TOPOLOGY_ANNOTATION, TopologyLevel.ANY.value)
-    try:
-        topology = TopologyLevel(raw_topology)
-    except ValueError:
-        allowed = ", ".join(t.value for t in TopologyLevel)
-        raise ValueError(
-            f"metadata.annotations[{TOPOLOGY_ANNOTATION}]: {raw_topology!r} is not one of {allowed}"
-        ) from None
+    strategy = _named(annotations, STRATEGY_ANNOTATION, PlacementStrategy.PACK)
+    topology = _named(annotations, TOPOLOGY_ANNOTATION, TopologyLevel.ANY)
     return Gang(f"{meta.get('namespace', 'default')}/{name}", size, strategy, topology)
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _named(annotations: Mapping[str, str], key: str, default: _E) -> _E:
+    """The annotation `key` as a value of `default`'s enum (`default` when absent)."""
+    raw = annotations.get(key, default.value)
+    kind = type(default)
+    try:
+        return kind(raw)
+    except ValueError:
+        allowed = ", ".join(v.value for v in kind)
+        raise ValueError(f"metadata.annotations[{key}]: {raw!r} is not one of {allowed}") from None
 
 
 @dataclass
