@@ -30,7 +30,14 @@ from collections.abc import Collection, Mapping, Sequence
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
 from chronotope.sharing.labels import NVLINK_LABEL, RACK_LABEL, ZONE_LABEL
 
-__all__ = ["DOMAIN_LABELS", "domain_of", "gang_domain", "gang_room", "next_slot"]
+__all__ = [
+    "DOMAIN_LABELS",
+    "domain_of",
+    "gang_domain",
+    "gang_room",
+    "members_held",
+    "next_slot",
+]
 
 DOMAIN_LABELS = {
     TopologyLevel.NVLINK_DOMAIN: NVLINK_LABEL,
@@ -86,11 +93,15 @@ def domain_of(name: str, labels: Mapping[str, str], level: TopologyLevel) -> str
 
 
 def gang_room(frees: Sequence[int], per_worker: int, strategy: PlacementStrategy) -> int:
-    """How many members of `per_worker` GPUs nodes with `frees` free GPUs hold.
+    """How many members of `per_worker` GPUs nodes with `frees` free GPUs hold (`members_held`)."""
+    return members_held([f // max(1, per_worker) for f in frees], strategy)
+
+
+def members_held(per_node: Sequence[int], strategy: PlacementStrategy) -> int:
+    """How many members nodes that each hold `per_node` of them hold together.
 
     StrictPack: on one node; StrictSpread: one a node; else any way.
     """
-    per_node = [f // max(1, per_worker) for f in frees]
     if not per_node:
         return 0
     if strategy is PlacementStrategy.STRICT_PACK:

@@ -27,7 +27,7 @@ from chronotope.api.v1alpha1.trainingjob import (
     UtilityFunction,
 )
 from chronotope.solver.model import Reason
-from chronotope.solver.slots import domain_of, gang_room
+from chronotope.solver.slots import domain_of, gang_room, members_held
 from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, Usable, admitting
 from chronotope.workloads.node_fit import NodeRules, job_rules
 from chronotope.workloads.parallelism import Degrees
@@ -130,14 +130,17 @@ def workers_that_fit(
     `topology`: the domain every worker must share (a required `placement.topology`):
     the most any one such domain holds (`solver.slots.domain_of`, `gang_room`).
     """
-    usable = [n for n in nodes if n.schedulable or not free]
-    if topology is TopologyLevel.ANY:
-        return gang_room([n.free if free else n.total for n in usable], per_worker, strategy)
+    if topology is TopologyLevel.ANY:  # one pass: it is asked per job and type, often
+        per_node = [
+            (n.free if free else n.total) // per_worker for n in nodes if n.schedulable or not free
+        ]
+        return members_held(per_node, strategy)
     by_domain: dict[str | None, list[int]] = {}
-    for n in usable:
-        by_domain.setdefault(domain_of(n.name, n.labels, topology), []).append(
-            n.free if free else n.total
-        )
+    for n in nodes:
+        if n.schedulable or not free:
+            by_domain.setdefault(domain_of(n.name, n.labels, topology), []).append(
+                n.free if free else n.total
+            )
     return max((gang_room(frees, per_worker, strategy) for frees in by_domain.values()), default=0)
 
 
