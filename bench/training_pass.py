@@ -2,7 +2,7 @@
 
 Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
        [--when-can-borrow Borrow|TryNextFlavor] [--dedicated FRACTION] [--worker-cpu CORES]
-       [--repelling FRACTION]
+       [--repelling FRACTION] [--racked FRACTION]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
 round-robin over `--queues` team namespaces, each queue an equal share of every
@@ -21,6 +21,9 @@ so each node counts only the workers its CPU holds. Both measure what node rules
 `--repelling F` binds to every 1/F-th GPU node a pod (no GPU) whose required pod
 anti-affinity keeps pods labelled `app=team-00` off it, and gives the first team's
 workers that label: what pod anti-affinity costs the pass (`NodeRules.shuns`).
+`--racked F` makes every 1/F-th job require one rack (`placement.topology: Rack`,
+`required: true`; the openb pools are one rack each): what a required topology
+costs the pass (`training.workers_that_fit` per domain, `capacity.take` inside one).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ def main() -> int:
     ap.add_argument("--dedicated", type=float, default=0.0)
     ap.add_argument("--worker-cpu", type=int, default=0)
     ap.add_argument("--repelling", type=float, default=0.0)
+    ap.add_argument("--racked", type=float, default=0.0)
     args = ap.parse_args()
     spec_path = Path(args.cluster)
     total, widest = per_type(load_spec(spec_path))
@@ -107,6 +111,9 @@ def main() -> int:
             meta["labels"] = {**(meta.get("labels") or {}), "app": "team-00"}
         if args.worker_cpu:
             pod["containers"][0]["resources"] = {"requests": {"cpu": str(args.worker_cpu)}}
+        if args.racked > 0 and i % max(1, round(1 / args.racked)) == 0:
+            placement = job["spec"].get("placement") or {}
+            job["spec"]["placement"] = placement | {"topology": "Rack", "required": True}
         jobs.append(job)
     seconds = []
     for _ in range(args.runs):

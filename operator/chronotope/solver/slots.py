@@ -79,17 +79,20 @@ def next_slot(
     return max(fitting, key=lambda f: (f[0] not in used, f[1], f[0]))[0]
 
 
+_ANY, _NODE = TopologyLevel.ANY, TopologyLevel.NODE
+_PREFIX = {level: f"{level.value}/" for level in TopologyLevel}
+
+
 def domain_of(name: str, labels: Mapping[str, str], level: TopologyLevel) -> str | None:
     """The `level` domain node `name` (with `labels`) is in; None for Any.
 
     Node: the node itself. A node without the level's label is a domain of its own.
     """
-    if level is TopologyLevel.ANY:
-        return None
-    if level is TopologyLevel.NODE:
-        return f"node/{name}"
-    value = labels.get(DOMAIN_LABELS[level])
-    return f"{level.value}/{value}" if value else f"node/{name}"
+    label = DOMAIN_LABELS.get(level)
+    if label is None:
+        return None if level is _ANY else f"node/{name}"
+    value = labels.get(label)
+    return _PREFIX[level] + value if value else f"node/{name}"
 
 
 def gang_room(frees: Sequence[int], per_worker: int, strategy: PlacementStrategy) -> int:

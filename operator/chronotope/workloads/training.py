@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import (
     PlacementStrategy,
@@ -27,7 +27,7 @@ from chronotope.api.v1alpha1.trainingjob import (
     UtilityFunction,
 )
 from chronotope.solver.model import Reason
-from chronotope.solver.slots import domain_of, gang_room, members_held
+from chronotope.solver.slots import domain_of, members_held
 from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, Usable, admitting
 from chronotope.workloads.node_fit import NodeRules, job_rules
 from chronotope.workloads.parallelism import Degrees
@@ -128,20 +128,45 @@ def workers_that_fit(
     """How many workers of `per_worker` GPUs the nodes hold (now if `free`, else ever).
 
     `topology`: the domain every worker must share (a required `placement.topology`):
-    the most any one such domain holds (`solver.slots.domain_of`, `gang_room`).
+    the most any one such domain holds (`solver.slots.domain_of`, `members_held`).
     """
     if topology is TopologyLevel.ANY:  # one pass: it is asked per job and type, often
         per_node = [
             (n.free if free else n.total) // per_worker for n in nodes if n.schedulable or not free
         ]
         return members_held(per_node, strategy)
-    by_domain: dict[str | None, list[int]] = {}
-    for n in nodes:
-        if n.schedulable or not free:
-            by_domain.setdefault(domain_of(n.name, n.labels, topology), []).append(
-                n.free if free else n.total
-            )
-    return max((gang_room(frees, per_worker, strategy) for frees in by_domain.values()), default=0)
+    most = 0
+    for group in _domains(nodes, topology):
+        per_node = [
+            (nodes[i].free if free else nodes[i].total) // per_worker
+            for i in group
+            if nodes[i].schedulable or not free
+        ]
+        most = max(most, members_held(per_node, strategy))
+    return most
+
+
+_Groups: TypeAlias = tuple[tuple[int, ...], ...]
+_DOMAINS: dict[tuple[int, TopologyLevel], tuple[Sequence[NodeCapacity], _Groups]] = {}
+"""`_domains`' answers by the nodes (their id) and level: a pass asks per job of one
+type's nodes, which change only where a start takes GPUs (`capacity.take`)."""
+_DOMAINS_KEPT = 4096
+
+
+def _domains(nodes: Sequence[NodeCapacity], level: TopologyLevel) -> _Groups:
+    """The positions of `nodes` grouped by their `level` domain (`solver.slots.domain_of`)."""
+    key = (id(nodes), level)
+    hit = _DOMAINS.get(key)
+    if hit is not None and hit[0] is nodes:  # held here: its id is not reused
+        return hit[1]
+    groups: dict[str | None, list[int]] = {}
+    for i, n in enumerate(nodes):
+        groups.setdefault(domain_of(n.name, n.labels, level), []).append(i)
+    out = tuple(tuple(g) for g in groups.values())
+    if len(_DOMAINS) >= _DOMAINS_KEPT:
+        _DOMAINS.clear()
+    _DOMAINS[key] = (nodes, out)
+    return out
 
 
 def required_topology(spec: TrainingJobSpec) -> TopologyLevel:
