@@ -921,13 +921,16 @@ def test_a_gang_whose_workers_may_not_share_a_node_is_planned_where_it_binds(
         assert slow in events["Started"], events
 
 
+@pytest.mark.parametrize("how", ["placement", "pod affinity"])
 def test_a_gang_that_requires_one_zone_starts_inside_one(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, how: str
 ) -> None:
     # one GPU type in two zones: two 2-GPU nodes in one, one in the other. Two workers of
     # 2 GPUs under Spread go to two nodes with the most free GPUs: before, one in each
-    # zone, though the job said `topology: Zone, required: true` (read by nothing). Now
-    # both go inside the zone that holds them; a gang no zone can hold says so
+    # zone, though the job said `topology: Zone, required: true` (read by nothing), or
+    # its workers' required pod affinity on the zone selects their own label (then the
+    # second worker never bound, and the stuck rule re-planned after 45 s). Now both go
+    # inside the zone that holds them, at once; a gang no zone can hold says so
     api, custom, core = jobs_api
     tag = namespace[-6:]
     gpu = f"ZONED-{tag.upper()}"
@@ -936,16 +939,28 @@ def test_a_gang_that_requires_one_zone_starts_inside_one(
         _gpu_nodes(api, core, f"zb-{tag}", gpu, 1, per_node=2, zone=f"zb-{tag}") as zone_b,
     ):
         wait_nodes_untainted(api, set(zone_a + zone_b), 60)
-        placement = {"strategy": "Spread", "topology": "Zone", "required": True}
-        body = job("zoned", 2, 2, [(gpu, 1.0)], placement=placement)
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        placement: dict[str, Any] = {"strategy": "Spread", "topology": "Zone", "required": True}
+        if how == "pod affinity":
+            placement = {"strategy": "Spread"}
+
+        def body(name: str, workers: int) -> dict[str, Any]:
+            out = job(name, workers, 2, [(gpu, 1.0)], placement=placement)
+            if how == "pod affinity":
+                template = out["spec"]["template"]
+                template["metadata"] = {"labels": {"app": f"{name}-{tag}"}}
+                template["spec"]["affinity"] = _beside(
+                    "podAffinity", f"{name}-{tag}", "topology.kubernetes.io/zone"
+                )
+            return out
+
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("zoned", 2))
         _wait_running(api, namespace, "zoned", timeout=90, what="zoned running")
         placed = sorted(p["node"] for p in _get(api, namespace, "zoned")["status"]["placement"])
         assert placed == zone_a, placed
         pods = core.list_namespaced_pod(namespace, label_selector="chronotope.dev/job=zoned")
         assert sorted(p.spec.node_name for p in pods.items) == zone_a
-        three = job("three", 3, 2, [(gpu, 1.0)], placement=placement)
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, three)
+        assert "Replanning" not in _events(core, namespace, "zoned")
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("three", 3))
 
         def why() -> str:
             status = _get(api, namespace, "three").get("status") or {}

@@ -21,7 +21,10 @@ other's nodes by a required pod anti-affinity (`node_fit.avoids_itself`, its
 InterPodAffinity filter); so every decision, and the extender, put each on its
 own node. Likewise a job whose workers must share a node (a required pod affinity
 on `kubernetes.io/hostname` their own labels meet: once one runs, kube-scheduler
-puts the others only beside it; `node_fit.seeks_itself`) is placed StrictPack.
+puts the others only beside it; `node_fit.seeks_itself`) is placed StrictPack,
+and one whose workers must share a zone, rack or NVLink domain that way (the
+same on that label, `node_fit.seeks_itself_within`) requires that
+`placement.topology`, unless it requires a narrower one.
 """
 
 from __future__ import annotations
@@ -31,11 +34,24 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel, TrainingJobSpec
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.node_fit import avoiding, avoids_itself, host_ports, seeks_itself
+from chronotope.workloads.node_fit import (
+    avoiding,
+    avoids_itself,
+    host_ports,
+    seeks_itself,
+    seeks_itself_within,
+)
 
-__all__ = ["MEMO_SIZE", "apart_why", "job_spec", "job_spec_or_none", "together"]
+__all__ = [
+    "MEMO_SIZE",
+    "apart_why",
+    "job_spec",
+    "job_spec_or_none",
+    "together",
+    "within",
+]
 
 MEMO_SIZE = 20_000
 """Parsed versions kept (least recently used dropped first)."""
@@ -103,8 +119,32 @@ def _named(job: Mapping[str, Any], spec: TrainingJobSpec) -> TrainingJobSpec:
     return spec.model_copy(update={"template": template | {"metadata": pod_meta}})
 
 
+_NARROW = (
+    TopologyLevel.NODE,
+    TopologyLevel.NVLINK_DOMAIN,
+    TopologyLevel.RACK,
+    TopologyLevel.ZONE,
+    TopologyLevel.ANY,
+)
+"""Topology levels, narrowest first."""
+
+
+def within(job: Mapping[str, Any], spec: TrainingJobSpec) -> TopologyLevel | None:
+    """The domain above one node the job's workers must share (`node_fit.seeks_itself_within`).
+
+    Their required pod affinity on a zone, rack or NVLink-domain label is met by their
+    own labels.
+    """
+    return seeks_itself_within(*_workers(job, spec))
+
+
 def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
     spec = _named(job, TrainingJobSpec.model_validate(job.get("spec") or {}))
+    level = within(job, spec)
+    held = spec.placement.topology if spec.placement.required else TopologyLevel.ANY
+    if level is not None and _NARROW.index(level) < _NARROW.index(held):
+        placement = spec.placement.model_copy(update={"topology": level, "required": True})
+        spec = spec.model_copy(update={"placement": placement})
     if spec.placement.strategy in _LOOSE:
         strategy = None
         if apart_why(job, spec) is not None:

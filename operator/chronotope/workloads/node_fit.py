@@ -56,9 +56,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TopologyLevel, TrainingJobSpec
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL
 from chronotope.solver.model import UNBOUNDED
+from chronotope.solver.slots import DOMAIN_LABELS
 from chronotope.workloads.cluster_feed import CONDITION_TAINTS
 from chronotope.workloads.podreq import PodRequestError, pod_resources
 
@@ -79,6 +80,7 @@ __all__ = [
     "pod_anti_terms",
     "port_clash",
     "seeks_itself",
+    "seeks_itself_within",
 ]
 
 FILTER_EFFECTS = ("NoSchedule", "NoExecute")
@@ -241,8 +243,13 @@ def pod_affinity_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
     return () if None in terms else tuple(t for t in terms if t is not None)
 
 
-def _pod_terms(spec: object, pod: Neighbour, kind: str) -> list[PodTerm | None]:
-    """The required terms of `kind` (podAffinity, podAntiAffinity); None where unreadable."""
+def _pod_terms(
+    spec: object, pod: Neighbour, kind: str, key: str = HOSTNAME_LABEL
+) -> list[PodTerm | None]:
+    """The required terms of `kind` (podAffinity, podAntiAffinity) on topology `key`.
+
+    None where a term is on another key or unreadable.
+    """
     if not isinstance(spec, Mapping):
         return []
     affinity = spec.get("affinity")
@@ -254,7 +261,7 @@ def _pod_terms(spec: object, pod: Neighbour, kind: str) -> list[PodTerm | None]:
     )
     out: list[PodTerm | None] = []
     for term in raw if isinstance(raw, list) else []:
-        if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME_LABEL:
+        if not isinstance(term, Mapping) or term.get("topologyKey") != key:
             out.append(None)
             continue
         selector = _label_selector(term.get("labelSelector"))
@@ -319,6 +326,24 @@ def seeks_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -
     own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
     terms = pod_affinity_terms(spec, own)
     return bool(terms) and all(t.selects(own) for t in terms)
+
+
+def seeks_itself_within(
+    spec: object, labels: Mapping[str, str], namespace: str = ""
+) -> TopologyLevel | None:
+    """The domain pods with this spec must share with each other, above one node; or None.
+
+    Every term of their required pod affinity is on one topology key (a zone, rack or
+    NVLink domain label) and is met by their own labels in their own namespace: once
+    one runs, kube-scheduler puts the others only in its domain (`seeks_itself` is the
+    same on `kubernetes.io/hostname`).
+    """
+    own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
+    for level, key in DOMAIN_LABELS.items():
+        terms = _pod_terms(spec, own, "podAffinity", key)
+        if terms and None not in terms and all(t is not None and t.selects(own) for t in terms):
+            return level
+    return None
 
 
 def _label_selector(selector: object) -> tuple[_Requirement, ...] | None:

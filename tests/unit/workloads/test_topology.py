@@ -18,7 +18,9 @@ from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
 from chronotope.sharing.labels import NVLINK_LABEL, RACK_LABEL, ZONE_LABEL
 from chronotope.solver.slots import domain_of, gang_domain, gang_room
 from chronotope.workloads.capacity import NodeCapacity, take
+from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.joint import Contender, _workload, arbitrate, options_for
+from chronotope.workloads.node_fit import seeks_itself_within
 from chronotope.workloads.training import Action, decide, workers_that_fit
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -147,3 +149,40 @@ def test_the_joint_plan_keeps_a_required_domain() -> None:
     assert (
         _workload(Contender("x", _spec(3), contenders[0].options), NOW, CLUSTER).same_topology == ""
     )
+
+
+def _affine(key: str, app: str = "me") -> dict[str, Any]:
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def _job(spec: TrainingJobSpec, affinity: dict[str, Any]) -> dict[str, Any]:
+    template = {
+        "metadata": {"labels": {"app": "me"}},
+        "spec": {"affinity": affinity, "containers": [{"name": "w", "image": "r/t:1"}]},
+    }
+    body = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {"metadata": {"name": "j", "namespace": "ns"}, "spec": body | {"template": template}}
+
+
+def test_workers_whose_pod_affinity_seeks_their_own_zone_require_one_zone() -> None:
+    # kube-scheduler puts the others only in the first one's zone: the plan must too
+    assert seeks_itself_within({"affinity": _affine(ZONE_LABEL)}, {"app": "me"}) is (
+        TopologyLevel.ZONE
+    )
+    assert seeks_itself_within({"affinity": _affine(RACK_LABEL)}, {"app": "me"}) is (
+        TopologyLevel.RACK
+    )
+    # another pod's label, or the hostname (StrictPack, `seeks_itself`): not this rule
+    assert seeks_itself_within({"affinity": _affine(ZONE_LABEL, "cache")}, {"app": "me"}) is None
+    assert seeks_itself_within({"affinity": _affine("kubernetes.io/hostname")}, {"app": "me"}) is (
+        None
+    )
+    got = job_spec(_job(_spec(2), _affine(ZONE_LABEL))).placement
+    assert (got.topology, got.required) == (TopologyLevel.ZONE, True)
+    # a narrower domain the job requires itself is kept
+    rack = job_spec(_job(_spec(2, "Rack"), _affine(ZONE_LABEL))).placement
+    assert (rack.topology, rack.required) == (TopologyLevel.RACK, True)
+    # a wider wish gives way to the affinity's rule
+    wish = job_spec(_job(_spec(2, "Zone", required=False), _affine(RACK_LABEL))).placement
+    assert (wish.topology, wish.required) == (TopologyLevel.RACK, True)
