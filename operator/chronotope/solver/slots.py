@@ -79,7 +79,7 @@ def next_slot(
     return max(fitting, key=lambda f: (f[0] not in used, f[1], f[0]))[0]
 
 
-_ANY, _NODE = TopologyLevel.ANY, TopologyLevel.NODE
+_ANY = TopologyLevel.ANY
 _PREFIX = {level: f"{level.value}/" for level in TopologyLevel}
 
 
