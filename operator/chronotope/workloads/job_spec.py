@@ -24,7 +24,9 @@ on `kubernetes.io/hostname` their own labels meet: once one runs, kube-scheduler
 puts the others only beside it; `node_fit.seeks_itself`) is placed StrictPack,
 and one whose workers must share a zone, rack or NVLink domain that way (the
 same on that label, `node_fit.seeks_itself_within`) requires that
-`placement.topology`, unless it requires a narrower one.
+`placement.topology`, unless it requires a narrower one, and only nodes that
+carry the label (`node_fit.labelled`: kube-scheduler refuses such a pod any
+other node).
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel, TrainingJobSpec
+from chronotope.solver.slots import DOMAIN_LABELS
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.node_fit import (
     avoiding,
     avoids_itself,
     host_ports,
+    labelled,
     seeks_itself,
     seeks_itself_within,
 )
@@ -142,6 +146,8 @@ def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
     spec = _named(job, TrainingJobSpec.model_validate(job.get("spec") or {}))
     level = within(job, spec)
     held = spec.placement.topology if spec.placement.required else TopologyLevel.ANY
+    if level is not None:  # kube-scheduler refuses such a pod a node without the label
+        spec = spec.model_copy(update={"template": labelled(spec.template, DOMAIN_LABELS[level])})
     if level is not None and _NARROW.index(level) < _NARROW.index(held):
         placement = spec.placement.model_copy(update={"topology": level, "required": True})
         spec = spec.model_copy(update={"placement": placement})

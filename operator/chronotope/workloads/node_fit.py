@@ -74,6 +74,7 @@ __all__ = [
     "avoids_itself",
     "host_ports",
     "job_rules",
+    "labelled",
     "next_avoid",
     "node_taints",
     "pod_affinity_terms",
@@ -573,6 +574,16 @@ class NodeRules:
         return None
 
 
+def labelled(template: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """A pod template whose pods run only on nodes that carry `label` (any value).
+
+    A `label Exists` requirement is added to every term of its required node affinity
+    (one new term when it states none; an empty term stays empty), as `avoiding` adds
+    its exclusions: the plan and kube-scheduler then leave out nodes without it.
+    """
+    return _every_term(template, "matchExpressions", [{"key": label, "operator": "Exists"}])
+
+
 def avoiding(template: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, Any]:
     """A pod template whose pods may not run on `nodes` (required node affinity, by name).
 
@@ -585,17 +596,22 @@ def avoiding(template: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, Any
     names = list(dict.fromkeys(nodes))
     if not names:
         return dict(template)
+    exclude = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in names]
+    return _every_term(template, "matchFields", exclude)
+
+
+def _every_term(template: Mapping[str, Any], part: str, added: list[Any]) -> dict[str, Any]:
+    """`template` with `added` requirements in `part` of every required node affinity term."""
     spec = dict(template.get("spec") or {})
     affinity = dict(spec.get("affinity") or {})
     node = dict(affinity.get("nodeAffinity") or {})
     required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    exclude = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in names]
     raw = required.get("nodeSelectorTerms")
     if not isinstance(raw, list) or not raw:
-        terms: list[Any] = [{"matchFields": exclude}]
+        terms: list[Any] = [{part: added}]
     else:
         terms = [
-            {**t, "matchFields": [*(t.get("matchFields") or []), *exclude]}
+            {**t, part: [*(t.get(part) or []), *added]}
             if isinstance(t, Mapping) and (t.get("matchExpressions") or t.get("matchFields"))
             else t
             for t in raw

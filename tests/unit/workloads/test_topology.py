@@ -186,3 +186,16 @@ def test_workers_whose_pod_affinity_seeks_their_own_zone_require_one_zone() -> N
     # a wider wish gives way to the affinity's rule
     wish = job_spec(_job(_spec(2, "Zone", required=False), _affine(RACK_LABEL))).placement
     assert (wish.topology, wish.required) == (TopologyLevel.RACK, True)
+
+
+def test_workers_that_seek_their_own_zone_go_only_on_nodes_with_a_zone() -> None:
+    # kube-scheduler refuses a pod with a required pod affinity on a key any node that
+    # lacks the key: the plan leaves such nodes out too (a node affinity the workers carry)
+    spec = job_spec(_job(_spec(1), _affine(ZONE_LABEL)))
+    terms = spec.template["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": ZONE_LABEL, "operator": "Exists"}]}]
+    bare = NodeCapacity("bare", "A100", 8, 8, True, free_gpus=tuple(range(8)), labels={})
+    assert decide(spec, (bare,), NOW).action is Action.IMPOSSIBLE
+    assert decide(spec, (bare, CLUSTER[2]), NOW).action is Action.START
