@@ -578,6 +578,9 @@ def _cheap_type_held(
     ):
         wait_nodes_untainted(api, set(cheap_nodes), 60)
         _hold_gpus(core, ns, cheap_nodes[0], 2)
+        # the operator reads pods from its watch cache: let the holder's events reach it
+        # before the pipeline is planned (a CI run once planned on the cheap type first)
+        time.sleep(3)
         yield cheap_nodes, dear_nodes
 
 
