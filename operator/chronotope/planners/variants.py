@@ -143,7 +143,7 @@ class GroupPlan:
 NowFit: TypeAlias = tuple[int, str]
 """How n replicas on a GPU type stand now: (0, "") they may run at once; else a rank
 (lower is nearer: 1, its queue admits them but other work holds the GPUs; 2, its queue
-does not admit them now) and why, in words ("other work holds them")."""
+does not admit them now) and why, in words ("other work holds the GPUs")."""
 
 
 @dataclass(frozen=True)
