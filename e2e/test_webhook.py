@@ -119,6 +119,12 @@ def test_a_gang_whose_strategy_its_pods_rules_forbid_is_denied(
     assert out.returncode != 0
     assert DENIED in out.stderr
     assert "StrictSpread puts each of its 2 workers on a node of its own" in out.stderr
+    # and a required Node topology under StrictSpread: one node, one a node
+    node = {"strategy": "StrictSpread", "topology": "Node", "required": True}
+    out = _apply(kube_cluster, namespace, _job("onenode", replicas=2, placement=node))
+    assert out.returncode != 0
+    assert DENIED in out.stderr
+    assert "topology Node (required) puts them all on one" in out.stderr
 
 
 def test_a_template_no_gpu_node_admits_is_a_warning_kubectl_prints(

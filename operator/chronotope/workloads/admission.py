@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from chronotope.api.v1alpha1.common import GpuShare
 from chronotope.api.v1alpha1.inferencepipeline import InferencePipelineSpec
 from chronotope.api.v1alpha1.modelvariant import ModelVariantSpec
-from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel, TrainingJobSpec
 from chronotope.planners.profile import profile_from_data
 from chronotope.sharing.labels import (
     GPU_MEMORY_LABEL,
@@ -173,16 +173,30 @@ def validate(
 def _packed_apart(obj: Mapping[str, Any], spec: TrainingJobSpec) -> list[str]:
     """A gang of more than one worker its strategy and its pods' rules keep from ever running.
 
-    StrictPack, but its workers may not share a node; or StrictSpread, but they must.
+    StrictPack (or a required Node topology), but its workers may not share a node; or
+    StrictSpread, but they must.
     """
     least = min(spec.min_replicas or spec.replicas, spec.replicas)
     if least < 2:  # noqa: PLR2004
         return []
     strategy = spec.placement.strategy
-    why = apart_why(obj, spec) if strategy is PlacementStrategy.STRICT_PACK else None
-    if why is not None:
+    one_node = spec.placement.required and spec.placement.topology is TopologyLevel.NODE
+    if strategy is PlacementStrategy.STRICT_SPREAD and one_node:
         return [
-            f"spec.placement.strategy: StrictPack puts all {least} workers on one node, but "
+            f"spec.placement: StrictSpread puts each of its {least} workers on a node of its "
+            "own, but topology Node (required) puts them all on one: it could never be "
+            "scheduled"
+        ]
+    packed = strategy is PlacementStrategy.STRICT_PACK or one_node
+    why = apart_why(obj, spec) if packed else None
+    if why is not None:
+        field = (
+            "spec.placement.strategy: StrictPack"
+            if strategy is PlacementStrategy.STRICT_PACK
+            else "spec.placement.topology: Node (required)"
+        )
+        return [
+            f"{field} puts all {least} workers on one node, but "
             f"{why}, so no two of them may share a node: it could never be scheduled "
             "(use StrictSpread)"
         ]

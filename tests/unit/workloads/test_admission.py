@@ -238,6 +238,21 @@ def test_a_strict_pack_gang_whose_workers_may_not_share_a_node_is_denied() -> No
     apart = {"spec": {"containers": [{"name": "w", "image": "x"}], "affinity": anti}}
     answer = validate("TrainingJob", job(placement={"strategy": "StrictPack"}, template=apart))
     assert "a required pod anti-affinity on kubernetes.io/hostname" in answer.message
+    # a required Node topology is one node too
+    node = {"strategy": "Pack", "topology": "Node", "required": True}
+    answer = validate("TrainingJob", job(placement=node, template=ported))
+    assert answer.message.startswith(
+        "spec.placement.topology: Node (required) puts all 2 workers on one node, but its "
+        "workers ask host port(s) 7777/TCP"
+    )
+    assert validate(
+        "TrainingJob", job(placement=node | {"required": False}, template=ported)
+    ).allowed
+    spread = validate("TrainingJob", job(placement=node | {"strategy": "StrictSpread"}))
+    assert spread.message == (
+        "spec.placement: StrictSpread puts each of its 2 workers on a node of its own, but "
+        "topology Node (required) puts them all on one: it could never be scheduled"
+    )
     # one worker, Pack (placed StrictSpread), or an elastic job that may run on one: admitted
     assert validate(
         "TrainingJob", job(replicas=1, placement={"strategy": "StrictPack"}, template=ported)
