@@ -132,18 +132,22 @@ class GangBook:
         self, cache: ClusterCache, gang: Gang, req: PodRequest, candidates: list[str], now: float
     ) -> str | None:
         """Reserve every missing member's GPUs, or nothing; returns why not, or None on success."""
-        needed = gang.size - len(self.members_bound.get(gang.key, set()))
+        bound = self.members_bound.get(gang.key, set())
+        needed = gang.size - len(bound)
         if needed <= 0:
             return None
+        on = {h.node for k in bound if (h := cache.holdings.get(k)) is not None}
         if gang.topology is not TopologyLevel.ANY:
-            within = _one_domain(cache, gang, req, candidates, needed)
+            within = _one_domain(cache, gang, req, candidates, needed=needed, on=on)
             if isinstance(within, str):
                 return within
             candidates = within
         res = Reservation(gang, [], expires_at=now + self.ttl_s)
         for i in range(needed):
             rest = (needed - i) * (0 if req.is_share else req.num_gpus)
-            node = self._pick(cache, res, req, candidates, rest)
+            node = self._pick(
+                cache, on | set(res.slots), req, candidates, strategy=gang.strategy, rest=rest
+            )
             choice = None if node is None else cache.assume(res.slot_key(i), node, req, now)
             if node is None or choice is None or isinstance(choice, Reason):
                 self._release(cache, res)
@@ -196,17 +200,20 @@ class GangBook:
         self.reservations[gang.key] = res
         return None
 
+    @staticmethod
     def _pick(
-        self,
         cache: ClusterCache,
-        res: Reservation,
+        used: set[str],
         req: PodRequest,
         candidates: list[str],
+        *,
+        strategy: PlacementStrategy,
         rest: int,
     ) -> str | None:
+        """The next slot's node (`next_slot`); `used`: nodes of members bound or reserved."""
         fits = [n for n in candidates if not isinstance(cache.fit(n, req), Reason)]
         fitting = [(n, cache.free_whole(n)) for n in fits]
-        return next_slot(fitting, set(res.slots), res.gang.strategy, rest)
+        return next_slot(fitting, used, strategy, rest)
 
     def claim(
         self,
@@ -315,24 +322,44 @@ def hold_for_reservation(cache: ClusterCache, res: Reservation) -> None:
 
 
 def _one_domain(
-    cache: ClusterCache, gang: Gang, req: PodRequest, candidates: list[str], needed: int
+    cache: ClusterCache,
+    gang: Gang,
+    req: PodRequest,
+    candidates: list[str],
+    *,
+    needed: int,
+    on: set[str],
 ) -> list[str] | str:
     """The candidates in the one domain the gang goes into (`solver.slots.gang_domain`).
 
-    Or why none holds its `needed` members now.
+    Or why none holds its `needed` members now. The nodes of members already bound
+    (`on`: an extender restarted between two binds) tie the rest to their domain.
     """
+
+    def domain(n: str) -> str:
+        return domain_of(n, dict(cache.nodes[n].topology), gang.topology) or ""
+
     fits = [n for n in candidates if not isinstance(cache.fit(n, req), Reason)]
-    domains = {
-        n: domain_of(n, dict(cache.nodes[n].topology), gang.topology) or ""
-        for n in fits
-        if n in cache.nodes
-    }
+    domains = {n: domain(n) for n in fits if n in cache.nodes}
+    theirs = sorted({domain(n) for n in on if n in cache.nodes})
+    where = f"within one {gang.topology.value}"
+    if len(theirs) > 1:
+        return (
+            f"gang {gang.key}'s bound members are in {len(theirs)} {gang.topology.value}s "
+            f"({', '.join(theirs)}); it requires one"
+        )
+    if theirs:
+        domains = {n: d for n, d in domains.items() if d == theirs[0]}
+        where = f"within {theirs[0]} (its bound members' {gang.topology.value})"
+    if gang.strategy is PlacementStrategy.STRICT_SPREAD:
+        domains = {n: d for n, d in domains.items() if n not in on}  # one member a node
+    elif gang.strategy is PlacementStrategy.STRICT_PACK and on:
+        domains = {n: d for n, d in domains.items() if n in on}  # all on the first's node
     fitting = [(n, cache.free_whole(n)) for n in fits if n in domains]
     chosen = gang_domain(fitting, domains, gang.strategy, needed, req.num_gpus)
     if chosen is None:
         return (
             f"gang {gang.key} ({gang.strategy.value}) needs {needed} member(s) with "
-            f"{req.describe_gpus()} each within one {gang.topology.value}; no "
-            f"{gang.topology.value} holds them now"
+            f"{req.describe_gpus()} each {where}; no {gang.topology.value} holds them now"
         )
     return [n for n in candidates if domains.get(n) == chosen]

@@ -334,3 +334,50 @@ def test_a_gang_that_requires_one_zone_is_reserved_inside_one() -> None:
     bad = gang("odd", 2, "Galaxy")[0]
     said = svc.filter(bad, list(zones)).unresolvable["x0"]
     assert "placement-topology]: 'Galaxy' is not one of Any, Node" in said
+
+
+def test_a_restarted_extender_keeps_the_rest_of_a_zoned_gang_in_its_bound_members_zone() -> None:
+    """The extender died after one member of a one-zone gang bound: the rest join its zone.
+
+    Before, the restarted extender chose the zone afresh (the fullest that holds the
+    missing members, here y) and the gang ended across two zones.
+    """
+    zones = {"x0": "x", "x1": "x", "y0": "y", "y1": "y"}
+    gpus = {"x0": 4, "x1": 8, "y0": 4, "y1": 4}
+    nodes = [node(n, "A100", gpus[n]) for n in zones]
+    for n in nodes:
+        n["metadata"]["labels"][ZONE_LABEL] = zones[n["metadata"]["name"]]
+
+    def gang(size: int) -> list[dict[str, Any]]:
+        pods = [member(i, size, 4, "StrictSpread", gang="zoned") for i in range(size)]
+        for p in pods:
+            p["metadata"]["annotations"][TOPOLOGY_ANNOTATION] = "Zone"
+        return pods
+
+    fresh = service(Recorder())
+    fresh.sync_nodes(nodes)
+    assert sorted(fresh.filter(gang(2)[0], list(zones)).passed) == ["y0", "y1"]  # fewest free
+    fresh = service(Recorder())
+    fresh.sync_nodes(nodes)
+    first = gang(2)[0]
+    first["spec"]["nodeName"] = "x1"  # bound before the restart
+    fresh.sync_pods([first])
+    assert fresh.filter(gang(2)[1], list(zones)).passed == ["x0"]
+    assert fresh.bind("ns", "zoned-1", "u", "x0") == ""
+    # and when its zone cannot hold the rest, it says so and holds nothing
+    fresh = service(Recorder())
+    fresh.sync_nodes(nodes)
+    three = gang(3)
+    three[0]["spec"]["nodeName"] = "x1"
+    fresh.sync_pods([three[0]])
+    said = fresh.filter(three[1], list(zones)).failed["y0"]
+    assert "within Zone/x (its bound members' Zone); no Zone holds them now" in said
+
+
+def test_a_restarted_extender_keeps_a_strict_spread_gang_off_its_bound_members_nodes() -> None:
+    fresh = service(Recorder())
+    fresh.sync_nodes([node("p", "A100", 12), node("q", "A100", 4)])
+    first = member(0, 2, 4, "StrictSpread")
+    first["spec"]["nodeName"] = "p"  # bound before the restart; p still has 8 free
+    fresh.sync_pods([first])
+    assert fresh.filter(member(1, 2, 4, "StrictSpread"), ["p", "q"]).passed == ["q"]
