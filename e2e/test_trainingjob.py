@@ -282,26 +282,19 @@ def _gpu_nodes(
     api: Any,
     core: client.CoreV1Api,
     pool: str,
-    model: str,
+    model: str | None,
     count: int,
     *,
     per_node: int = 1,
     cpu: str = "32",
     zone: str = "zone-a",
 ) -> Iterator[list[str]]:
-    """kwok GPU nodes of a type only this test uses; deleted afterwards."""
+    """kwok GPU nodes of a type only this test uses; deleted afterwards (`model` None: no GPUs)."""
+    gpu = {"model": model, "perNode": per_node, "memoryMiB": 40960} if model else None
     spec = ClusterSpec.model_validate(
         {
             "name": "extra",
-            "pools": [
-                {
-                    "name": pool,
-                    "count": count,
-                    "gpu": {"model": model, "perNode": per_node, "memoryMiB": 40960},
-                    "cpu": cpu,
-                    "zone": zone,
-                }
-            ],
+            "pools": [{"name": pool, "count": count, "gpu": gpu, "cpu": cpu, "zone": zone}],
         }
     )
     nodes = node_manifests(spec)
@@ -789,18 +782,19 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # the job's workers must share a zone with a pod that runs on the slow node, each
-    # type in a zone of its own (required pod affinity on topology.kubernetes.io/zone):
+    # the job's workers must share a node with a pod that runs on the slow node, in the
+    # namespaces a namespaceSelector names by their labels (required pod affinity):
     # kube-scheduler's InterPodAffinity filter refuses the fast node, and the plan does
-    # not model zone terms. Before, the stuck rule re-planned the job on that node
-    # again, for ever
+    # not read namespaces' labels. Before, the stuck rule re-planned the job on that
+    # node again, for ever
     api, custom, core = jobs_api
-    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, fast_nodes, slow_nodes):
+    with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
         core.create_namespaced_pod(namespace, _bare_pod("friend", slow_nodes[0], "friend"))
         close = job("close", 1, 1, [(fast, 2.0), (slow, 1.0)])
-        close["spec"]["template"]["spec"]["affinity"] = _beside(
-            "podAffinity", "friend", "topology.kubernetes.io/zone"
-        )
+        affinity = _beside("podAffinity", "friend")
+        (term,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        term["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        close["spec"]["template"]["spec"]["affinity"] = affinity
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, close)
         _wait_running(api, namespace, "close", timeout=150, what="close running off the node")
         status = _get(api, namespace, "close")["status"]
@@ -827,18 +821,36 @@ def _beside(kind: str, app: str, key: str = "kubernetes.io/hostname") -> dict[st
     return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
-@pytest.mark.parametrize("rule", ["its anti-affinity", "the pod's anti-affinity", "its affinity"])
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "its anti-affinity",
+        "the pod's anti-affinity",
+        "its affinity",
+        "its zone affinity",
+        "the pod's zone anti-affinity",
+    ],
+)
 def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, rule: str
 ) -> None:
     # a required pod (anti-)affinity keeps the job's workers off the fast type's only
     # node: their anti-affinity selects a serving pod there, or the serving pod's
     # selects them, or their affinity asks for a cache pod that runs only on the slow
-    # node (kube-scheduler's InterPodAffinity filter). The plan knows this: the job
-    # starts at once on the slow node. Before, it was planned on the fast node,
-    # kube-scheduler would not bind it there, and the stuck rule moved it after 45 s
+    # node (kube-scheduler's InterPodAffinity filter). Or, each type in a zone of its
+    # own, their affinity asks for a cache pod in the slow type's zone, or a pod in the
+    # fast type's zone keeps them out of it; those pods run on a node without GPUs.
+    # The plan knows this: the job starts at once on the slow node. Before, it was
+    # planned on the fast node, kube-scheduler would not bind it there, and the stuck
+    # rule moved it after 45 s
     api, custom, core = jobs_api
-    with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
+    zoned = "zone" in rule
+    zone = "topology.kubernetes.io/zone"
+    with contextlib.ExitStack() as stack:
+        fast, slow, fast_nodes, slow_nodes = stack.enter_context(
+            _fast_and_slow(api, core, namespace, zones=zoned)
+        )
+        tag = namespace[-6:]
         other = _bare_pod("other", fast_nodes[0], "serve")
         shy = job("shy", 1, 1, [(fast, 2.0), (slow, 1.0)])
         if rule == "its anti-affinity":
@@ -846,9 +858,22 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
         elif rule == "the pod's anti-affinity":
             other["spec"]["affinity"] = _beside("podAntiAffinity", "trainer")
             shy["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
-        else:
+        elif rule == "its affinity":
             other = _bare_pod("other", slow_nodes[0], "cache")
             shy["spec"]["template"]["spec"]["affinity"] = _beside("podAffinity", "cache")
+        elif rule == "its zone affinity":
+            (cpu,) = stack.enter_context(
+                _gpu_nodes(api, core, f"c-{tag}", None, 1, zone=f"sz-{tag}")
+            )
+            other = _bare_pod("other", cpu, "cache")
+            shy["spec"]["template"]["spec"]["affinity"] = _beside("podAffinity", "cache", zone)
+        else:
+            (cpu,) = stack.enter_context(
+                _gpu_nodes(api, core, f"c-{tag}", None, 1, zone=f"fz-{tag}")
+            )
+            other = _bare_pod("other", cpu, "db")
+            other["spec"]["affinity"] = _beside("podAntiAffinity", "trainer", zone)
+            shy["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
         core.create_namespaced_pod(namespace, other)
         wait_for(
             lambda: core.read_namespaced_pod("other", namespace).status.phase == "Running",

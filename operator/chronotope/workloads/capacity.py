@@ -32,11 +32,14 @@ from chronotope.solver.policies import Policy
 from chronotope.solver.slots import domain_of, gang_domain, next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 from chronotope.workloads.node_fit import (
+    Domains,
     HostPort,
     Neighbour,
     NodeRules,
+    Place,
     PodTerm,
     Taint,
+    domains,
     host_ports,
     node_taints,
     pod_anti_terms,
@@ -96,8 +99,11 @@ class NodeCapacity:
     neighbours: frozenset[Neighbour] = frozenset()
     """Its pods (bound, or planned there and not yet bound), as pod anti-affinity sees them."""
     repels: tuple[PodTerm, ...] = ()
-    """Their required pod anti-affinity terms on `kubernetes.io/hostname`: kube-scheduler's
-    InterPodAffinity filter keeps a pod they select off the node."""
+    """Their required pod anti-affinity terms: kube-scheduler's InterPodAffinity filter keeps
+    a pod they select off the node (on `kubernetes.io/hostname`) or its domain."""
+    outside: tuple[Place, ...] = field(default=(), compare=False, repr=False)
+    """The nodes without GPUs that run pods (what pod affinity on a zone or rack reads
+    there): the same tuple on every node of one cluster model."""
 
 
 @dataclass(frozen=True, order=True)
@@ -179,6 +185,10 @@ class _Index:
     """The GPU models some node of which carries a taint."""
     repelling: Mapping[str, frozenset[PodTerm]] = field(default_factory=dict)
     """Per GPU model, the pod anti-affinity terms of the pods on its nodes (`repels`)."""
+    far: frozenset[PodTerm] = frozenset()
+    """The pod anti-affinity terms on a topology domain above one node of every pod."""
+    domains: dict[tuple[NodeRules, Neighbour, bool], Domains] = field(default_factory=dict)
+    """`node_fit.domains` of this capacity, by what was asked."""
 
 
 class _Memo:
@@ -194,11 +204,18 @@ def _index(capacity: Capacity) -> _Index:
     positions: dict[str, list[int]] = {}
     for i, n in enumerate(capacity):
         positions.setdefault(n.gpu_model, []).append(i)
+    outside = capacity[0].outside if capacity else ()
     index = _Index(
         {g: tuple(p) for g, p in positions.items()},
         {g: tuple(capacity[i] for i in p) for g, p in positions.items()},
         frozenset(n.gpu_model for n in capacity if n.taints),
         _repelling(capacity),
+        frozenset(
+            t
+            for terms in (*(n.repels for n in capacity), *(r for _, _, r in outside))
+            for t in terms
+            if not t.on_node
+        ),
     )
     if isinstance(capacity, tuple):
         _Memo.last = (capacity, index)
@@ -244,10 +261,11 @@ class Usable(NamedTuple):
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
 
 
-_Whom: TypeAlias = tuple[Neighbour | None, bool]
-"""Whom a pod (anti-)affinity may concern (None: none may), and whether they are the first
-of a series their required pod affinity may start anywhere (`_whom`)."""
-_NO_ONE: _Whom = (None, False)
+_Whom: TypeAlias = tuple[Neighbour | None, bool, Domains]
+"""Whom a pod (anti-)affinity may concern (None: none may), whether they are the first
+of a series their required pod affinity may start anywhere, and the topology domains
+terms above one node keep them in or out of (`_whom`)."""
+_NO_ONE: _Whom = (None, False, Domains())
 _Asked: TypeAlias = tuple[NodeRules, int, _Whom]
 """What `admitting` answers for: rules, GPUs per worker, `_Whom`."""
 _ADMITTED: dict[int, tuple[Sequence[NodeCapacity], dict[_Asked, Usable]]] = {}
@@ -268,7 +286,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     looking at its nodes when the rules select nothing, request no CPU or memory
     and ask no host port (most jobs, and every job of a cluster without taints). A
     node where a required pod affinity or anti-affinity keeps the workers off
-    (theirs, or a pod's there; on `kubernetes.io/hostname`) counts none too.
+    (theirs, or a pod's there or in its zone or rack) counts none too.
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
@@ -318,15 +336,27 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
     First: they have a required pod affinity no pod of `capacity` meets and they meet
     it themselves (kube-scheduler lets the first of such a series go on any node).
     """
-    if rules.who is None:
+    who = rules.who
+    if who is None:
         return _NO_ONE
     repels = index.repelling.get(gpu_type, ())
-    if not (rules.anti or rules.near or any(t.selects(rules.who) for t in repels)):
+    far = any(t.selects(who) for t in index.far)
+    if not (rules.anti or rules.near or far or any(t.selects(who) for t in repels)):
         return _NO_ONE
-    first = rules.meets_near(rules.who) and not any(
-        rules.meets_near(p) for n in capacity for p in n.neighbours
+    outside = capacity[0].outside if capacity else ()
+    first = rules.meets_near(who) and not any(
+        rules.meets_near(p)
+        for pods in (*(n.neighbours for n in capacity), *(p for _, p, _ in outside))
+        for p in pods
     )
-    return rules.who, first
+    if not (far or any(not t.on_node for t in (*rules.anti, *rules.near))):
+        return who, first, Domains()
+    asked = (rules, who, first)
+    known = index.domains.get(asked)
+    if known is None:
+        places = (*((n.labels, n.neighbours, n.repels) for n in capacity), *outside)
+        known = index.domains[asked] = domains(rules, places, first=first)
+    return who, first, known
 
 
 def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
@@ -336,7 +366,10 @@ def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
     """
     if rules.port_clash(n.host_ports) is not None:
         return 1
-    if whom[0] is not None and rules.shuns(n.neighbours, n.repels, whom[1]) is not None:
+    if whom[0] is not None and (
+        rules.shuns(n.neighbours, n.repels, whom[1]) is not None
+        or whom[2].refuses(n.labels) is not None
+    ):
         return 2
     return 0
 
@@ -440,6 +473,12 @@ def cluster_model(
             held.setdefault(plan.node, _Held()).add(pod)
     state = cache.state()
     out: list[NodeCapacity] = []
+    outside: tuple[Place, ...] = tuple(
+        ((node.get("metadata") or {}).get("labels") or {}, on.neighbours, on.repels)
+        for node in nodes
+        if cache.nodes[node["metadata"]["name"]].gpu_count == 0
+        and (on := held.get(node["metadata"]["name"])) is not None
+    )
     for node in nodes:
         meta = node.get("metadata") or {}
         info = cache.nodes[meta["name"]]
@@ -476,6 +515,7 @@ def cluster_model(
                 partial=partial,
                 neighbours=frozenset(on.neighbours),
                 repels=tuple(dict.fromkeys(on.repels)),
+                outside=outside,
             )
         )
     return tuple(_minus_promised(out, promised)), cache
@@ -597,12 +637,13 @@ def take(
     out = tuple(nodes)
     if isinstance(capacity, tuple):  # only this type's nodes changed, in place
         after = tuple(out[i] for i in mine)
-        repelling = dict(index.repelling)
+        repelling, far = dict(index.repelling), index.far
         if rules is not None and rules.anti:
             repelling[gpu_type] = repelling.get(gpu_type, frozenset()) | set(rules.anti)
+            far |= {t for t in rules.anti if not t.on_node}
         _Memo.last = (
             out,
-            _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted, repelling),
+            _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted, repelling, far),
         )
         _carry_admitted(index.nodes.get(gpu_type, ()), after)
     return out, tuple(placed)

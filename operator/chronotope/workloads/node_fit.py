@@ -42,9 +42,11 @@ affinity is met by no pod there (`pod_affinity_terms`; unless no pod anywhere
 meets it and they meet it themselves: the first of a series goes anywhere, and
 a gang whose workers meet their own affinity is packed onto one node,
 `seeks_itself`). `NodeRules.shuns` decides; the pods of each node are
-`capacity.NodeCapacity.neighbours`. Terms on other topology keys and a
-`namespaceSelector` naming labels are not modelled (a gang stuck on them is
-moved by the stuck rule; a pod affinity with such a term is left out whole).
+`capacity.NodeCapacity.neighbours`. Terms on another topology key (a zone, a
+rack) keep the workers in or out of whole domains of that label, from the pods
+of every node, GPU or not (`domains`). A `namespaceSelector` naming labels is
+not modelled (a pod affinity with such a term is left out whole; a gang stuck
+on it is moved by the stuck rule), nor a gang's zone anti-affinity to itself.
 
 Preferred (soft) node and pod affinity are not filters and are left to
 kube-scheduler's scoring. Pure: plain dicts in, answers out.
@@ -65,13 +67,16 @@ from chronotope.workloads.podreq import PodRequestError, pod_resources
 
 __all__ = [
     "ANY_HOST_IP",
+    "Domains",
     "HostPort",
     "Neighbour",
     "NodeRules",
+    "Place",
     "PodTerm",
     "Taint",
     "avoiding",
     "avoids_itself",
+    "domains",
     "host_ports",
     "job_rules",
     "labelled",
@@ -201,15 +206,22 @@ Neighbour: TypeAlias = tuple[str, frozenset[tuple[str, str]]]
 
 @dataclass(frozen=True)
 class PodTerm:
-    """A required pod affinity or anti-affinity term on `kubernetes.io/hostname`: whom it selects.
+    """A required pod affinity or anti-affinity term: whom it selects, and where.
 
     kube-scheduler's `AffinityTerm`: a pod is selected when it is in one of
     `namespaces` (None: every namespace, an empty `namespaceSelector`) and its
-    labels meet every requirement of the label selector.
+    labels meet every requirement of the label selector; `key` is its topology key
+    (the pods it concerns are those on nodes with the same value of that label).
     """
 
     selector: tuple[_Requirement, ...]
     namespaces: frozenset[str] | None
+    key: str = HOSTNAME_LABEL
+
+    @property
+    def on_node(self) -> bool:
+        """It is on `kubernetes.io/hostname`: it concerns one node's pods."""
+        return self.key == HOSTNAME_LABEL
 
     def selects(self, pod: Neighbour) -> bool:
         """Whether the term selects the pod `pod` (namespace, labels)."""
@@ -221,14 +233,13 @@ class PodTerm:
 
 
 def pod_anti_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
-    """The required pod anti-affinity terms on `kubernetes.io/hostname` of a pod spec.
+    """The required pod anti-affinity terms of a pod spec, on any topology key.
 
     `pod`: the pod's own namespace (a term naming no namespaces and no
     `namespaceSelector` is for it) and labels (its `matchLabelKeys` and
     `mismatchLabelKeys` read them, as the API server merges them into the selector).
-    A term with another topology key, a `namespaceSelector` that names labels (the
-    namespaces' labels are not read), a missing selector (it selects nothing) or a
-    malformed part is left out.
+    A term with a `namespaceSelector` that names labels (the namespaces' labels are
+    not read), a missing selector (it selects nothing) or a malformed part is left out.
     """
     return tuple(t for t in _pod_terms(spec, pod, "podAntiAffinity") if t is not None)
 
@@ -236,20 +247,20 @@ def pod_anti_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
 def pod_affinity_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
     """The required pod affinity terms of a pod spec, when all are read here; else none.
 
-    As `pod_anti_terms` reads them; one that cannot be read (another topology key, a
-    `namespaceSelector` naming labels, no selector, a malformed part) leaves the
-    pod's affinity unmodelled: no term is returned.
+    As `pod_anti_terms` reads them; one that cannot be read (a `namespaceSelector`
+    naming labels, no selector, a malformed part) leaves the pod's affinity
+    unmodelled: no term is returned.
     """
     terms = _pod_terms(spec, pod, "podAffinity")
     return () if None in terms else tuple(t for t in terms if t is not None)
 
 
 def _pod_terms(
-    spec: object, pod: Neighbour, kind: str, key: str = HOSTNAME_LABEL
+    spec: object, pod: Neighbour, kind: str, key: str | None = None
 ) -> list[PodTerm | None]:
     """The required terms of `kind` (podAffinity, podAntiAffinity) on topology `key`.
 
-    None where a term is on another key or unreadable.
+    None where a term is on another key (`key` None: any) or unreadable.
     """
     if not isinstance(spec, Mapping):
         return []
@@ -262,7 +273,8 @@ def _pod_terms(
     )
     out: list[PodTerm | None] = []
     for term in raw if isinstance(raw, list) else []:
-        if not isinstance(term, Mapping) or term.get("topologyKey") != key:
+        where = term.get("topologyKey") if isinstance(term, Mapping) else None
+        if not isinstance(term, Mapping) or not where or (key is not None and where != key):
             out.append(None)
             continue
         selector = _label_selector(term.get("labelSelector"))
@@ -272,7 +284,7 @@ def _pod_terms(
         if selector is None or keys is None or not_keys is None or not known:
             out.append(None)
             continue
-        out.append(PodTerm((*selector, *keys, *not_keys), namespaces))
+        out.append(PodTerm((*selector, *keys, *not_keys), namespaces, str(where)))
     return out
 
 
@@ -314,7 +326,7 @@ def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") 
     (`pod_anti_terms`) selects their own labels in their own namespace.
     """
     own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
-    return any(t.selects(own) for t in pod_anti_terms(spec, own))
+    return any(t.on_node and t.selects(own) for t in pod_anti_terms(spec, own))
 
 
 def seeks_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
@@ -326,7 +338,7 @@ def seeks_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -
     """
     own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
     terms = pod_affinity_terms(spec, own)
-    return bool(terms) and all(t.selects(own) for t in terms)
+    return bool(terms) and all(t.on_node and t.selects(own) for t in terms)
 
 
 def seeks_itself_within(
@@ -447,9 +459,9 @@ class NodeRules:
     host_ports: tuple[HostPort, ...] = ()
     """The host ports one pod takes on its node (`host_ports`)."""
     anti: tuple[PodTerm, ...] = ()
-    """Its pods' required pod anti-affinity on `kubernetes.io/hostname` (`pod_anti_terms`)."""
+    """Its pods' required pod anti-affinity (`pod_anti_terms`)."""
     near: tuple[PodTerm, ...] = ()
-    """Its pods' required pod affinity on `kubernetes.io/hostname` (`pod_affinity_terms`)."""
+    """Its pods' required pod affinity (`pod_affinity_terms`)."""
     who: Neighbour | None = field(default=None, compare=False)
     """Its pods' namespace and labels (what other pods' anti-affinity selects), when the
     template's metadata names a namespace (`job_spec` adds the job's). Not compared:
@@ -514,18 +526,19 @@ class NodeRules:
     ) -> str | None:
         """Why its pods may not join a node's pods (kube-scheduler's InterPodAffinity), or None.
 
-        `neighbours`: the pods there; `repels`: their required pod anti-affinity terms on
-        `kubernetes.io/hostname`. `first`: no pod anywhere meets its pods' required pod
-        affinity and they meet it themselves (the first of a series: any node will do).
-        Read only with `who` known.
+        The terms on `kubernetes.io/hostname` (those on other keys: `domains`).
+        `neighbours`: the pods there; `repels`: their required pod anti-affinity terms.
+        `first`: no pod anywhere meets its pods' required pod affinity and they meet it
+        themselves (the first of a series: any node will do). Read only with `who` known.
         """
         if self.who is None:
             return None
-        if self.near and not first and not any(self.meets_near(p) for p in neighbours):
+        here = any(t.on_node for t in self.near)
+        if here and not first and not any(self.meets_near(p) for p in neighbours):
             return "no pod there matches its workers' required pod affinity"
-        if self.anti and any(t.selects(p) for p in neighbours for t in self.anti):
+        if any(t.on_node and t.selects(p) for t in self.anti for p in neighbours):
             return "a pod there matches its workers' pod anti-affinity"
-        if any(t.selects(self.who) for t in repels):
+        if any(t.on_node and t.selects(self.who) for t in repels):
             return "a pod there has a pod anti-affinity that matches its workers"
         return None
 
@@ -572,6 +585,70 @@ class NodeRules:
                 f"({self.cpu_milli}m CPU, {self.memory_mib} MiB)"
             )
         return None
+
+
+Place: TypeAlias = tuple[Mapping[str, str], Iterable[Neighbour], Iterable[PodTerm]]
+"""A node as pod (anti-)affinity on a topology domain reads it: its labels, its pods and
+their required pod anti-affinity terms."""
+
+
+@dataclass(frozen=True)
+class Domains:
+    """The zones or racks a required pod (anti-)affinity keeps pods in or out of.
+
+    Its terms on a topology key other than `kubernetes.io/hostname`, as kube-scheduler's
+    InterPodAffinity reads them: a pod's affinity term on key K is met on a node whose
+    K label has the value of a node running a pod that meets all its affinity terms (a
+    node without the label meets none); its anti-affinity term, or an anti-affinity
+    term of a running pod that selects it, rules out every node with the K value of
+    that pod's node. Made by `domains` for one pod template and cluster.
+    """
+
+    only: tuple[tuple[str, frozenset[str]], ...] = ()
+    """Per key of its affinity: the values where a pod meets it."""
+    barred: frozenset[tuple[str, str]] = frozenset()
+    """(key, value): the domains its anti-affinity, or a running pod's, rules out."""
+
+    def refuses(self, labels: Mapping[str, str]) -> str | None:
+        """Why a node with `labels` is no place for the pods, or None."""
+        for key, values in self.only:
+            if labels.get(key) not in values:
+                return f"no pod in its {key} domain matches its workers' required pod affinity"
+        for key, value in self.barred:
+            if labels.get(key) == value:
+                return f"pod anti-affinity rules out its {key} domain {value}"
+        return None
+
+
+def domains(rules: NodeRules, places: Iterable[Place], *, first: bool) -> Domains:
+    """Where pods with `rules` may go by their terms on keys other than `kubernetes.io/hostname`.
+
+    `places`: every node with pods (`Place`), GPUs or none; `first`: no pod meets their
+    required pod affinity and they meet it themselves (no affinity holds them).
+    """
+    who = rules.who
+    if who is None:
+        return Domains()
+    near = {t.key for t in rules.near if not t.on_node} if not first else set()
+    anti = [t for t in rules.anti if not t.on_node]
+    only: dict[str, set[str]] = {k: set() for k in near}
+    barred: set[tuple[str, str]] = set()
+    for labels, pods, repels in places:
+        keys = [k for k in near if k in labels and labels[k] not in only[k]]
+        ts = [t for t in anti if t.key in labels and (t.key, labels[t.key]) not in barred]
+        if keys or ts:
+            for p in pods:
+                if keys and rules.meets_near(p):
+                    for k in keys:
+                        only[k].add(labels[k])
+                    keys = []
+                for t in ts:
+                    if t.selects(p):
+                        barred.add((t.key, labels[t.key]))
+        for t in repels:
+            if not t.on_node and t.key in labels and t.selects(who):
+                barred.add((t.key, labels[t.key]))
+    return Domains(tuple(sorted((k, frozenset(v)) for k, v in only.items())), frozenset(barred))
 
 
 def labelled(template: Mapping[str, Any], label: str) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def test_a_term_selects_pods_as_kube_schedulers_affinity_term_does(
 @pytest.mark.parametrize(
     "affinity",
     [
-        _anti({"matchLabels": {"app": "serve"}}, "topology.kubernetes.io/zone"),
+        _anti({"matchLabels": {"app": "serve"}}, ""),  # no topology key
         _anti(None),  # no selector: selects no pod
         # a namespaceSelector naming labels needs the namespaces' labels: not read
         _anti({}, namespaceSelector={"matchLabels": {"team": "a"}}),
@@ -292,13 +292,17 @@ def _near(app: str, key: str = HOST) -> dict[str, Any]:
 def test_pod_affinity_is_read_whole_or_not_at_all() -> None:
     (term,) = pod_affinity_terms({"affinity": _near("cache")}, ME)
     assert term.selects(("scale", _labels(app="cache")))
-    # one term on a zone cannot be read here: the affinity is left out whole
+    # one term on a zone is read with its key
     both = _near("cache")
-    both["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].append(
-        _near("db", "topology.kubernetes.io/zone")["podAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ][0]
-    )
+    terms = both["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    zoned = _near("db", "topology.kubernetes.io/zone")["podAffinity"]
+    terms.append(zoned["requiredDuringSchedulingIgnoredDuringExecution"][0])
+    assert [t.key for t in pod_affinity_terms({"affinity": both}, ME)] == [
+        HOST,
+        "topology.kubernetes.io/zone",
+    ]
+    # one that cannot be read here (namespaces chosen by their labels): left out whole
+    terms[1]["namespaceSelector"] = {"matchLabels": {"team": "a"}}
     assert pod_affinity_terms({"affinity": both}, ME) == ()
     assert pod_anti_terms({"affinity": _near("cache")}, ME) == ()
 
