@@ -2,7 +2,7 @@
 
 Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
        [--when-can-borrow Borrow|TryNextFlavor] [--dedicated FRACTION] [--worker-cpu CORES]
-       [--repelling FRACTION] [--racked FRACTION]
+       [--repelling FRACTION [--repelling-key LABEL]] [--racked FRACTION]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
 round-robin over `--queues` team namespaces, each queue an equal share of every
@@ -19,8 +19,10 @@ the first team's jobs the toleration, so every other job is decided on the nodes
 may use (`workloads.node_fit`); `--worker-cpu C` makes every worker request C cores,
 so each node counts only the workers its CPU holds. Both measure what node rules cost.
 `--repelling F` binds to every 1/F-th GPU node a pod (no GPU) whose required pod
-anti-affinity keeps pods labelled `app=team-00` off it, and gives the first team's
-workers that label: what pod anti-affinity costs the pass (`NodeRules.shuns`).
+anti-affinity keeps pods labelled `app=team-00` (of any namespace) off it, and gives
+the first team's workers that label: what pod anti-affinity costs the pass (`NodeRules.shuns`);
+with `--repelling-key chronotope.dev/rack` (or a zone label) the anti-affinity is on
+that domain (`node_fit.domains`: it keeps them out of the pod's whole rack).
 `--racked F` makes every 1/F-th job require one rack (`placement.topology: Rack`,
 `required: true`; the openb pools are one rack each): what a required topology
 costs the pass (`training.workers_that_fit` per domain, `capacity.take` inside one).
@@ -69,6 +71,7 @@ def main() -> int:
     ap.add_argument("--dedicated", type=float, default=0.0)
     ap.add_argument("--worker-cpu", type=int, default=0)
     ap.add_argument("--repelling", type=float, default=0.0)
+    ap.add_argument("--repelling-key", default="kubernetes.io/hostname")
     ap.add_argument("--racked", type=float, default=0.0)
     args = ap.parse_args()
     spec_path = Path(args.cluster)
@@ -82,7 +85,8 @@ def main() -> int:
     if args.repelling > 0:
         term = {
             "labelSelector": {"matchLabels": {"app": "team-00"}},
-            "topologyKey": "kubernetes.io/hostname",
+            "topologyKey": args.repelling_key,
+            "namespaceSelector": {},  # every namespace: the team's too
         }
         anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
         for k, n in enumerate(nodes[:: max(1, round(1 / args.repelling))]):

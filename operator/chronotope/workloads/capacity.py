@@ -187,7 +187,9 @@ class _Index:
     """Per GPU model, the pod anti-affinity terms of the pods on its nodes (`repels`)."""
     far: frozenset[PodTerm] = frozenset()
     """The pod anti-affinity terms on a topology domain above one node of every pod."""
-    domains: dict[tuple[NodeRules, Neighbour, bool], Domains] = field(default_factory=dict)
+    domains: dict[tuple[NodeRules, frozenset[PodTerm], bool], Domains] = field(
+        default_factory=dict
+    )
     """`node_fit.domains` of this capacity, by what was asked."""
 
 
@@ -261,10 +263,12 @@ class Usable(NamedTuple):
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
 
 
-_Whom: TypeAlias = tuple[Neighbour | None, bool, Domains]
-"""Whom a pod (anti-)affinity may concern (None: none may), whether they are the first
-of a series their required pod affinity may start anywhere, and the topology domains
-terms above one node keep them in or out of (`_whom`)."""
+_Whom: TypeAlias = tuple[frozenset[PodTerm] | None, bool, Domains]
+"""Whether a pod (anti-)affinity may concern the workers (None: none may; else the
+running pods' anti-affinity terms that select them, so jobs selected alike share
+answers), whether they are the first of a series their required pod affinity may
+start anywhere, and the topology domains terms above one node keep them in or out
+of (`_whom`)."""
 _NO_ONE: _Whom = (None, False, Domains())
 _Asked: TypeAlias = tuple[NodeRules, int, _Whom]
 """What `admitting` answers for: rules, GPUs per worker, `_Whom`."""
@@ -329,19 +333,20 @@ def _looks(rules: NodeRules) -> bool:
 
 
 def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) -> _Whom:
-    """Whom a pod (anti-)affinity may keep off some node of `gpu_type`, and if they are first.
+    """Whether a pod (anti-)affinity may keep the workers off some node of `gpu_type` (`_Whom`).
 
-    The workers, when theirs may (they state one) or a pod's on a node of the type
-    selects them; else nobody, so jobs of equal rules share `admitting`'s answers.
-    First: they have a required pod affinity no pod of `capacity` meets and they meet
-    it themselves (kube-scheduler lets the first of such a series go on any node).
+    It may when theirs may (they state one) or a pod's on a node of the type (or
+    above one node, anywhere) selects them; else not, so jobs of equal rules share
+    `admitting`'s answers. First: they have a required pod affinity no pod of
+    `capacity` meets and they meet it themselves (kube-scheduler lets the first of
+    such a series go on any node).
     """
     who = rules.who
     if who is None:
         return _NO_ONE
-    repels = index.repelling.get(gpu_type, ())
-    far = any(t.selects(who) for t in index.far)
-    if not (rules.anti or rules.near or far or any(t.selects(who) for t in repels)):
+    far = frozenset(t for t in index.far if t.selects(who))
+    near = frozenset(t for t in index.repelling.get(gpu_type, ()) if t.selects(who))
+    if not (rules.anti or rules.near or far or near):
         return _NO_ONE
     outside = capacity[0].outside if capacity else ()
     first = rules.meets_near(who) and not any(
@@ -350,13 +355,13 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
         for p in pods
     )
     if not (far or any(not t.on_node for t in (*rules.anti, *rules.near))):
-        return who, first, Domains()
-    asked = (rules, who, first)
+        return near, first, Domains()
+    asked = (rules, far, first)
     known = index.domains.get(asked)
     if known is None:
         places = (*((n.labels, n.neighbours, n.repels) for n in capacity), *outside)
         known = index.domains[asked] = domains(rules, places, first=first)
-    return who, first, known
+    return near | far, first, known
 
 
 def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
