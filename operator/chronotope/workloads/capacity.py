@@ -187,9 +187,7 @@ class _Index:
     """Per GPU model, the pod anti-affinity terms of the pods on its nodes (`repels`)."""
     far: frozenset[PodTerm] = frozenset()
     """The pod anti-affinity terms on a topology domain above one node of every pod."""
-    domains: dict[tuple[NodeRules, frozenset[PodTerm], bool], Domains] = field(
-        default_factory=dict
-    )
+    domains: dict[tuple[NodeRules, frozenset[PodTerm], bool], Domains] = field(default_factory=dict)
     """`node_fit.domains` of this capacity, by what was asked."""
 
 
