@@ -259,6 +259,8 @@ class Usable(NamedTuple):
     theirs, or a pod's there (`NodeRules.shuns`)."""
     positions: Mapping[str, int] | None = None
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
+    shuns: str = ""
+    """Why one of the `shunned` nodes is (`NodeRules.shuns`, `Domains.refuses`)."""
 
 
 _Whom: TypeAlias = tuple[frozenset[PodTerm] | None, bool, Domains]
@@ -320,7 +322,15 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         else:
             kept.append(n)
     at = {n.name: k for k, n in enumerate(kept)} if refused else None
-    seen = Usable(tuple(kept), refused, cut[0], cut[1], cut[2], positions=at)
+    seen = Usable(
+        tuple(kept),
+        refused,
+        cut[0],
+        cut[1],
+        cut[2],
+        positions=at,
+        shuns=_shuns(nodes, rules, whom, at) if cut[2] else "",
+    )
     answers[asked] = seen
     return seen
 
@@ -375,6 +385,19 @@ def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
     ):
         return 2
     return 0
+
+
+def _shuns(
+    nodes: Iterable[NodeCapacity], rules: NodeRules, whom: _Whom, kept: Mapping[str, int] | None
+) -> str:
+    """Why a pod (anti-)affinity keeps the workers off the first such node with free GPUs.
+
+    `nodes`: the type's; `kept`: those its rules admit (None: all). '' when none is.
+    """
+    for n in nodes:
+        if n.free > 0 and (kept is None or n.name in kept) and _blocked(n, rules, whom) == 2:  # noqa: PLR2004
+            return rules.shuns(n.neighbours, n.repels, whom[1]) or whom[2].refuses(n.labels) or ""
+    return ""
 
 
 def unblocked(
@@ -773,8 +796,9 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
                 kept[pos] = replace(new, free=room, free_gpus=new.free_gpus[:room])
             else:
                 kept[pos] = new
+        shuns = _shuns(after, rules, whom, seen.positions) if cut[2] else ""
         carried[rules, per_worker, whom] = Usable(
-            tuple(kept), seen.refused, cut[0], cut[1], cut[2], positions=seen.positions
+            tuple(kept), seen.refused, cut[0], cut[1], cut[2], positions=seen.positions, shuns=shuns
         )
     if len(_ADMITTED) >= _ADMITTED_KEPT:
         _ADMITTED.clear()

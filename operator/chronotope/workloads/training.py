@@ -345,6 +345,9 @@ def _within(topology: TopologyLevel) -> str:
     return "" if topology is TopologyLevel.ANY else f" within one {topology.value}"
 
 
+_THEIRS = "theirs, or a pod's there"
+
+
 def _cut(seen: Usable, rules: NodeRules) -> str:
     """Why nodes with free GPUs give the workers fewer now, in words ('' when none do)."""
     out = ""
@@ -362,7 +365,7 @@ def _cut(seen: Usable, rules: NodeRules) -> str:
     if seen.shunned:
         out += (
             f" ({seen.shunned} node(s) have free GPUs but a required pod affinity or "
-            "anti-affinity keeps its workers off them: theirs, or a pod's there)"
+            f"anti-affinity keeps its workers off them: {seen.shuns or _THEIRS})"
         )
     return out
 

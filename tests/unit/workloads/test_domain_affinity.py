@@ -62,6 +62,15 @@ def test_workers_that_must_share_a_zone_with_a_cache_go_only_into_its_zone() -> 
     job["spec"]["template"]["spec"]["affinity"] = _near("cache", ZONE_LABEL)
     decision = decide(job_spec(job), capacity, NOW)
     assert decision.gpu_type == V100, decision.reason
+    # pinned to the A100s, it waits and says why
+    job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    decision = decide(job_spec(job), capacity, NOW)
+    assert decision.gpu_type is None
+    assert (
+        "2 node(s) have free GPUs but a required pod affinity or anti-affinity keeps its "
+        "workers off them: no pod in its topology.kubernetes.io/zone domain matches its "
+        "workers' required pod affinity" in decision.reason
+    ), decision.reason
     # no cache anywhere, and the workers are none: no node will do
     alone = cluster_capacity(NODES, [])
     assert set(_free(alone, near).values()) == {0}
@@ -88,6 +97,8 @@ def test_a_gang_started_in_the_pass_keeps_a_zone_anti_affine_job_out_of_its_zone
     shy = _rules(_anti({"matchLabels": {"app": "trainer"}}, ZONE_LABEL), {"app": "db"})
     assert _free(capacity, shy)["v100-x"] == 8
     assert _free(left, shy)["v100-x"] == 0
+    seen = admitting(left, V100, shy)
+    assert seen.shuns == f"pod anti-affinity rules out its {ZONE_LABEL} domain x", seen.shuns
     # and one whose anti-affinity selects trainers, started there, keeps them out too
     left, _ = take(capacity, V100, 1, 1, rules=shy)
     assert _free(left, trainer) == {"a100-y": 8, "a100-none": 8, "v100-x": 0}

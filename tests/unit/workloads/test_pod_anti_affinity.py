@@ -236,9 +236,10 @@ def test_a_job_kept_off_the_fast_type_starts_on_the_other_and_one_that_cannot_sa
     capacity = cluster_capacity(nodes, [_pod("serve", "a100", {"app": "serve"})])
     decision = decide(job_spec(pinned), capacity, NOW)
     assert decision.gpu_type is None
-    assert "1 node(s) have free GPUs but a required pod affinity or anti-affinity keeps" in (
-        decision.reason
-    ), decision.reason
+    assert (
+        "1 node(s) have free GPUs but a required pod affinity or anti-affinity keeps its "
+        "workers off them: a pod there matches its workers' pod anti-affinity"
+    ) in decision.reason, decision.reason
 
 
 def test_the_joint_plan_leaves_out_the_nodes_a_pod_anti_affinity_shuns() -> None:
