@@ -92,6 +92,8 @@ def test_the_running_processes_use_the_identity_kubeconfigs(
 CHECKS = [
     ("operator", ("create", "pods", "-n", "default"), True),
     ("operator", ("patch", "trainingjobs.chronotope.dev", "--subresource=status", "-A"), True),
+    ("operator", ("watch", "persistentvolumes"), True),
+    ("operator", ("create", "persistentvolumeclaims", "-n", "default"), False),
     ("operator", ("get", "secrets", "-A"), False),
     ("operator", ("get", "secrets", "-n", "default"), False),
     ("operator", ("list", "secrets", "-n", "chronotope-system"), False),

@@ -889,6 +889,88 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
         assert "Replanning" not in events, events  # planned right the first time
 
 
+@pytest.mark.parametrize("claim", ["bound", "missing at first"])
+def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, claim: str
+) -> None:
+    # the workers mount a PersistentVolumeClaim bound to a volume whose node affinity
+    # is the slow type's zone (kube-scheduler's VolumeBinding filter refuses the fast
+    # node). The plan knows this: the job starts at once on the slow node. Before, it
+    # was planned on the fast node and the stuck rule moved it after 45 s. A claim that
+    # does not exist yet: the job waits and says so; once the claim is made (and bound)
+    # the job starts, woken by the claim's watch event
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
+        volume = {
+            "metadata": {"name": f"data-{tag}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": f"manual-{tag}",
+                "hostPath": {"path": f"/tmp/data-{tag}"},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "topology.kubernetes.io/zone",
+                                        "operator": "In",
+                                        "values": [f"sz-{tag}"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                },
+            },
+        }
+        data = {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": f"manual-{tag}",
+                "volumeName": f"data-{tag}",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        core.create_persistent_volume(volume)
+        try:
+
+            def bound() -> bool:
+                got = core.read_namespaced_persistent_volume_claim("data", namespace)
+                return bool(got.status and got.status.phase == "Bound")
+
+            if claim == "bound":
+                core.create_namespaced_persistent_volume_claim(namespace, data)
+                wait_for(bound, 60, "the claim bound")
+            reader = job("reader", 1, 1, [(fast, 2.0), (slow, 1.0)])
+            pod = reader["spec"]["template"]["spec"]
+            pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+            pod["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
+            if claim != "bound":
+
+                def why() -> str:
+                    status = _get(api, namespace, "reader").get("status") or {}
+                    return str(status.get("whyWaiting") or "")
+
+                said = f"PersistentVolumeClaim {namespace}/data not found"
+                wait_for(lambda: said in why(), 60, "reader says its claim is missing")
+                core.create_namespaced_persistent_volume_claim(namespace, data)
+                wait_for(bound, 60, "the claim bound")
+            _wait_running(api, namespace, "reader", timeout=60, what="reader on the slow node")
+            status = _get(api, namespace, "reader")["status"]
+            assert status["plan"]["gpuType"] == slow
+            assert [p["node"] for p in status["placement"]] == slow_nodes
+            events = _events(core, namespace, "reader")
+            assert "Replanning" not in events, events  # planned right the first time
+        finally:
+            with contextlib.suppress(client.exceptions.ApiException):
+                core.delete_persistent_volume(f"data-{tag}")
+
+
 @pytest.mark.parametrize("apart", ["hostPort", "podAntiAffinity"])
 def test_a_gang_whose_workers_may_not_share_a_node_is_planned_where_it_binds(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, apart: str

@@ -36,6 +36,7 @@ from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
 from chronotope.workloads.gates import Cycle, Decider, preempt
 from chronotope.workloads.job_spec import job_spec
+from chronotope.workloads.node_fit import VolumeRule
 from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.quota import StopCause, Verdict
 from chronotope.workloads.replan import (
@@ -149,6 +150,10 @@ class ClusterOps(QuotaReads, ServingReads, Protocol):
 
     def model_profile(self, namespace: str, name: str) -> ModelProfile | str:
         """The model profile in ConfigMap `namespace/name`, or why it cannot be used."""
+        ...
+
+    def volume_rules(self) -> Mapping[str, VolumeRule] | None:
+        """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`; None: unknown)."""
         ...
 
     def start(
@@ -297,7 +302,7 @@ def _running(
             c.job.get("status") or {},
             current,
             job_spec(c.job, as_written=True),
-            cluster_capacity(cluster_nodes, c.ops.pods()),
+            cluster_capacity(cluster_nodes, c.ops.pods(), volumes=c.ops.volume_rules()),
         )
         off = f" off node(s) {', '.join(avoid)}" if avoid else ""
         restart_why = f"the gang {placed} within {STUCK_AFTER_S:.0f}s ({cause}); re-planning{off}"
@@ -385,7 +390,7 @@ def _availability_replan(
         if not cordoned and _others_queued(c, jobs):
             return None
         mine = frozenset(f"{c.namespace}/{p['metadata']['name']}" for p in current)
-        capacity = cluster_capacity(nodes, pods, ignore_pods=mine)
+        capacity = cluster_capacity(nodes, pods, ignore_pods=mine, volumes=c.ops.volume_rules())
         left = remaining_work(c.job.get("status") or {})
         decision = _decider(c.ops).decide(c.namespace, c.spec, capacity, c.now, remaining=left)
     if cordoned:
@@ -553,6 +558,7 @@ def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) ->
         now=now,
         include=include,
         serving_waits=waits,
+        volumes=ops.volume_rules(),
     )
 
 

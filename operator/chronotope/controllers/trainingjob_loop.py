@@ -277,6 +277,10 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
         )
     if kind == "namespaces":  # its labels: what a Queue's namespaceSelector reads
         return (tuple(sorted((meta.get("labels") or {}).items())), meta.get("deletionTimestamp"))
+    if kind == "persistentvolumeclaims":  # the volume it is bound to (node_fit.volume_rules)
+        return (spec.get("volumeName"), meta.get("deletionTimestamp"))
+    if kind == "persistentvolumes":  # where it may be used
+        return (repr(spec.get("nodeAffinity")), tuple(sorted((meta.get("labels") or {}).items())))
     return (meta.get("generation"), meta.get("deletionTimestamp"))
 
 
@@ -311,7 +315,7 @@ def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) 
         return Wake(keys, open_jobs=bool(node) and holds_changed, freed=freed)
     if kind == "nodes":
         return Wake(nodes=(str(meta.get("name")),))
-    if kind in ("queues", "localqueues", "namespaces"):
+    if kind in ("queues", "localqueues", "namespaces", *VOLUME_KINDS):
         return Wake(open_jobs=True)
     return Wake()
 
@@ -388,6 +392,9 @@ def invalid_outcome(job: Mapping[str, Any], exc: ValueError, now: datetime) -> O
     return out
 
 
+VOLUME_KINDS = ("persistentvolumeclaims", "persistentvolumes")
+"""Where a job's volumes may be used (`node_fit.volume_rules`): a change wakes waiting jobs
+(not seeded: the first event of each after a start makes a pass; they change seldom)."""
 SEEDED = ("trainingjobs", "pods", "nodes", "queues", "localqueues", "namespaces")
 """The kinds whose objects the loop marks (`mark_of`) from the cache, not only from events."""
 

@@ -19,6 +19,7 @@ from kubernetes import client
 from chronotope.kube import workloads as kw
 from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
 from chronotope.kube.store import OperatorCache, Store
+from chronotope.workloads.node_fit import VolumeRule, volume_rules
 
 __all__ = ["LOCALQUEUES", "MODELVARIANTS", "PIPELINES", "QUEUES", "TRAININGJOBS", "KubeReads"]
 
@@ -85,6 +86,12 @@ class KubeReads:
         if self.cache is not None:
             return self.cache.namespaces.list()
         return kw.list_namespaces(self.api)
+
+    def volume_rules(self) -> dict[str, VolumeRule]:
+        """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`)."""
+        if self.cache is not None:
+            return volume_rules(self.cache.claims.list(), self.cache.volumes.list())
+        return volume_rules(kw.list_claims(self.api), kw.list_volumes(self.api))
 
     def _custom(
         self, store: Callable[[OperatorCache], Store], resource: tuple[str, str, str]

@@ -132,7 +132,9 @@ Listener = Callable[[str, str, Obj], None]
 
 
 class OperatorCache:
-    """Nodes, pods and the Chronotope custom objects, kept current by one `Informer`.
+    """Nodes, pods, namespaces, volume claims and volumes, and the Chronotope custom objects.
+
+    Kept current by one `Informer`.
 
     Listeners (`listen`) hear each watch event after the store applied it, and
     each relist: controllers wake the objects that depend on what changed.
@@ -146,6 +148,7 @@ class OperatorCache:
         self.pipelines, self.variants = Store(), Store()
         self.queues, self.local_queues = Store(), Store()
         self.namespaces = Store()
+        self.claims, self.volumes = Store(), Store()
         self._listeners: list[Listener] = []
 
         def lister(plural: str) -> Any:
@@ -162,6 +165,12 @@ class OperatorCache:
             ("queues", lister("queues"), self.queues),
             ("localqueues", lister("localqueues"), self.local_queues),
             ("namespaces", core.list_namespace, self.namespaces),
+            (
+                "persistentvolumeclaims",
+                core.list_persistent_volume_claim_for_all_namespaces,
+                self.claims,
+            ),
+            ("persistentvolumes", core.list_persistent_volume, self.volumes),
         ]
         self.informer = Informer(
             api,

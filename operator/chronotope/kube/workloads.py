@@ -55,6 +55,17 @@ def list_namespaces(api: client.ApiClient) -> list[Obj]:
     return _items(client.CoreV1Api(api).list_namespace(_preload_content=False))
 
 
+def list_claims(api: client.ApiClient) -> list[Obj]:
+    """All PersistentVolumeClaims, as raw JSON."""
+    core = client.CoreV1Api(api)
+    return _items(core.list_persistent_volume_claim_for_all_namespaces(_preload_content=False))
+
+
+def list_volumes(api: client.ApiClient) -> list[Obj]:
+    """All PersistentVolumes, as raw JSON."""
+    return _items(client.CoreV1Api(api).list_persistent_volume(_preload_content=False))
+
+
 def list_pods(
     api: client.ApiClient, namespace: str | None = None, label_selector: str | None = None
 ) -> list[Obj]:

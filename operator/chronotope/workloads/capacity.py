@@ -39,6 +39,7 @@ from chronotope.workloads.node_fit import (
     Place,
     PodTerm,
     Taint,
+    VolumeRule,
     domains,
     host_ports,
     node_taints,
@@ -104,6 +105,9 @@ class NodeCapacity:
     outside: tuple[Place, ...] = field(default=(), compare=False, repr=False)
     """The nodes without GPUs that run pods (what pod affinity on a zone or rack reads
     there): the same tuple on every node of one cluster model."""
+    volumes: Mapping[str, VolumeRule] | None = field(default=None, compare=False, repr=False)
+    """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`; None: not
+    known, nothing is checked): the same mapping on every node of one cluster model."""
 
 
 @dataclass(frozen=True, order=True)
@@ -270,8 +274,8 @@ answers), whether they are the first of a series their required pod affinity may
 start anywhere, and the topology domains terms above one node keep them in or out
 of (`_whom`)."""
 _NO_ONE: _Whom = (None, False, Domains())
-_Asked: TypeAlias = tuple[NodeRules, int, _Whom]
-"""What `admitting` answers for: rules, GPUs per worker, `_Whom`."""
+_Asked: TypeAlias = tuple[NodeRules, int, _Whom, tuple[VolumeRule, ...]]
+"""What `admitting` answers for: rules, GPUs per worker, `_Whom`, the claims' volumes."""
 _ADMITTED: dict[int, tuple[Sequence[NodeCapacity], dict[_Asked, Usable]]] = {}
 """`admitting`'s answers by the type's nodes (their id), then what was asked (`_Asked`).
 A pass asks it of one capacity for every job, and each start there changes one type's
@@ -297,13 +301,14 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     whom = _whom(capacity, index, gpu_type, rules)
     if not _looks(rules) and whom[0] is None and gpu_type not in index.tainted:
         return Usable(nodes, {})
+    volumes = rules.volumes(capacity[0].volumes) if rules.claims and capacity else ()
     held = _ADMITTED.get(id(nodes))
     if held is None or held[0] is not nodes:  # held by the memo: its id is not reused
         if len(_ADMITTED) >= _ADMITTED_KEPT:
             _ADMITTED.clear()
         held = _ADMITTED[id(nodes)] = (nodes, {})
     answers = held[1]
-    asked = (rules, per_worker, whom)
+    asked = (rules, per_worker, whom, volumes)
     hit = answers.get(asked)
     if hit is not None:
         return hit
@@ -312,6 +317,10 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     cut = [0, 0, 0]  # nodes short of CPU or memory, blocked by a host port, shunned
     for n in nodes:
         why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib))
+        for v in volumes if why is None else ():
+            why = v.refuses(n.name, n.labels)
+            if why is not None:
+                break
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             continue
@@ -337,7 +346,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
 
 def _looks(rules: NodeRules) -> bool:
     """Whether the rules may leave out or cut a node no taint is on (else all count as they are)."""
-    return rules.selects or rules.asks or bool(rules.host_ports)
+    return rules.selects or rules.asks or bool(rules.host_ports) or bool(rules.claims)
 
 
 def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) -> _Whom:
@@ -455,9 +464,15 @@ def cluster_capacity(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     ignore_pods: frozenset[str] = frozenset(),
+    *,
+    volumes: Mapping[str, VolumeRule] | None = None,
 ) -> tuple[NodeCapacity, ...]:
-    """Per GPU node: model, total and free whole GPUs. `ignore_pods` ("ns/name") count as free."""
-    return cluster_model(nodes, pods, ignore_pods)[0]
+    """Per GPU node: model, total and free whole GPUs. `ignore_pods` ("ns/name") count as free.
+
+    `volumes`: where each PersistentVolumeClaim may be used (`node_fit.volume_rules`;
+    None: not known, not checked).
+    """
+    return cluster_model(nodes, pods, ignore_pods, volumes=volumes)[0]
 
 
 def cluster_model(
@@ -465,6 +480,7 @@ def cluster_model(
     pods: Iterable[Mapping[str, Any]],
     ignore_pods: frozenset[str] = frozenset(),
     colocation: Colocation | None = None,
+    volumes: Mapping[str, VolumeRule] | None = None,
 ) -> tuple[tuple[NodeCapacity, ...], ClusterCache]:
     """`cluster_capacity`, and the cluster model it sums up (with `colocation`'s share rules)."""
     nodes = list(nodes)
@@ -542,6 +558,7 @@ def cluster_model(
                 neighbours=frozenset(on.neighbours),
                 repels=tuple(dict.fromkeys(on.repels)),
                 outside=outside,
+                volumes=volumes,
             )
         )
     return tuple(_minus_promised(out, promised)), cache
@@ -781,7 +798,7 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
     changed = [(k, a) for k, (b, a) in enumerate(zip(before, after, strict=True)) if b is not a]
     carried: dict[_Asked, Usable] = {}
     # a copy (one C-level step): another thread's decision may add an answer meanwhile
-    for (rules, per_worker, whom), seen in tuple(held[1].items()):
+    for (rules, per_worker, whom, volumes), seen in tuple(held[1].items()):
         kept = list(seen.nodes)
         cut = [seen.short, seen.blocked, seen.shunned]  # as in `admitting`
         for k, new in changed:
@@ -797,7 +814,7 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
             else:
                 kept[pos] = new
         shuns = _shuns(after, rules, whom, seen.positions) if cut[2] else ""
-        carried[rules, per_worker, whom] = Usable(
+        carried[rules, per_worker, whom, volumes] = Usable(
             tuple(kept), seen.refused, cut[0], cut[1], cut[2], positions=seen.positions, shuns=shuns
         )
     if len(_ADMITTED) >= _ADMITTED_KEPT:

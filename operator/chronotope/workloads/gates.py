@@ -546,7 +546,14 @@ def preempt(cycle: Cycle, decision: Decision) -> Preemption | None:
     if isinstance(planner, str):
         return None
     return plan_preemption(
-        cycle.key, cycle.spec, cycle.jobs, cycle.nodes, cycle.pods, now=cycle.now, planner=planner
+        cycle.key,
+        cycle.spec,
+        cycle.jobs,
+        cycle.nodes,
+        cycle.pods,
+        now=cycle.now,
+        planner=planner,
+        volumes=cycle.capacity[0].volumes if cycle.capacity else None,
     )
 
 

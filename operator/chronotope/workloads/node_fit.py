@@ -67,6 +67,7 @@ from chronotope.workloads.podreq import PodRequestError, pod_resources
 
 __all__ = [
     "ANY_HOST_IP",
+    "VOLUME_ZONE_LABELS",
     "Domains",
     "HostPort",
     "Neighbour",
@@ -74,8 +75,10 @@ __all__ = [
     "Place",
     "PodTerm",
     "Taint",
+    "VolumeRule",
     "avoiding",
     "avoids_itself",
+    "claims_of",
     "domains",
     "host_ports",
     "job_rules",
@@ -87,6 +90,7 @@ __all__ = [
     "port_clash",
     "seeks_itself",
     "seeks_itself_within",
+    "volume_rules",
 ]
 
 FILTER_EFFECTS = ("NoSchedule", "NoExecute")
@@ -462,6 +466,8 @@ class NodeRules:
     """Its pods' required pod anti-affinity (`pod_anti_terms`)."""
     near: tuple[PodTerm, ...] = ()
     """Its pods' required pod affinity (`pod_affinity_terms`)."""
+    claims: tuple[str, ...] = ()
+    """The PersistentVolumeClaims its pods mount (`claims_of`), by name in their namespace."""
     who: Neighbour | None = field(default=None, compare=False)
     """Its pods' namespace and labels (what other pods' anti-affinity selects), when the
     template's metadata names a namespace (`job_spec` adds the job's). Not compared:
@@ -504,6 +510,7 @@ class NodeRules:
             host_ports=host_ports(spec),
             anti=pod_anti_terms(spec, who) if who is not None else (),
             near=pod_affinity_terms(spec, who) if who is not None else (),
+            claims=claims_of(spec),
             who=who,
         )
 
@@ -511,6 +518,20 @@ class NodeRules:
     def selects(self) -> bool:
         """It narrows nodes by their labels or names (a selector or a required affinity)."""
         return bool(self.selector) or self.terms is not None
+
+    def volumes(self, rules: Mapping[str, VolumeRule] | None) -> tuple[VolumeRule, ...]:
+        """Where the claims its pods mount may be used, from `rules` (`volume_rules`).
+
+        None when the cluster's claims are not known here (nothing is checked); a claim
+        `rules` lacks is missing. Read only with `who` (the pods' namespace) known.
+        """
+        if rules is None or not self.claims or self.who is None:
+            return ()
+        keys = (f"{self.who[0]}/{c}" for c in self.claims)
+        return tuple(
+            rules.get(k) or VolumeRule(k, refusal=f"PersistentVolumeClaim {k} not found")
+            for k in keys
+        )
 
     @property
     def asks(self) -> bool:
@@ -585,6 +606,90 @@ class NodeRules:
                 f"({self.cpu_milli}m CPU, {self.memory_mib} MiB)"
             )
         return None
+
+
+def claims_of(spec: object) -> tuple[str, ...]:
+    """The claim names of a pod spec's `persistentVolumeClaim` volumes, in order, once each."""
+    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
+    out: list[str] = []
+    for v in volumes if isinstance(volumes, list) else []:
+        claim = v.get("persistentVolumeClaim") if isinstance(v, Mapping) else None
+        name = claim.get("claimName") if isinstance(claim, Mapping) else None
+        if isinstance(name, str) and name and name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+VOLUME_ZONE_LABELS = (
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+)
+"""The PersistentVolume labels kube-scheduler's VolumeZone filter matches nodes by."""
+
+
+@dataclass(frozen=True)
+class VolumeRule:
+    """Where pods mounting one PersistentVolumeClaim may run.
+
+    kube-scheduler's VolumeBinding filter for a bound claim (the node meets the
+    PersistentVolume's required `nodeAffinity`) and its VolumeZone filter (the node's
+    zone and region labels are among the volume's); a claim that is missing or being
+    deleted fits no node. An unbound claim states nothing here (its binding, or its
+    provisioning on the first consumer's node, is not modelled).
+    """
+
+    claim: str
+    """`namespace/name`."""
+    volume: str = ""
+    """The PersistentVolume it is bound to ('' when none)."""
+    terms: tuple[_Term, ...] | None = None
+    """The volume's required node affinity (ORed; None: it states none)."""
+    zones: tuple[tuple[str, frozenset[str]], ...] = ()
+    """The volume's zone and region labels: the values a node's label must be one of."""
+    refusal: str | None = None
+    """Why it fits no node (missing, being deleted), or None."""
+
+    def refuses(self, name: str, labels: Mapping[str, str]) -> str | None:
+        """Why pods mounting it may not run on node `name` with `labels`, or None."""
+        if self.refusal is not None:
+            return self.refusal
+        if self.terms is not None and not any(t.matches(name, labels) for t in self.terms):
+            return f"volume node affinity conflict (PersistentVolume {self.volume})"
+        for key, values in self.zones:
+            if labels.get(key) not in values:
+                return f"volume zone conflict (PersistentVolume {self.volume}: {key})"
+        return None
+
+
+def volume_rules(
+    claims: Iterable[Mapping[str, Any]], volumes: Iterable[Mapping[str, Any]]
+) -> dict[str, VolumeRule]:
+    """A `VolumeRule` per PersistentVolumeClaim (`namespace/name`), from the objects."""
+    by_name = {str((v.get("metadata") or {}).get("name")): v for v in volumes}
+    out: dict[str, VolumeRule] = {}
+    for c in claims:
+        meta = c.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if meta.get("deletionTimestamp"):
+            out[key] = VolumeRule(key, refusal=f"PersistentVolumeClaim {key} is being deleted")
+            continue
+        bound = str((c.get("spec") or {}).get("volumeName") or "")
+        pv = by_name.get(bound)
+        if pv is None:
+            out[key] = VolumeRule(key)
+            continue
+        required = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")
+        labels = (pv.get("metadata") or {}).get("labels") or {}
+        zones = tuple(
+            (k, frozenset(str(labels[k]).split("__"))) for k in VOLUME_ZONE_LABELS if labels.get(k)
+        )
+        terms = _terms(
+            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+        )
+        out[key] = VolumeRule(key, bound, terms, zones)
+    return out
 
 
 Place: TypeAlias = tuple[Mapping[str, str], Iterable[Neighbour], Iterable[PodTerm]]

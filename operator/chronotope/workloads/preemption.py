@@ -18,6 +18,7 @@ from typing import Any
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.node_fit import VolumeRule
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.training import Action, Decision, decide
 
@@ -46,8 +47,12 @@ def plan_preemption(
     *,
     now: datetime,
     planner: ProfilePlanner | None = None,
+    volumes: Mapping[str, VolumeRule] | None = None,
 ) -> Preemption | None:
-    """The fewest, cheapest victims that let `spec` start now, or None."""
+    """The fewest, cheapest victims that let `spec` start now, or None.
+
+    `volumes`: where each PersistentVolumeClaim may be used (`node_fit.volume_rules`).
+    """
     types = {t.name for t in spec.gpu_types}
     candidates = []
     for job in jobs:
@@ -73,7 +78,7 @@ def plan_preemption(
 
     def decided_without(victims: Sequence[str]) -> Decision:
         ignored = frozenset().union(*(pods_of.get(k, set()) for k in victims))
-        capacity = cluster_capacity(nodes, pods, ignore_pods=ignored)
+        capacity = cluster_capacity(nodes, pods, ignore_pods=ignored, volumes=volumes)
         return decide(spec, capacity, now, planner=planner)
 
     chosen: list[str] = []

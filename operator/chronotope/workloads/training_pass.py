@@ -59,7 +59,7 @@ from chronotope.workloads.gates import (
     run_gates,
 )
 from chronotope.workloads.job_spec import job_spec_or_none
-from chronotope.workloads.node_fit import job_rules
+from chronotope.workloads.node_fit import VolumeRule, job_rules
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.quota import Admission, QueueQuota, Unit, Verdict
 from chronotope.workloads.replan import remaining_work
@@ -209,6 +209,7 @@ def schedule(
     gates: Sequence[Gate] = START_GATES,
     capacity: Capacity | None = None,
     serving_waits: Sequence[ServingWait] = (),
+    volumes: Mapping[str, VolumeRule] | None = None,
 ) -> SchedulingPass:
     """Decide every waiting job (and those in `include`) at `now`; see the module docstring.
 
@@ -217,10 +218,11 @@ def schedule(
     `capacity` replaces the one read from `nodes` and `pods` (a test seam).
     `serving_waits`: the serving workloads quota holds back
     (`training_quota.waiting_serving`), which keep their place by age in the
-    admission cycle.
+    admission cycle. `volumes`: where each PersistentVolumeClaim may be used
+    (`node_fit.volume_rules`; None: not checked).
     """
     if capacity is None:
-        capacity = cluster_capacity(nodes, pods)
+        capacity = cluster_capacity(nodes, pods, volumes=volumes)
     one_round = partial(
         _round,
         nodes=nodes,

@@ -21,6 +21,7 @@ from chronotope.sharing.labels import (
     PREEMPTED_BY_ANNOTATION,
 )
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.node_fit import VolumeRule, volume_rules
 from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -45,9 +46,14 @@ class FakeOps:
         self.namespace_objs: list[dict[str, Any]] = []
         self.pipeline_objs: list[dict[str, Any]] = []
         self.variant_objs: list[dict[str, Any]] = []
+        self.claim_objs: list[dict[str, Any]] = []
+        self.volume_objs: list[dict[str, Any]] = []
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
+
+    def volume_rules(self) -> dict[str, VolumeRule]:
+        return volume_rules(self.claim_objs, self.volume_objs)
 
     def pods(
         self, namespace: str | None = None, selector: str | None = None

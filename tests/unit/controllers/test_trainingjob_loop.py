@@ -132,6 +132,20 @@ def test_a_namespace_label_change_wakes_the_waiting_jobs() -> None:
     assert wake_for("namespaces", "MODIFIED", relabelled, seen) == Wake(open_jobs=True)
 
 
+def test_a_claim_or_volume_change_wakes_the_waiting_jobs() -> None:
+    # where a job's volumes may be used (node_fit.volume_rules): a claim made or bound
+    # may let a waiting job start; its status writes wake nobody
+    claim = {"metadata": {"namespace": "a", "name": "data"}, "spec": {}, "status": {}}
+    assert wake_for("persistentvolumeclaims", "ADDED", claim, None) == Wake(open_jobs=True)
+    seen = mark_of("persistentvolumeclaims", claim)
+    phased = {**claim, "status": {"phase": "Pending"}}
+    assert wake_for("persistentvolumeclaims", "MODIFIED", phased, seen) == Wake()
+    bound = {**claim, "spec": {"volumeName": "pv-1"}}
+    assert wake_for("persistentvolumeclaims", "MODIFIED", bound, seen) == Wake(open_jobs=True)
+    volume = {"metadata": {"name": "pv-1"}, "spec": {}}
+    assert wake_for("persistentvolumes", "ADDED", volume, None) == Wake(open_jobs=True)
+
+
 def _pod(node: str | None = None, phase: str = "Pending") -> dict[str, Any]:
     return {
         "metadata": {"namespace": "ns", "name": "a-g0-0", "labels": {"chronotope.dev/job": "a"}},
