@@ -260,7 +260,7 @@ class Usable(NamedTuple):
     they ask (`NodeRules.port_clash`)."""
     shunned: int = 0
     """Nodes with free GPUs its workers cannot take now for a required pod (anti-)affinity:
-    theirs, or a pod's there (`NodeRules.shuns`)."""
+    theirs, or a pod's there or in its zone or rack (`NodeRules.shuns`, `Domains`)."""
     positions: Mapping[str, int] | None = None
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
     shuns: str = ""
