@@ -881,12 +881,19 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
             "the other pod running",
         )
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, shy)
-        _wait_running(api, namespace, "shy", timeout=60, what="shy running on the slow node")
-        status = _get(api, namespace, "shy")["status"]
-        assert status["plan"]["gpuType"] == slow
-        assert [p["node"] for p in status["placement"]] == slow_nodes
-        events = _events(core, namespace, "shy")
-        assert "Replanning" not in events, events  # planned right the first time
+        _started_at_once_on(api, core, namespace, "shy", gpu=slow, nodes=slow_nodes)
+
+
+def _started_at_once_on(
+    api: Any, core: client.CoreV1Api, namespace: str, name: str, *, gpu: str, nodes: list[str]
+) -> None:
+    """The job runs within 60 s on `nodes` of type `gpu`, with no re-plan."""
+    _wait_running(api, namespace, name, timeout=60, what=f"{name} running on {nodes}")
+    status = _get(api, namespace, name)["status"]
+    assert status["plan"]["gpuType"] == gpu
+    assert [p["node"] for p in status["placement"]] == nodes
+    events = _events(core, namespace, name)
+    assert "Replanning" not in events, events  # planned right the first time
 
 
 @pytest.mark.parametrize("claim", ["bound", "missing at first"])
@@ -960,12 +967,7 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
                 wait_for(lambda: said in why(), 60, "reader says its claim is missing")
                 core.create_namespaced_persistent_volume_claim(namespace, data)
                 wait_for(bound, 60, "the claim bound")
-            _wait_running(api, namespace, "reader", timeout=60, what="reader on the slow node")
-            status = _get(api, namespace, "reader")["status"]
-            assert status["plan"]["gpuType"] == slow
-            assert [p["node"] for p in status["placement"]] == slow_nodes
-            events = _events(core, namespace, "reader")
-            assert "Replanning" not in events, events  # planned right the first time
+            _started_at_once_on(api, core, namespace, "reader", gpu=slow, nodes=slow_nodes)
         finally:
             with contextlib.suppress(client.exceptions.ApiException):
                 core.delete_persistent_volume(f"data-{tag}")
