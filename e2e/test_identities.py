@@ -93,6 +93,7 @@ CHECKS = [
     ("operator", ("create", "pods", "-n", "default"), True),
     ("operator", ("patch", "trainingjobs.chronotope.dev", "--subresource=status", "-A"), True),
     ("operator", ("watch", "persistentvolumes"), True),
+    ("operator", ("watch", "storageclasses.storage.k8s.io"), True),
     ("operator", ("create", "persistentvolumeclaims", "-n", "default"), False),
     ("operator", ("get", "secrets", "-A"), False),
     ("operator", ("get", "secrets", "-n", "default"), False),

@@ -896,7 +896,7 @@ def _started_at_once_on(
     assert "Replanning" not in events, events  # planned right the first time
 
 
-@pytest.mark.parametrize("claim", ["bound", "missing at first"])
+@pytest.mark.parametrize("claim", ["bound", "missing at first", "not bound yet"])
 def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, claim: str
 ) -> None:
@@ -904,51 +904,50 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
     # is the slow type's zone (kube-scheduler's VolumeBinding filter refuses the fast
     # node). The plan knows this: the job starts at once on the slow node. Before, it
     # was planned on the fast node and the stuck rule moved it after 45 s. A claim that
-    # does not exist yet: the job waits and says so; once the claim is made (and bound)
-    # the job starts, woken by the claim's watch event
+    # does not exist yet, or that waits for a volume (its StorageClass binds at once,
+    # and there is no volume for it until the test makes one): the job waits and says
+    # so; once the claim is bound, the job starts, woken by the claim's watch event
     api, custom, core = jobs_api
+    storage = client.StorageV1Api(api)
     tag = namespace[-6:]
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [f"sz-{tag}"]}
+    volume = {
+        "metadata": {"name": f"data-{tag}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": f"manual-{tag}",
+            "hostPath": {"path": f"/tmp/data-{tag}"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [zone]}]}},
+        },
+    }
+    data: dict[str, Any] = {
+        "metadata": {"name": "data"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": f"manual-{tag}",
+            "volumeName": f"data-{tag}",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+
+    def bound() -> bool:
+        got = core.read_namespaced_persistent_volume_claim("data", namespace)
+        return bool(got.status and got.status.phase == "Bound")
+
+    def why() -> str:
+        status = _get(api, namespace, "reader").get("status") or {}
+        return str(status.get("whyWaiting") or "")
+
     with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
-        volume = {
-            "metadata": {"name": f"data-{tag}"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": f"manual-{tag}",
-                "hostPath": {"path": f"/tmp/data-{tag}"},
-                "nodeAffinity": {
-                    "required": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {
-                                        "key": "topology.kubernetes.io/zone",
-                                        "operator": "In",
-                                        "values": [f"sz-{tag}"],
-                                    }
-                                ]
-                            }
-                        ]
-                    }
-                },
-            },
-        }
-        data = {
-            "metadata": {"name": "data"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": f"manual-{tag}",
-                "volumeName": f"data-{tag}",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-        core.create_persistent_volume(volume)
         try:
-
-            def bound() -> bool:
-                got = core.read_namespaced_persistent_volume_claim("data", namespace)
-                return bool(got.status and got.status.phase == "Bound")
-
+            if claim == "not bound yet":  # no provisioner: bound once a volume is made
+                kind = {"metadata": {"name": f"manual-{tag}"}, "provisioner": "example.com/none"}
+                storage.create_storage_class(kind)
+                del data["spec"]["volumeName"]
+                core.create_namespaced_persistent_volume_claim(namespace, data)
+            else:
+                core.create_persistent_volume(volume)
             if claim == "bound":
                 core.create_namespaced_persistent_volume_claim(namespace, data)
                 wait_for(bound, 60, "the claim bound")
@@ -957,20 +956,24 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
             pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
             pod["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
-            if claim != "bound":
-
-                def why() -> str:
-                    status = _get(api, namespace, "reader").get("status") or {}
-                    return str(status.get("whyWaiting") or "")
-
+            if claim == "missing at first":
                 said = f"PersistentVolumeClaim {namespace}/data not found"
                 wait_for(lambda: said in why(), 60, "reader says its claim is missing")
                 core.create_namespaced_persistent_volume_claim(namespace, data)
                 wait_for(bound, 60, "the claim bound")
+            elif claim == "not bound yet":
+                said = f"PersistentVolumeClaim {namespace}/data is not bound yet"
+                wait_for(lambda: said in why(), 60, "reader says its claim is not bound")
+                assert f"(StorageClass manual-{tag})" in why(), why()
+                assert not _events(core, namespace, "reader").get("Started")
+                core.create_persistent_volume(volume)
+                wait_for(bound, 90, "the claim bound to the new volume")
             _started_at_once_on(api, core, namespace, "reader", gpu=slow, nodes=slow_nodes)
         finally:
             with contextlib.suppress(client.exceptions.ApiException):
                 core.delete_persistent_volume(f"data-{tag}")
+            with contextlib.suppress(client.exceptions.ApiException):
+                storage.delete_storage_class(f"manual-{tag}")
 
 
 @pytest.mark.parametrize("apart", ["hostPort", "podAntiAffinity"])

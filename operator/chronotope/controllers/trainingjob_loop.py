@@ -281,6 +281,8 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
         return (spec.get("volumeName"), meta.get("deletionTimestamp"))
     if kind == "persistentvolumes":  # where it may be used
         return (repr(spec.get("nodeAffinity")), tuple(sorted((meta.get("labels") or {}).items())))
+    if kind == "storageclasses":  # when and where it provisions
+        return (obj.get("volumeBindingMode"), repr(obj.get("allowedTopologies")))
     return (meta.get("generation"), meta.get("deletionTimestamp"))
 
 
@@ -392,7 +394,7 @@ def invalid_outcome(job: Mapping[str, Any], exc: ValueError, now: datetime) -> O
     return out
 
 
-VOLUME_KINDS = ("persistentvolumeclaims", "persistentvolumes")
+VOLUME_KINDS = ("persistentvolumeclaims", "persistentvolumes", "storageclasses")
 """Where a job's volumes may be used (`node_fit.volume_rules`): a change wakes waiting jobs
 (not seeded: the first event of each after a start makes a pass; they change seldom)."""
 SEEDED = ("trainingjobs", "pods", "nodes", "queues", "localqueues", "namespaces")

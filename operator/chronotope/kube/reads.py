@@ -89,9 +89,13 @@ class KubeReads:
 
     def volume_rules(self) -> dict[str, VolumeRule]:
         """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`)."""
-        if self.cache is not None:
-            return volume_rules(self.cache.claims.list(), self.cache.volumes.list())
-        return volume_rules(kw.list_claims(self.api), kw.list_volumes(self.api))
+        cache = self.cache
+        if cache is not None:
+            return volume_rules(
+                cache.claims.list(), cache.volumes.list(), cache.storage_classes.list()
+            )
+        api = self.api
+        return volume_rules(kw.list_claims(api), kw.list_volumes(api), kw.list_storage_classes(api))
 
     def _custom(
         self, store: Callable[[OperatorCache], Store], resource: tuple[str, str, str]

@@ -132,7 +132,7 @@ Listener = Callable[[str, str, Obj], None]
 
 
 class OperatorCache:
-    """Nodes, pods, namespaces, volume claims and volumes, and the Chronotope custom objects.
+    """Nodes, pods, namespaces, volume claims, volumes and storage classes, and our objects.
 
     Kept current by one `Informer`.
 
@@ -144,11 +144,12 @@ class OperatorCache:
         """Build empty stores and the informer that feeds them; `start` begins watching."""
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
+        storage = client.StorageV1Api(api)
         self.nodes, self.pods, self.training_jobs = Store(), Store(), Store()
         self.pipelines, self.variants = Store(), Store()
         self.queues, self.local_queues = Store(), Store()
         self.namespaces = Store()
-        self.claims, self.volumes = Store(), Store()
+        self.claims, self.volumes, self.storage_classes = Store(), Store(), Store()
         self._listeners: list[Listener] = []
 
         def lister(plural: str) -> Any:
@@ -171,6 +172,7 @@ class OperatorCache:
                 self.claims,
             ),
             ("persistentvolumes", core.list_persistent_volume, self.volumes),
+            ("storageclasses", storage.list_storage_class, self.storage_classes),
         ]
         self.informer = Informer(
             api,

@@ -66,6 +66,11 @@ def list_volumes(api: client.ApiClient) -> list[Obj]:
     return _items(client.CoreV1Api(api).list_persistent_volume(_preload_content=False))
 
 
+def list_storage_classes(api: client.ApiClient) -> list[Obj]:
+    """All StorageClasses, as raw JSON."""
+    return _items(client.StorageV1Api(api).list_storage_class(_preload_content=False))
+
+
 def list_pods(
     api: client.ApiClient, namespace: str | None = None, label_selector: str | None = None
 ) -> list[Obj]:

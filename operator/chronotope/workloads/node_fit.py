@@ -636,14 +636,17 @@ class VolumeRule:
     kube-scheduler's VolumeBinding filter for a bound claim (the node meets the
     PersistentVolume's required `nodeAffinity`) and its VolumeZone filter (the node's
     zone and region labels are among the volume's); a claim that is missing or being
-    deleted fits no node. An unbound claim states nothing here (its binding, or its
-    provisioning on the first consumer's node, is not modelled).
+    deleted fits no node. An unbound claim whose StorageClass binds at once (or that
+    names none) fits no node until it is bound; one whose class waits for the first
+    consumer may go where the class's `allowedTopologies` allow (a static volume it
+    could bind to there is not looked for).
     """
 
     claim: str
     """`namespace/name`."""
     volume: str = ""
-    """The PersistentVolume it is bound to ('' when none)."""
+    """Where its volume comes from, in words: `PersistentVolume NAME` it is bound to, or
+    `StorageClass NAME` that provisions it ('' when neither states anything)."""
     terms: tuple[_Term, ...] | None = None
     """The volume's required node affinity (ORed; None: it states none)."""
     zones: tuple[tuple[str, frozenset[str]], ...] = ()
@@ -656,18 +659,26 @@ class VolumeRule:
         if self.refusal is not None:
             return self.refusal
         if self.terms is not None and not any(t.matches(name, labels) for t in self.terms):
-            return f"volume node affinity conflict (PersistentVolume {self.volume})"
+            return f"volume node affinity conflict ({self.volume})"
         for key, values in self.zones:
             if labels.get(key) not in values:
-                return f"volume zone conflict (PersistentVolume {self.volume}: {key})"
+                return f"volume zone conflict ({self.volume}: {key})"
         return None
 
 
 def volume_rules(
-    claims: Iterable[Mapping[str, Any]], volumes: Iterable[Mapping[str, Any]]
+    claims: Iterable[Mapping[str, Any]],
+    volumes: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]] | None = None,
 ) -> dict[str, VolumeRule]:
-    """A `VolumeRule` per PersistentVolumeClaim (`namespace/name`), from the objects."""
+    """A `VolumeRule` per PersistentVolumeClaim (`namespace/name`), from the objects.
+
+    `classes`: the StorageClasses (None: not known; an unbound claim states nothing).
+    """
     by_name = {str((v.get("metadata") or {}).get("name")): v for v in volumes}
+    kinds = None
+    if classes is not None:
+        kinds = {str((k.get("metadata") or {}).get("name")): k for k in classes}
     out: dict[str, VolumeRule] = {}
     for c in claims:
         meta = c.get("metadata") or {}
@@ -677,7 +688,12 @@ def volume_rules(
             continue
         bound = str((c.get("spec") or {}).get("volumeName") or "")
         pv = by_name.get(bound)
-        if pv is None:
+        if not bound and kinds is not None:
+            out[key] = _unbound(
+                key, str((c.get("spec") or {}).get("storageClassName") or ""), kinds
+            )
+            continue
+        if pv is None:  # not known, or its volume not yet seen: binding under way
             out[key] = VolumeRule(key)
             continue
         required = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")
@@ -688,8 +704,51 @@ def volume_rules(
         terms = _terms(
             {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
         )
-        out[key] = VolumeRule(key, bound, terms, zones)
+        out[key] = VolumeRule(key, f"PersistentVolume {bound}", terms, zones)
     return out
+
+
+def _unbound(key: str, name: str, classes: Mapping[str, Mapping[str, Any]]) -> VolumeRule:
+    """The rule of unbound claim `key` of StorageClass `name` ('' for none).
+
+    kube-scheduler's VolumeBinding: a claim whose class binds at once (`Immediate`, the
+    default, or no class: bound only to an existing volume) keeps its pods unscheduled
+    until it is bound; under `WaitForFirstConsumer` its pods go where the class may
+    provision (`allowedTopologies`, ORed terms of `In` requirements; none: anywhere).
+    """
+    if not name:
+        return VolumeRule(key, refusal=f"PersistentVolumeClaim {key} is not bound yet")
+    kind = classes.get(name)
+    if kind is None:
+        return VolumeRule(
+            key, refusal=f"StorageClass {name} of PersistentVolumeClaim {key} not found"
+        )
+    if kind.get("volumeBindingMode") != "WaitForFirstConsumer":
+        return VolumeRule(
+            key, refusal=f"PersistentVolumeClaim {key} is not bound yet (StorageClass {name})"
+        )
+    allowed = kind.get("allowedTopologies")
+    if not isinstance(allowed, list) or not allowed:
+        return VolumeRule(key)
+    raw = [
+        {
+            "matchExpressions": [
+                {"key": e.get("key"), "operator": "In", "values": e.get("values")}
+                for e in (t.get("matchLabelExpressions") or [])
+                if isinstance(e, Mapping)
+            ]
+        }
+        for t in allowed
+        if isinstance(t, Mapping)
+    ]
+    terms = _terms(
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": raw}
+            }
+        }
+    )
+    return VolumeRule(key, f"StorageClass {name}", terms)
 
 
 Place: TypeAlias = tuple[Mapping[str, str], Iterable[Neighbour], Iterable[PodTerm]]

@@ -144,6 +144,10 @@ def test_a_claim_or_volume_change_wakes_the_waiting_jobs() -> None:
     assert wake_for("persistentvolumeclaims", "MODIFIED", bound, seen) == Wake(open_jobs=True)
     volume = {"metadata": {"name": "pv-1"}, "spec": {}}
     assert wake_for("persistentvolumes", "ADDED", volume, None) == Wake(open_jobs=True)
+    kind = {"metadata": {"name": "fast"}, "volumeBindingMode": "Immediate"}
+    seen = mark_of("storageclasses", kind)
+    later = {**kind, "volumeBindingMode": "WaitForFirstConsumer"}
+    assert wake_for("storageclasses", "MODIFIED", later, seen) == Wake(open_jobs=True)
 
 
 def _pod(node: str | None = None, phase: str = "Pending") -> dict[str, Any]:

@@ -85,3 +85,60 @@ def test_a_missing_or_deleted_claim_fits_no_node_and_the_job_says_why() -> None:
         decision = decide(job_spec(_mounting(claim)), capacity, NOW)
         assert decision.gpu_type is None
         assert f"PersistentVolumeClaim scale/{claim} {why}" in decision.reason, decision.reason
+
+
+def _class(name: str, mode: str | None = None, zones: list[str] | None = None) -> Any:
+    out: dict[str, Any] = {"metadata": {"name": name}, "provisioner": "example.com/p"}
+    if mode is not None:
+        out["volumeBindingMode"] = mode
+    if zones is not None:
+        out["allowedTopologies"] = [
+            {"matchLabelExpressions": [{"key": ZONE_LABEL, "values": zones}]}
+        ]
+    return out
+
+
+def test_an_unbound_claim_waits_for_its_binding_or_goes_where_its_class_provisions() -> None:
+    def unbound(name: str, kind: str | None) -> dict[str, Any]:
+        out = _claim(name)
+        out["spec"] = {"storageClassName": kind} if kind is not None else {}
+        return out
+
+    claims = [
+        unbound("fast", "immediate"),
+        unbound("plain", None),
+        unbound("lost", "gone"),
+        unbound("later", "wffc"),
+        unbound("zonal", "zonal"),
+        _claim("binding", "pv-not-seen-yet"),
+    ]
+    kinds = [
+        _class("immediate"),
+        _class("wffc", "WaitForFirstConsumer"),
+        _class("zonal", "WaitForFirstConsumer", ["x"]),
+    ]
+    rules = volume_rules(claims, [], kinds)
+    y, x = {ZONE_LABEL: "y"}, {ZONE_LABEL: "x"}
+    assert rules["scale/fast"].refuses("n", x) == (
+        "PersistentVolumeClaim scale/fast is not bound yet (StorageClass immediate)"
+    )
+    assert (
+        rules["scale/plain"].refuses("n", x) == "PersistentVolumeClaim scale/plain is not bound yet"
+    )
+    assert rules["scale/lost"].refuses("n", x) == (
+        "StorageClass gone of PersistentVolumeClaim scale/lost not found"
+    )
+    assert rules["scale/later"].refuses("n", y) is None  # provisioned where its pod goes
+    assert rules["scale/zonal"].refuses("n", x) is None
+    assert rules["scale/zonal"].refuses("n", y) == (
+        "volume node affinity conflict (StorageClass zonal)"
+    )
+    assert rules["scale/binding"].refuses("n", y) is None  # its volume is on the way
+    # without the classes (not known), an unbound claim states nothing
+    assert volume_rules(claims, [])["scale/fast"].refuses("n", x) is None
+    # a job whose claim is not bound waits and says so; one on a zonal class goes to x
+    capacity = cluster_capacity(NODES, [], volumes=rules)
+    decision = decide(job_spec(_mounting("fast")), capacity, NOW)
+    assert decision.gpu_type is None
+    assert "PersistentVolumeClaim scale/fast is not bound yet" in decision.reason
+    assert decide(job_spec(_mounting("zonal")), capacity, NOW).gpu_type == V100
