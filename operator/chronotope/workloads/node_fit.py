@@ -689,9 +689,7 @@ def volume_rules(
         bound = str((c.get("spec") or {}).get("volumeName") or "")
         pv = by_name.get(bound)
         if not bound and kinds is not None:
-            out[key] = _unbound(
-                key, str((c.get("spec") or {}).get("storageClassName") or ""), kinds
-            )
+            out[key] = _unbound(key, _claim_class(c), kinds)
             continue
         if pv is None:  # not known, or its volume not yet seen: binding under way
             out[key] = VolumeRule(key)
@@ -706,6 +704,20 @@ def volume_rules(
         )
         out[key] = VolumeRule(key, f"PersistentVolume {bound}", terms, zones)
     return out
+
+
+def _claim_class(claim: Mapping[str, Any]) -> str:
+    """The claim's StorageClass name ('' for none): the beta annotation, else the field.
+
+    As kube-scheduler reads it (`storagehelpers.GetPersistentVolumeClaimClass`).
+    """
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    if _BETA_CLASS in annotations:
+        return str(annotations[_BETA_CLASS] or "")
+    return str((claim.get("spec") or {}).get("storageClassName") or "")
+
+
+_BETA_CLASS = "volume.beta.kubernetes.io/storage-class"
 
 
 def _unbound(key: str, name: str, classes: Mapping[str, Mapping[str, Any]]) -> VolumeRule:

@@ -111,6 +111,15 @@ def test_an_unbound_claim_waits_for_its_binding_or_goes_where_its_class_provisio
         unbound("later", "wffc"),
         unbound("zonal", "zonal"),
         _claim("binding", "pv-not-seen-yet"),
+        # the deprecated annotation names the class over the field, as kube-scheduler reads it
+        {
+            **unbound("old", "immediate"),
+            "metadata": {
+                "name": "old",
+                "namespace": "scale",
+                "annotations": {"volume.beta.kubernetes.io/storage-class": "wffc"},
+            },
+        },
     ]
     kinds = [
         _class("immediate"),
@@ -134,6 +143,7 @@ def test_an_unbound_claim_waits_for_its_binding_or_goes_where_its_class_provisio
         "volume node affinity conflict (StorageClass zonal)"
     )
     assert rules["scale/binding"].refuses("n", y) is None  # its volume is on the way
+    assert rules["scale/old"].refuses("n", y) is None
     # without the classes (not known), an unbound claim states nothing
     assert volume_rules(claims, [])["scale/fast"].refuses("n", x) is None
     # a job whose claim is not bound waits and says so; one on a zonal class goes to x
