@@ -277,8 +277,14 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
         )
     if kind == "namespaces":  # its labels: what a Queue's namespaceSelector reads
         return (tuple(sorted((meta.get("labels") or {}).items())), meta.get("deletionTimestamp"))
-    if kind == "persistentvolumeclaims":  # the volume it is bound to (node_fit.volume_rules)
-        return (spec.get("volumeName"), meta.get("deletionTimestamp"))
+    if kind == "persistentvolumeclaims":  # its volume or class (node_fit.volume_rules)
+        class_note = (meta.get("annotations") or {}).get("volume.beta.kubernetes.io/storage-class")
+        return (
+            spec.get("volumeName"),
+            spec.get("storageClassName"),
+            class_note,
+            meta.get("deletionTimestamp"),
+        )
     if kind == "persistentvolumes":  # where it may be used
         return (repr(spec.get("nodeAffinity")), tuple(sorted((meta.get("labels") or {}).items())))
     if kind == "storageclasses":  # when and where it provisions

@@ -142,6 +142,8 @@ def test_a_claim_or_volume_change_wakes_the_waiting_jobs() -> None:
     assert wake_for("persistentvolumeclaims", "MODIFIED", phased, seen) == Wake()
     bound = {**claim, "spec": {"volumeName": "pv-1"}}
     assert wake_for("persistentvolumeclaims", "MODIFIED", bound, seen) == Wake(open_jobs=True)
+    classed = {**claim, "spec": {"storageClassName": "standard"}}  # a default class given
+    assert wake_for("persistentvolumeclaims", "MODIFIED", classed, seen) == Wake(open_jobs=True)
     volume = {"metadata": {"name": "pv-1"}, "spec": {}}
     assert wake_for("persistentvolumes", "ADDED", volume, None) == Wake(open_jobs=True)
     kind = {"metadata": {"name": "fast"}, "volumeBindingMode": "Immediate"}
