@@ -254,6 +254,15 @@ def decide(
     parallelisation and speed of each alternative come from the profile.
     `remaining` is the share of the job's work still to do (after restarts).
     """
+    rules = job_rules(spec)
+    volumes = rules.volumes(capacity[0].volumes if capacity else None)
+    unready = [v.refusal for v in volumes if v.refusal is not None]
+    if unready:  # no node will do until the claim is there (and bound)
+        return Decision(
+            Action.IMPOSSIBLE,
+            f"waiting for its volumes: {'; '.join(unready)}",
+            cause="VolumeNotReady",
+        )
     want = spec.replicas
     least = min(spec.min_replicas or want, want)
     reference: GangPlan | None = None
@@ -266,7 +275,6 @@ def decide(
     starts: list[Decision] = []
     waits: list[Decision] = []
     why_not: list[str] = []
-    rules = job_rules(spec)
     for option in spec.gpu_types:
         seen = admitting(capacity, option.name, rules, spec.gpu.count or 1)
         start, wait, why = _on_type(est, option.name, seen, now, frees_at or {}, rules=rules)

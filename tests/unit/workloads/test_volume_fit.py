@@ -84,7 +84,11 @@ def test_a_missing_or_deleted_claim_fits_no_node_and_the_job_says_why() -> None:
     for claim, why in (("nope", "not found"), ("old", "is being deleted")):
         decision = decide(job_spec(_mounting(claim)), capacity, NOW)
         assert decision.gpu_type is None
-        assert f"PersistentVolumeClaim scale/{claim} {why}" in decision.reason, decision.reason
+        said = f"waiting for its volumes: PersistentVolumeClaim scale/{claim} {why}"
+        assert decision.reason == said, decision.reason
+        reason = decision.why
+        assert reason is not None
+        assert reason.code == "VolumeNotReady"
 
 
 def _class(name: str, mode: str | None = None, zones: list[str] | None = None) -> Any:
