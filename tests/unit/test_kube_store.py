@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from kubernetes.client import ApiClient
 
-from chronotope.kube.store import Store, parse_selector
+from chronotope.kube.reads import KubeReads
+from chronotope.kube.store import OperatorCache, Store, parse_selector
 
 
 def pod(name: str, ns: str = "a", **labels: str) -> dict[str, object]:
@@ -92,3 +95,31 @@ def test_count_requests_names_each_verb_and_watches() -> None:
     assert resource_of("/api/v1/namespaces/ns") == "namespaces"
     assert resource_of("/api/v1/namespaces/ns/events") == "events"
     assert resource_of("/version") == "other"
+
+
+def test_a_store_counts_its_changes_but_not_a_dropped_event() -> None:
+    s = Store()
+    s.on_event("ADDED", _job("10"))
+    s.on_event("MODIFIED", _job("12"))
+    assert s.changes == 2
+    s.on_event("MODIFIED", _job("11"))  # older: dropped
+    assert s.changes == 2
+    s.on_sync([])
+    s.put([pod("new")])
+    assert s.changes == 4
+
+
+def test_the_volume_rules_are_worked_out_again_only_after_a_change() -> None:
+    # (`KubeReads.volume_rules`: every claim parsed on each call cost 120-135 ms at 10,000)
+    cache = SimpleNamespace(claims=Store(), volumes=Store(), storage_classes=Store())
+    reads = KubeReads(cast(ApiClient, None), cast(OperatorCache, cache))
+    first = reads.volume_rules()
+    assert first == {}
+    assert reads.volume_rules() is first
+    claim = {"metadata": {"name": "data", "namespace": "a"}, "spec": {}}
+    cache.claims.on_event("ADDED", claim)
+    second = reads.volume_rules()
+    assert list(second) == ["a/data"]
+    assert reads.volume_rules() is second
+    cache.storage_classes.on_sync([])
+    assert reads.volume_rules() is not second

@@ -46,6 +46,8 @@ class KubeReads:
         self.cache = cache
         self.prometheus = prometheus
         self.timeout_s = timeout_s
+        self._volume_rules: tuple[tuple[int, ...], dict[str, VolumeRule]] | None = None
+        """`volume_rules` as last worked out, and the stores' `changes` then."""
 
     def nodes(self) -> list[dict[str, Any]]:
         """All nodes, from the watch cache when there is one."""
@@ -91,9 +93,14 @@ class KubeReads:
         """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`)."""
         cache = self.cache
         if cache is not None:
-            return volume_rules(
-                cache.claims.list(), cache.volumes.list(), cache.storage_classes.list()
-            )
+            stores = (cache.claims, cache.volumes, cache.storage_classes)
+            seen = tuple(s.changes for s in stores)  # read before the lists: never stale
+            kept = self._volume_rules
+            if kept is not None and kept[0] == seen:
+                return kept[1]
+            rules = volume_rules(*(s.list() for s in stores))
+            self._volume_rules = (seen, rules)
+            return rules
         api = self.api
         return volume_rules(kw.list_claims(api), kw.list_volumes(api), kw.list_storage_classes(api))
 

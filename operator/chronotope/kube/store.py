@@ -66,6 +66,9 @@ class Store:
         """An empty store."""
         self._lock = threading.Lock()
         self._items: dict[str, dict[str, Obj]] = {}
+        self.changes = 0
+        """How many times its objects changed (an event applied, a relist, an overlay):
+        what is worked out from them may be kept until this moves."""
 
     @staticmethod
     def _namespace(obj: Mapping[str, Any]) -> str:
@@ -83,11 +86,13 @@ class Store:
             bucket = self._items.setdefault(self._namespace(obj), {})
             if kind == "DELETED":
                 bucket.pop(_key(obj), None)
+                self.changes += 1
                 return True
             held = bucket.get(_key(obj))
             if held is not None and _older(obj, held):
                 return False
             bucket[_key(obj)] = obj
+            self.changes += 1
             return True
 
     def on_sync(self, objs: list[Obj]) -> None:
@@ -97,12 +102,14 @@ class Store:
             items.setdefault(self._namespace(obj), {})[_key(obj)] = obj
         with self._lock:
             self._items = items
+            self.changes += 1
 
     def put(self, objs: Iterable[Obj]) -> None:
         """Overlay objects this process just created (the watch event may still be coming)."""
         with self._lock:
             for obj in objs:
                 self._items.setdefault(self._namespace(obj), {}).setdefault(_key(obj), obj)
+            self.changes += 1
 
     def get(self, namespace: str | None, name: str) -> Obj | None:
         """The object `namespace/name` (namespace None or "" for cluster-scoped), or None."""
