@@ -16,6 +16,7 @@ from kubernetes import client
 from chronotope.kube.nodes import apply_nodes, wait_nodes_ready, wait_nodes_untainted
 from chronotope.planners.profile import profile_to_data
 from chronotope.sharing.assignment import GpuAssignment
+from chronotope.sharing.labels import ZONE_LABEL
 from chronotope.sim.clusterspec import ClusterSpec, node_manifests
 from e2e.kubetest import KubeCluster, operator_metrics, wait_for
 
@@ -845,7 +846,7 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
     # rule moved it after 45 s
     api, custom, core = jobs_api
     zoned = "zone" in rule
-    zone = "topology.kubernetes.io/zone"
+    zone = ZONE_LABEL
     with contextlib.ExitStack() as stack:
         fast, slow, fast_nodes, slow_nodes = stack.enter_context(
             _fast_and_slow(api, core, namespace, zones=zoned)
@@ -910,7 +911,7 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
     api, custom, core = jobs_api
     storage = client.StorageV1Api(api)
     tag = namespace[-6:]
-    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [f"sz-{tag}"]}
+    zone = {"key": ZONE_LABEL, "operator": "In", "values": [f"sz-{tag}"]}
     volume = {
         "metadata": {"name": f"data-{tag}"},
         "spec": {
@@ -1060,9 +1061,7 @@ def test_a_gang_that_requires_one_zone_starts_inside_one(
             if how == "pod affinity":
                 template = out["spec"]["template"]
                 template["metadata"] = {"labels": {"app": f"{name}-{tag}"}}
-                template["spec"]["affinity"] = _beside(
-                    "podAffinity", f"{name}-{tag}", "topology.kubernetes.io/zone"
-                )
+                template["spec"]["affinity"] = _beside("podAffinity", f"{name}-{tag}", ZONE_LABEL)
             return out
 
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("zoned", 2))

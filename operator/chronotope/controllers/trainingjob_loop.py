@@ -63,6 +63,7 @@ from chronotope.controllers.trainingjob import (
 )
 from chronotope.sharing.labels import PLANNED_FOR_ANNOTATION
 from chronotope.workloads.gang import JOB_LABEL
+from chronotope.workloads.node_fit import claim_class
 from chronotope.workloads.training import Action
 from chronotope.workloads.training_status import QUOTA_RESERVED, condition
 
@@ -278,13 +279,7 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
     if kind == "namespaces":  # its labels: what a Queue's namespaceSelector reads
         return (tuple(sorted((meta.get("labels") or {}).items())), meta.get("deletionTimestamp"))
     if kind == "persistentvolumeclaims":  # its volume or class (node_fit.volume_rules)
-        class_note = (meta.get("annotations") or {}).get("volume.beta.kubernetes.io/storage-class")
-        return (
-            spec.get("volumeName"),
-            spec.get("storageClassName"),
-            class_note,
-            meta.get("deletionTimestamp"),
-        )
+        return (spec.get("volumeName"), claim_class(obj), meta.get("deletionTimestamp"))
     if kind == "persistentvolumes":  # where it may be used
         return (repr(spec.get("nodeAffinity")), tuple(sorted((meta.get("labels") or {}).items())))
     if kind == "storageclasses":  # when and where it provisions

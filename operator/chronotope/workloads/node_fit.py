@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TopologyLevel, TrainingJobSpec
-from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, ZONE_LABEL
 from chronotope.solver.model import UNBOUNDED
 from chronotope.solver.slots import DOMAIN_LABELS
 from chronotope.workloads.cluster_feed import CONDITION_TAINTS
@@ -78,6 +78,7 @@ __all__ = [
     "VolumeRule",
     "avoiding",
     "avoids_itself",
+    "claim_class",
     "claims_of",
     "domains",
     "host_ports",
@@ -621,7 +622,7 @@ def claims_of(spec: object) -> tuple[str, ...]:
 
 
 VOLUME_ZONE_LABELS = (
-    "topology.kubernetes.io/zone",
+    ZONE_LABEL,
     "topology.kubernetes.io/region",
     "failure-domain.beta.kubernetes.io/zone",
     "failure-domain.beta.kubernetes.io/region",
@@ -689,7 +690,7 @@ def volume_rules(
         bound = str((c.get("spec") or {}).get("volumeName") or "")
         pv = by_name.get(bound)
         if not bound and kinds is not None:
-            out[key] = _unbound(key, _claim_class(c), kinds)
+            out[key] = _unbound(key, claim_class(c), kinds)
             continue
         if pv is None:  # not known, or its volume not yet seen: binding under way
             out[key] = VolumeRule(key)
@@ -706,7 +707,7 @@ def volume_rules(
     return out
 
 
-def _claim_class(claim: Mapping[str, Any]) -> str:
+def claim_class(claim: Mapping[str, Any]) -> str:
     """The claim's StorageClass name ('' for none): the beta annotation, else the field.
 
     As kube-scheduler reads it (`storagehelpers.GetPersistentVolumeClaimClass`).
