@@ -18,7 +18,7 @@ from chronotope.planners.profile import profile_to_data
 from chronotope.sharing.assignment import GpuAssignment
 from chronotope.sharing.labels import ZONE_LABEL
 from chronotope.sim.clusterspec import ClusterSpec, node_manifests
-from e2e.kubetest import KubeCluster, operator_metrics, wait_for
+from e2e.kubetest import KubeCluster, operator_metrics, scratch_namespace, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -50,6 +50,11 @@ def _get(api: Any, ns: str, name: str) -> dict[str, Any]:
         GROUP, VERSION, ns, PLURAL, name
     )
     return obj
+
+
+def _why(api: Any, ns: str, name: str) -> str:
+    """The job's `status.whyWaiting` ('' when it states none)."""
+    return str((_get(api, ns, name).get("status") or {}).get("whyWaiting") or "")
 
 
 def _bound_counts(core: client.CoreV1Api, ns: str) -> dict[str, tuple[int, int]]:
@@ -783,27 +788,34 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # the job's workers must share a node with a pod that runs on the slow node, in the
-    # namespaces a namespaceSelector names by their labels (required pod affinity):
-    # kube-scheduler's InterPodAffinity filter refuses the fast node, and the plan does
-    # not read namespaces' labels. Before, the stuck rule re-planned the job on that
-    # node again, for ever
+    # the job's workers run under a RuntimeClass whose scheduling.nodeSelector names the
+    # slow type's zone: the API server's RuntimeClass admission adds it to each worker's
+    # nodeSelector, so kube-scheduler refuses the fast node, and the plan does not read
+    # RuntimeClasses. Before, the stuck rule re-planned the job on that node again, for
+    # ever
     api, custom, core = jobs_api
-    with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
-        core.create_namespaced_pod(namespace, _bare_pod("friend", slow_nodes[0], "friend"))
-        close = job("close", 1, 1, [(fast, 2.0), (slow, 1.0)])
-        affinity = _beside("podAffinity", "friend")
-        (term,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        term["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-        close["spec"]["template"]["spec"]["affinity"] = affinity
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, close)
-        _wait_running(api, namespace, "close", timeout=150, what="close running off the node")
+    node_api = client.NodeV1Api(api)
+    tag = namespace[-6:]
+    runtime = {
+        "metadata": {"name": f"slow-{tag}"},
+        "handler": "runc",
+        "scheduling": {"nodeSelector": {ZONE_LABEL: f"sz-{tag}"}},
+    }
+    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, fast_nodes, slow_nodes):
+        node_api.create_runtime_class(runtime)
+        try:
+            close = job("close", 1, 1, [(fast, 2.0), (slow, 1.0)])
+            close["spec"]["template"]["spec"]["runtimeClassName"] = f"slow-{tag}"
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, close)
+            _wait_running(api, namespace, "close", timeout=150, what="close running off the node")
+        finally:
+            node_api.delete_runtime_class(f"slow-{tag}")
         status = _get(api, namespace, "close")["status"]
         assert status["plan"]["gpuType"] == slow
         assert [p["node"] for p in status["placement"]] == slow_nodes
         assert not status.get("avoidNodes")  # placed: cleared
         replanned = _events(core, namespace, "close")["Replanning"]
-        assert "pod affinity" in replanned, replanned
+        assert "node affinity/selector" in replanned, replanned
         assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
 
 
@@ -828,6 +840,7 @@ def _beside(kind: str, app: str, key: str = "kubernetes.io/hostname") -> dict[st
         "its anti-affinity",
         "the pod's anti-affinity",
         "its affinity",
+        "its affinity across namespaces",
         "its zone affinity",
         "the pod's zone anti-affinity",
     ],
@@ -841,9 +854,12 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
     # node (kube-scheduler's InterPodAffinity filter). Or, each type in a zone of its
     # own, their affinity asks for a cache pod in the slow type's zone, or a pod in the
     # fast type's zone keeps them out of it; those pods run on a node without GPUs.
-    # The plan knows this: the job starts at once on the slow node. Before, it was
-    # planned on the fast node, kube-scheduler would not bind it there, and the stuck
-    # rule moved it after 45 s
+    # Or their affinity asks for a cache pod in the namespaces labelled with a team
+    # (namespaceSelector): that pod runs on the slow node in another namespace, one in
+    # the job's own namespace on the fast node; the job waits until the namespace gets
+    # its label. The plan knows this: the job starts at once on the slow node. Before,
+    # it was planned on the fast node, kube-scheduler would not bind it there, and the
+    # stuck rule moved it after 45 s
     api, custom, core = jobs_api
     zoned = "zone" in rule
     zone = ZONE_LABEL
@@ -852,6 +868,7 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
             _fast_and_slow(api, core, namespace, zones=zoned)
         )
         tag = namespace[-6:]
+        where = namespace  # of the other pod
         other = _bare_pod("other", fast_nodes[0], "serve")
         shy = job("shy", 1, 1, [(fast, 2.0), (slow, 1.0)])
         if rule == "its anti-affinity":
@@ -862,6 +879,14 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
         elif rule == "its affinity":
             other = _bare_pod("other", slow_nodes[0], "cache")
             shy["spec"]["template"]["spec"]["affinity"] = _beside("podAffinity", "cache")
+        elif rule == "its affinity across namespaces":
+            where = stack.enter_context(scratch_namespace(core, f"data-{tag}"))
+            other = _bare_pod("other", slow_nodes[0], "cache")
+            core.create_namespaced_pod(namespace, _bare_pod("decoy", fast_nodes[0], "cache"))
+            affinity = _beside("podAffinity", "cache")
+            (term,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            term["namespaceSelector"] = {"matchLabels": {"team": f"data-{tag}"}}
+            shy["spec"]["template"]["spec"]["affinity"] = affinity
         elif rule == "its zone affinity":
             (cpu,) = stack.enter_context(
                 _gpu_nodes(api, core, f"c-{tag}", None, 1, zone=f"sz-{tag}")
@@ -875,13 +900,20 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
             other = _bare_pod("other", cpu, "db")
             other["spec"]["affinity"] = _beside("podAntiAffinity", "trainer", zone)
             shy["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
-        core.create_namespaced_pod(namespace, other)
+        core.create_namespaced_pod(where, other)
         wait_for(
-            lambda: core.read_namespaced_pod("other", namespace).status.phase == "Running",
+            lambda: core.read_namespaced_pod("other", where).status.phase == "Running",
             30,
             "the other pod running",
         )
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, shy)
+        if where != namespace:  # no namespace has the team label yet: no pod meets it
+            wait_for(
+                lambda: "required pod affinity" in _why(api, namespace, "shy"),
+                60,
+                "shy waiting for its pod affinity",
+            )
+            core.patch_namespace(where, {"metadata": {"labels": {"team": f"data-{tag}"}}})
         _started_at_once_on(api, core, namespace, "shy", gpu=slow, nodes=slow_nodes)
 
 
@@ -937,8 +969,7 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
         return bool(got.status and got.status.phase == "Bound")
 
     def why() -> str:
-        status = _get(api, namespace, "reader").get("status") or {}
-        return str(status.get("whyWaiting") or "")
+        return _why(api, namespace, "reader")
 
     with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
         try:
@@ -1074,8 +1105,7 @@ def test_a_gang_that_requires_one_zone_starts_inside_one(
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body("three", 3))
 
         def why() -> str:
-            status = _get(api, namespace, "three").get("status") or {}
-            return str(status.get("whyWaiting") or "")
+            return _why(api, namespace, "three")
 
         wait_for(lambda: "within one Zone" in why(), 60, "three says why")
         assert "at most 2 worker(s) of 2 GPU(s) (Spread within one Zone)" in why(), why()

@@ -32,11 +32,11 @@ from chronotope.sharing.labels import (
     PLANNED_FOR_ANNOTATION,
     PREEMPTED_BY_ANNOTATION,
 )
-from chronotope.workloads.capacity import cluster_capacity
+from chronotope.workloads.capacity import ClusterFacts, cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
 from chronotope.workloads.gates import Cycle, Decider, preempt
 from chronotope.workloads.job_spec import job_spec
-from chronotope.workloads.node_fit import VolumeRule
+from chronotope.workloads.node_fit import VolumeRule, namespace_labels
 from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.quota import StopCause, Verdict
 from chronotope.workloads.replan import (
@@ -302,7 +302,7 @@ def _running(
             c.job.get("status") or {},
             current,
             job_spec(c.job, as_written=True),
-            cluster_capacity(cluster_nodes, c.ops.pods(), volumes=c.ops.volume_rules()),
+            cluster_capacity(cluster_nodes, c.ops.pods(), facts=cluster_facts(c.ops)),
         )
         off = f" off node(s) {', '.join(avoid)}" if avoid else ""
         restart_why = f"the gang {placed} within {STUCK_AFTER_S:.0f}s ({cause}); re-planning{off}"
@@ -390,7 +390,7 @@ def _availability_replan(
         if not cordoned and _others_queued(c, jobs):
             return None
         mine = frozenset(f"{c.namespace}/{p['metadata']['name']}" for p in current)
-        capacity = cluster_capacity(nodes, pods, ignore_pods=mine, volumes=c.ops.volume_rules())
+        capacity = cluster_capacity(nodes, pods, ignore_pods=mine, facts=cluster_facts(c.ops))
         left = remaining_work(c.job.get("status") or {})
         decision = _decider(c.ops).decide(c.namespace, c.spec, capacity, c.now, remaining=left)
     if cordoned:
@@ -541,6 +541,15 @@ def _enact(
     return out
 
 
+def cluster_facts(ops: ClusterOps) -> ClusterFacts:
+    """What the cluster holds beyond its nodes and pods, as `ops` reads it now.
+
+    Where its claims may be used and its namespaces' labels (a pod affinity's
+    `namespaceSelector`); what the pass, the stuck rule and the re-plan all read.
+    """
+    return ClusterFacts(volumes=ops.volume_rules(), namespaces=namespace_labels(ops.namespaces()))
+
+
 def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) -> SchedulingPass:
     """A scheduling pass over every waiting job, on the cluster as `ops` reads it now.
 
@@ -558,7 +567,7 @@ def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) ->
         now=now,
         include=include,
         serving_waits=waits,
-        volumes=ops.volume_rules(),
+        facts=ClusterFacts(volumes=ops.volume_rules(), namespaces=view.namespaces),
     )
 
 

@@ -276,7 +276,7 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
             tuple(sorted((status.get("allocatable") or {}).items())),
             ready,
         )
-    if kind == "namespaces":  # its labels: what a Queue's namespaceSelector reads
+    if kind == "namespaces":  # its labels: what a namespaceSelector reads (Queues, pod affinity)
         return (tuple(sorted((meta.get("labels") or {}).items())), meta.get("deletionTimestamp"))
     if kind == "persistentvolumeclaims":  # its volume or class (node_fit.volume_rules)
         return (spec.get("volumeName"), claim_class(obj), meta.get("deletionTimestamp"))

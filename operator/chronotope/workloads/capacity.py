@@ -34,12 +34,14 @@ from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holdi
 from chronotope.workloads.node_fit import (
     Domains,
     HostPort,
+    NamespaceLabels,
     Neighbour,
     NodeRules,
     Place,
     PodTerm,
     Taint,
     VolumeRule,
+    anti_among,
     domains,
     host_ports,
     node_taints,
@@ -48,7 +50,9 @@ from chronotope.workloads.node_fit import (
 from chronotope.workloads.podreq import planned
 
 __all__ = [
+    "NO_FACTS",
     "Capacity",
+    "ClusterFacts",
     "FreeGpus",
     "NodeCapacity",
     "Placements",
@@ -57,11 +61,31 @@ __all__ = [
     "admitting",
     "cluster_capacity",
     "cluster_model",
+    "facts_of",
     "of_type",
     "refuses_some",
     "take",
     "unblocked",
 ]
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterFacts:
+    """What the node rules read beyond the GPU nodes' own state: one object per cluster model."""
+
+    volumes: Mapping[str, VolumeRule] | None = None
+    """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`; None: not
+    known, nothing is checked)."""
+    namespaces: NamespaceLabels | None = None
+    """Each namespace's labels (`node_fit.namespace_labels`): what a pod (anti-)affinity
+    term's `namespaceSelector` reads (None: not known, such a term is not read)."""
+    outside: tuple[Place, ...] = ()
+    """The nodes without GPUs that run pods (what pod affinity on a zone or rack reads
+    there); `cluster_capacity` fills it in."""
+
+
+NO_FACTS = ClusterFacts()
+"""A cluster model that knows nothing beyond its GPU nodes (built by hand, in tests)."""
 
 
 @dataclass(frozen=True)
@@ -102,12 +126,9 @@ class NodeCapacity:
     repels: tuple[PodTerm, ...] = ()
     """Their required pod anti-affinity terms: kube-scheduler's InterPodAffinity filter keeps
     a pod they select off the node (on `kubernetes.io/hostname`) or its domain."""
-    outside: tuple[Place, ...] = field(default=(), compare=False, repr=False)
-    """The nodes without GPUs that run pods (what pod affinity on a zone or rack reads
-    there): the same tuple on every node of one cluster model."""
-    volumes: Mapping[str, VolumeRule] | None = field(default=None, compare=False, repr=False)
-    """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`; None: not
-    known, nothing is checked): the same mapping on every node of one cluster model."""
+    facts: ClusterFacts = field(default=NO_FACTS, compare=False, repr=False)
+    """What the cluster holds beyond its GPU nodes: the same object on every node of one
+    cluster model (`facts_of`)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -208,7 +229,7 @@ def _index(capacity: Capacity) -> _Index:
     positions: dict[str, list[int]] = {}
     for i, n in enumerate(capacity):
         positions.setdefault(n.gpu_model, []).append(i)
-    outside = capacity[0].outside if capacity else ()
+    outside = facts_of(capacity).outside
     index = _Index(
         {g: tuple(p) for g, p in positions.items()},
         {g: tuple(capacity[i] for i in p) for g, p in positions.items()},
@@ -224,6 +245,11 @@ def _index(capacity: Capacity) -> _Index:
     if isinstance(capacity, tuple):
         _Memo.last = (capacity, index)
     return index
+
+
+def facts_of(capacity: Capacity) -> ClusterFacts:
+    """What `capacity`'s cluster holds beyond its GPU nodes (`ClusterFacts`)."""
+    return capacity[0].facts if capacity else NO_FACTS
 
 
 def _repelling(capacity: Capacity) -> dict[str, frozenset[PodTerm]]:
@@ -298,10 +324,11 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
+    rules = rules.among(facts_of(capacity).namespaces)
     whom = _whom(capacity, index, gpu_type, rules)
     if not _looks(rules) and whom[0] is None and gpu_type not in index.tainted:
         return Usable(nodes, {})
-    volumes = rules.volumes(capacity[0].volumes) if rules.claims and capacity else ()
+    volumes = rules.volumes(facts_of(capacity).volumes) if rules.claims else ()
     held = _ADMITTED.get(id(nodes))
     if held is None or held[0] is not nodes:  # held by the memo: its id is not reused
         if len(_ADMITTED) >= _ADMITTED_KEPT:
@@ -365,7 +392,7 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
     near = frozenset(t for t in index.repelling.get(gpu_type, ()) if t.selects(who))
     if not (rules.anti or rules.near or far or near):
         return _NO_ONE
-    outside = capacity[0].outside if capacity else ()
+    outside = facts_of(capacity).outside
     first = rules.meets_near(who) and not any(
         rules.meets_near(p)
         for pods in (*(n.neighbours for n in capacity), *(p for _, p, _ in outside))
@@ -417,6 +444,7 @@ def unblocked(
     No pod there holds a host port they ask, and no pod (anti-)affinity keeps them off
     (`_blocked`); whom an affinity concerns is worked out once for the type.
     """
+    rules = rules.among(facts_of(capacity).namespaces)
     whom = _whom(capacity, _index(capacity), gpu_type, rules)
     return [n.name for n in nodes if not _blocked(n, rules, whom)]
 
@@ -465,14 +493,14 @@ def cluster_capacity(
     pods: Iterable[Mapping[str, Any]],
     ignore_pods: frozenset[str] = frozenset(),
     *,
-    volumes: Mapping[str, VolumeRule] | None = None,
+    facts: ClusterFacts = NO_FACTS,
 ) -> tuple[NodeCapacity, ...]:
     """Per GPU node: model, total and free whole GPUs. `ignore_pods` ("ns/name") count as free.
 
-    `volumes`: where each PersistentVolumeClaim may be used (`node_fit.volume_rules`;
-    None: not known, not checked).
+    `facts`: what the cluster holds beyond its nodes and pods (claims' volumes,
+    namespaces' labels; the nodes without GPUs that run pods are added here).
     """
-    return cluster_model(nodes, pods, ignore_pods, volumes=volumes)[0]
+    return cluster_model(nodes, pods, ignore_pods, facts=facts)[0]
 
 
 def cluster_model(
@@ -480,7 +508,7 @@ def cluster_model(
     pods: Iterable[Mapping[str, Any]],
     ignore_pods: frozenset[str] = frozenset(),
     colocation: Colocation | None = None,
-    volumes: Mapping[str, VolumeRule] | None = None,
+    facts: ClusterFacts = NO_FACTS,
 ) -> tuple[tuple[NodeCapacity, ...], ClusterCache]:
     """`cluster_capacity`, and the cluster model it sums up (with `colocation`'s share rules)."""
     nodes = list(nodes)
@@ -505,14 +533,14 @@ def cluster_model(
                 waiting.append((key, pod, str(model)))
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
-        held.setdefault(str(bound_to), _Held()).add(pod)
+        held.setdefault(str(bound_to), _Held()).add(pod, facts.namespaces)
     for key, pod, model in waiting:  # after every bound pod: a plan holds what it names
         if not hold_planned(cache, key, pod):
             promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
             continue
         plan = planned(pod)
         if plan is not None:
-            held.setdefault(plan.node, _Held()).add(pod)
+            held.setdefault(plan.node, _Held()).add(pod, facts.namespaces)
     state = cache.state()
     out: list[NodeCapacity] = []
     outside: tuple[Place, ...] = tuple(
@@ -521,6 +549,7 @@ def cluster_model(
         if cache.nodes[node["metadata"]["name"]].gpu_count == 0
         and (on := held.get(node["metadata"]["name"])) is not None
     )
+    shared = replace(facts, outside=outside)
     for node in nodes:
         meta = node.get("metadata") or {}
         info = cache.nodes[meta["name"]]
@@ -557,8 +586,7 @@ def cluster_model(
                 partial=partial,
                 neighbours=frozenset(on.neighbours),
                 repels=tuple(dict.fromkeys(on.repels)),
-                outside=outside,
-                volumes=volumes,
+                facts=shared,
             )
         )
     return tuple(_minus_promised(out, promised)), cache
@@ -572,8 +600,11 @@ class _Held:
     neighbours: set[Neighbour] = field(default_factory=set)
     repels: list[PodTerm] = field(default_factory=list)
 
-    def add(self, pod: Mapping[str, Any]) -> None:
-        """One more pod there: its host ports, it, and its pod anti-affinity."""
+    def add(self, pod: Mapping[str, Any], namespaces: NamespaceLabels | None) -> None:
+        """One more pod there: its host ports, it, and its pod anti-affinity.
+
+        `namespaces`: each namespace's labels, what its terms' `namespaceSelector`s read.
+        """
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         self.ports.update(host_ports(spec))
         labels = meta.get("labels") or {}
@@ -582,7 +613,7 @@ class _Held:
             frozenset((str(k), str(v)) for k, v in labels.items()),
         )
         self.neighbours.add(me)
-        self.repels.extend(pod_anti_terms(spec, me))
+        self.repels.extend(anti_among(pod_anti_terms(spec, me), namespaces))
 
 
 Placements: TypeAlias = tuple[tuple[str, tuple[int, ...]], ...]
@@ -621,6 +652,8 @@ def take(
     """
     nodes = list(capacity)
     index = _index(capacity)
+    if rules is not None:
+        rules = rules.among(facts_of(capacity).namespaces)
     whom = _whom(capacity, index, gpu_type, rules) if rules is not None else _NO_ONE
     if placements and not _placed_where_blocked(nodes, placements, rules, whom):
         return _take_placed(nodes, placements, rules)

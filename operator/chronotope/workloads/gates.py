@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Protocol
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
-from chronotope.workloads.capacity import Capacity, refuses_some
+from chronotope.workloads.capacity import Capacity, facts_of, refuses_some
 from chronotope.workloads.fleet import (
     BandPlan,
     FleetJob,
@@ -553,7 +553,7 @@ def preempt(cycle: Cycle, decision: Decision) -> Preemption | None:
         cycle.pods,
         now=cycle.now,
         planner=planner,
-        volumes=cycle.capacity[0].volumes if cycle.capacity else None,
+        facts=facts_of(cycle.capacity),
     )
 
 

@@ -44,9 +44,11 @@ a gang whose workers meet their own affinity is packed onto one node,
 `seeks_itself`). `NodeRules.shuns` decides; the pods of each node are
 `capacity.NodeCapacity.neighbours`. Terms on another topology key (a zone, a
 rack) keep the workers in or out of whole domains of that label, from the pods
-of every node, GPU or not (`domains`). A `namespaceSelector` naming labels is
-not modelled (a pod affinity with such a term is left out whole; a gang stuck
-on it is moved by the stuck rule), nor a gang's zone anti-affinity to itself.
+of every node, GPU or not (`domains`). A term's `namespaceSelector` naming
+labels is read against the namespaces' labels (`PodTerm.among`, as kube-scheduler
+merges the namespaces it selects into those the term lists); a gang's zone
+anti-affinity to itself is not modelled (a gang stuck on it is moved by the
+stuck rule).
 
 Preferred (soft) node and pod affinity are not filters and are left to
 kube-scheduler's scoring. Pure: plain dicts in, answers out.
@@ -54,8 +56,8 @@ kube-scheduler's scoring. Pure: plain dicts in, answers out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TopologyLevel, TrainingJobSpec
@@ -70,12 +72,14 @@ __all__ = [
     "VOLUME_ZONE_LABELS",
     "Domains",
     "HostPort",
+    "NamespaceLabels",
     "Neighbour",
     "NodeRules",
     "Place",
     "PodTerm",
     "Taint",
     "VolumeRule",
+    "anti_among",
     "avoiding",
     "avoids_itself",
     "claim_class",
@@ -84,6 +88,8 @@ __all__ = [
     "host_ports",
     "job_rules",
     "labelled",
+    "namespace_labels",
+    "near_among",
     "next_avoid",
     "node_taints",
     "pod_affinity_terms",
@@ -205,6 +211,9 @@ def port_clash(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> HostPort
 
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
+NamespaceLabels: TypeAlias = Mapping[str, Mapping[str, str]]
+"""Each namespace's labels by its name (`namespace_labels`): what a `namespaceSelector` reads."""
+
 Neighbour: TypeAlias = tuple[str, frozenset[tuple[str, str]]]
 """A pod as a pod (anti-)affinity term sees it: its namespace and labels."""
 
@@ -222,6 +231,9 @@ class PodTerm:
     selector: tuple[_Requirement, ...]
     namespaces: frozenset[str] | None
     key: str = HOSTNAME_LABEL
+    spaces: tuple[_Requirement, ...] | None = None
+    """Its `namespaceSelector` when that names labels, not yet read against the
+    namespaces' labels (`among`); `namespaces` then holds those it lists by name."""
 
     @property
     def on_node(self) -> bool:
@@ -229,12 +241,43 @@ class PodTerm:
         return self.key == HOSTNAME_LABEL
 
     def selects(self, pod: Neighbour) -> bool:
-        """Whether the term selects the pod `pod` (namespace, labels)."""
+        """Whether the term selects the pod `pod` (namespace, labels); never before `among`."""
         namespace, labels = pod
+        if self.spaces is not None:
+            return False
         if self.namespaces is not None and namespace not in self.namespaces:
             return False
         have = dict(labels)
         return all(r.holds(have.get(r.key)) for r in self.selector)
+
+    def among(self, namespaces: NamespaceLabels | None) -> PodTerm | None:
+        """The term with its `namespaceSelector` read against `namespaces`' labels.
+
+        kube-scheduler's `mergeAffinityTermNamespacesIfNotEmpty`: the namespaces it
+        selects join those it lists. None when it has such a selector and the labels
+        are not known (`namespaces` None): it cannot be read.
+        """
+        if self.spaces is None:
+            return self
+        if namespaces is None:
+            return None
+        chosen = {
+            name
+            for name, labels in namespaces.items()
+            if all(r.holds(labels.get(r.key)) for r in self.spaces)
+        }
+        return PodTerm(self.selector, frozenset(chosen | (self.namespaces or set())), self.key)
+
+
+def anti_among(terms: Iterable[PodTerm], namespaces: NamespaceLabels | None) -> tuple[PodTerm, ...]:
+    """Pod anti-affinity terms read against `namespaces` (`PodTerm.among`); unreadable: left out."""
+    return tuple(t for t in (t.among(namespaces) for t in terms) if t is not None)
+
+
+def near_among(terms: Sequence[PodTerm], namespaces: NamespaceLabels | None) -> tuple[PodTerm, ...]:
+    """Pod affinity terms read against `namespaces`; none when one cannot be (unmodelled)."""
+    out = [t.among(namespaces) for t in terms]
+    return () if None in out else tuple(t for t in out if t is not None)
 
 
 def pod_anti_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
@@ -243,8 +286,9 @@ def pod_anti_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
     `pod`: the pod's own namespace (a term naming no namespaces and no
     `namespaceSelector` is for it) and labels (its `matchLabelKeys` and
     `mismatchLabelKeys` read them, as the API server merges them into the selector).
-    A term with a `namespaceSelector` that names labels (the namespaces' labels are
-    not read), a missing selector (it selects nothing) or a malformed part is left out.
+    A term whose `namespaceSelector` names labels is read against the namespaces'
+    labels later (`PodTerm.among`, `anti_among`). A missing selector (it selects
+    nothing) or a malformed part is left out.
     """
     return tuple(t for t in _pod_terms(spec, pod, "podAntiAffinity") if t is not None)
 
@@ -252,8 +296,8 @@ def pod_anti_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
 def pod_affinity_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
     """The required pod affinity terms of a pod spec, when all are read here; else none.
 
-    As `pod_anti_terms` reads them; one that cannot be read (a `namespaceSelector`
-    naming labels, no selector, a malformed part) leaves the pod's affinity
+    As `pod_anti_terms` reads them (`near_among` reads a `namespaceSelector`); one
+    that cannot be read (no selector, a malformed part) leaves the pod's affinity
     unmodelled: no term is returned.
     """
     terms = _pod_terms(spec, pod, "podAffinity")
@@ -285,11 +329,11 @@ def _pod_terms(
         selector = _label_selector(term.get("labelSelector"))
         keys = _keys(term.get("matchLabelKeys"), pod[1], "In")
         not_keys = _keys(term.get("mismatchLabelKeys"), pod[1], "NotIn")
-        known, namespaces = _term_namespaces(term, pod[0])
+        known, namespaces, spaces = _term_namespaces(term, pod[0])
         if selector is None or keys is None or not_keys is None or not known:
             out.append(None)
             continue
-        out.append(PodTerm((*selector, *keys, *not_keys), namespaces, str(where)))
+        out.append(PodTerm((*selector, *keys, *not_keys), namespaces, str(where), spaces))
     return out
 
 
@@ -305,23 +349,28 @@ def _keys(
     return [_Requirement(str(k), operator, (have[str(k)],)) for k in raw if str(k) in have]
 
 
-def _term_namespaces(term: Mapping[str, Any], own: str) -> tuple[bool, frozenset[str] | None]:
-    """Whether a term's namespaces can be known here, and which (None: every namespace).
+def _term_namespaces(
+    term: Mapping[str, Any], own: str
+) -> tuple[bool, frozenset[str] | None, tuple[_Requirement, ...] | None]:
+    """Whether a term's namespaces can be read, which (None: every one), and its selector.
 
     kube-scheduler's `getNamespacesFromPodAffinityTerm`: no `namespaces` and no
     `namespaceSelector` is the pod's own namespace; an empty selector, every one; a
-    selector naming labels needs the namespaces' labels, which are not read here.
+    selector naming labels is returned to be read against the namespaces' labels
+    (`PodTerm.among`), with the namespaces the term lists.
     """
     listed = term.get("namespaces") or []
     chosen = term.get("namespaceSelector")
     if not isinstance(listed, list):
-        return False, None
+        return False, None, None
     if chosen is None:
-        return True, frozenset(map(str, listed)) if listed else frozenset({own})
-    empty = isinstance(chosen, Mapping) and not chosen.get("matchLabels")
-    if empty and not chosen.get("matchExpressions"):
-        return True, None
-    return False, None
+        return True, frozenset(map(str, listed)) if listed else frozenset({own}), None
+    spaces = _label_selector(chosen)
+    if spaces is None:
+        return False, None, None
+    if not spaces:
+        return True, None, None
+    return True, frozenset(map(str, listed)), spaces
 
 
 def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
@@ -513,6 +562,18 @@ class NodeRules:
             near=pod_affinity_terms(spec, who) if who is not None else (),
             claims=claims_of(spec),
             who=who,
+        )
+
+    def among(self, namespaces: NamespaceLabels | None) -> NodeRules:
+        """The rules with their pod (anti-)affinity's `namespaceSelector`s read (`PodTerm.among`).
+
+        `namespaces`: each namespace's labels (None: not known; an anti-affinity term
+        with such a selector is then left out, and an affinity with one is unmodelled).
+        """
+        if not any(t.spaces is not None for t in (*self.anti, *self.near)):
+            return self
+        return replace(
+            self, anti=anti_among(self.anti, namespaces), near=near_among(self.near, namespaces)
         )
 
     @property
@@ -762,6 +823,15 @@ def _unbound(key: str, name: str, classes: Mapping[str, Mapping[str, Any]]) -> V
         }
     )
     return VolumeRule(key, f"StorageClass {name}", terms)
+
+
+def namespace_labels(namespaces: Iterable[Mapping[str, Any]]) -> NamespaceLabels:
+    """Each Namespace's labels by its name, from Namespace objects (what selectors read)."""
+    out: dict[str, Mapping[str, str]] = {}
+    for ns in namespaces:
+        meta = ns.get("metadata") or {}
+        out[str(meta.get("name"))] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    return out
 
 
 Place: TypeAlias = tuple[Mapping[str, str], Iterable[Neighbour], Iterable[PodTerm]]

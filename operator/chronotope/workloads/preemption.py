@@ -16,9 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.capacity import cluster_capacity
+from chronotope.workloads.capacity import NO_FACTS, ClusterFacts, cluster_capacity
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.node_fit import VolumeRule
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.training import Action, Decision, decide
 
@@ -47,11 +46,11 @@ def plan_preemption(
     *,
     now: datetime,
     planner: ProfilePlanner | None = None,
-    volumes: Mapping[str, VolumeRule] | None = None,
+    facts: ClusterFacts = NO_FACTS,
 ) -> Preemption | None:
     """The fewest, cheapest victims that let `spec` start now, or None.
 
-    `volumes`: where each PersistentVolumeClaim may be used (`node_fit.volume_rules`).
+    `facts`: what the cluster holds beyond its nodes and pods (`capacity.ClusterFacts`).
     """
     types = {t.name for t in spec.gpu_types}
     candidates = []
@@ -78,7 +77,7 @@ def plan_preemption(
 
     def decided_without(victims: Sequence[str]) -> Decision:
         ignored = frozenset().union(*(pods_of.get(k, set()) for k in victims))
-        capacity = cluster_capacity(nodes, pods, ignore_pods=ignored, volumes=volumes)
+        capacity = cluster_capacity(nodes, pods, ignore_pods=ignored, facts=facts)
         return decide(spec, capacity, now, planner=planner)
 
     chosen: list[str] = []

@@ -65,6 +65,7 @@ from chronotope.api.v1alpha1.queue import (
     WithinQueuePolicy,
 )
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.workloads.node_fit import NamespaceLabels
 
 __all__ = [
     "Admission",
@@ -337,7 +338,7 @@ class QuotaBook:
         queues: Mapping[str, QueueSpec],
         local_queues: Mapping[tuple[str, str], LocalQueueSpec],
         admitted: Iterable[AdmittedWorkload] = (),
-        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        namespaces: NamespaceLabels | None = None,
     ) -> None:
         """Build the ledger from the Queues and LocalQueues ((namespace, name) keys).
 

@@ -28,7 +28,14 @@ from chronotope.api.v1alpha1.trainingjob import (
 )
 from chronotope.solver.model import Reason
 from chronotope.solver.slots import domain_of, members_held
-from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, Usable, admitting
+from chronotope.workloads.capacity import (
+    Capacity,
+    NodeCapacity,
+    Placements,
+    Usable,
+    admitting,
+    facts_of,
+)
 from chronotope.workloads.node_fit import NodeRules, job_rules
 from chronotope.workloads.parallelism import Degrees
 
@@ -255,7 +262,7 @@ def decide(
     `remaining` is the share of the job's work still to do (after restarts).
     """
     rules = job_rules(spec)
-    volumes = rules.volumes(capacity[0].volumes if capacity else None)
+    volumes = rules.volumes(facts_of(capacity).volumes)
     unready = [v.refusal for v in volumes if v.refusal is not None]
     if unready:  # no node will do until the claim is there (and bound)
         return Decision(

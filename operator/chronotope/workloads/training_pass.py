@@ -45,7 +45,7 @@ from functools import partial
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.capacity import Capacity, cluster_capacity, take
+from chronotope.workloads.capacity import NO_FACTS, Capacity, ClusterFacts, cluster_capacity, take
 from chronotope.workloads.fleet import yields_lease
 from chronotope.workloads.gates import (
     START_GATES,
@@ -59,7 +59,7 @@ from chronotope.workloads.gates import (
     run_gates,
 )
 from chronotope.workloads.job_spec import job_spec_or_none
-from chronotope.workloads.node_fit import VolumeRule, job_rules
+from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.quota import Admission, QueueQuota, Unit, Verdict
 from chronotope.workloads.replan import remaining_work
@@ -209,7 +209,7 @@ def schedule(
     gates: Sequence[Gate] = START_GATES,
     capacity: Capacity | None = None,
     serving_waits: Sequence[ServingWait] = (),
-    volumes: Mapping[str, VolumeRule] | None = None,
+    facts: ClusterFacts = NO_FACTS,
 ) -> SchedulingPass:
     """Decide every waiting job (and those in `include`) at `now`; see the module docstring.
 
@@ -218,11 +218,11 @@ def schedule(
     `capacity` replaces the one read from `nodes` and `pods` (a test seam).
     `serving_waits`: the serving workloads quota holds back
     (`training_quota.waiting_serving`), which keep their place by age in the
-    admission cycle. `volumes`: where each PersistentVolumeClaim may be used
-    (`node_fit.volume_rules`; None: not checked).
+    admission cycle. `facts`: what the cluster holds beyond its nodes and pods
+    (`capacity.ClusterFacts`: claims' volumes, namespaces' labels).
     """
     if capacity is None:
-        capacity = cluster_capacity(nodes, pods, volumes=volumes)
+        capacity = cluster_capacity(nodes, pods, facts=facts)
     one_round = partial(
         _round,
         nodes=nodes,

@@ -49,6 +49,7 @@ from chronotope.sharing.labels import (
 )
 from chronotope.solver.model import MILLI
 from chronotope.workloads.job_spec import job_spec_or_none
+from chronotope.workloads.node_fit import NamespaceLabels, namespace_labels
 from chronotope.workloads.pipeline import PIPELINE_LABEL, QUOTA_WAIT
 from chronotope.workloads.podreq import PodRequestError, pod_request, replica_pod
 from chronotope.workloads.queueing import queue_key
@@ -129,7 +130,7 @@ class QuotaView:
 
     queues: Mapping[str, QueueSpec]
     local_queues: Mapping[tuple[str, str], LocalQueueSpec]
-    namespaces: Mapping[str, Mapping[str, str]] | None = None
+    namespaces: NamespaceLabels | None = None
 
     @classmethod
     def parse(
@@ -161,14 +162,7 @@ class QuotaView:
                 )
                 continue
             local[(str(meta.get("namespace")), str(meta["name"]))] = spec
-        labels = None
-        if namespaces is not None:
-            labels = {
-                str((ns.get("metadata") or {}).get("name")): dict(
-                    (ns.get("metadata") or {}).get("labels") or {}
-                )
-                for ns in namespaces
-            }
+        labels = namespace_labels(namespaces) if namespaces is not None else None
         return cls(parsed, local, labels)
 
     @property

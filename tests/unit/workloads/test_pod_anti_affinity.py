@@ -79,8 +79,6 @@ def test_a_term_selects_pods_as_kube_schedulers_affinity_term_does(
     [
         _anti({"matchLabels": {"app": "serve"}}, ""),  # no topology key
         _anti(None),  # no selector: selects no pod
-        # a namespaceSelector naming labels needs the namespaces' labels: not read
-        _anti({}, namespaceSelector={"matchLabels": {"team": "a"}}),
         _anti({"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}),
         {"podAffinity": _anti({})["podAntiAffinity"]},  # affinity, not anti-affinity
         {"podAntiAffinity": "junk"},
@@ -302,8 +300,9 @@ def test_pod_affinity_is_read_whole_or_not_at_all() -> None:
         HOST,
         "topology.kubernetes.io/zone",
     ]
-    # one that cannot be read here (namespaces chosen by their labels): left out whole
-    terms[1]["namespaceSelector"] = {"matchLabels": {"team": "a"}}
+    # one that cannot be read (no label selector: the API server would refuse it):
+    # left out whole
+    del terms[1]["labelSelector"]
     assert pod_affinity_terms({"affinity": both}, ME) == ()
     assert pod_anti_terms({"affinity": _near("cache")}, ME) == ()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from chronotope.sharing.labels import ZONE_LABEL
-from chronotope.workloads.capacity import admitting, cluster_capacity
+from chronotope.workloads.capacity import ClusterFacts, admitting, cluster_capacity
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.node_fit import claims_of, job_rules, volume_rules
 from chronotope.workloads.training import decide
@@ -66,7 +66,7 @@ def test_a_claim_bound_to_a_zonal_volume_keeps_the_workers_in_its_zone() -> None
         == f"volume zone conflict (PersistentVolume pv-labelled: {ZONE_LABEL})"
     )
     assert new.refuses("n", {}) is None  # unbound: its binding is not modelled
-    capacity = cluster_capacity(NODES, [], volumes=rules)
+    capacity = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=rules))
     seen = admitting(capacity, A100, job_rules(job_spec(_mounting("data"))))
     assert [n.name for n in seen.nodes] == []
     assert seen.refused == {"volume node affinity conflict (PersistentVolume pv-x)": 2}
@@ -80,7 +80,9 @@ def test_a_claim_bound_to_a_zonal_volume_keeps_the_workers_in_its_zone() -> None
 
 def test_a_missing_or_deleted_claim_fits_no_node_and_the_job_says_why() -> None:
     gone = _claim("old", "pv-x", deletionTimestamp="2026-12-07T00:00:00Z")
-    capacity = cluster_capacity(NODES, [], volumes=volume_rules([gone], [_volume("pv-x", "x")]))
+    capacity = cluster_capacity(
+        NODES, [], facts=ClusterFacts(volumes=volume_rules([gone], [_volume("pv-x", "x")]))
+    )
     for claim, why in (("nope", "not found"), ("old", "is being deleted")):
         decision = decide(job_spec(_mounting(claim)), capacity, NOW)
         assert decision.gpu_type is None
@@ -151,7 +153,7 @@ def test_an_unbound_claim_waits_for_its_binding_or_goes_where_its_class_provisio
     # without the classes (not known), an unbound claim states nothing
     assert volume_rules(claims, [])["scale/fast"].refuses("n", x) is None
     # a job whose claim is not bound waits and says so; one on a zonal class goes to x
-    capacity = cluster_capacity(NODES, [], volumes=rules)
+    capacity = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=rules))
     decision = decide(job_spec(_mounting("fast")), capacity, NOW)
     assert decision.gpu_type is None
     assert "PersistentVolumeClaim scale/fast is not bound yet" in decision.reason
