@@ -917,6 +917,45 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
         _started_at_once_on(api, core, namespace, "shy", gpu=slow, nodes=slow_nodes)
 
 
+def test_a_gang_spread_one_per_node_keeps_off_a_node_with_a_pod_it_counts(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # the workers' topology spread constraint (maxSkew 1 on kubernetes.io/hostname,
+    # DoNotSchedule) counts the pods labelled app=trainer: one runs on the fast type's
+    # first node, none on its second (cordoned, it still counts for the skew), so
+    # kube-scheduler's PodTopologySpread filter refuses the first. The plan knows this:
+    # the job starts at once on the slow node. Before, it was planned on the first
+    # fast node, kube-scheduler would not bind it there, and the stuck rule moved it
+    # after 45 s
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    with (
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 2) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
+    ):
+        wait_nodes_untainted(api, set(fast_nodes + slow_nodes), 60)
+        core.patch_node(fast_nodes[1], {"spec": {"unschedulable": True}})
+        core.create_namespaced_pod(namespace, _bare_pod("other", fast_nodes[0], "trainer"))
+        wait_for(
+            lambda: core.read_namespaced_pod("other", namespace).status.phase == "Running",
+            30,
+            "the other pod running",
+        )
+        spready = job("spready", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        spready["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
+        spready["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "trainer"}},
+            }
+        ]
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, spready)
+        _started_at_once_on(api, core, namespace, "spready", gpu=slow, nodes=slow_nodes)
+
+
 def _started_at_once_on(
     api: Any, core: client.CoreV1Api, namespace: str, name: str, *, gpu: str, nodes: list[str]
 ) -> None:

@@ -293,13 +293,13 @@ class Usable(NamedTuple):
     """Why one of the `shunned` nodes is (`NodeRules.shuns`, `Domains.refuses`)."""
 
 
-_Whom: TypeAlias = tuple[frozenset[PodTerm] | None, bool, Domains]
-"""Whether a pod (anti-)affinity may concern the workers (None: none may; else the
-running pods' anti-affinity terms that select them, so jobs selected alike share
-answers), whether they are the first of a series their required pod affinity may
-start anywhere, and the topology domains terms above one node keep them in or out
-of (`_whom`)."""
-_NO_ONE: _Whom = (None, False, Domains())
+_Whom: TypeAlias = tuple[frozenset[PodTerm] | None, bool, Domains, frozenset[PodTerm]]
+"""Whether a pod (anti-)affinity or spread may concern the workers (None: none may;
+else the running pods' anti-affinity terms that select them, so jobs selected alike
+share answers), whether they are the first of a series their required pod affinity
+may start anywhere, the topology domains terms above one node keep them in or out
+of, and their topology spread terms in force on the type (`_whom`)."""
+_NO_ONE: _Whom = (None, False, Domains(), frozenset())
 _Asked: TypeAlias = tuple[NodeRules, int, _Whom, tuple[VolumeRule, ...]]
 """What `admitting` answers for: rules, GPUs per worker, `_Whom`, the claims' volumes."""
 _ADMITTED: dict[int, tuple[Sequence[NodeCapacity], dict[_Asked, Usable]]] = {}
@@ -390,7 +390,8 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
         return _NO_ONE
     far = frozenset(t for t in index.far if t.selects(who))
     near = frozenset(t for t in index.repelling.get(gpu_type, ()) if t.selects(who))
-    if not (rules.anti or rules.near or far or near):
+    spread = _spread_in_force(index.nodes.get(gpu_type, ()), rules)
+    if not (rules.anti or rules.near or far or near or spread):
         return _NO_ONE
     outside = facts_of(capacity).outside
     first = rules.meets_near(who) and not any(
@@ -399,13 +400,35 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
         for p in pods
     )
     if not (far or any(not t.on_node for t in (*rules.anti, *rules.near))):
-        return near, first, Domains()
+        return near, first, Domains(), spread
     asked = (rules, far, first)
     known = index.domains.get(asked)
     if known is None:
         places = (*((n.labels, n.neighbours, n.repels) for n in capacity), *outside)
         known = index.domains[asked] = domains(rules, places, first=first)
-    return near | far, first, known
+    return near | far, first, known, spread
+
+
+def _spread_in_force(nodes: Iterable[NodeCapacity], rules: NodeRules) -> frozenset[PodTerm]:
+    """The workers' topology spread terms (`NodeRules.spread`) that keep them off a node now.
+
+    kube-scheduler's PodTopologySpread counts the pods a constraint selects on each
+    node the workers' node selector and affinity admit (their GPU type's): with
+    `maxSkew` 1 a node running one is refused while such a node runs none (the
+    minimum is 0). When every one runs some, the minimum is not known here (the
+    cluster model keeps pods, not counts): the term is left to kube-scheduler.
+    """
+    if not rules.spread:
+        return frozenset()
+    return frozenset(
+        t
+        for t in rules.spread
+        if any(
+            rules.refuses(n.name, n.labels, ()) is None
+            and not any(t.selects(p) for p in n.neighbours)
+            for n in nodes
+        )
+    )
 
 
 def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
@@ -416,7 +439,7 @@ def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
     if rules.port_clash(n.host_ports) is not None:
         return 1
     if whom[0] is not None and (
-        rules.shuns(n.neighbours, n.repels, whom[1]) is not None
+        rules.shuns(n.neighbours, n.repels, whom[1], whom[3]) is not None
         or whom[2].refuses(n.labels) is not None
     ):
         return 2
@@ -432,7 +455,8 @@ def _shuns(
     """
     for n in nodes:
         if n.free > 0 and (kept is None or n.name in kept) and _blocked(n, rules, whom) == 2:  # noqa: PLR2004
-            return rules.shuns(n.neighbours, n.repels, whom[1]) or whom[2].refuses(n.labels) or ""
+            why = rules.shuns(n.neighbours, n.repels, whom[1], whom[3])
+            return why or whom[2].refuses(n.labels) or ""
     return ""
 
 

@@ -18,8 +18,10 @@ And a job whose placement strategy is Pack or Spread is placed StrictSpread
 when two of its workers can never share a node: they ask host ports
 (`node_fit.host_ports`, kube-scheduler's NodePorts filter) or keep off each
 other's nodes by a required pod anti-affinity (`node_fit.avoids_itself`, its
-InterPodAffinity filter); so every decision, and the extender, put each on its
-own node. Likewise a job whose workers must share a node (a required pod affinity
+InterPodAffinity filter) or a topology spread constraint of one per node
+(`node_fit.spreads_itself`, its PodTopologySpread filter: while a node of
+their type runs none of them); so every decision, and the extender, put each on
+its own node. Likewise a job whose workers must share a node (a required pod affinity
 on `kubernetes.io/hostname` their own labels meet: once one runs, kube-scheduler
 puts the others only beside it; `node_fit.seeks_itself`) is placed StrictPack,
 and one whose workers must share a zone, rack or NVLink domain that way (the
@@ -46,6 +48,7 @@ from chronotope.workloads.node_fit import (
     labelled,
     seeks_itself,
     seeks_itself_within,
+    spreads_itself,
 )
 
 __all__ = [
@@ -153,7 +156,7 @@ def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
         spec = spec.model_copy(update={"placement": placement})
     if spec.placement.strategy in _LOOSE:
         strategy = None
-        if apart_why(job, spec) is not None:
+        if apart_why(job, spec) is not None or spreads_itself(*_workers(job, spec)):
             strategy = PlacementStrategy.STRICT_SPREAD
         elif together(job, spec):
             strategy = PlacementStrategy.STRICT_PACK

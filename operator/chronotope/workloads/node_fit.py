@@ -48,7 +48,9 @@ of every node, GPU or not (`domains`). A term's `namespaceSelector` naming
 labels is read against the namespaces' labels (`PodTerm.among`, as kube-scheduler
 merges the namespaces it selects into those the term lists); a gang's zone
 anti-affinity to itself is not modelled (a gang stuck on it is moved by the
-stuck rule).
+stuck rule). And PodTopologySpread, for a constraint of `maxSkew: 1` per node
+(`spread_terms`): a node running a pod it selects is refused while a node of the
+type runs none (a gang it selects itself is placed strictly spread, `job_spec`).
 
 Preferred (soft) node and pod affinity are not filters and are left to
 kube-scheduler's scoring. Pure: plain dicts in, answers out.
@@ -97,6 +99,8 @@ __all__ = [
     "port_clash",
     "seeks_itself",
     "seeks_itself_within",
+    "spread_terms",
+    "spreads_itself",
     "volume_rules",
 ]
 
@@ -373,6 +377,41 @@ def _term_namespaces(
     return True, frozenset(map(str, listed)), spaces
 
 
+def spread_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
+    """The pod's topology spread constraints read as "not beside a pod it selects".
+
+    kube-scheduler's PodTopologySpread filter with `whenUnsatisfiable: DoNotSchedule`,
+    `maxSkew: 1` on `kubernetes.io/hostname`: a node where `k` pods the constraint
+    selects run is refused while some eligible node runs none (its skew `k + 1 - 0`
+    is over 1), so, as long as one does (`capacity`'s `_whom` checks), it reads as
+    an anti-affinity term for the pod's own namespace (the filter counts only that
+    namespace's pods); `matchLabelKeys` take the pod's own values. Other keys, a
+    larger skew and `ScheduleAnyway` are not read (the stuck rule covers them).
+    """
+    raw = spec.get("topologySpreadConstraints") if isinstance(spec, Mapping) else None
+    out: list[PodTerm] = []
+    for c in raw if isinstance(raw, list) else []:
+        if not isinstance(c, Mapping) or c.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue
+        if c.get("topologyKey") != HOSTNAME_LABEL or c.get("maxSkew") != 1:
+            continue
+        selector = _label_selector(c.get("labelSelector"))
+        keys = _keys(c.get("matchLabelKeys"), pod[1], "In")
+        if selector is not None and keys is not None:
+            out.append(PodTerm((*selector, *keys), frozenset({pod[0]})))
+    return tuple(out)
+
+
+def spreads_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
+    """Whether pods with this spec, `labels` and `namespace` spread one per node (`spread_terms`).
+
+    One of their topology spread constraints read as a term selects their own labels:
+    two of them may share no node while a node of their type runs none.
+    """
+    own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
+    return any(t.selects(own) for t in spread_terms(spec, own))
+
+
 def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
     """Whether pods with this spec, `labels` and `namespace` may not share a node with each other.
 
@@ -516,6 +555,8 @@ class NodeRules:
     """Its pods' required pod anti-affinity (`pod_anti_terms`)."""
     near: tuple[PodTerm, ...] = ()
     """Its pods' required pod affinity (`pod_affinity_terms`)."""
+    spread: tuple[PodTerm, ...] = ()
+    """Its pods' topology spread constraints one pod per node (`spread_terms`)."""
     claims: tuple[str, ...] = ()
     """The PersistentVolumeClaims its pods mount (`claims_of`), by name in their namespace."""
     who: Neighbour | None = field(default=None, compare=False)
@@ -560,6 +601,7 @@ class NodeRules:
             host_ports=host_ports(spec),
             anti=pod_anti_terms(spec, who) if who is not None else (),
             near=pod_affinity_terms(spec, who) if who is not None else (),
+            spread=spread_terms(spec, who) if who is not None else (),
             claims=claims_of(spec),
             who=who,
         )
@@ -605,17 +647,25 @@ class NodeRules:
         return port_clash(self.host_ports, used) if self.host_ports else None
 
     def shuns(
-        self, neighbours: Iterable[Neighbour], repels: Iterable[PodTerm], first: bool = False
+        self,
+        neighbours: Iterable[Neighbour],
+        repels: Iterable[PodTerm],
+        first: bool = False,
+        spread: Iterable[PodTerm] = (),
     ) -> str | None:
-        """Why its pods may not join a node's pods (kube-scheduler's InterPodAffinity), or None.
+        """Why its pods may not join a node's pods (InterPodAffinity, PodTopologySpread), or None.
 
         The terms on `kubernetes.io/hostname` (those on other keys: `domains`).
         `neighbours`: the pods there; `repels`: their required pod anti-affinity terms.
         `first`: no pod anywhere meets its pods' required pod affinity and they meet it
-        themselves (the first of a series: any node will do). Read only with `who` known.
+        themselves (the first of a series: any node will do). `spread`: those of its
+        `spread` terms in force (some node of the type runs no pod they select).
+        Read only with `who` known.
         """
         if self.who is None:
             return None
+        if any(t.selects(p) for t in spread for p in neighbours):
+            return "a pod there counts for its workers' topology spread (maxSkew 1 per node)"
         here = any(t.on_node for t in self.near)
         if here and not first and not any(self.meets_near(p) for p in neighbours):
             return "no pod there matches its workers' required pod affinity"

@@ -1,0 +1,107 @@
+"""Topology spread of one worker per node (kube-scheduler's PodTopologySpread filter).
+
+A constraint with `whenUnsatisfiable: DoNotSchedule` and `maxSkew: 1` on
+`kubernetes.io/hostname` refuses a node that runs a pod it selects (in the pod's
+own namespace) while some node of the workers' type runs none
+(`node_fit.spread_terms`, `NodeRules.shuns`); a gang whose own workers it selects
+is placed StrictSpread (`node_fit.spreads_itself`). Before, the plan did not read
+topology spread: a gang planned beside such a pod was not bound there, and the
+stuck rule moved it after 45 s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
+from chronotope.workloads.capacity import admitting, cluster_capacity, take
+from chronotope.workloads.job_spec import job_spec
+from chronotope.workloads.node_fit import job_rules, spread_terms
+from tests.unit.workloads.test_backfill import node
+from tests.unit.workloads.test_node_fit import A100
+from tests.unit.workloads.test_pod_anti_affinity import ME, _job, _labels, _pod
+
+HOST = "kubernetes.io/hostname"
+
+
+def _spread(
+    selector: dict[str, Any] | None,
+    *,
+    key: str = HOST,
+    skew: int = 1,
+    when: str = "DoNotSchedule",
+    **extra: Any,
+) -> dict[str, Any]:
+    c: dict[str, Any] = {"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": when, **extra}
+    if selector is not None:
+        c["labelSelector"] = selector
+    return {"topologySpreadConstraints": [c]}
+
+
+TRAINERS = {"matchLabels": {"app": "trainer"}}
+
+
+def test_one_per_node_is_read_as_a_term_for_the_pods_own_namespace() -> None:
+    (term,) = spread_terms(_spread(TRAINERS), ME)
+    assert term.selects(("scale", _labels(app="trainer")))
+    assert not term.selects(("other", _labels(app="trainer")))  # it counts its own namespace
+    assert not term.selects(("scale", _labels(app="serve")))
+    # matchLabelKeys take the pod's own values
+    (keyed,) = spread_terms(_spread({}, matchLabelKeys=["chronotope.dev/job"]), ME)
+    assert keyed.selects(("scale", _labels(**{"chronotope.dev/job": "j"})))
+    assert not keyed.selects(("scale", _labels(**{"chronotope.dev/job": "k"})))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _spread(TRAINERS, when="ScheduleAnyway"),  # a preference: scoring, not a filter
+        _spread(TRAINERS, key="topology.kubernetes.io/zone"),  # not read: the stuck rule
+        _spread(TRAINERS, skew=2),
+        _spread(None),  # no selector: it counts no pod
+        {"topologySpreadConstraints": "junk"},
+    ],
+)
+def test_other_constraints_are_not_read(spec: dict[str, Any]) -> None:
+    assert spread_terms(spec, ME) == ()
+
+
+def _spready(name: str = "j", replicas: int = 1) -> dict[str, Any]:
+    job = _job(name, metadata={"labels": {"app": "trainer"}})
+    job["spec"]["replicas"] = replicas
+    job["spec"]["template"]["spec"] |= _spread(TRAINERS)
+    return job
+
+
+def test_a_node_running_a_pod_it_counts_is_refused_while_another_runs_none() -> None:
+    nodes = [node("a", A100, 8), node("b", A100, 8)]
+    rules = job_rules(job_spec(_spready()))
+    there = [_pod("t", "a", {"app": "trainer"})]
+    seen = admitting(cluster_capacity(nodes, there), A100, rules)
+    assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 8)]
+    assert seen.shunned == 1
+    assert "topology spread" in seen.shuns
+    # a pod in another namespace, or one it does not select, counts for nothing
+    for pod in (_pod("t", "a", {"app": "trainer"}, ns="other"), _pod("s", "a", {"app": "serve"})):
+        assert [n.free for n in admitting(cluster_capacity(nodes, [pod]), A100, rules).nodes] == [
+            8,
+            8,
+        ]
+    # every node runs one: the minimum is not 0, kube-scheduler's skew is not known
+    # here (the model keeps pods, not counts), and the constraint is left to it
+    both = [*there, _pod("u", "b", {"app": "trainer"})]
+    assert [n.free for n in admitting(cluster_capacity(nodes, both), A100, rules).nodes] == [8, 8]
+
+
+def test_a_gang_it_selects_goes_one_worker_per_node() -> None:
+    spec = job_spec(_spready(replicas=2))
+    assert spec.placement.strategy is PlacementStrategy.STRICT_SPREAD
+    capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8), node("c", A100, 8)], [])
+    rules = job_rules(spec)
+    _, placed = take(capacity, A100, 2, 1, rules=rules, strategy=PlacementStrategy.PACK)
+    assert len({where for where, _ in placed}) == 2  # even when asked to pack
+    # a job started in the pass counts for the next one's spread
+    left, ((first, _),) = take(capacity, A100, 1, 1, rules=job_rules(job_spec(_spready("k"))))
+    assert [n.name for n in admitting(left, A100, rules).nodes if n.free == 0] == [first]
