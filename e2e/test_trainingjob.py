@@ -968,7 +968,7 @@ def _started_at_once_on(
     assert "Replanning" not in events, events  # planned right the first time
 
 
-@pytest.mark.parametrize("claim", ["bound", "missing at first", "not bound yet"])
+@pytest.mark.parametrize("claim", ["bound", "missing at first", "not bound yet", "local"])
 def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, claim: str
 ) -> None:
@@ -978,7 +978,10 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
     # was planned on the fast node and the stuck rule moved it after 45 s. A claim that
     # does not exist yet, or that waits for a volume (its StorageClass binds at once,
     # and there is no volume for it until the test makes one): the job waits and says
-    # so; once the claim is bound, the job starts, woken by the claim's watch event
+    # so; once the claim is bound, the job starts, woken by the claim's watch event. A
+    # local volume: the claim's class has no provisioner and binds when the first pod
+    # is placed (WaitForFirstConsumer), so the pod goes only where a volume it could
+    # bind to may be used; kube-scheduler binds the claim to it when it binds the pod
     api, custom, core = jobs_api
     storage = client.StorageV1Api(api)
     tag = namespace[-6:]
@@ -1007,13 +1010,15 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
         got = core.read_namespaced_persistent_volume_claim("data", namespace)
         return bool(got.status and got.status.phase == "Bound")
 
-    def why() -> str:
-        return _why(api, namespace, "reader")
-
     with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
         try:
-            if claim == "not bound yet":  # no provisioner: bound once a volume is made
+            if claim in ("not bound yet", "local"):  # an unbound claim of the test's class
+                # no provisioner runs: bound once a volume is made
                 kind = {"metadata": {"name": f"manual-{tag}"}, "provisioner": "example.com/none"}
+                if claim == "local":  # static volumes only, bound when a pod is placed
+                    kind["provisioner"] = "kubernetes.io/no-provisioner"
+                    kind["volumeBindingMode"] = "WaitForFirstConsumer"
+                    core.create_persistent_volume(volume)
                 storage.create_storage_class(kind)
                 del data["spec"]["volumeName"]
                 core.create_namespaced_persistent_volume_claim(namespace, data)
@@ -1029,17 +1034,27 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
             if claim == "missing at first":
                 said = f"PersistentVolumeClaim {namespace}/data not found"
-                wait_for(lambda: said in why(), 60, "reader says its claim is missing")
+                wait_for(
+                    lambda: said in _why(api, namespace, "reader"),
+                    60,
+                    "reader says its claim is missing",
+                )
                 core.create_namespaced_persistent_volume_claim(namespace, data)
                 wait_for(bound, 60, "the claim bound")
             elif claim == "not bound yet":
                 said = f"PersistentVolumeClaim {namespace}/data is not bound yet"
-                wait_for(lambda: said in why(), 60, "reader says its claim is not bound")
-                assert f"(StorageClass manual-{tag})" in why(), why()
+                wait_for(
+                    lambda: said in _why(api, namespace, "reader"),
+                    60,
+                    "reader says its claim is not bound",
+                )
+                assert f"(StorageClass manual-{tag})" in _why(api, namespace, "reader")
                 assert not _events(core, namespace, "reader").get("Started")
                 core.create_persistent_volume(volume)
                 wait_for(bound, 90, "the claim bound to the new volume")
             _started_at_once_on(api, core, namespace, "reader", gpu=slow, nodes=slow_nodes)
+            if claim == "local":  # kube-scheduler bound it to the volume it was placed by
+                wait_for(bound, 60, "the claim bound to the local volume")
         finally:
             with contextlib.suppress(client.exceptions.ApiException):
                 core.delete_persistent_volume(f"data-{tag}")

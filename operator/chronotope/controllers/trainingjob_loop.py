@@ -280,8 +280,15 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
         return (tuple(sorted((meta.get("labels") or {}).items())), meta.get("deletionTimestamp"))
     if kind == "persistentvolumeclaims":  # its volume or class (node_fit.volume_rules)
         return (spec.get("volumeName"), claim_class(obj), meta.get("deletionTimestamp"))
-    if kind == "persistentvolumes":  # where it may be used
-        return (repr(spec.get("nodeAffinity")), tuple(sorted((meta.get("labels") or {}).items())))
+    if kind == "persistentvolumes":  # where it may be used, and which claim it may take
+        ref = spec.get("claimRef") or {}
+        return (
+            repr(spec.get("nodeAffinity")),
+            tuple(sorted((meta.get("labels") or {}).items())),
+            (ref.get("namespace"), ref.get("name")),
+            repr((spec.get("storageClassName"), spec.get("capacity"), spec.get("accessModes"))),
+            (spec.get("volumeMode"), meta.get("deletionTimestamp")),
+        )
     if kind == "storageclasses":  # when and where it provisions
         return (obj.get("volumeBindingMode"), repr(obj.get("allowedTopologies")))
     return (meta.get("generation"), meta.get("deletionTimestamp"))

@@ -62,6 +62,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
+from chronotope.api.quantity import QuantityError, parse_quantity
 from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TopologyLevel, TrainingJobSpec
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, ZONE_LABEL
 from chronotope.solver.model import UNBOUNDED
@@ -71,6 +72,7 @@ from chronotope.workloads.podreq import PodRequestError, pod_resources
 
 __all__ = [
     "ANY_HOST_IP",
+    "NO_PROVISIONER",
     "VOLUME_ZONE_LABELS",
     "Domains",
     "HostPort",
@@ -750,8 +752,9 @@ class VolumeRule:
     zone and region labels are among the volume's); a claim that is missing or being
     deleted fits no node. An unbound claim whose StorageClass binds at once (or that
     names none) fits no node until it is bound; one whose class waits for the first
-    consumer may go where the class's `allowedTopologies` allow (a static volume it
-    could bind to there is not looked for).
+    consumer may go where a PersistentVolume it could bind to may be used, or where
+    the class's `allowedTopologies` allow it to provision one (not a class with no
+    provisioner, `kubernetes.io/no-provisioner`: local volumes are static).
     """
 
     claim: str
@@ -788,6 +791,9 @@ def volume_rules(
     `classes`: the StorageClasses (None: not known; an unbound claim states nothing).
     """
     by_name = {str((v.get("metadata") or {}).get("name")): v for v in volumes}
+    by_class: dict[str, list[Mapping[str, Any]]] = {}
+    for v in by_name.values():
+        by_class.setdefault(_volume_class(v), []).append(v)
     kinds = None
     if classes is not None:
         kinds = {str((k.get("metadata") or {}).get("name")): k for k in classes}
@@ -801,20 +807,17 @@ def volume_rules(
         bound = str((c.get("spec") or {}).get("volumeName") or "")
         pv = by_name.get(bound)
         if not bound and kinds is not None:
-            out[key] = _unbound(key, claim_class(c), kinds)
+            name = claim_class(c)
+            out[key] = _unbound(c, name, kinds, by_class.get(name, ()) if name else ())
             continue
         if pv is None:  # not known, or its volume not yet seen: binding under way
             out[key] = VolumeRule(key)
             continue
-        required = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")
         labels = (pv.get("metadata") or {}).get("labels") or {}
         zones = tuple(
             (k, frozenset(str(labels[k]).split("__"))) for k in VOLUME_ZONE_LABELS if labels.get(k)
         )
-        terms = _terms(
-            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-        )
-        out[key] = VolumeRule(key, f"PersistentVolume {bound}", terms, zones)
+        out[key] = VolumeRule(key, f"PersistentVolume {bound}", _volume_terms(pv), zones)
     return out
 
 
@@ -831,15 +834,69 @@ def claim_class(claim: Mapping[str, Any]) -> str:
 
 _BETA_CLASS = "volume.beta.kubernetes.io/storage-class"
 
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+"""The provisioner of a StorageClass whose volumes are made by hand (local volumes)."""
 
-def _unbound(key: str, name: str, classes: Mapping[str, Mapping[str, Any]]) -> VolumeRule:
-    """The rule of unbound claim `key` of StorageClass `name` ('' for none).
+
+def _volume_class(volume: Mapping[str, Any]) -> str:
+    """A PersistentVolume's StorageClass name ('' for none), the beta annotation first."""
+    annotations = (volume.get("metadata") or {}).get("annotations") or {}
+    if _BETA_CLASS in annotations:
+        return str(annotations[_BETA_CLASS] or "")
+    return str((volume.get("spec") or {}).get("storageClassName") or "")
+
+
+def _may_bind(claim: Mapping[str, Any], volume: Mapping[str, Any]) -> bool:
+    """Whether unbound `claim` could bind to `volume` (of its class), node aside.
+
+    kube-scheduler's `FindMatchingVolume`: a volume being deleted will not do; one
+    reserved for the claim (`claimRef`) will; one reserved for another will not; else
+    its size covers the claim's request, its access modes include the claim's, its
+    volume mode is the claim's, and the claim's `selector` selects its labels.
+    """
+    meta, spec = claim.get("metadata") or {}, claim.get("spec") or {}
+    v_meta, v_spec = volume.get("metadata") or {}, volume.get("spec") or {}
+    if v_meta.get("deletionTimestamp"):
+        return False
+    ref = v_spec.get("claimRef")
+    if isinstance(ref, Mapping):
+        return (ref.get("namespace"), ref.get("name")) == (meta.get("namespace"), meta.get("name"))
+    try:
+        requests = (spec.get("resources") or {}).get("requests") or {}
+        asked = parse_quantity(requests.get("storage", 0))
+        size = parse_quantity((v_spec.get("capacity") or {}).get("storage", 0))
+    except QuantityError:
+        return False
+    modes = v_spec.get("accessModes") or []
+    if size < asked or not set(spec.get("accessModes") or []) <= set(modes):
+        return False
+    if (spec.get("volumeMode") or "Filesystem") != (v_spec.get("volumeMode") or "Filesystem"):
+        return False
+    chosen = spec.get("selector")
+    if chosen is None:
+        return True
+    wanted = _label_selector(chosen)
+    have = v_meta.get("labels") or {}
+    return wanted is not None and all(r.holds(have.get(r.key)) for r in wanted)
+
+
+def _unbound(
+    claim: Mapping[str, Any],
+    name: str,
+    classes: Mapping[str, Mapping[str, Any]],
+    volumes: Iterable[Mapping[str, Any]],
+) -> VolumeRule:
+    """The rule of an unbound claim of StorageClass `name` ('' for none).
 
     kube-scheduler's VolumeBinding: a claim whose class binds at once (`Immediate`, the
     default, or no class: bound only to an existing volume) keeps its pods unscheduled
-    until it is bound; under `WaitForFirstConsumer` its pods go where the class may
-    provision (`allowedTopologies`, ORed terms of `In` requirements; none: anywhere).
+    until it is bound. Under `WaitForFirstConsumer` its pods go where one of the class's
+    `volumes` it could bind to may be used (`_may_bind`; their node affinity), or
+    where the class may provision one (`allowedTopologies`, ORed terms of `In`
+    requirements; none: anywhere) unless it has no provisioner; nowhere else.
     """
+    meta = claim.get("metadata") or {}
+    key = f"{meta.get('namespace')}/{meta.get('name')}"
     if not name:
         return VolumeRule(key, refusal=f"PersistentVolumeClaim {key} is not bound yet")
     kind = classes.get(name)
@@ -851,9 +908,31 @@ def _unbound(key: str, name: str, classes: Mapping[str, Mapping[str, Any]]) -> V
         return VolumeRule(
             key, refusal=f"PersistentVolumeClaim {key} is not bound yet (StorageClass {name})"
         )
+    where = [_volume_terms(v) for v in volumes if _may_bind(claim, v)]
+    if kind.get("provisioner") != NO_PROVISIONER:
+        where.append(_provisions(kind))
+    if not where:
+        return VolumeRule(
+            key,
+            refusal=f"no PersistentVolume of StorageClass {name} is available for "
+            f"PersistentVolumeClaim {key}",
+        )
+    if None in where:  # one may be used, or provisioned, anywhere
+        return VolumeRule(key)
+    return VolumeRule(key, f"StorageClass {name}", tuple(t for ts in where if ts for t in ts))
+
+
+def _volume_terms(volume: Mapping[str, Any]) -> tuple[_Term, ...] | None:
+    """A PersistentVolume's required node affinity (ORed terms; None: any node)."""
+    required = ((volume.get("spec") or {}).get("nodeAffinity") or {}).get("required")
+    return _terms({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}})
+
+
+def _provisions(kind: Mapping[str, Any]) -> tuple[_Term, ...] | None:
+    """Where a StorageClass may provision a volume (`allowedTopologies`; None: anywhere)."""
     allowed = kind.get("allowedTopologies")
     if not isinstance(allowed, list) or not allowed:
-        return VolumeRule(key)
+        return None
     raw = [
         {
             "matchExpressions": [
@@ -865,14 +944,13 @@ def _unbound(key: str, name: str, classes: Mapping[str, Mapping[str, Any]]) -> V
         for t in allowed
         if isinstance(t, Mapping)
     ]
-    terms = _terms(
+    return _terms(
         {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": raw}
             }
         }
     )
-    return VolumeRule(key, f"StorageClass {name}", terms)
 
 
 def namespace_labels(namespaces: Iterable[Mapping[str, Any]]) -> NamespaceLabels:

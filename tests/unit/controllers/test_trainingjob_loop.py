@@ -146,6 +146,12 @@ def test_a_claim_or_volume_change_wakes_the_waiting_jobs() -> None:
     assert wake_for("persistentvolumeclaims", "MODIFIED", classed, seen) == Wake(open_jobs=True)
     volume = {"metadata": {"name": "pv-1"}, "spec": {}}
     assert wake_for("persistentvolumes", "ADDED", volume, None) == Wake(open_jobs=True)
+    # a static volume reserved for a claim is no longer one another claim may bind to
+    seen = mark_of("persistentvolumes", volume)
+    status = {**volume, "status": {"phase": "Available"}}
+    assert wake_for("persistentvolumes", "MODIFIED", status, seen) == Wake()
+    taken = {**volume, "spec": {"claimRef": {"namespace": "a", "name": "data"}}}
+    assert wake_for("persistentvolumes", "MODIFIED", taken, seen) == Wake(open_jobs=True)
     kind = {"metadata": {"name": "fast"}, "volumeBindingMode": "Immediate"}
     seen = mark_of("storageclasses", kind)
     later = {**kind, "volumeBindingMode": "WaitForFirstConsumer"}

@@ -14,7 +14,7 @@ from typing import Any
 from chronotope.sharing.labels import ZONE_LABEL
 from chronotope.workloads.capacity import ClusterFacts, admitting, cluster_capacity
 from chronotope.workloads.job_spec import job_spec
-from chronotope.workloads.node_fit import claims_of, job_rules, volume_rules
+from chronotope.workloads.node_fit import NO_PROVISIONER, claims_of, job_rules, volume_rules
 from chronotope.workloads.training import decide
 from tests.unit.workloads.test_domain_affinity import NODES
 from tests.unit.workloads.test_node_fit import A100, NOW, V100
@@ -158,3 +158,72 @@ def test_an_unbound_claim_waits_for_its_binding_or_goes_where_its_class_provisio
     assert decision.gpu_type is None
     assert "PersistentVolumeClaim scale/fast is not bound yet" in decision.reason
     assert decide(job_spec(_mounting("zonal")), capacity, NOW).gpu_type == V100
+
+
+def _local(name: str, node: str, size: str = "10Gi", **spec: Any) -> dict[str, Any]:
+    """A local PersistentVolume of class `local` on node `node` (by its hostname label)."""
+    term = {
+        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]
+    }
+    return {
+        "metadata": {"name": name, "labels": {"disk": "nvme"}},
+        "spec": {
+            "storageClassName": "local",
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [term]}},
+            **spec,
+        },
+    }
+
+
+def _wants(name: str, size: str = "5Gi", **spec: Any) -> dict[str, Any]:
+    """An unbound claim of class `local` asking `size`, ReadWriteOnce."""
+    return {
+        "metadata": {"name": name, "namespace": "scale"},
+        "spec": {
+            "storageClassName": "local",
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+            **spec,
+        },
+    }
+
+
+def test_a_claim_of_a_class_with_no_provisioner_goes_where_a_volume_it_fits_is() -> None:
+    # kube-scheduler's VolumeBinding for WaitForFirstConsumer: a static volume the claim
+    # could bind to (its size, access modes, volume mode, selector; not reserved for
+    # another claim) may be used there; a class with no provisioner makes none elsewhere
+    local = {**_class("local", "WaitForFirstConsumer"), "provisioner": NO_PROVISIONER}
+    volumes = [
+        _local("pv-a", "a"),
+        _local("pv-small", "b", "1Gi"),
+        _local("pv-taken", "c", claimRef={"namespace": "scale", "name": "other"}),
+        _local("pv-block", "d", volumeMode="Block"),
+        _local("pv-mine", "e", claimRef={"namespace": "scale", "name": "reserved"}),
+    ]
+    claims = [
+        _wants("data"),
+        _wants("huge", "100Gi"),
+        _wants("reserved", "100Gi"),
+        _wants("picky", selector={"matchLabels": {"disk": "ssd"}}),
+        _wants("many", accessModes=["ReadWriteMany"]),
+    ]
+    rules = volume_rules(claims, volumes, [local])
+    host = "kubernetes.io/hostname"
+    data = rules["scale/data"]
+    assert data.refuses("a", {host: "a"}) is None
+    for n in "bcde":  # too small, reserved for another claim, a block volume, reserved
+        assert data.refuses(n, {host: n}) == "volume node affinity conflict (StorageClass local)"
+    assert rules["scale/reserved"].refuses("e", {host: "e"}) is None  # its own, whatever its size
+    nowhere = "no PersistentVolume of StorageClass local is available for PersistentVolumeClaim"
+    for name in ("huge", "picky", "many"):
+        assert rules[f"scale/{name}"].refusal == f"{nowhere} scale/{name}"
+    # a class that provisions: where a volume is, or where it may provision (anywhere)
+    provisioning = [_class("local", "WaitForFirstConsumer")]
+    assert volume_rules(claims, volumes, provisioning)["scale/huge"].refuses("z", {}) is None
+    # a job whose claim no volume fits waits and says so
+    capacity = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=rules))
+    decision = decide(job_spec(_mounting("huge")), capacity, NOW)
+    assert decision.gpu_type is None
+    assert f"{nowhere} scale/huge" in decision.reason
