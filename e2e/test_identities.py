@@ -94,6 +94,8 @@ CHECKS = [
     ("operator", ("patch", "trainingjobs.chronotope.dev", "--subresource=status", "-A"), True),
     ("operator", ("watch", "persistentvolumes"), True),
     ("operator", ("watch", "storageclasses.storage.k8s.io"), True),
+    ("operator", ("watch", "runtimeclasses.node.k8s.io"), True),
+    ("operator", ("create", "runtimeclasses.node.k8s.io"), False),
     ("operator", ("create", "persistentvolumeclaims", "-n", "default"), False),
     ("operator", ("get", "secrets", "-A"), False),
     ("operator", ("get", "secrets", "-n", "default"), False),

@@ -788,35 +788,58 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
+    # the job's workers are spread one per zone (`_spread_against`, on the zone label):
+    # kube-scheduler's PodTopologySpread filter refuses the fast node whose zone runs a
+    # pod it counts, and the plan reads topology spread only per node. Before, the stuck
+    # rule re-planned the job on that node again, for ever
+    api, custom, core = jobs_api
+    with _spread_against(api, core, namespace, ZONE_LABEL) as setup:
+        _, slow, fast_nodes, slow_nodes, spready = setup
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, spready)
+        _wait_running(api, namespace, "spready", timeout=150, what="spready running off the node")
+        status = _get(api, namespace, "spready")["status"]
+        assert status["plan"]["gpuType"] == slow
+        assert [p["node"] for p in status["placement"]] == slow_nodes
+        assert not status.get("avoidNodes")  # placed: cleared
+        replanned = _events(core, namespace, "spready")["Replanning"]
+        assert "topology spread" in replanned, replanned
+        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+
+
+@pytest.mark.parametrize("runtime", ["in place", "missing at first"])
+def test_a_gang_whose_runtime_class_names_a_zone_starts_there(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, runtime: str
+) -> None:
     # the job's workers run under a RuntimeClass whose scheduling.nodeSelector names the
     # slow type's zone: the API server's RuntimeClass admission adds it to each worker's
-    # nodeSelector, so kube-scheduler refuses the fast node, and the plan does not read
-    # RuntimeClasses. Before, the stuck rule re-planned the job on that node again, for
-    # ever
+    # nodeSelector. The plan knows this: the job starts at once on the slow node. Before,
+    # it was planned on the fast node and the stuck rule moved it after 45 s. A class
+    # that does not exist yet: the job waits saying its workers would be rejected, and
+    # starts once the class is made (before, its workers were created and rejected)
     api, custom, core = jobs_api
     node_api = client.NodeV1Api(api)
     tag = namespace[-6:]
-    runtime = {
+    kind = {
         "metadata": {"name": f"slow-{tag}"},
         "handler": "runc",
         "scheduling": {"nodeSelector": {ZONE_LABEL: f"sz-{tag}"}},
     }
-    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, fast_nodes, slow_nodes):
-        node_api.create_runtime_class(runtime)
+    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
         try:
-            close = job("close", 1, 1, [(fast, 2.0), (slow, 1.0)])
-            close["spec"]["template"]["spec"]["runtimeClassName"] = f"slow-{tag}"
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, close)
-            _wait_running(api, namespace, "close", timeout=150, what="close running off the node")
+            if runtime == "in place":
+                node_api.create_runtime_class(kind)
+            bound = job("bound", 1, 1, [(fast, 2.0), (slow, 1.0)])
+            bound["spec"]["template"]["spec"]["runtimeClassName"] = f"slow-{tag}"
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, bound)
+            if runtime == "missing at first":
+                said = f"would reject its workers: RuntimeClass slow-{tag} not found"
+                wait_for(lambda: said in _why(api, namespace, "bound"), 60, "bound says why")
+                assert not _events(core, namespace, "bound").get("Started")
+                node_api.create_runtime_class(kind)
+            _started_at_once_on(api, core, namespace, "bound", gpu=slow, nodes=slow_nodes)
         finally:
-            node_api.delete_runtime_class(f"slow-{tag}")
-        status = _get(api, namespace, "close")["status"]
-        assert status["plan"]["gpuType"] == slow
-        assert [p["node"] for p in status["placement"]] == slow_nodes
-        assert not status.get("avoidNodes")  # placed: cleared
-        replanned = _events(core, namespace, "close")["Replanning"]
-        assert "node affinity/selector" in replanned, replanned
-        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+            with contextlib.suppress(client.exceptions.ApiException):
+                node_api.delete_runtime_class(f"slow-{tag}")
 
 
 def _bare_pod(name: str, node: str, app: str) -> dict[str, Any]:
@@ -917,25 +940,27 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
         _started_at_once_on(api, core, namespace, "shy", gpu=slow, nodes=slow_nodes)
 
 
-def test_a_gang_spread_one_per_node_keeps_off_a_node_with_a_pod_it_counts(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
-) -> None:
-    # the workers' topology spread constraint (maxSkew 1 on kubernetes.io/hostname,
-    # DoNotSchedule) counts the pods labelled app=trainer: one runs on the fast type's
-    # first node, none on its second (cordoned, it still counts for the skew), so
-    # kube-scheduler's PodTopologySpread filter refuses the first. The plan knows this:
-    # the job starts at once on the slow node. Before, it was planned on the first
-    # fast node, kube-scheduler would not bind it there, and the stuck rule moved it
-    # after 45 s
-    api, custom, core = jobs_api
+@contextlib.contextmanager
+def _spread_against(
+    api: Any, core: client.CoreV1Api, namespace: str, key: str
+) -> Iterator[tuple[str, str, list[str], list[str], dict[str, Any]]]:
+    """Two fast nodes, in zones of their own, and a slow one; a job spread on `key`.
+
+    The job's workers (labelled app=trainer) have a topology spread constraint of
+    `maxSkew` 1 on `key` (DoNotSchedule) counting pods labelled app=trainer: one runs
+    on the first fast node, none on the second, which is cordoned (it still counts for
+    the skew), so kube-scheduler's PodTopologySpread filter refuses the first. Yields
+    the fast and slow types, the first fast node, the slow node and the job.
+    """
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
     with (
-        _gpu_nodes(api, core, f"fa-{tag}", fast, 2) as fast_nodes,
-        _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, zone=f"fz-{tag}") as fast_nodes,
+        _gpu_nodes(api, core, f"fb-{tag}", fast, 1, zone=f"fy-{tag}") as cordoned,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1, zone=f"sz-{tag}") as slow_nodes,
     ):
-        wait_nodes_untainted(api, set(fast_nodes + slow_nodes), 60)
-        core.patch_node(fast_nodes[1], {"spec": {"unschedulable": True}})
+        wait_nodes_untainted(api, set(fast_nodes + cordoned + slow_nodes), 60)
+        core.patch_node(cordoned[0], {"spec": {"unschedulable": True}})
         core.create_namespaced_pod(namespace, _bare_pod("other", fast_nodes[0], "trainer"))
         wait_for(
             lambda: core.read_namespaced_pod("other", namespace).status.phase == "Running",
@@ -947,11 +972,23 @@ def test_a_gang_spread_one_per_node_keeps_off_a_node_with_a_pod_it_counts(
         spready["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
+                "topologyKey": key,
                 "whenUnsatisfiable": "DoNotSchedule",
                 "labelSelector": {"matchLabels": {"app": "trainer"}},
             }
         ]
+        yield fast, slow, fast_nodes, slow_nodes, spready
+
+
+def test_a_gang_spread_one_per_node_keeps_off_a_node_with_a_pod_it_counts(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # a topology spread of one per node (`_spread_against`): the plan knows it, and the
+    # job starts at once on the slow node. Before, it was planned on the first fast
+    # node, kube-scheduler would not bind it there, and the stuck rule moved it after 45 s
+    api, custom, core = jobs_api
+    with _spread_against(api, core, namespace, "kubernetes.io/hostname") as setup:
+        _, slow, _, slow_nodes, spready = setup
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, spready)
         _started_at_once_on(api, core, namespace, "spready", gpu=slow, nodes=slow_nodes)
 

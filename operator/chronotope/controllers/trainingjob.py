@@ -36,7 +36,7 @@ from chronotope.workloads.capacity import ClusterFacts, cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
 from chronotope.workloads.gates import Cycle, Decider, preempt
 from chronotope.workloads.job_spec import job_spec
-from chronotope.workloads.node_fit import VolumeRule, namespace_labels
+from chronotope.workloads.node_fit import RuntimeRule, VolumeRule, namespace_labels
 from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.quota import StopCause, Verdict
 from chronotope.workloads.replan import (
@@ -154,6 +154,10 @@ class ClusterOps(QuotaReads, ServingReads, Protocol):
 
     def volume_rules(self) -> Mapping[str, VolumeRule] | None:
         """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`; None: unknown)."""
+        ...
+
+    def runtime_rules(self) -> Mapping[str, RuntimeRule] | None:
+        """What each RuntimeClass adds to its pods (`node_fit.runtime_rules`; None: unknown)."""
         ...
 
     def start(
@@ -544,10 +548,15 @@ def _enact(
 def cluster_facts(ops: ClusterOps) -> ClusterFacts:
     """What the cluster holds beyond its nodes and pods, as `ops` reads it now.
 
-    Where its claims may be used and its namespaces' labels (a pod affinity's
-    `namespaceSelector`); what the pass, the stuck rule and the re-plan all read.
+    Where its claims may be used, its namespaces' labels (a pod affinity's
+    `namespaceSelector`) and what its RuntimeClasses add to pods; what the pass, the
+    stuck rule and the re-plan all read.
     """
-    return ClusterFacts(volumes=ops.volume_rules(), namespaces=namespace_labels(ops.namespaces()))
+    return ClusterFacts(
+        volumes=ops.volume_rules(),
+        namespaces=namespace_labels(ops.namespaces()),
+        runtimes=ops.runtime_rules(),
+    )
 
 
 def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) -> SchedulingPass:
@@ -567,7 +576,9 @@ def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) ->
         now=now,
         include=include,
         serving_waits=waits,
-        facts=ClusterFacts(volumes=ops.volume_rules(), namespaces=view.namespaces),
+        facts=ClusterFacts(
+            volumes=ops.volume_rules(), namespaces=view.namespaces, runtimes=ops.runtime_rules()
+        ),
     )
 
 

@@ -291,6 +291,8 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
         )
     if kind == "storageclasses":  # when and where it provisions
         return (obj.get("volumeBindingMode"), repr(obj.get("allowedTopologies")))
+    if kind == "runtimeclasses":  # what it adds to its pods (node_fit.runtime_rules)
+        return (repr(obj.get("scheduling")), repr(obj.get("overhead")))
     return (meta.get("generation"), meta.get("deletionTimestamp"))
 
 
@@ -325,7 +327,7 @@ def wake_for(kind: str, event: str, obj: Mapping[str, Any], seen: _Seen | None) 
         return Wake(keys, open_jobs=bool(node) and holds_changed, freed=freed)
     if kind == "nodes":
         return Wake(nodes=(str(meta.get("name")),))
-    if kind in ("queues", "localqueues", "namespaces", *VOLUME_KINDS):
+    if kind in ("queues", "localqueues", "namespaces", "runtimeclasses", *VOLUME_KINDS):
         return Wake(open_jobs=True)
     return Wake()
 

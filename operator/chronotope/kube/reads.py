@@ -19,7 +19,7 @@ from kubernetes import client
 from chronotope.kube import workloads as kw
 from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
 from chronotope.kube.store import OperatorCache, Store
-from chronotope.workloads.node_fit import VolumeRule, volume_rules
+from chronotope.workloads.node_fit import RuntimeRule, VolumeRule, runtime_rules, volume_rules
 
 __all__ = ["LOCALQUEUES", "MODELVARIANTS", "PIPELINES", "QUEUES", "TRAININGJOBS", "KubeReads"]
 
@@ -103,6 +103,12 @@ class KubeReads:
             return rules
         api = self.api
         return volume_rules(kw.list_claims(api), kw.list_volumes(api), kw.list_storage_classes(api))
+
+    def runtime_rules(self) -> dict[str, RuntimeRule]:
+        """What each RuntimeClass adds to its pods (`node_fit.runtime_rules`)."""
+        if self.cache is not None:
+            return runtime_rules(self.cache.runtime_classes.list())
+        return runtime_rules(kw.list_runtime_classes(self.api))
 
     def _custom(
         self, store: Callable[[OperatorCache], Store], resource: tuple[str, str, str]

@@ -139,7 +139,7 @@ Listener = Callable[[str, str, Obj], None]
 
 
 class OperatorCache:
-    """Nodes, pods, namespaces, volume claims, volumes and storage classes, and our objects.
+    """Nodes, pods, namespaces, claims, volumes, storage and runtime classes, and our objects.
 
     Kept current by one `Informer`.
 
@@ -152,11 +152,13 @@ class OperatorCache:
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
         storage = client.StorageV1Api(api)
+        node = client.NodeV1Api(api)
         self.nodes, self.pods, self.training_jobs = Store(), Store(), Store()
         self.pipelines, self.variants = Store(), Store()
         self.queues, self.local_queues = Store(), Store()
         self.namespaces = Store()
         self.claims, self.volumes, self.storage_classes = Store(), Store(), Store()
+        self.runtime_classes = Store()
         self._listeners: list[Listener] = []
 
         def lister(plural: str) -> Any:
@@ -180,6 +182,7 @@ class OperatorCache:
             ),
             ("persistentvolumes", core.list_persistent_volume, self.volumes),
             ("storageclasses", storage.list_storage_class, self.storage_classes),
+            ("runtimeclasses", node.list_runtime_class, self.runtime_classes),
         ]
         self.informer = Informer(
             api,

@@ -71,6 +71,11 @@ def list_storage_classes(api: client.ApiClient) -> list[Obj]:
     return _items(client.StorageV1Api(api).list_storage_class(_preload_content=False))
 
 
+def list_runtime_classes(api: client.ApiClient) -> list[Obj]:
+    """All RuntimeClasses, as raw JSON."""
+    return _items(client.NodeV1Api(api).list_runtime_class(_preload_content=False))
+
+
 def list_pods(
     api: client.ApiClient, namespace: str | None = None, label_selector: str | None = None
 ) -> list[Obj]:

@@ -39,6 +39,7 @@ from chronotope.workloads.node_fit import (
     NodeRules,
     Place,
     PodTerm,
+    RuntimeRule,
     Taint,
     VolumeRule,
     anti_among,
@@ -79,6 +80,9 @@ class ClusterFacts:
     namespaces: NamespaceLabels | None = None
     """Each namespace's labels (`node_fit.namespace_labels`): what a pod (anti-)affinity
     term's `namespaceSelector` reads (None: not known, such a term is not read)."""
+    runtimes: Mapping[str, RuntimeRule] | None = None
+    """What each RuntimeClass adds to its pods (`node_fit.runtime_rules`; None: not
+    known, a pod's RuntimeClass is not read)."""
     outside: tuple[Place, ...] = ()
     """The nodes without GPUs that run pods (what pod affinity on a zone or rack reads
     there); `cluster_capacity` fills it in."""
@@ -252,6 +256,12 @@ def facts_of(capacity: Capacity) -> ClusterFacts:
     return capacity[0].facts if capacity else NO_FACTS
 
 
+def _resolved(capacity: Capacity, rules: NodeRules) -> NodeRules:
+    """`rules` as the cluster reads them: namespace selectors, the RuntimeClass's additions."""
+    facts = facts_of(capacity)
+    return rules.among(facts.namespaces).run_by(facts.runtimes)
+
+
 def _repelling(capacity: Capacity) -> dict[str, frozenset[PodTerm]]:
     """Per GPU model, the distinct pod anti-affinity terms of the pods on its nodes."""
     out: dict[str, set[PodTerm]] = {}
@@ -324,7 +334,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
-    rules = rules.among(facts_of(capacity).namespaces)
+    rules = _resolved(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules)
     if not _looks(rules) and whom[0] is None and gpu_type not in index.tainted:
         return Usable(nodes, {})
@@ -468,7 +478,7 @@ def unblocked(
     No pod there holds a host port they ask, and no pod (anti-)affinity keeps them off
     (`_blocked`); whom an affinity concerns is worked out once for the type.
     """
-    rules = rules.among(facts_of(capacity).namespaces)
+    rules = _resolved(capacity, rules)
     whom = _whom(capacity, _index(capacity), gpu_type, rules)
     return [n.name for n in nodes if not _blocked(n, rules, whom)]
 
@@ -677,7 +687,7 @@ def take(
     nodes = list(capacity)
     index = _index(capacity)
     if rules is not None:
-        rules = rules.among(facts_of(capacity).namespaces)
+        rules = _resolved(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules) if rules is not None else _NO_ONE
     if placements and not _placed_where_blocked(nodes, placements, rules, whom):
         return _take_placed(nodes, placements, rules)

@@ -51,6 +51,8 @@ anti-affinity to itself is not modelled (a gang stuck on it is moved by the
 stuck rule). And PodTopologySpread, for a constraint of `maxSkew: 1` per node
 (`spread_terms`): a node running a pod it selects is refused while a node of the
 type runs none (a gang it selects itself is placed strictly spread, `job_spec`).
+And the API server's RuntimeClass admission: a pod's RuntimeClass adds its node
+selector, tolerations and overhead (`runtime_rules`, `NodeRules.run_by`).
 
 Preferred (soft) node and pod affinity are not filters and are left to
 kube-scheduler's scoring. Pure: plain dicts in, answers out.
@@ -62,7 +64,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
-from chronotope.api.quantity import QuantityError, parse_quantity
+from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TopologyLevel, TrainingJobSpec
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, ZONE_LABEL
 from chronotope.solver.model import UNBOUNDED
@@ -81,6 +83,7 @@ __all__ = [
     "NodeRules",
     "Place",
     "PodTerm",
+    "RuntimeRule",
     "Taint",
     "VolumeRule",
     "anti_among",
@@ -99,6 +102,7 @@ __all__ = [
     "pod_affinity_terms",
     "pod_anti_terms",
     "port_clash",
+    "runtime_rules",
     "seeks_itself",
     "seeks_itself_within",
     "spread_terms",
@@ -561,6 +565,9 @@ class NodeRules:
     """Its pods' topology spread constraints one pod per node (`spread_terms`)."""
     claims: tuple[str, ...] = ()
     """The PersistentVolumeClaims its pods mount (`claims_of`), by name in their namespace."""
+    runtime: str = ""
+    """The RuntimeClass its pods name (`runtimeClassName`), until `run_by` adds what it
+    says ('' for none, or once added)."""
     who: Neighbour | None = field(default=None, compare=False)
     """Its pods' namespace and labels (what other pods' anti-affinity selects), when the
     template's metadata names a namespace (`job_spec` adds the job's). Not compared:
@@ -605,6 +612,7 @@ class NodeRules:
             near=pod_affinity_terms(spec, who) if who is not None else (),
             spread=spread_terms(spec, who) if who is not None else (),
             claims=claims_of(spec),
+            runtime=str(spec.get("runtimeClassName") or ""),
             who=who,
         )
 
@@ -619,6 +627,48 @@ class NodeRules:
         return replace(
             self, anti=anti_among(self.anti, namespaces), near=near_among(self.near, namespaces)
         )
+
+    def run_by(self, runtimes: Mapping[str, RuntimeRule] | None) -> NodeRules:
+        """The rules once the API server's RuntimeClass admission added its RuntimeClass's.
+
+        Its `scheduling.nodeSelector` pairs join the pods' node selector, its
+        tolerations theirs, its `overhead` their CPU and memory. Unchanged when it names
+        none, or the classes are not known; one that is missing, or whose selector
+        conflicts with the pods', is `runtime_refusal`'s.
+        """
+        if not self.runtime or runtimes is None:
+            return self
+        rule = runtimes.get(self.runtime)
+        if rule is None:
+            return self
+        return replace(
+            self,
+            selector=tuple(sorted(set(self.selector) | set(rule.selector))),
+            tolerations=self.tolerations + rule.tolerations,
+            cpu_milli=self.cpu_milli + rule.cpu_milli,
+            memory_mib=self.memory_mib + rule.memory_mib,
+            runtime="",
+        )
+
+    def runtime_refusal(self, runtimes: Mapping[str, RuntimeRule] | None) -> str | None:
+        """Why the API server rejects its pods for their RuntimeClass, or None.
+
+        The RuntimeClass admission plugin refuses a pod whose RuntimeClass does not
+        exist, or whose node selector gives one of the class's keys another value.
+        """
+        if not self.runtime or runtimes is None:
+            return None
+        rule = runtimes.get(self.runtime)
+        if rule is None:
+            return f"RuntimeClass {self.runtime} not found"
+        mine = dict(self.selector)
+        for key, value in rule.selector:
+            if key in mine and mine[key] != value:
+                return (
+                    f"its nodeSelector {key}={mine[key]} conflicts with RuntimeClass "
+                    f"{self.runtime}'s {key}={value}"
+                )
+        return None
 
     @property
     def selects(self) -> bool:
@@ -720,6 +770,44 @@ class NodeRules:
                 f"({self.cpu_milli}m CPU, {self.memory_mib} MiB)"
             )
         return None
+
+
+@dataclass(frozen=True)
+class RuntimeRule:
+    """What a RuntimeClass adds to its pods (the API server's RuntimeClass admission)."""
+
+    selector: tuple[tuple[str, str], ...] = ()
+    """Its `scheduling.nodeSelector` pairs (merged into the pods' node selector)."""
+    tolerations: tuple[_Toleration, ...] = ()
+    """Its `scheduling.tolerations` (added to the pods')."""
+    cpu_milli: int = 0
+    """Its `overhead.podFixed` CPU (kube-scheduler's NodeResourcesFit counts it)."""
+    memory_mib: int = 0
+    """Its `overhead.podFixed` memory."""
+
+
+def runtime_rules(classes: Iterable[Mapping[str, Any]]) -> dict[str, RuntimeRule]:
+    """A `RuntimeRule` per RuntimeClass name, from RuntimeClass objects (malformed parts: none)."""
+    out: dict[str, RuntimeRule] = {}
+    for k in classes:
+        scheduling = k.get("scheduling") or {}
+        selector = scheduling.get("nodeSelector") if isinstance(scheduling, Mapping) else None
+        fixed = (k.get("overhead") or {}).get("podFixed") or {}
+        try:
+            cpu, memory = cpu_milli(fixed.get("cpu", 0)), memory_mib(fixed.get("memory", 0))
+        except QuantityError:
+            cpu, memory = 0, 0
+        out[str((k.get("metadata") or {}).get("name"))] = RuntimeRule(
+            tuple(sorted((str(a), str(b)) for a, b in selector.items()))
+            if isinstance(selector, Mapping)
+            else (),
+            tuple(_tolerations(scheduling.get("tolerations")))
+            if isinstance(scheduling, Mapping)
+            else (),
+            cpu,
+            memory,
+        )
+    return out
 
 
 def claims_of(spec: object) -> tuple[str, ...]:

@@ -262,13 +262,21 @@ def decide(
     `remaining` is the share of the job's work still to do (after restarts).
     """
     rules = job_rules(spec)
-    volumes = rules.volumes(facts_of(capacity).volumes)
+    facts = facts_of(capacity)
+    volumes = rules.volumes(facts.volumes)
     unready = [v.refusal for v in volumes if v.refusal is not None]
     if unready:  # no node will do until the claim is there (and bound)
         return Decision(
             Action.IMPOSSIBLE,
             f"waiting for its volumes: {'; '.join(unready)}",
             cause="VolumeNotReady",
+        )
+    rejected = rules.runtime_refusal(facts.runtimes)
+    if rejected is not None:  # its workers could not even be created
+        return Decision(
+            Action.IMPOSSIBLE,
+            f"the API server would reject its workers: {rejected}",
+            cause="RuntimeClassRejected",
         )
     want = spec.replicas
     least = min(spec.min_replicas or want, want)

@@ -21,7 +21,7 @@ from chronotope.sharing.labels import (
     PREEMPTED_BY_ANNOTATION,
 )
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.node_fit import VolumeRule, volume_rules
+from chronotope.workloads.node_fit import RuntimeRule, VolumeRule, runtime_rules, volume_rules
 from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -48,12 +48,16 @@ class FakeOps:
         self.variant_objs: list[dict[str, Any]] = []
         self.claim_objs: list[dict[str, Any]] = []
         self.volume_objs: list[dict[str, Any]] = []
+        self.runtime_objs: list[dict[str, Any]] = []
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
 
     def volume_rules(self) -> dict[str, VolumeRule]:
         return volume_rules(self.claim_objs, self.volume_objs)
+
+    def runtime_rules(self) -> dict[str, RuntimeRule]:
+        return runtime_rules(self.runtime_objs)
 
     def pods(
         self, namespace: str | None = None, selector: str | None = None

@@ -132,7 +132,7 @@ def test_a_namespace_label_change_wakes_the_waiting_jobs() -> None:
     assert wake_for("namespaces", "MODIFIED", relabelled, seen) == Wake(open_jobs=True)
 
 
-def test_a_claim_or_volume_change_wakes_the_waiting_jobs() -> None:
+def test_a_claim_volume_or_class_change_wakes_the_waiting_jobs() -> None:
     # where a job's volumes may be used (node_fit.volume_rules): a claim made or bound
     # may let a waiting job start; its status writes wake nobody
     claim = {"metadata": {"namespace": "a", "name": "data"}, "spec": {}, "status": {}}
@@ -152,6 +152,11 @@ def test_a_claim_or_volume_change_wakes_the_waiting_jobs() -> None:
     assert wake_for("persistentvolumes", "MODIFIED", status, seen) == Wake()
     taken = {**volume, "spec": {"claimRef": {"namespace": "a", "name": "data"}}}
     assert wake_for("persistentvolumes", "MODIFIED", taken, seen) == Wake(open_jobs=True)
+    runtime = {"metadata": {"name": "kata"}, "handler": "kata"}
+    seen = mark_of("runtimeclasses", runtime)
+    zoned = {**runtime, "scheduling": {"nodeSelector": {"zone": "x"}}}  # what it adds to pods
+    assert wake_for("runtimeclasses", "MODIFIED", zoned, seen) == Wake(open_jobs=True)
+    assert wake_for("runtimeclasses", "MODIFIED", {**runtime, "status": {}}, seen) == Wake()
     kind = {"metadata": {"name": "fast"}, "volumeBindingMode": "Immediate"}
     seen = mark_of("storageclasses", kind)
     later = {**kind, "volumeBindingMode": "WaitForFirstConsumer"}
