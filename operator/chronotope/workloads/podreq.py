@@ -104,27 +104,45 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 def pod_resources(pod: Mapping[str, Any]) -> tuple[int, int]:
     """The pod's CPU (milli) and memory (MiB) requests, as kube-scheduler sums them.
 
-    Containers add up; an init container runs alone, so the pod needs the larger
-    of that sum and the largest init container. A container that states only
-    limits requests its limits (the API server's default).
+    `k8s.io/component-helpers/resource.PodRequests`: containers add up; an init
+    container that runs all along (a sidecar, `restartPolicy: Always`) adds to them
+    too; any other init container runs alone beside the sidecars started before it,
+    so the pod needs the larger of the sum and the largest of those; then the pod's
+    `overhead` (its RuntimeClass's, set by the API server) is added. A container that
+    states only limits requests its limits (the API server's default).
     """
     spec = pod.get("spec") or {}
 
-    def one(container: Mapping[str, Any]) -> tuple[int, int]:
+    def one(container: Mapping[str, Any], where: str) -> tuple[int, int]:
         res = container.get("resources") or {}
         asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        where = f"containers[{container.get('name', '?')}].resources"
-        try:
-            cpu = cpu_milli(asked["cpu"]) if "cpu" in asked else 0
-            mem = memory_mib(asked["memory"]) if "memory" in asked else 0
-        except QuantityError as exc:
-            raise PodRequestError(f"{where}: {exc}") from None
-        return cpu, mem
+        return _cpu_memory(asked, f"{where}[{container.get('name', '?')}].resources")
 
-    running = [one(c) for c in spec.get("containers") or []]
-    init = [one(c) for c in spec.get("initContainers") or []]
-    cpu = max(sum(c for c, _ in running), max((c for c, _ in init), default=0))
-    mem = max(sum(m for _, m in running), max((m for _, m in init), default=0))
+    cpu = mem = 0
+    for c in spec.get("containers") or []:
+        c_cpu, c_mem = one(c, "containers")
+        cpu, mem = cpu + c_cpu, mem + c_mem
+    side_cpu = side_mem = init_cpu = init_mem = 0
+    for c in spec.get("initContainers") or []:
+        c_cpu, c_mem = one(c, "initContainers")
+        if c.get("restartPolicy") == "Always":
+            cpu, mem = cpu + c_cpu, mem + c_mem
+            side_cpu, side_mem = side_cpu + c_cpu, side_mem + c_mem
+            c_cpu, c_mem = side_cpu, side_mem
+        else:
+            c_cpu, c_mem = c_cpu + side_cpu, c_mem + side_mem
+        init_cpu, init_mem = max(init_cpu, c_cpu), max(init_mem, c_mem)
+    over_cpu, over_mem = _cpu_memory(spec.get("overhead") or {}, "overhead")
+    return max(cpu, init_cpu) + over_cpu, max(mem, init_mem) + over_mem
+
+
+def _cpu_memory(asked: Mapping[str, Any], where: str) -> tuple[int, int]:
+    """CPU (milli) and memory (MiB) of a resource list; PodRequestError naming `where`."""
+    try:
+        cpu = cpu_milli(asked["cpu"]) if "cpu" in asked else 0
+        mem = memory_mib(asked["memory"]) if "memory" in asked else 0
+    except QuantityError as exc:
+        raise PodRequestError(f"{where}: {exc}") from None
     return cpu, mem
 
 
