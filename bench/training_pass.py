@@ -2,7 +2,7 @@
 
 Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
        [--when-can-borrow Borrow|TryNextFlavor] [--dedicated FRACTION] [--worker-cpu CORES]
-       [--repelling FRACTION [--repelling-key LABEL]] [--racked FRACTION]
+       [--repelling FRACTION [--repelling-key LABEL]] [--racked FRACTION] [--spread FRACTION]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
 round-robin over `--queues` team namespaces, each queue an equal share of every
@@ -26,6 +26,10 @@ that domain (`node_fit.domains`: it keeps them out of the pod's whole rack).
 `--racked F` makes every 1/F-th job require one rack (`placement.topology: Rack`,
 `required: true`; the openb pools are one rack each): what a required topology
 costs the pass (`training.workers_that_fit` per domain, `capacity.take` inside one).
+`--spread F` gives every 1/F-th job a topology spread constraint of one worker per
+node over its own workers (`maxSkew: 1` on `kubernetes.io/hostname`, `matchLabelKeys:
+[chronotope.dev/job]`): what reading topology spread costs (`node_fit.spread_terms`;
+such a gang is placed StrictSpread).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ def main() -> int:
     ap.add_argument("--repelling", type=float, default=0.0)
     ap.add_argument("--repelling-key", default="kubernetes.io/hostname")
     ap.add_argument("--racked", type=float, default=0.0)
+    ap.add_argument("--spread", type=float, default=0.0)
     args = ap.parse_args()
     spec_path = Path(args.cluster)
     total, widest = per_type(load_spec(spec_path))
@@ -118,6 +123,16 @@ def main() -> int:
         if args.racked > 0 and i % max(1, round(1 / args.racked)) == 0:
             placement = job["spec"].get("placement") or {}
             job["spec"]["placement"] = placement | {"topology": "Rack", "required": True}
+        if args.spread > 0 and i % max(1, round(1 / args.spread)) == 0:
+            pod["topologySpreadConstraints"] = [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {},
+                    "matchLabelKeys": ["chronotope.dev/job"],
+                }
+            ]
         jobs.append(job)
     seconds = []
     for _ in range(args.runs):

@@ -13,8 +13,9 @@ joint plan's) holds exactly those, any other by count.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NamedTuple, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
@@ -299,8 +300,31 @@ class Usable(NamedTuple):
     theirs, or a pod's there or in its zone or rack (`NodeRules.shuns`, `Domains`)."""
     positions: Mapping[str, int] | None = None
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
-    shuns: str = ""
-    """Why one of the `shunned` nodes is (`NodeRules.shuns`, `Domains.refuses`)."""
+    shunning: Callable[[], str] | None = None
+    """Works out `shuns` (None: no node is `shunned`)."""
+
+    def shuns(self) -> str:
+        """Why one of the `shunned` nodes is (`NodeRules.shuns`, `Domains.refuses`).
+
+        Worked out when asked, once: a pass carries every answer over each start
+        (`_carry_admitted`), and most are never asked why.
+        """
+        return self.shunning() if self.shunning is not None else ""
+
+
+class _Once:
+    """A reason worked out on the first call and kept (`Usable.shunning`)."""
+
+    __slots__ = ("_make", "_said")
+
+    def __init__(self, make: Callable[[], str]) -> None:
+        self._make: Callable[[], str] | None = make
+        self._said = ""
+
+    def __call__(self) -> str:
+        if self._make is not None:
+            self._said, self._make = self._make(), None
+        return self._said
 
 
 _Whom: TypeAlias = tuple[frozenset[PodTerm] | None, bool, Domains, frozenset[PodTerm]]
@@ -375,7 +399,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         cut[1],
         cut[2],
         positions=at,
-        shuns=_shuns(nodes, rules, whom, at) if cut[2] else "",
+        shunning=_Once(partial(_shuns, nodes, rules, whom, at)) if cut[2] else None,
     )
     answers[asked] = seen
     return seen
@@ -880,9 +904,15 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
                 kept[pos] = replace(new, free=room, free_gpus=new.free_gpus[:room])
             else:
                 kept[pos] = new
-        shuns = _shuns(after, rules, whom, seen.positions) if cut[2] else ""
+        shunning = _Once(partial(_shuns, after, rules, whom, seen.positions)) if cut[2] else None
         carried[rules, per_worker, whom, volumes] = Usable(
-            tuple(kept), seen.refused, cut[0], cut[1], cut[2], positions=seen.positions, shuns=shuns
+            tuple(kept),
+            seen.refused,
+            cut[0],
+            cut[1],
+            cut[2],
+            positions=seen.positions,
+            shunning=shunning,
         )
     if len(_ADMITTED) >= _ADMITTED_KEPT:
         _ADMITTED.clear()

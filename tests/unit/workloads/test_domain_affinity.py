@@ -98,7 +98,7 @@ def test_a_gang_started_in_the_pass_keeps_a_zone_anti_affine_job_out_of_its_zone
     assert _free(capacity, shy)["v100-x"] == 8
     assert _free(left, shy)["v100-x"] == 0
     seen = admitting(left, V100, shy)
-    assert seen.shuns == f"pod anti-affinity rules out its {ZONE_LABEL} domain x", seen.shuns
+    assert seen.shuns() == f"pod anti-affinity rules out its {ZONE_LABEL} domain x"
     # and one whose anti-affinity selects trainers, started there, keeps them out too
     left, _ = take(capacity, V100, 1, 1, rules=shy)
     assert _free(left, trainer) == {"a100-y": 8, "a100-none": 8, "v100-x": 0}

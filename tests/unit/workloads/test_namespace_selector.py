@@ -81,7 +81,7 @@ def test_a_gangs_affinity_to_a_pod_in_a_labelled_namespace_keeps_it_beside_that_
     seen = admitting(cluster_capacity(nodes, pods, facts=FACTS), A100, rules)
     assert [(n.name, n.free) for n in seen.nodes] == [("a", 8), ("b", 0)]
     assert seen.shunned == 1
-    assert "no pod there matches its workers' required pod affinity" in seen.shuns
+    assert "no pod there matches its workers' required pod affinity" in seen.shuns()
     # without the namespaces' labels the affinity is not modelled: both nodes count
     unknown = admitting(cluster_capacity(nodes, pods), A100, rules)
     assert [n.free for n in unknown.nodes] == [8, 8]

@@ -82,7 +82,7 @@ def test_a_node_running_a_pod_it_counts_is_refused_while_another_runs_none() -> 
     seen = admitting(cluster_capacity(nodes, there), A100, rules)
     assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 8)]
     assert seen.shunned == 1
-    assert "topology spread" in seen.shuns
+    assert "topology spread" in seen.shuns()
     # a pod in another namespace, or one it does not select, counts for nothing
     for pod in (_pod("t", "a", {"app": "trainer"}, ns="other"), _pod("s", "a", {"app": "serve"})):
         assert [n.free for n in admitting(cluster_capacity(nodes, [pod]), A100, rules).nodes] == [
