@@ -64,6 +64,7 @@ __all__ = [
     "cluster_capacity",
     "cluster_model",
     "facts_of",
+    "in_cluster",
     "of_type",
     "refuses_some",
     "take",
@@ -257,8 +258,13 @@ def facts_of(capacity: Capacity) -> ClusterFacts:
     return capacity[0].facts if capacity else NO_FACTS
 
 
-def _resolved(capacity: Capacity, rules: NodeRules) -> NodeRules:
-    """`rules` as the cluster reads them: namespace selectors, the RuntimeClass's additions."""
+def in_cluster(capacity: Capacity, rules: NodeRules) -> NodeRules:
+    """`rules` as `capacity`'s cluster reads them.
+
+    Their terms' `namespaceSelector`s read against its namespaces' labels, and what
+    their RuntimeClass adds (`ClusterFacts`). `admitting`, `take` and `unblocked` read
+    rules so; a decision that reads a rule's fields itself asks this first.
+    """
     facts = facts_of(capacity)
     return rules.among(facts.namespaces).run_by(facts.runtimes)
 
@@ -358,7 +364,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     """
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
-    rules = _resolved(capacity, rules)
+    rules = in_cluster(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules)
     if not _looks(rules) and whom[0] is None and gpu_type not in index.tainted:
         return Usable(nodes, {})
@@ -502,7 +508,7 @@ def unblocked(
     No pod there holds a host port they ask, and no pod (anti-)affinity keeps them off
     (`_blocked`); whom an affinity concerns is worked out once for the type.
     """
-    rules = _resolved(capacity, rules)
+    rules = in_cluster(capacity, rules)
     whom = _whom(capacity, _index(capacity), gpu_type, rules)
     return [n.name for n in nodes if not _blocked(n, rules, whom)]
 
@@ -711,7 +717,7 @@ def take(
     nodes = list(capacity)
     index = _index(capacity)
     if rules is not None:
-        rules = _resolved(capacity, rules)
+        rules = in_cluster(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules) if rules is not None else _NO_ONE
     if placements and not _placed_where_blocked(nodes, placements, rules, whom):
         return _take_placed(nodes, placements, rules)

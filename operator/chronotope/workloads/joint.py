@@ -36,9 +36,8 @@ from chronotope.solver.model import (
     Workload,
 )
 from chronotope.solver.slots import domain_of
-from chronotope.workloads.capacity import Capacity, Placements, admitting, unblocked
+from chronotope.workloads.capacity import Capacity, Placements, admitting, in_cluster, unblocked
 from chronotope.workloads.node_fit import job_rules
-from chronotope.workloads.podreq import PodRequestError, pod_resources
 from chronotope.workloads.training import Action, Decision, required_topology
 
 __all__ = ["Contender", "JointOutcome", "arbitrate"]
@@ -149,16 +148,15 @@ def _workload(c: Contender, now: datetime, capacity: Capacity) -> Workload:
         )
         for d, duration in zip(c.options, durations, strict=True)
     )
-    try:
-        cpu, memory = pod_resources({"spec": (c.spec.template or {}).get("spec") or {}})
-    except PodRequestError:
-        cpu, memory = 0, 0  # the extender reports the bad request when a worker is scheduled
+    # a worker's CPU and memory as kube-scheduler counts them (its RuntimeClass's overhead
+    # too; a bad request counts none: the extender reports it when a worker is scheduled)
+    rules = in_cluster(capacity, job_rules(c.spec))
     return Workload(
         name=c.key,
         pod=PodRequest(
             name=c.key,
-            cpu_milli=cpu,
-            memory_mib=memory,
+            cpu_milli=rules.cpu_milli,
+            memory_mib=rules.memory_mib,
             num_gpus=per_worker,
             gpu_milli=MILLI,
             gpu_models=tuple(a.gpu_model for a in alternatives),

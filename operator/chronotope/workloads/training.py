@@ -35,6 +35,7 @@ from chronotope.workloads.capacity import (
     Usable,
     admitting,
     facts_of,
+    in_cluster,
 )
 from chronotope.workloads.node_fit import NodeRules, job_rules
 from chronotope.workloads.parallelism import Degrees
@@ -278,6 +279,7 @@ def decide(
             f"the API server would reject its workers: {rejected}",
             cause="RuntimeClassRejected",
         )
+    rules = in_cluster(capacity, rules)  # what the messages name: with the class's overhead
     want = spec.replicas
     least = min(spec.min_replicas or want, want)
     reference: GangPlan | None = None

@@ -97,3 +97,18 @@ def test_a_job_whose_workers_would_be_rejected_waits_and_says_why() -> None:
     clash = decide(_running("zone-x", nodeSelector={ZONE_LABEL: "y"}), capacity, NOW)
     assert clash.cause == "RuntimeClassRejected"
     assert f"its nodeSelector {ZONE_LABEL}=y conflicts with RuntimeClass zone-x's" in clash.reason
+
+
+def test_a_worker_the_overhead_makes_too_big_for_every_node_says_so() -> None:
+    small = node("small", A100, 8)
+    small["status"]["allocatable"] |= {"cpu": "4", "memory": "64Gi"}
+    fixed = {"metadata": {"name": "heavy"}, "overhead": {"podFixed": {"cpu": "500m"}}}
+    capacity = cluster_capacity([small], [], facts=ClusterFacts(runtimes=runtime_rules([fixed])))
+    job = _job("j")
+    job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    pod = job["spec"]["template"]["spec"]
+    pod["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
+    pod["runtimeClassName"] = "heavy"
+    decision = decide(job_spec(job), capacity, NOW)
+    assert decision.gpu_type is None
+    assert "4500m CPU" in decision.reason, decision.reason
