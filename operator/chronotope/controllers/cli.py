@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chronotope.sim.openb import typical_of
 from chronotope.solver.online import PlacementRules, add_placement_arguments
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ def _run(args: argparse.Namespace) -> int:
     job_loop = TrainingJobLoop(job_ops, cache.training_jobs.list, metrics, resync_s=args.resync)
     cache.listen(job_loop.on_change)
 
-    placement = PlacementRules.from_args(args)  # the extender's rules (its flags)
+    placement = PlacementRules.from_args(args, typical_of(args.typical_pods))  # the extender's
     registry = build_registry(
         interval=args.interval,
         metrics=metrics,

@@ -17,14 +17,12 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from chronotope.ratelimit import EVENT_WINDOW_S, RepeatLimiter
 from chronotope.ratelimit import install as repeat_install
+from chronotope.sim.openb import typical_of
 from chronotope.solver.online import PlacementRules, add_placement_arguments
-
-if TYPE_CHECKING:
-    from chronotope.solver.frag import TypicalPod
 
 __all__ = ["ApiCallError", "add_parser", "api_error_summary", "short_errors"]
 
@@ -89,12 +87,6 @@ def add_parser(sub: Any) -> None:
         help="seconds to wait for the first list of nodes and pods",
     )
     add_placement_arguments(parser)
-    parser.add_argument(
-        "--typical-pods",
-        type=Path,
-        help="openb-style pod list CSV whose request mix the fragmentation-aware policies "
-        "expect (default: learned from the pods the extender sees)",
-    )
     parser.add_argument(
         "--tie-order",
         type=Path,
@@ -186,13 +178,13 @@ def _run(args: argparse.Namespace) -> int:
             return
         events.submit(post_pod_event, api, key, reason, message)
 
-    rules = PlacementRules.from_args(args)
+    rules = PlacementRules.from_args(args, typical_of(args.typical_pods))
     service = ExtenderService(
         bind_fn=short_errors(binder.bind, "binding failed: ", own=(BindError,)),
         fetch_pod=short_errors(lambda ns, name: fetch_pod(api, ns, name)),
         policy=rules.policy,
         cache=ClusterCache(
-            typical=_typical(args.typical_pods),
+            typical=rules.typical,
             tie_order=_tie_order(args.tie_order),
             colocation=rules.colocation,
         ),
@@ -251,15 +243,6 @@ def _run(args: argparse.Namespace) -> int:
     informer.stop()
     events.shutdown(wait=False)
     return 0
-
-
-def _typical(path: Path | None) -> list[TypicalPod] | None:
-    if path is None:
-        return None
-    from chronotope.sim.openb import load_pods
-    from chronotope.solver.frag import typical_pods
-
-    return typical_pods(load_pods(path))
 
 
 def _tie_order(path: Path | None) -> list[str] | None:

@@ -13,6 +13,7 @@ import csv
 import re
 from pathlib import Path
 
+from chronotope.solver.frag import TypicalPod, typical_pods
 from chronotope.solver.model import ClusterSnapshot, Gpu, Node, PodRequest
 
 __all__ = ["load_nodes", "load_pods", "trace_name"]
@@ -35,6 +36,11 @@ def load_nodes(path: Path) -> ClusterSnapshot:
                 )
             )
     return ClusterSnapshot(nodes=tuple(nodes))
+
+
+def typical_of(path: Path | None) -> list[TypicalPod] | None:
+    """The request mix of the pod list at `path` (`--typical-pods`); None for no path."""
+    return None if path is None else typical_pods(load_pods(path))
 
 
 def load_pods(path: Path) -> list[PodRequest]:

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chronotope.solver.colocation import DEFAULT_BUDGET, RUNTIMES, Colocation, budget_error
 from chronotope.solver.model import ClusterSnapshot, PodRequest, Reason
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from chronotope.solver.frag import TypicalPod
     from chronotope.solver.policies import Policy
 
 __all__ = [
@@ -94,22 +98,31 @@ def make_policy(name: str) -> Policy:
 
 @dataclass(frozen=True)
 class PlacementRules:
-    """How the extender places pods: its online policy, and its co-location rules for shares.
+    """How the extender places pods: its online policy, co-location rules and expected pods.
 
-    The extender's `--policy`, `--interference-budget` and `--colocation-runtime`
-    (`add_placement_arguments`). The operator takes the same flags, so the GPUs it
-    counts as free for a GPU share are those the extender would give it.
+    The extender's `--policy`, `--interference-budget`, `--colocation-runtime` and
+    `--typical-pods` (`add_placement_arguments`). The operator takes the same flags,
+    so the GPUs it counts as free for a GPU share are those the extender would give it.
     """
 
     policy: Policy = field(default_factory=lambda: make_policy("chronotope"))
     colocation: Colocation = field(default_factory=Colocation)
+    typical: tuple[TypicalPod, ...] | None = None
+    """The request mix the fragmentation-aware policies expect (None: learned from the
+    pods seen, `ClusterCache.typical`)."""
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> PlacementRules:
-        """The rules `add_placement_arguments`' flags name."""
+    def from_args(
+        cls, args: argparse.Namespace, typical: Sequence[TypicalPod] | None = None
+    ) -> PlacementRules:
+        """The rules `add_placement_arguments`' flags name; `typical`: `--typical-pods` read.
+
+        The pod list is read by the caller (`sim.openb.typical_of`): this layer reads no files.
+        """
         return cls(
             make_policy(args.policy),
             Colocation(budget=args.interference_budget, runtime=args.colocation_runtime),
+            tuple(typical) if typical is not None else None,
         )
 
 
@@ -137,6 +150,12 @@ def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
         "a High one is held to a static MPS percent) or `gated` (an Orion-style kernel-level "
         "runtime that holds best-effort kernels back while a High request is in service; "
         "the co-location rules then predict with that runtime; docs/colocation.md)",
+    )
+    parser.add_argument(
+        "--typical-pods",
+        type=Path,
+        help="openb-style pod list CSV whose request mix the fragmentation-aware policies "
+        "expect (default: learned from the pods seen)",
     )
 
 

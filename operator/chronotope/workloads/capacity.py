@@ -27,8 +27,8 @@ from chronotope.sharing.labels import (
     ZONE_LABEL,
 )
 from chronotope.solver.cache import ClusterCache
-from chronotope.solver.colocation import Colocation
 from chronotope.solver.model import MILLI, UNBOUNDED, PodRequest
+from chronotope.solver.online import PlacementRules
 from chronotope.solver.policies import Policy
 from chronotope.solver.slots import domain_of, gang_domain, next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
@@ -571,12 +571,19 @@ def cluster_model(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     ignore_pods: frozenset[str] = frozenset(),
-    colocation: Colocation | None = None,
+    placement: PlacementRules | None = None,
     facts: ClusterFacts = NO_FACTS,
 ) -> tuple[tuple[NodeCapacity, ...], ClusterCache]:
-    """`cluster_capacity`, and the cluster model it sums up (with `colocation`'s share rules)."""
+    """`cluster_capacity`, and the cluster model it sums up (with `placement`'s share rules).
+
+    `placement`: the extender's rules (its co-location rules and the request mix it
+    expects), so a share is placed on the model as the extender would place it.
+    """
     nodes = list(nodes)
-    cache = ClusterCache(colocation=colocation)
+    cache = ClusterCache(
+        colocation=placement.colocation if placement is not None else None,
+        typical=placement.typical if placement is not None else None,
+    )
     for node in nodes:
         cache.upsert_node(node_info(node))
     promised: dict[str, int] = {}  # GPU model -> GPUs of created but not yet bound workers

@@ -288,7 +288,7 @@ def free_serving_gpus(
     rules; default the extender's defaults).
     """
     rules = rules or PlacementRules()
-    capacity, cache = cluster_model(nodes, pods, own, rules.colocation)
+    capacity, cache = cluster_model(nodes, pods, own, rules)
     out: dict[str, FreeGpus] = {}
     for gpu_type in sorted({n.gpu_model for n in capacity}):
         whole = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,9 +13,11 @@ from chronotope.cli import build_parser, main
 from chronotope.extender.service import ExtenderService
 from chronotope.planners.interference import best_effort_share
 from chronotope.sharing.assignment import BindRequest, GpuAssignment
+from chronotope.sim.openb import typical_of
 from chronotope.solver.cache import ClusterCache
 from chronotope.solver.colocation import Colocation
 from chronotope.solver.online import PlacementRules
+from chronotope.workloads.capacity import cluster_model
 from chronotope.workloads.podreq import pod_request, profile_warning
 from tests.kernel_streams import greedy, long_request
 
@@ -215,17 +218,29 @@ def test_the_runtime_flag_names_its_choices(
     assert "--colocation-runtime: invalid choice: 'orion' (choose from" in err
 
 
-def test_the_operator_takes_the_extenders_placement_rules() -> None:
+def test_the_operator_takes_the_extenders_placement_rules(tmp_path: Path) -> None:
     # the same flags give the same rules: the operator's free-GPU fit places GPU
-    # shares under the co-location rules and policy the extender runs with
+    # shares under the co-location rules, policy and expected request mix the
+    # extender runs with (before stop 60 the operator had no --typical-pods)
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        "a,1000,1024,1,1000,\nb,1000,1024,1,500,\nc,1000,1024,1,500,\n"
+    )
     flags = ["--policy", "fgd", "--interference-budget", "1.3", "--colocation-runtime", "gated"]
+    flags += ["--typical-pods", str(pods)]
     tls = ["--tls-cert-file", "c", "--tls-private-key-file", "k", "--client-ca-file", "ca"]
     parser = build_parser()
-    scheduler = PlacementRules.from_args(parser.parse_args(["scheduler", *tls, *flags]))
-    operator = PlacementRules.from_args(parser.parse_args(["operator", *flags]))
+    args = [parser.parse_args(["scheduler", *tls, *flags]), parser.parse_args(["operator", *flags])]
+    scheduler, operator = (PlacementRules.from_args(a, typical_of(a.typical_pods)) for a in args)
     for rules in (scheduler, operator):
         assert rules.policy.name == "fgd"
         assert (rules.colocation.budget, rules.colocation.runtime) == (1.3, "gated")
+        assert rules.typical == scheduler.typical
+        # the operator's cluster model expects that mix, as the extender's cache does
+        assert cluster_model([], [], placement=rules)[1].typical() == list(rules.typical or ())
+    assert scheduler.typical is not None
+    assert sorted(t.freq for t in scheduler.typical) == pytest.approx([1 / 3, 2 / 3])
     defaults = PlacementRules.from_args(parser.parse_args(["operator"]))
     assert defaults.policy.name == PlacementRules().policy.name == "chronotope"
     assert defaults.colocation.budget == PlacementRules().colocation.budget
