@@ -1005,6 +1005,61 @@ def _started_at_once_on(
     assert "Replanning" not in events, events  # planned right the first time
 
 
+def _slow_zone_volume(tag: str) -> dict[str, Any]:
+    """A 1 GiB hostPath PersistentVolume of class manual-TAG usable only in zone sz-TAG."""
+    zone = {"key": ZONE_LABEL, "operator": "In", "values": [f"sz-{tag}"]}
+    return {
+        "metadata": {"name": f"data-{tag}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": f"manual-{tag}",
+            "hostPath": {"path": f"/tmp/data-{tag}"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [zone]}]}},
+        },
+    }
+
+
+def test_a_gang_whose_ephemeral_volume_can_only_be_local_starts_beside_it(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # each worker gets a generic ephemeral volume of a WaitForFirstConsumer class with
+    # no provisioner: its claim, made with the pod, can bind only to the one volume of
+    # that class, in the slow type's zone. The plan knows this: the job starts at once
+    # on the slow node, and kube-scheduler binds the worker's claim to that volume.
+    # Before, it was planned on the fast node and the stuck rule moved it after 45 s
+    api, custom, core = jobs_api
+    storage = client.StorageV1Api(api)
+    tag = namespace[-6:]
+    kind = {
+        "metadata": {"name": f"manual-{tag}"},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    claim = {
+        "storageClassName": f"manual-{tag}",
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+    }
+    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
+        try:
+            storage.create_storage_class(kind)
+            core.create_persistent_volume(_slow_zone_volume(tag))
+            scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
+            pod = scratch["spec"]["template"]["spec"]
+            ephemeral = {"volumeClaimTemplate": {"spec": claim}}
+            pod["volumes"] = [{"name": "scratch", "ephemeral": ephemeral}]
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
+            _started_at_once_on(api, core, namespace, "scratch", gpu=slow, nodes=slow_nodes)
+            volume = core.read_persistent_volume(f"data-{tag}")
+            assert volume.spec.claim_ref is not None, volume.spec  # the worker's claim took it
+        finally:
+            with contextlib.suppress(client.exceptions.ApiException):
+                core.delete_persistent_volume(f"data-{tag}")
+            with contextlib.suppress(client.exceptions.ApiException):
+                storage.delete_storage_class(f"manual-{tag}")
+
+
 @pytest.mark.parametrize("claim", ["bound", "missing at first", "not bound yet", "local"])
 def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, claim: str
@@ -1022,17 +1077,7 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
     api, custom, core = jobs_api
     storage = client.StorageV1Api(api)
     tag = namespace[-6:]
-    zone = {"key": ZONE_LABEL, "operator": "In", "values": [f"sz-{tag}"]}
-    volume = {
-        "metadata": {"name": f"data-{tag}"},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": f"manual-{tag}",
-            "hostPath": {"path": f"/tmp/data-{tag}"},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [zone]}]}},
-        },
-    }
+    volume = _slow_zone_volume(tag)
     data: dict[str, Any] = {
         "metadata": {"name": "data"},
         "spec": {

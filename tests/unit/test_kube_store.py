@@ -10,6 +10,7 @@ from kubernetes.client import ApiClient
 
 from chronotope.kube.reads import KubeReads
 from chronotope.kube.store import OperatorCache, Store, parse_selector
+from chronotope.workloads.node_fit import EPHEMERAL
 
 
 def pod(name: str, ns: str = "a", **labels: str) -> dict[str, object]:
@@ -114,12 +115,12 @@ def test_the_volume_rules_are_worked_out_again_only_after_a_change() -> None:
     cache = SimpleNamespace(claims=Store(), volumes=Store(), storage_classes=Store())
     reads = KubeReads(cast(ApiClient, None), cast(OperatorCache, cache))
     first = reads.volume_rules()
-    assert first == {}
+    assert list(first) == [EPHEMERAL]  # no class: a generic ephemeral volume goes anywhere
     assert reads.volume_rules() is first
     claim = {"metadata": {"name": "data", "namespace": "a"}, "spec": {}}
     cache.claims.on_event("ADDED", claim)
     second = reads.volume_rules()
-    assert list(second) == ["a/data"]
+    assert list(second) == [EPHEMERAL, "a/data"]
     assert reads.volume_rules() is second
     cache.storage_classes.on_sync([])
     assert reads.volume_rules() is not second

@@ -368,7 +368,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     whom = _whom(capacity, index, gpu_type, rules)
     if not _looks(rules) and whom[0] is None and gpu_type not in index.tainted:
         return Usable(nodes, {})
-    volumes = rules.volumes(facts_of(capacity).volumes) if rules.claims else ()
+    volumes = rules.volumes(facts_of(capacity).volumes) if rules.claims or rules.ephemeral else ()
     held = _ADMITTED.get(id(nodes))
     if held is None or held[0] is not nodes:  # held by the memo: its id is not reused
         if len(_ADMITTED) >= _ADMITTED_KEPT:
@@ -413,7 +413,13 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
 
 def _looks(rules: NodeRules) -> bool:
     """Whether the rules may leave out or cut a node no taint is on (else all count as they are)."""
-    return rules.selects or rules.asks or bool(rules.host_ports) or bool(rules.claims)
+    return (
+        rules.selects
+        or rules.asks
+        or bool(rules.host_ports)
+        or bool(rules.claims)
+        or bool(rules.ephemeral)
+    )
 
 
 def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) -> _Whom:

@@ -74,6 +74,7 @@ from chronotope.workloads.podreq import PodRequestError, pod_resources
 
 __all__ = [
     "ANY_HOST_IP",
+    "EPHEMERAL",
     "NO_PROVISIONER",
     "VOLUME_ZONE_LABELS",
     "Domains",
@@ -92,6 +93,7 @@ __all__ = [
     "claim_class",
     "claims_of",
     "domains",
+    "ephemeral_classes",
     "host_ports",
     "job_rules",
     "labelled",
@@ -565,6 +567,8 @@ class NodeRules:
     """Its pods' topology spread constraints one pod per node (`spread_terms`)."""
     claims: tuple[str, ...] = ()
     """The PersistentVolumeClaims its pods mount (`claims_of`), by name in their namespace."""
+    ephemeral: tuple[str, ...] = ()
+    """The StorageClasses of its pods' generic ephemeral volumes (`ephemeral_classes`)."""
     runtime: str = ""
     """The RuntimeClass its pods name (`runtimeClassName`), until `run_by` adds what it
     says ('' for none, or once added)."""
@@ -612,6 +616,7 @@ class NodeRules:
             near=pod_affinity_terms(spec, who) if who is not None else (),
             spread=spread_terms(spec, who) if who is not None else (),
             claims=claims_of(spec),
+            ephemeral=ephemeral_classes(spec),
             runtime=str(spec.get("runtimeClassName") or ""),
             who=who,
         )
@@ -679,15 +684,27 @@ class NodeRules:
         """Where the claims its pods mount may be used, from `rules` (`volume_rules`).
 
         None when the cluster's claims are not known here (nothing is checked); a claim
-        `rules` lacks is missing. Read only with `who` (the pods' namespace) known.
+        `rules` lacks is missing. Read only with `who` (the pods' namespace) known. And
+        where each generic ephemeral volume's claim may be (its class's rule, once the
+        classes are known; a class `rules` lacks does not exist).
         """
-        if rules is None or not self.claims or self.who is None:
+        if rules is None or self.who is None:
             return ()
         keys = (f"{self.who[0]}/{c}" for c in self.claims)
-        return tuple(
+        out = [
             rules.get(k) or VolumeRule(k, refusal=f"PersistentVolumeClaim {k} not found")
             for k in keys
-        )
+        ]
+        if EPHEMERAL in rules:  # the classes are known
+            for c in self.ephemeral:
+                out.append(
+                    rules.get(EPHEMERAL + c)
+                    or VolumeRule(
+                        EPHEMERAL + c,
+                        refusal=f"StorageClass {c} of a generic ephemeral volume not found",
+                    )
+                )
+        return tuple(out)
 
     @property
     def asks(self) -> bool:
@@ -883,9 +900,10 @@ def volume_rules(
     for v in by_name.values():
         by_class.setdefault(_volume_class(v), []).append(v)
     kinds = None
+    out: dict[str, VolumeRule] = {}
     if classes is not None:
         kinds = {str((k.get("metadata") or {}).get("name")): k for k in classes}
-    out: dict[str, VolumeRule] = {}
+        out |= _ephemeral_rules(kinds, by_class)
     for c in claims:
         meta = c.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -996,18 +1014,92 @@ def _unbound(
         return VolumeRule(
             key, refusal=f"PersistentVolumeClaim {key} is not bound yet (StorageClass {name})"
         )
+    return _first_consumer(claim, key, f"PersistentVolumeClaim {key}", kind, volumes)
+
+
+def _first_consumer(
+    claim: Mapping[str, Any],
+    key: str,
+    what: str,
+    kind: Mapping[str, Any],
+    volumes: Iterable[Mapping[str, Any]],
+) -> VolumeRule:
+    """Where an unbound `claim` of `WaitForFirstConsumer` class `kind` lets its pods go.
+
+    Where one of the class's `volumes` it could bind to may be used, or where the class
+    may provision one; `what` names the claim in the refusal when neither is anywhere.
+    """
+    name = str((kind.get("metadata") or {}).get("name"))
     where = [_volume_terms(v) for v in volumes if _may_bind(claim, v)]
     if kind.get("provisioner") != NO_PROVISIONER:
         where.append(_provisions(kind))
     if not where:
         return VolumeRule(
-            key,
-            refusal=f"no PersistentVolume of StorageClass {name} is available for "
-            f"PersistentVolumeClaim {key}",
+            key, refusal=f"no PersistentVolume of StorageClass {name} is available for {what}"
         )
     if None in where:  # one may be used, or provisioned, anywhere
         return VolumeRule(key)
     return VolumeRule(key, f"StorageClass {name}", tuple(t for ts in where if ts for t in ts))
+
+
+EPHEMERAL = "ephemeral:"
+"""`volume_rules`' key prefix for a generic ephemeral volume's claim, by its StorageClass
+(`EPHEMERAL` alone: one that names none, of the default class)."""
+
+_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+def _ephemeral_rules(
+    classes: Mapping[str, Mapping[str, Any]],
+    by_class: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> dict[str, VolumeRule]:
+    """Where a generic ephemeral volume's claim, made with each pod, lets the pod go.
+
+    Per StorageClass, as for a fresh unbound claim asking nothing in particular: under
+    `WaitForFirstConsumer` (`_first_consumer`) where a volume of the class not reserved
+    for another claim may be used, or the class may provision one; a class that binds
+    at once provisions before the pod is placed, wherever, so nothing is known. The
+    key `EPHEMERAL` is the default class's (the newest marked default, as the
+    DefaultStorageClass admission picks it; none: nothing is known).
+    """
+    fresh: dict[str, Any] = {"metadata": {}, "spec": {}}
+    out: dict[str, VolumeRule] = {}
+    for name, kind in classes.items():
+        key = EPHEMERAL + name
+        if kind.get("volumeBindingMode") != "WaitForFirstConsumer":
+            out[key] = VolumeRule(key)
+            continue
+        what = f"a generic ephemeral volume of StorageClass {name}"
+        out[key] = _first_consumer(fresh, key, what, kind, by_class.get(name, ()))
+    defaults = sorted(
+        (str((k.get("metadata") or {}).get("creationTimestamp") or ""), name)
+        for name, k in classes.items()
+        if ((k.get("metadata") or {}).get("annotations") or {}).get(_DEFAULT_CLASS) == "true"
+    )
+    out[EPHEMERAL] = out[EPHEMERAL + defaults[-1][1]] if defaults else VolumeRule(EPHEMERAL)
+    return out
+
+
+def ephemeral_classes(spec: object) -> tuple[str, ...]:
+    """The StorageClasses of a pod spec's generic ephemeral volumes, once each.
+
+    '' for one whose claim template names no class (the default class); one that names
+    the empty class (no class: bound only to a volume of none) is left out.
+    """
+    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
+    out: list[str] = []
+    for v in volumes if isinstance(volumes, list) else []:
+        ephemeral = v.get("ephemeral") if isinstance(v, Mapping) else None
+        template = ephemeral.get("volumeClaimTemplate") if isinstance(ephemeral, Mapping) else None
+        claim = template.get("spec") if isinstance(template, Mapping) else None
+        if not isinstance(claim, Mapping):
+            continue
+        name = claim.get("storageClassName")
+        if name == "":
+            continue
+        if str(name or "") not in out:
+            out.append(str(name or ""))
+    return tuple(out)
 
 
 def _volume_terms(volume: Mapping[str, Any]) -> tuple[_Term, ...] | None:

@@ -227,3 +227,52 @@ def test_a_claim_of_a_class_with_no_provisioner_goes_where_a_volume_it_fits_is()
     decision = decide(job_spec(_mounting("huge")), capacity, NOW)
     assert decision.gpu_type is None
     assert f"{nowhere} scale/huge" in decision.reason
+
+
+def _ephemeral(kind: str | None) -> dict[str, Any]:
+    """A job whose workers each get a generic ephemeral volume of StorageClass `kind`."""
+    claim: dict[str, Any] = {"accessModes": ["ReadWriteOnce"]}
+    if kind is not None:
+        claim["storageClassName"] = kind
+    job = _job("j")
+    job["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": claim}}}
+    ]
+    return job
+
+
+def test_a_generic_ephemeral_volume_goes_where_its_class_may_give_it_a_volume() -> None:
+    # each worker's claim is made with the pod: under WaitForFirstConsumer it binds
+    # where a free volume of the class is, or where the class may provision one (not a
+    # class with no provisioner); a template naming no class takes the default class
+    local = {**_class("local", "WaitForFirstConsumer"), "provisioner": NO_PROVISIONER}
+    local["metadata"]["annotations"] = {"storageclass.kubernetes.io/is-default-class": "true"}
+    kinds = [local, _class("zonal", "WaitForFirstConsumer", ["x"]), _class("immediate")]
+    free, taken = _volume("pv-x", "x"), _volume("pv-taken", "y")  # in zones x and y
+    free["spec"]["storageClassName"] = "local"
+    taken["spec"] |= {"storageClassName": "local", "claimRef": {"namespace": "a", "name": "o"}}
+    volumes = [free, taken]
+    rules = volume_rules([], volumes, kinds)
+    capacity = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=rules))
+    for kind in ("local", None, "zonal"):  # on v100-x's volume, or in zone x
+        assert decide(job_spec(_ephemeral(kind)), capacity, NOW).gpu_type == V100, kind
+    assert decide(job_spec(_ephemeral("immediate")), capacity, NOW).gpu_type == A100
+    assert decide(job_spec(_ephemeral("")), capacity, NOW).gpu_type == A100  # no class
+    missing = decide(job_spec(_ephemeral("gone")), capacity, NOW)
+    assert missing.cause == "VolumeNotReady"
+    assert "StorageClass gone of a generic ephemeral volume not found" in missing.reason
+    # no free volume of a class with no provisioner: it waits and says so
+    full = volume_rules([], volumes[1:], kinds)
+    decision = decide(
+        job_spec(_ephemeral("local")),
+        cluster_capacity(NODES, [], facts=ClusterFacts(volumes=full)),
+        NOW,
+    )
+    assert decision.cause == "VolumeNotReady"
+    assert (
+        "no PersistentVolume of StorageClass local is available for a generic ephemeral "
+        "volume of StorageClass local"
+    ) in decision.reason
+    # the classes not known: nothing is checked
+    unknown = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=volume_rules([], volumes)))
+    assert decide(job_spec(_ephemeral("local")), unknown, NOW).gpu_type == A100
