@@ -36,7 +36,12 @@ from chronotope.workloads.capacity import ClusterFacts, cluster_capacity
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL, headless_service, worker_pods
 from chronotope.workloads.gates import Cycle, Decider, preempt
 from chronotope.workloads.job_spec import job_spec
-from chronotope.workloads.node_fit import RuntimeRule, VolumeRule, namespace_labels
+from chronotope.workloads.node_fit import (
+    NamespaceLabels,
+    RuntimeRule,
+    VolumeRule,
+    namespace_labels,
+)
 from chronotope.workloads.parallelism import choose_degrees
 from chronotope.workloads.quota import StopCause, Verdict
 from chronotope.workloads.replan import (
@@ -545,16 +550,16 @@ def _enact(
     return out
 
 
-def cluster_facts(ops: ClusterOps) -> ClusterFacts:
+def cluster_facts(ops: ClusterOps, namespaces: NamespaceLabels | None = None) -> ClusterFacts:
     """What the cluster holds beyond its nodes and pods, as `ops` reads it now.
 
     Where its claims may be used, its namespaces' labels (a pod affinity's
-    `namespaceSelector`) and what its RuntimeClasses add to pods; what the pass, the
-    stuck rule and the re-plan all read.
+    `namespaceSelector`; `namespaces` when already read) and what its RuntimeClasses
+    add to pods; what the pass, the stuck rule and the re-plan all read.
     """
     return ClusterFacts(
         volumes=ops.volume_rules(),
-        namespaces=namespace_labels(ops.namespaces()),
+        namespaces=namespaces if namespaces is not None else namespace_labels(ops.namespaces()),
         runtimes=ops.runtime_rules(),
     )
 
@@ -576,9 +581,7 @@ def fresh_pass(ops: ClusterOps, now: datetime, include: Collection[str] = ()) ->
         now=now,
         include=include,
         serving_waits=waits,
-        facts=ClusterFacts(
-            volumes=ops.volume_rules(), namespaces=view.namespaces, runtimes=ops.runtime_rules()
-        ),
+        facts=cluster_facts(ops, view.namespaces),
     )
 
 
