@@ -950,7 +950,8 @@ def _spread_against(
     `maxSkew` 1 on `key` (DoNotSchedule) counting pods labelled app=trainer: one runs
     on the first fast node, none on the second, which is cordoned (it still counts for
     the skew), so kube-scheduler's PodTopologySpread filter refuses the first. Yields
-    the fast and slow types, the first fast node, the slow node and the job.
+    the fast and slow types, the first fast node and the slow node (lists of one
+    name each) and the job, not yet created.
     """
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
