@@ -42,13 +42,11 @@ from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
 from chronotope.solver.slots import DOMAIN_LABELS
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.node_fit import (
+    apart,
     avoiding,
-    avoids_itself,
-    host_ports,
     labelled,
     seeks_itself,
     seeks_itself_within,
-    spreads_itself,
 )
 
 __all__ = [
@@ -79,16 +77,12 @@ _LOOSE = (PlacementStrategy.PACK, PlacementStrategy.SPREAD)
 
 
 def apart_why(job: Mapping[str, Any], spec: TrainingJobSpec) -> str | None:
-    """Why two of the job's workers can never share a node, in words; None when they may."""
-    pod, own, namespace = _workers(job, spec)
-    ports = host_ports(pod)
-    if ports:
-        return f"its workers ask host port(s) {', '.join(map(str, ports))}"
-    if avoids_itself(pod, own, namespace):
-        return (
-            "a required pod anti-affinity on kubernetes.io/hostname matches its workers' own labels"
-        )
-    return None
+    """Why two of the job's workers can never share a node, in words; None when they may.
+
+    Not a topology spread of one per node: it lets a second worker onto a node once
+    every node of the type runs one (`node_fit.apart`).
+    """
+    return apart(*_workers(job, spec), spread=False)
 
 
 def together(job: Mapping[str, Any], spec: TrainingJobSpec) -> bool:
@@ -156,7 +150,7 @@ def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
         spec = spec.model_copy(update={"placement": placement})
     if spec.placement.strategy in _LOOSE:
         strategy = None
-        if apart_why(job, spec) is not None or spreads_itself(*_workers(job, spec)):
+        if apart(*_workers(job, spec), spread=True) is not None:
             strategy = PlacementStrategy.STRICT_SPREAD
         elif together(job, spec):
             strategy = PlacementStrategy.STRICT_PACK

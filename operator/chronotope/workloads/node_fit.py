@@ -88,6 +88,7 @@ __all__ = [
     "Taint",
     "VolumeRule",
     "anti_among",
+    "apart",
     "avoiding",
     "avoids_itself",
     "claim_class",
@@ -109,6 +110,7 @@ __all__ = [
     "seeks_itself_within",
     "spread_terms",
     "spreads_itself",
+    "template_apart",
     "volume_rules",
 ]
 
@@ -418,6 +420,38 @@ def spreads_itself(spec: object, labels: Mapping[str, str], namespace: str = "")
     """
     own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
     return any(t.selects(own) for t in spread_terms(spec, own))
+
+
+def apart(spec: object, labels: Mapping[str, str], namespace: str, *, spread: bool) -> str | None:
+    """Why pods with this spec, `labels` and `namespace` may share no node, in words; or None.
+
+    They ask host ports (`host_ports`), or their pod anti-affinity keeps them apart
+    (`avoids_itself`); with `spread`, or their topology spread constraint puts one on a
+    node (`spreads_itself`: while a node of their type runs none of them).
+    """
+    ports = host_ports(spec)
+    if ports:
+        return f"its workers ask host port(s) {', '.join(map(str, ports))}"
+    if avoids_itself(spec, labels, namespace):
+        return (
+            "a required pod anti-affinity on kubernetes.io/hostname matches its workers' own labels"
+        )
+    if spread and spreads_itself(spec, labels, namespace):
+        return (
+            "a topology spread constraint (maxSkew 1 on kubernetes.io/hostname) matches its "
+            "workers' own labels"
+        )
+    return None
+
+
+def template_apart(template: Mapping[str, Any] | None) -> str | None:
+    """`apart` (spread included) for a pod template whose metadata names its namespace."""
+    template = template or {}
+    meta = template.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    labels = meta.get("labels")
+    own = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+    return apart(template.get("spec"), own, str(meta.get("namespace") or ""), spread=True)
 
 
 def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:

@@ -37,7 +37,7 @@ from chronotope.workloads.capacity import (
     facts_of,
     in_cluster,
 )
-from chronotope.workloads.node_fit import NodeRules, job_rules
+from chronotope.workloads.node_fit import NodeRules, job_rules, template_apart
 from chronotope.workloads.parallelism import Degrees
 
 if TYPE_CHECKING:
@@ -124,6 +124,14 @@ def utility_at(utility: Utility | None, finish: datetime) -> float:
         return 0.0
     span = (utility.deadline - utility.soft_deadline).total_seconds()
     return value * (utility.deadline - finish).total_seconds() / span
+
+
+def _strict(spec: TrainingJobSpec, strategy: PlacementStrategy) -> str:
+    """`: why` its workers go one a node under StrictSpread, when its template says why."""
+    if strategy is not PlacementStrategy.STRICT_SPREAD:
+        return ""
+    why = template_apart(spec.template)
+    return f": {why}" if why else ""
 
 
 def workers_that_fit(
@@ -334,7 +342,8 @@ def _on_type(
             [],
             [
                 f"{gpu_type}: {where} at most {ever} worker(s) of {per_worker} "
-                f"GPU(s) ({strategy.value}{_within(topology)}), the job needs {least}{more}"
+                f"GPU(s) ({strategy.value}{_strict(spec, strategy)}{_within(topology)}), "
+                f"the job needs {least}{more}"
             ],
         )
     if est.planner is not None:  # can the profile run here at all, with every GPU free?

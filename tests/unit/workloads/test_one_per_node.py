@@ -168,9 +168,10 @@ def test_a_two_worker_gang_asking_a_port_waits_for_two_nodes_and_says_why() -> N
     job = _ported("pair", 0, replicas=2, gpuTypes=[{"name": A100, "relativeSpeed": 1.0}])
     decision = decide(job_spec(job), cluster_capacity([node("a", A100, 8)], []), NOW)
     assert decision.gpu_type is None
-    assert "holds at most 1 worker(s) of 1 GPU(s) (StrictSpread), the job needs 2" in (
-        decision.reason
-    ), decision.reason
+    assert (
+        "holds at most 1 worker(s) of 1 GPU(s) (StrictSpread: its workers ask host port(s) "
+        "7777/TCP), the job needs 2"
+    ) in decision.reason, decision.reason
 
 
 def test_the_joint_plan_leaves_out_the_nodes_where_the_port_is_held() -> None:
@@ -244,9 +245,10 @@ def test_a_gang_whose_workers_keep_off_each_others_nodes_is_spread() -> None:
     # one A100 node with 8 free GPUs holds one worker of it only
     decision = decide(job_spec(job), cluster_capacity([node("a", A100, 8)], []), NOW)
     assert decision.gpu_type is None
-    assert "holds at most 1 worker(s) of 1 GPU(s) (StrictSpread), the job needs 2" in (
-        decision.reason
-    ), decision.reason
+    assert (
+        "holds at most 1 worker(s) of 1 GPU(s) (StrictSpread: a required pod anti-affinity "
+        "on kubernetes.io/hostname matches its workers' own labels), the job needs 2"
+    ) in decision.reason, decision.reason
     # on two nodes it starts, one worker on each (the pass's placements)
     ops = FakeOps([node("a", A100, 8), node("b", A100, 8)], [job])
     ops._pods = []

@@ -19,8 +19,9 @@ from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
 from chronotope.workloads.capacity import admitting, cluster_capacity, take
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.node_fit import job_rules, spread_terms
+from chronotope.workloads.training import decide
 from tests.unit.workloads.test_backfill import node
-from tests.unit.workloads.test_node_fit import A100
+from tests.unit.workloads.test_node_fit import A100, NOW
 from tests.unit.workloads.test_pod_anti_affinity import ME, _job, _labels, _pod
 
 HOST = "kubernetes.io/hostname"
@@ -105,3 +106,17 @@ def test_a_gang_it_selects_goes_one_worker_per_node() -> None:
     # a job started in the pass counts for the next one's spread
     left, ((first, _),) = take(capacity, A100, 1, 1, rules=job_rules(job_spec(_spready("k"))))
     assert [n.name for n in admitting(left, A100, rules).nodes if n.free == 0] == [first]
+
+
+def test_a_gang_larger_than_its_types_nodes_says_its_spread_holds_it_back() -> None:
+    # one worker a node while a node of the type runs none: three workers on two nodes
+    # wait, and the reason names the constraint (not only the strategy it became)
+    job = _spready(replicas=3)
+    job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8)], [])
+    decision = decide(job_spec(job), capacity, NOW)
+    assert decision.gpu_type is None
+    assert (
+        "at most 2 worker(s) of 1 GPU(s) (StrictSpread: a topology spread constraint "
+        "(maxSkew 1 on kubernetes.io/hostname) matches its workers' own labels)"
+    ) in decision.reason
