@@ -436,7 +436,7 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
         return _NO_ONE
     far = frozenset(t for t in index.far if t.selects(who))
     near = frozenset(t for t in index.repelling.get(gpu_type, ()) if t.selects(who))
-    spread = _spread_in_force(index.nodes.get(gpu_type, ()), rules)
+    spread = _spread_in_force(capacity, index.nodes.get(gpu_type, ()), rules)
     if not (rules.anti or rules.near or far or near or spread):
         return _NO_ONE
     outside = facts_of(capacity).outside
@@ -455,26 +455,38 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
     return near | far, first, known, spread
 
 
-def _spread_in_force(nodes: Iterable[NodeCapacity], rules: NodeRules) -> frozenset[PodTerm]:
+def _spread_in_force(
+    capacity: Capacity, nodes: Sequence[NodeCapacity], rules: NodeRules
+) -> frozenset[PodTerm]:
     """The workers' topology spread terms (`NodeRules.spread`) that keep them off a node now.
 
     kube-scheduler's PodTopologySpread counts the pods a constraint selects on each
-    node the workers' node selector and affinity admit (their GPU type's): with
-    `maxSkew` 1 a node running one is refused while such a node runs none (the
-    minimum is 0). When every one runs some, the minimum is not known here (the
-    cluster model keeps pods, not counts): the term is left to kube-scheduler.
+    node it counts over: those of `nodes` (the workers' GPU type's) their node selector
+    and affinity admit, or every node (`nodeAffinityPolicy: Ignore`; the nodes without
+    GPUs the model knows: those that run pods), less those whose taints they do not
+    tolerate (`nodeTaintsPolicy: Honor`). With `maxSkew` 1 a node running one is
+    refused while such a node runs none (the minimum is 0), or while there are fewer
+    such nodes than `minDomains`. When every one runs some, the minimum is not known
+    here (the cluster model keeps pods, not counts): the term is left to kube-scheduler.
     """
     if not rules.spread:
         return frozenset()
-    return frozenset(
-        t
-        for t in rules.spread
-        if any(
-            rules.refuses(n.name, n.labels, ()) is None
-            and not any(t.selects(p) for p in n.neighbours)
-            for n in nodes
-        )
-    )
+    out: set[PodTerm] = set()
+    for s in rules.spread:
+        pool: Iterable[NodeCapacity] = capacity if s.every_node else nodes
+        counted: list[Iterable[Neighbour]] = [
+            n.neighbours
+            for n in pool
+            if (s.every_node or rules.refuses(n.name, n.labels, ()) is None)
+            and not (s.honor_taints and (not n.schedulable or rules.untolerated(n.taints)))
+        ]
+        if s.every_node:
+            counted += [pods for _, pods, _ in facts_of(capacity).outside]
+        if len(counted) < s.min_domains or any(
+            not any(s.term.selects(p) for p in pods) for pods in counted
+        ):
+            out.add(s.term)
+    return frozenset(out)
 
 
 def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:

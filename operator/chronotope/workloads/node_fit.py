@@ -85,6 +85,7 @@ __all__ = [
     "Place",
     "PodTerm",
     "RuntimeRule",
+    "Spread",
     "Taint",
     "VolumeRule",
     "anti_among",
@@ -387,19 +388,36 @@ def _term_namespaces(
     return True, frozenset(map(str, listed)), spaces
 
 
-def spread_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
+@dataclass(frozen=True)
+class Spread:
+    """A topology spread constraint of one pod per node, read as a term (`spread_terms`)."""
+
+    term: PodTerm
+    """The pods it counts: those its selector selects in the pod's own namespace."""
+    honor_taints: bool = False
+    """`nodeTaintsPolicy: Honor`: a node whose taints the pod does not tolerate (a
+    cordoned one too) is not among the nodes it counts over (default Ignore)."""
+    every_node: bool = False
+    """`nodeAffinityPolicy: Ignore`: every node counts, not only those the pod's node
+    selector and affinity admit (default Honor)."""
+    min_domains: int = 1
+    """`minDomains`: with fewer nodes to count over, the least count is taken as 0."""
+
+
+def spread_terms(spec: object, pod: Neighbour) -> tuple[Spread, ...]:
     """The pod's topology spread constraints read as "not beside a pod it selects".
 
     kube-scheduler's PodTopologySpread filter with `whenUnsatisfiable: DoNotSchedule`,
     `maxSkew: 1` on `kubernetes.io/hostname`: a node where `k` pods the constraint
-    selects run is refused while some eligible node runs none (its skew `k + 1 - 0`
-    is over 1), so, as long as one does (`capacity`'s `_whom` checks), it reads as
-    an anti-affinity term for the pod's own namespace (the filter counts only that
-    namespace's pods); `matchLabelKeys` take the pod's own values. Other keys, a
-    larger skew and `ScheduleAnyway` are not read (the stuck rule covers them).
+    selects run is refused while some node it counts over runs none (its skew
+    `k + 1 - 0` is over 1), so, as long as one does (`capacity`'s `_whom` checks, with
+    the constraint's node policies and `minDomains`), it reads as an anti-affinity
+    term for the pod's own namespace (the filter counts only that namespace's pods);
+    `matchLabelKeys` take the pod's own values. Other keys, a larger skew and
+    `ScheduleAnyway` are not read (the stuck rule covers them).
     """
     raw = spec.get("topologySpreadConstraints") if isinstance(spec, Mapping) else None
-    out: list[PodTerm] = []
+    out: list[Spread] = []
     for c in raw if isinstance(raw, list) else []:
         if not isinstance(c, Mapping) or c.get("whenUnsatisfiable") != "DoNotSchedule":
             continue
@@ -407,8 +425,16 @@ def spread_terms(spec: object, pod: Neighbour) -> tuple[PodTerm, ...]:
             continue
         selector = _label_selector(c.get("labelSelector"))
         keys = _keys(c.get("matchLabelKeys"), pod[1], "In")
+        least = c.get("minDomains")
         if selector is not None and keys is not None:
-            out.append(PodTerm((*selector, *keys), frozenset({pod[0]})))
+            out.append(
+                Spread(
+                    PodTerm((*selector, *keys), frozenset({pod[0]})),
+                    honor_taints=c.get("nodeTaintsPolicy") == "Honor",
+                    every_node=c.get("nodeAffinityPolicy") == "Ignore",
+                    min_domains=least if isinstance(least, int) and least > 1 else 1,
+                )
+            )
     return tuple(out)
 
 
@@ -419,7 +445,7 @@ def spreads_itself(spec: object, labels: Mapping[str, str], namespace: str = "")
     two of them may share no node while a node of their type runs none.
     """
     own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
-    return any(t.selects(own) for t in spread_terms(spec, own))
+    return any(s.term.selects(own) for s in spread_terms(spec, own))
 
 
 def apart(spec: object, labels: Mapping[str, str], namespace: str, *, spread: bool) -> str | None:
@@ -597,8 +623,8 @@ class NodeRules:
     """Its pods' required pod anti-affinity (`pod_anti_terms`)."""
     near: tuple[PodTerm, ...] = ()
     """Its pods' required pod affinity (`pod_affinity_terms`)."""
-    spread: tuple[PodTerm, ...] = ()
-    """Its pods' topology spread constraints one pod per node (`spread_terms`)."""
+    spread: tuple[Spread, ...] = ()
+    """Its pods' topology spread constraints of one pod per node (`spread_terms`)."""
     claims: tuple[str, ...] = ()
     """The PersistentVolumeClaims its pods mount (`claims_of`), by name in their namespace."""
     ephemeral: tuple[str, ...] = ()
@@ -782,6 +808,19 @@ class NodeRules:
         """Whether `pod` meets every term of its pods' required pod affinity (`near`)."""
         return bool(self.near) and all(t.selects(pod) for t in self.near)
 
+    def untolerated(self, taints: Iterable[Taint]) -> Taint | None:
+        """The first of `taints` its pods do not tolerate (TaintToleration), or None.
+
+        A taint on `nvidia.com/gpu` counts as tolerated by pods asking whole GPUs (the
+        ExtendedResourceToleration admission plugin adds that toleration).
+        """
+        for taint in taints:
+            if self.whole_gpus and taint.key == GPU_RESOURCE:
+                continue
+            if not any(t.tolerates(taint) for t in self.tolerations):
+                return taint
+        return None
+
     def pods_fit(self, cpu_free_milli: int, memory_free_mib: int) -> int | None:
         """How many of its pods the node's free CPU and memory hold; None: no limit."""
         room = None
@@ -810,11 +849,9 @@ class NodeRules:
             if any(t.matches("", labels) for t in self.terms):
                 return "node affinity excluding it by name"  # status.avoidNodes, most often
             return "required node affinity"
-        for taint in taints:
-            if self.whole_gpus and taint.key == GPU_RESOURCE:
-                continue
-            if not any(t.tolerates(taint) for t in self.tolerations):
-                return f"taint {taint} not tolerated"
+        taint = self.untolerated(taints)
+        if taint is not None:
+            return f"taint {taint} not tolerated"
         if allocatable is not None and self.asks and self.pods_fit(*allocatable) == 0:
             return (
                 f"allocatable CPU or memory below one worker's request "

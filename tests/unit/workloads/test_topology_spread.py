@@ -21,7 +21,7 @@ from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.node_fit import job_rules, spread_terms
 from chronotope.workloads.training import decide
 from tests.unit.workloads.test_backfill import node
-from tests.unit.workloads.test_node_fit import A100, NOW
+from tests.unit.workloads.test_node_fit import A100, NOW, V100
 from tests.unit.workloads.test_pod_anti_affinity import ME, _job, _labels, _pod
 
 HOST = "kubernetes.io/hostname"
@@ -45,14 +45,16 @@ TRAINERS = {"matchLabels": {"app": "trainer"}}
 
 
 def test_one_per_node_is_read_as_a_term_for_the_pods_own_namespace() -> None:
-    (term,) = spread_terms(_spread(TRAINERS), ME)
+    (spread,) = spread_terms(_spread(TRAINERS), ME)
+    term = spread.term
+    assert (spread.honor_taints, spread.every_node, spread.min_domains) == (False, False, 1)
     assert term.selects(("scale", _labels(app="trainer")))
     assert not term.selects(("other", _labels(app="trainer")))  # it counts its own namespace
     assert not term.selects(("scale", _labels(app="serve")))
     # matchLabelKeys take the pod's own values
     (keyed,) = spread_terms(_spread({}, matchLabelKeys=["chronotope.dev/job"]), ME)
-    assert keyed.selects(("scale", _labels(**{"chronotope.dev/job": "j"})))
-    assert not keyed.selects(("scale", _labels(**{"chronotope.dev/job": "k"})))
+    assert keyed.term.selects(("scale", _labels(**{"chronotope.dev/job": "j"})))
+    assert not keyed.term.selects(("scale", _labels(**{"chronotope.dev/job": "k"})))
 
 
 @pytest.mark.parametrize(
@@ -120,3 +122,40 @@ def test_a_gang_larger_than_its_types_nodes_says_its_spread_holds_it_back() -> N
         "at most 2 worker(s) of 1 GPU(s) (StrictSpread: a topology spread constraint "
         "(maxSkew 1 on kubernetes.io/hostname) matches its workers' own labels)"
     ) in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("policy", "free"),
+    [
+        # b (cordoned, no pod it counts) counts: the least count is 0, a is refused
+        ({}, [0, 8]),
+        # nodeTaintsPolicy Honor: b (cordoned) is not counted, a is the least: left to
+        # kube-scheduler
+        ({"nodeTaintsPolicy": "Honor"}, [8, 8]),
+        # minDomains 3 over two nodes: the least count is taken as 0
+        ({"nodeTaintsPolicy": "Honor", "minDomains": 3}, [0, 8]),
+    ],
+)
+def test_the_nodes_a_spread_counts_over_follow_its_policies(
+    policy: dict[str, Any], free: list[int]
+) -> None:
+    cordoned = node("b", A100, 8)
+    cordoned["spec"] = {"unschedulable": True}
+    job = _spready()
+    job["spec"]["template"]["spec"]["topologySpreadConstraints"][0] |= policy
+    capacity = cluster_capacity(
+        [node("a", A100, 8), cordoned], [_pod("t", "a", {"app": "trainer"})]
+    )
+    assert [n.free for n in admitting(capacity, A100, job_rules(job_spec(job))).nodes] == free
+
+
+def test_a_spread_ignoring_node_affinity_counts_every_node() -> None:
+    # the V100 node runs none of the pods it counts: with nodeAffinityPolicy Ignore the
+    # least count is 0 there, and the A100 node running one is refused
+    nodes = [node("a", A100, 8), node("v", V100, 8)]
+    pods = [_pod("t", "a", {"app": "trainer"})]
+    job = _spready()
+    capacity = cluster_capacity(nodes, pods)
+    assert [n.free for n in admitting(capacity, A100, job_rules(job_spec(job))).nodes] == [8]
+    job["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["nodeAffinityPolicy"] = "Ignore"
+    assert [n.free for n in admitting(capacity, A100, job_rules(job_spec(job))).nodes] == [0]
