@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import chain
 from typing import Any, NamedTuple, TypeAlias
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
@@ -474,17 +475,20 @@ def _spread_in_force(
     out: set[PodTerm] = set()
     for s in rules.spread:
         pool: Iterable[NodeCapacity] = capacity if s.every_node else nodes
-        counted: list[Iterable[Neighbour]] = [
+        counted: Iterable[Iterable[Neighbour]] = (
             n.neighbours
             for n in pool
             if (s.every_node or rules.refuses(n.name, n.labels, ()) is None)
             and not (s.honor_taints and (not n.schedulable or rules.untolerated(n.taints)))
-        ]
+        )
         if s.every_node:
-            counted += [pods for _, pods, _ in facts_of(capacity).outside]
-        if len(counted) < s.min_domains or any(
-            not any(s.term.selects(p) for p in pods) for pods in counted
-        ):
+            counted = chain(counted, (pods for _, pods, _ in facts_of(capacity).outside))
+        if s.min_domains > 1:
+            counted = list(counted)
+            if len(counted) < s.min_domains:
+                out.add(s.term)
+                continue
+        if any(not any(s.term.selects(p) for p in pods) for pods in counted):
             out.add(s.term)
     return frozenset(out)
 
