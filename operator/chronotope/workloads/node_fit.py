@@ -112,6 +112,7 @@ __all__ = [
     "spread_terms",
     "spreads_itself",
     "template_apart",
+    "template_pods",
     "volume_rules",
 ]
 
@@ -472,12 +473,25 @@ def apart(spec: object, labels: Mapping[str, str], namespace: str, *, spread: bo
 
 def template_apart(template: Mapping[str, Any] | None) -> str | None:
     """`apart` (spread included) for a pod template whose metadata names its namespace."""
-    template = template or {}
-    meta = template.get("metadata")
+    who = template_pods(template)
+    if who is None:
+        return None
+    return apart((template or {}).get("spec"), dict(who[1]), who[0], spread=True)
+
+
+def template_pods(template: Mapping[str, Any] | None) -> Neighbour | None:
+    """The namespace and labels of a pod template's pods, when its metadata names a namespace.
+
+    As `job_spec` names them (the job's namespace, its labels and job label): what pod
+    (anti-)affinity and topology spread select.
+    """
+    meta = (template or {}).get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
+    if not isinstance(meta.get("namespace"), str):
+        return None
     labels = meta.get("labels")
-    own = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
-    return apart(template.get("spec"), own, str(meta.get("namespace") or ""), spread=True)
+    pairs = labels.items() if isinstance(labels, Mapping) else ()
+    return meta["namespace"], frozenset((str(k), str(v)) for k, v in pairs)
 
 
 def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
@@ -644,13 +658,7 @@ class NodeRules:
         The API server rejects a malformed pod when the workers are created, and the
         controller reports that; here it only must not make a node look forbidden.
         """
-        meta = (template or {}).get("metadata")
-        meta = meta if isinstance(meta, Mapping) else {}
-        labels = meta.get("labels")
-        who: Neighbour | None = None
-        if isinstance(meta.get("namespace"), str):
-            pairs_of = labels.items() if isinstance(labels, Mapping) else ()
-            who = (meta["namespace"], frozenset((str(k), str(v)) for k, v in pairs_of))
+        who = template_pods(template)
         spec = (template or {}).get("spec")
         if not isinstance(spec, Mapping):
             return cls(whole_gpus=whole_gpus, who=who)
