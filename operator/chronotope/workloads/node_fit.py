@@ -952,6 +952,9 @@ class VolumeRule:
     """The volume's zone and region labels: the values a node's label must be one of."""
     refusal: str | None = None
     """Why it fits no node (missing, being deleted), or None."""
+    one_pod: bool = False
+    """Its access mode is `ReadWriteOncePod`: one pod at a time may use it (kube-scheduler's
+    VolumeRestrictions), so it holds one worker of a gang at most."""
 
     def refuses(self, name: str, labels: Mapping[str, str]) -> str | None:
         """Why pods mounting it may not run on node `name` with `labels`, or None."""
@@ -986,24 +989,35 @@ def volume_rules(
     for c in claims:
         meta = c.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        if meta.get("deletionTimestamp"):
-            out[key] = VolumeRule(key, refusal=f"PersistentVolumeClaim {key} is being deleted")
-            continue
-        bound = str((c.get("spec") or {}).get("volumeName") or "")
-        pv = by_name.get(bound)
-        if not bound and kinds is not None:
-            name = claim_class(c)
-            out[key] = _unbound(c, name, kinds, by_class.get(name, ()) if name else ())
-            continue
-        if pv is None:  # not known, or its volume not yet seen: binding under way
-            out[key] = VolumeRule(key)
-            continue
-        labels = (pv.get("metadata") or {}).get("labels") or {}
-        zones = tuple(
-            (k, frozenset(str(labels[k]).split("__"))) for k in VOLUME_ZONE_LABELS if labels.get(k)
-        )
-        out[key] = VolumeRule(key, f"PersistentVolume {bound}", _volume_terms(pv), zones)
+        out[key] = _claim_rule(c, key, by_name, by_class, kinds)
+        if "ReadWriteOncePod" in ((c.get("spec") or {}).get("accessModes") or ()):
+            out[key] = replace(out[key], one_pod=True)
     return out
+
+
+def _claim_rule(
+    c: Mapping[str, Any],
+    key: str,
+    by_name: Mapping[str, Mapping[str, Any]],
+    by_class: Mapping[str, Sequence[Mapping[str, Any]]],
+    kinds: Mapping[str, Mapping[str, Any]] | None,
+) -> VolumeRule:
+    """The `VolumeRule` of claim `c` (`key`: namespace/name), from the volumes and classes."""
+    meta = c.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return VolumeRule(key, refusal=f"PersistentVolumeClaim {key} is being deleted")
+    bound = str((c.get("spec") or {}).get("volumeName") or "")
+    pv = by_name.get(bound)
+    if not bound and kinds is not None:
+        name = claim_class(c)
+        return _unbound(c, name, kinds, by_class.get(name, ()) if name else ())
+    if pv is None:  # not known, or its volume not yet seen: binding under way
+        return VolumeRule(key)
+    labels = (pv.get("metadata") or {}).get("labels") or {}
+    zones = tuple(
+        (k, frozenset(str(labels[k]).split("__"))) for k in VOLUME_ZONE_LABELS if labels.get(k)
+    )
+    return VolumeRule(key, f"PersistentVolume {bound}", _volume_terms(pv), zones)
 
 
 def claim_class(claim: Mapping[str, Any]) -> str:

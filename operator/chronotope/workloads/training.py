@@ -280,6 +280,16 @@ def decide(
             f"waiting for its volumes: {'; '.join(unready)}",
             cause="VolumeNotReady",
         )
+    want = spec.replicas
+    least = min(spec.min_replicas or want, want)
+    shared = next((v.claim for v in volumes if v.one_pod), None)
+    if shared is not None and least > 1:  # kube-scheduler's VolumeRestrictions
+        return Decision(
+            Action.IMPOSSIBLE,
+            f"cannot ever run here: PersistentVolumeClaim {shared} is ReadWriteOncePod (one "
+            f"pod may use it) and every one of its {least} workers mounts it",
+            cause="VolumeConflict",
+        )
     rejected = rules.runtime_refusal(facts.runtimes)
     if rejected is not None:  # its workers could not even be created
         return Decision(
@@ -288,8 +298,6 @@ def decide(
             cause="RuntimeClassRejected",
         )
     rules = in_cluster(capacity, rules)  # what the messages name: with the class's overhead
-    want = spec.replicas
-    least = min(spec.min_replicas or want, want)
     reference: GangPlan | None = None
     if planner is not None:
         ref = planner.reference(capacity)

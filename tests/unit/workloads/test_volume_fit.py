@@ -276,3 +276,23 @@ def test_a_generic_ephemeral_volume_goes_where_its_class_may_give_it_a_volume() 
     # the classes not known: nothing is checked
     unknown = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=volume_rules([], volumes)))
     assert decide(job_spec(_ephemeral("local")), unknown, NOW).gpu_type == A100
+
+
+def test_a_gang_sharing_a_read_write_once_pod_claim_can_never_run() -> None:
+    # kube-scheduler's VolumeRestrictions: one pod at a time may use such a claim, so a
+    # gang of two whose workers both mount it would have its second worker Pending for
+    # ever (before: planned, stuck, re-planned every 45 s); one worker may use it
+    claim = _claim("solo", "pv-x")
+    claim["spec"]["accessModes"] = ["ReadWriteOncePod"]
+    rules = volume_rules([claim], [_volume("pv-x", "x")])
+    assert rules["scale/solo"].one_pod
+    capacity = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=rules))
+    pair = _mounting("solo")
+    pair["spec"]["replicas"] = 2
+    decision = decide(job_spec(pair), capacity, NOW)
+    assert decision.cause == "VolumeConflict"
+    assert decision.reason == (
+        "cannot ever run here: PersistentVolumeClaim scale/solo is ReadWriteOncePod (one pod "
+        "may use it) and every one of its 2 workers mounts it"
+    )
+    assert decide(job_spec(_mounting("solo")), capacity, NOW).gpu_type == V100
