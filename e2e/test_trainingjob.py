@@ -1021,6 +1021,36 @@ def _slow_zone_volume(tag: str) -> dict[str, Any]:
     }
 
 
+def test_a_gang_sharing_a_read_write_once_pod_claim_says_it_can_never_run(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # both workers of a gang mount one ReadWriteOncePod claim: kube-scheduler's
+    # VolumeRestrictions lets one pod use it, so the gang could never all run. The job
+    # says so and starts nothing. Before, one worker was bound, the other stayed
+    # Pending, and the stuck rule re-planned the gang every 45 s
+    api, custom, core = jobs_api
+    claim = {
+        "metadata": {"name": "solo"},
+        "spec": {
+            "accessModes": ["ReadWriteOncePod"],
+            "storageClassName": "",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    core.create_namespaced_persistent_volume_claim(namespace, claim)
+    with _fast_and_slow(api, core, namespace) as (fast, slow, _, _):
+        pair = job("pair", 2, 1, [(fast, 2.0), (slow, 1.0)])
+        pod = pair["spec"]["template"]["spec"]
+        pod["volumes"] = [{"name": "solo", "persistentVolumeClaim": {"claimName": "solo"}}]
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, pair)
+        said = f"PersistentVolumeClaim {namespace}/solo is ReadWriteOncePod"
+        wait_for(lambda: said in _why(api, namespace, "pair"), 60, "pair says why")
+        assert not _events(core, namespace, "pair").get("Started")
+        assert not core.list_namespaced_pod(
+            namespace, label_selector="chronotope.dev/job=pair"
+        ).items
+
+
 def test_a_gang_whose_ephemeral_volume_can_only_be_local_starts_beside_it(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:

@@ -273,13 +273,6 @@ def decide(
     rules = job_rules(spec)
     facts = facts_of(capacity)
     volumes = rules.volumes(facts.volumes)
-    unready = [v.refusal for v in volumes if v.refusal is not None]
-    if unready:  # no node will do until the claim is there (and bound)
-        return Decision(
-            Action.IMPOSSIBLE,
-            f"waiting for its volumes: {'; '.join(unready)}",
-            cause="VolumeNotReady",
-        )
     want = spec.replicas
     least = min(spec.min_replicas or want, want)
     shared = next((v.claim for v in volumes if v.one_pod), None)
@@ -289,6 +282,13 @@ def decide(
             f"cannot ever run here: PersistentVolumeClaim {shared} is ReadWriteOncePod (one "
             f"pod may use it) and every one of its {least} workers mounts it",
             cause="VolumeConflict",
+        )
+    unready = [v.refusal for v in volumes if v.refusal is not None]
+    if unready:  # no node will do until the claim is there (and bound)
+        return Decision(
+            Action.IMPOSSIBLE,
+            f"waiting for its volumes: {'; '.join(unready)}",
+            cause="VolumeNotReady",
         )
     rejected = rules.runtime_refusal(facts.runtimes)
     if rejected is not None:  # its workers could not even be created

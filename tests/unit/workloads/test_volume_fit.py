@@ -296,3 +296,7 @@ def test_a_gang_sharing_a_read_write_once_pod_claim_can_never_run() -> None:
         "may use it) and every one of its 2 workers mounts it"
     )
     assert decide(job_spec(_mounting("solo")), capacity, NOW).gpu_type == V100
+    # not bound yet: it never will be for both, which is what the job says
+    claim["spec"] = {"accessModes": ["ReadWriteOncePod"]}
+    waiting = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=volume_rules([claim], [], [])))
+    assert decide(job_spec(pair), waiting, NOW).cause == "VolumeConflict"
