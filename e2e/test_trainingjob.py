@@ -1021,6 +1021,31 @@ def _slow_zone_volume(tag: str) -> dict[str, Any]:
     }
 
 
+def _manual_class(tag: str, *, local: bool) -> dict[str, Any]:
+    """StorageClass manual-TAG, whose provisioner never runs: it binds a claim at once to a
+    volume made by hand, or (`local`) only to a static volume, when its pod is placed."""
+    if local:
+        return {
+            "metadata": {"name": f"manual-{tag}"},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
+    return {"metadata": {"name": f"manual-{tag}"}, "provisioner": "example.com/none"}
+
+
+@contextlib.contextmanager
+def _manual_storage(api: Any, tag: str) -> Iterator[client.StorageV1Api]:
+    """The storage API; PersistentVolume data-TAG and StorageClass manual-TAG deleted after."""
+    storage, core = client.StorageV1Api(api), client.CoreV1Api(api)
+    try:
+        yield storage
+    finally:
+        with contextlib.suppress(client.exceptions.ApiException):
+            core.delete_persistent_volume(f"data-{tag}")
+        with contextlib.suppress(client.exceptions.ApiException):
+            storage.delete_storage_class(f"manual-{tag}")
+
+
 def test_a_gang_sharing_a_read_write_once_pod_claim_says_it_can_never_run(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
@@ -1060,35 +1085,26 @@ def test_a_gang_whose_ephemeral_volume_can_only_be_local_starts_beside_it(
     # on the slow node, and kube-scheduler binds the worker's claim to that volume.
     # Before, it was planned on the fast node and the stuck rule moved it after 45 s
     api, custom, core = jobs_api
-    storage = client.StorageV1Api(api)
     tag = namespace[-6:]
-    kind = {
-        "metadata": {"name": f"manual-{tag}"},
-        "provisioner": "kubernetes.io/no-provisioner",
-        "volumeBindingMode": "WaitForFirstConsumer",
-    }
     claim = {
         "storageClassName": f"manual-{tag}",
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": "1Gi"}},
     }
-    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
-        try:
-            storage.create_storage_class(kind)
-            core.create_persistent_volume(_slow_zone_volume(tag))
-            scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
-            pod = scratch["spec"]["template"]["spec"]
-            ephemeral = {"volumeClaimTemplate": {"spec": claim}}
-            pod["volumes"] = [{"name": "scratch", "ephemeral": ephemeral}]
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
-            _started_at_once_on(api, core, namespace, "scratch", gpu=slow, nodes=slow_nodes)
-            volume = core.read_persistent_volume(f"data-{tag}")
-            assert volume.spec.claim_ref is not None, volume.spec  # the worker's claim took it
-        finally:
-            with contextlib.suppress(client.exceptions.ApiException):
-                core.delete_persistent_volume(f"data-{tag}")
-            with contextlib.suppress(client.exceptions.ApiException):
-                storage.delete_storage_class(f"manual-{tag}")
+    with (
+        _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes),
+        _manual_storage(api, tag) as storage,
+    ):
+        storage.create_storage_class(_manual_class(tag, local=True))
+        core.create_persistent_volume(_slow_zone_volume(tag))
+        scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        pod = scratch["spec"]["template"]["spec"]
+        ephemeral = {"volumeClaimTemplate": {"spec": claim}}
+        pod["volumes"] = [{"name": "scratch", "ephemeral": ephemeral}]
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
+        _started_at_once_on(api, core, namespace, "scratch", gpu=slow, nodes=slow_nodes)
+        volume = core.read_persistent_volume(f"data-{tag}")
+        assert volume.spec.claim_ref is not None, volume.spec  # the worker's claim took it
 
 
 @pytest.mark.parametrize("claim", ["bound", "missing at first", "not bound yet", "local"])
@@ -1106,7 +1122,6 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
     # is placed (WaitForFirstConsumer), so the pod goes only where a volume it could
     # bind to may be used; kube-scheduler binds the claim to it when it binds the pod
     api, custom, core = jobs_api
-    storage = client.StorageV1Api(api)
     tag = namespace[-6:]
     volume = _slow_zone_volume(tag)
     data: dict[str, Any] = {
@@ -1123,56 +1138,49 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
         got = core.read_namespaced_persistent_volume_claim("data", namespace)
         return bool(got.status and got.status.phase == "Bound")
 
-    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
-        try:
-            if claim in ("not bound yet", "local"):  # an unbound claim of the test's class
-                # no provisioner runs: bound once a volume is made
-                kind = {"metadata": {"name": f"manual-{tag}"}, "provisioner": "example.com/none"}
-                if claim == "local":  # static volumes only, bound when a pod is placed
-                    kind["provisioner"] = "kubernetes.io/no-provisioner"
-                    kind["volumeBindingMode"] = "WaitForFirstConsumer"
-                    core.create_persistent_volume(volume)
-                storage.create_storage_class(kind)
-                del data["spec"]["volumeName"]
-                core.create_namespaced_persistent_volume_claim(namespace, data)
-            else:
+    with (
+        _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes),
+        _manual_storage(api, tag) as storage,
+    ):
+        if claim in ("not bound yet", "local"):  # an unbound claim of the test's class
+            if claim == "local":  # static volumes only, bound when a pod is placed
                 core.create_persistent_volume(volume)
-            if claim == "bound":
-                core.create_namespaced_persistent_volume_claim(namespace, data)
-                wait_for(bound, 60, "the claim bound")
-            reader = job("reader", 1, 1, [(fast, 2.0), (slow, 1.0)])
-            pod = reader["spec"]["template"]["spec"]
-            pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
-            pod["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
-            if claim == "missing at first":
-                said = f"PersistentVolumeClaim {namespace}/data not found"
-                wait_for(
-                    lambda: said in _why(api, namespace, "reader"),
-                    60,
-                    "reader says its claim is missing",
-                )
-                core.create_namespaced_persistent_volume_claim(namespace, data)
-                wait_for(bound, 60, "the claim bound")
-            elif claim == "not bound yet":
-                said = f"PersistentVolumeClaim {namespace}/data is not bound yet"
-                wait_for(
-                    lambda: said in _why(api, namespace, "reader"),
-                    60,
-                    "reader says its claim is not bound",
-                )
-                assert f"(StorageClass manual-{tag})" in _why(api, namespace, "reader")
-                assert not _events(core, namespace, "reader").get("Started")
-                core.create_persistent_volume(volume)
-                wait_for(bound, 90, "the claim bound to the new volume")
-            _started_at_once_on(api, core, namespace, "reader", gpu=slow, nodes=slow_nodes)
-            if claim == "local":  # kube-scheduler bound it to the volume it was placed by
-                wait_for(bound, 60, "the claim bound to the local volume")
-        finally:
-            with contextlib.suppress(client.exceptions.ApiException):
-                core.delete_persistent_volume(f"data-{tag}")
-            with contextlib.suppress(client.exceptions.ApiException):
-                storage.delete_storage_class(f"manual-{tag}")
+            storage.create_storage_class(_manual_class(tag, local=claim == "local"))
+            del data["spec"]["volumeName"]
+            core.create_namespaced_persistent_volume_claim(namespace, data)
+        else:
+            core.create_persistent_volume(volume)
+        if claim == "bound":
+            core.create_namespaced_persistent_volume_claim(namespace, data)
+            wait_for(bound, 60, "the claim bound")
+        reader = job("reader", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        pod = reader["spec"]["template"]["spec"]
+        pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+        pod["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
+        if claim == "missing at first":
+            said = f"PersistentVolumeClaim {namespace}/data not found"
+            wait_for(
+                lambda: said in _why(api, namespace, "reader"),
+                60,
+                "reader says its claim is missing",
+            )
+            core.create_namespaced_persistent_volume_claim(namespace, data)
+            wait_for(bound, 60, "the claim bound")
+        elif claim == "not bound yet":
+            said = f"PersistentVolumeClaim {namespace}/data is not bound yet"
+            wait_for(
+                lambda: said in _why(api, namespace, "reader"),
+                60,
+                "reader says its claim is not bound",
+            )
+            assert f"(StorageClass manual-{tag})" in _why(api, namespace, "reader")
+            assert not _events(core, namespace, "reader").get("Started")
+            core.create_persistent_volume(volume)
+            wait_for(bound, 90, "the claim bound to the new volume")
+        _started_at_once_on(api, core, namespace, "reader", gpu=slow, nodes=slow_nodes)
+        if claim == "local":  # kube-scheduler bound it to the volume it was placed by
+            wait_for(bound, 60, "the claim bound to the local volume")
 
 
 @pytest.mark.parametrize("apart", ["hostPort", "podAntiAffinity"])

@@ -47,6 +47,7 @@ from chronotope.workloads.node_fit import (
     anti_among,
     domains,
     host_ports,
+    neighbour,
     node_taints,
     pod_anti_terms,
 )
@@ -700,11 +701,7 @@ class _Held:
         """
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         self.ports.update(host_ports(spec))
-        labels = meta.get("labels") or {}
-        me = (
-            str(meta.get("namespace") or ""),
-            frozenset((str(k), str(v)) for k, v in labels.items()),
-        )
+        me = neighbour(str(meta.get("namespace") or ""), meta.get("labels") or {})
         self.neighbours.add(me)
         self.repels.extend(anti_among(pod_anti_terms(spec, me), namespaces))
 

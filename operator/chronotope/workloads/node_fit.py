@@ -101,6 +101,7 @@ __all__ = [
     "labelled",
     "namespace_labels",
     "near_among",
+    "neighbour",
     "next_avoid",
     "node_taints",
     "pod_affinity_terms",
@@ -232,6 +233,11 @@ NamespaceLabels: TypeAlias = Mapping[str, Mapping[str, str]]
 
 Neighbour: TypeAlias = tuple[str, frozenset[tuple[str, str]]]
 """A pod as a pod (anti-)affinity term sees it: its namespace and labels."""
+
+
+def neighbour(namespace: str, labels: Mapping[Any, Any]) -> Neighbour:
+    """A pod of `namespace` with `labels` as a pod (anti-)affinity term sees it."""
+    return namespace, frozenset((str(k), str(v)) for k, v in labels.items())
 
 
 @dataclass(frozen=True)
@@ -445,7 +451,7 @@ def spreads_itself(spec: object, labels: Mapping[str, str], namespace: str = "")
     One of their topology spread constraints read as a term selects their own labels:
     two of them may share no node while a node of their type runs none.
     """
-    own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
+    own = neighbour(namespace, labels)
     return any(s.term.selects(own) for s in spread_terms(spec, own))
 
 
@@ -490,8 +496,7 @@ def template_pods(template: Mapping[str, Any] | None) -> Neighbour | None:
     if not isinstance(meta.get("namespace"), str):
         return None
     labels = meta.get("labels")
-    pairs = labels.items() if isinstance(labels, Mapping) else ()
-    return meta["namespace"], frozenset((str(k), str(v)) for k, v in pairs)
+    return neighbour(meta["namespace"], labels if isinstance(labels, Mapping) else {})
 
 
 def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
@@ -500,7 +505,7 @@ def avoids_itself(spec: object, labels: Mapping[str, str], namespace: str = "") 
     One of their required pod anti-affinity terms on `kubernetes.io/hostname`
     (`pod_anti_terms`) selects their own labels in their own namespace.
     """
-    own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
+    own = neighbour(namespace, labels)
     return any(t.on_node and t.selects(own) for t in pod_anti_terms(spec, own))
 
 
@@ -511,7 +516,7 @@ def seeks_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -
     met by their own labels in their own namespace: once one runs, the others may go
     only where a pod that meets it runs.
     """
-    own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
+    own = neighbour(namespace, labels)
     terms = pod_affinity_terms(spec, own)
     return bool(terms) and all(t.on_node and t.selects(own) for t in terms)
 
@@ -526,7 +531,7 @@ def seeks_itself_within(
     one runs, kube-scheduler puts the others only in its domain (`seeks_itself` is the
     same on `kubernetes.io/hostname`).
     """
-    own: Neighbour = (namespace, frozenset((str(k), str(v)) for k, v in labels.items()))
+    own = neighbour(namespace, labels)
     for level, key in DOMAIN_LABELS.items():
         terms = _pod_terms(spec, own, "podAffinity", key)
         if terms and None not in terms and all(t is not None and t.selects(own) for t in terms):
