@@ -1138,6 +1138,9 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
         got = core.read_namespaced_persistent_volume_claim("data", namespace)
         return bool(got.status and got.status.phase == "Bound")
 
+    def says(text: str) -> None:
+        wait_for(lambda: text in _why(api, namespace, "reader"), 60, f"reader saying {text!r}")
+
     with (
         _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes),
         _manual_storage(api, tag) as storage,
@@ -1159,21 +1162,11 @@ def test_a_gang_whose_volume_lives_in_one_zone_starts_there(
         pod["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
         if claim == "missing at first":
-            said = f"PersistentVolumeClaim {namespace}/data not found"
-            wait_for(
-                lambda: said in _why(api, namespace, "reader"),
-                60,
-                "reader says its claim is missing",
-            )
+            says(f"PersistentVolumeClaim {namespace}/data not found")
             core.create_namespaced_persistent_volume_claim(namespace, data)
             wait_for(bound, 60, "the claim bound")
         elif claim == "not bound yet":
-            said = f"PersistentVolumeClaim {namespace}/data is not bound yet"
-            wait_for(
-                lambda: said in _why(api, namespace, "reader"),
-                60,
-                "reader says its claim is not bound",
-            )
+            says(f"PersistentVolumeClaim {namespace}/data is not bound yet")
             assert f"(StorageClass manual-{tag})" in _why(api, namespace, "reader")
             assert not _events(core, namespace, "reader").get("Started")
             core.create_persistent_volume(volume)
