@@ -788,22 +788,40 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # the job's workers are spread one per zone (`_spread_against`, on the zone label):
-    # kube-scheduler's PodTopologySpread filter refuses the fast node whose zone runs a
-    # pod it counts, and the plan reads topology spread only per node. Before, the stuck
-    # rule re-planned the job on that node again, for ever
+    # the job's two workers are spread one per zone (maxSkew 1, counting themselves);
+    # the fast type has two nodes in one zone (and a cordoned one, counted, in another),
+    # the slow type one node in each of two zones. The plan lets each zone take one
+    # worker but not how a gang shares a zone among its nodes: it plans both on the
+    # fast zone's two nodes, and kube-scheduler's PodTopologySpread filter refuses the
+    # second worker once the first is bound. The stuck rule moves the job off that node
+    # (before `status.avoidNodes`, it re-planned the job on that node again, for ever)
     api, custom, core = jobs_api
-    with _spread_against(api, core, namespace, ZONE_LABEL) as setup:
-        _, slow, fast_nodes, slow_nodes, spready = setup
+    tag = namespace[-6:]
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    with (
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 2, zone=f"fz-{tag}") as fast_nodes,
+        _gpu_nodes(api, core, f"fb-{tag}", fast, 1, zone=f"fy-{tag}") as cordoned,
+        _gpu_nodes(api, core, f"sa-{tag}", slow, 1, zone=f"sz-{tag}") as slow_a,
+        _gpu_nodes(api, core, f"sb-{tag}", slow, 1, zone=f"sy-{tag}") as slow_b,
+    ):
+        wait_nodes_untainted(api, {*fast_nodes, *cordoned, *slow_a, *slow_b}, 60)
+        core.patch_node(cordoned[0], {"spec": {"unschedulable": True}})
+        spready = job("spready", 2, 1, [(fast, 2.0), (slow, 1.0)])
+        spready["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
+        spready["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+            _spread_constraint(ZONE_LABEL)
+        ]
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, spready)
         _wait_running(api, namespace, "spready", timeout=150, what="spready running off the node")
         status = _get(api, namespace, "spready")["status"]
         assert status["plan"]["gpuType"] == slow
-        assert [p["node"] for p in status["placement"]] == slow_nodes
+        assert sorted(p["node"] for p in status["placement"]) == sorted(slow_a + slow_b)
         assert not status.get("avoidNodes")  # placed: cleared
         replanned = _events(core, namespace, "spready")["Replanning"]
         assert "topology spread" in replanned, replanned
-        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+        assert any(replanned.endswith(f"re-planning off node(s) {n}") for n in fast_nodes), (
+            replanned
+        )
 
 
 @pytest.mark.parametrize("runtime", ["in place", "missing at first"])
@@ -970,25 +988,31 @@ def _spread_against(
         )
         spready = job("spready", 1, 1, [(fast, 2.0), (slow, 1.0)])
         spready["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
-        spready["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": key,
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"app": "trainer"}},
-            }
-        ]
+        spready["spec"]["template"]["spec"]["topologySpreadConstraints"] = [_spread_constraint(key)]
         yield fast, slow, fast_nodes, slow_nodes, spready
 
 
-def test_a_gang_spread_one_per_node_keeps_off_a_node_with_a_pod_it_counts(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+def _spread_constraint(key: str) -> dict[str, Any]:
+    """A topology spread constraint of maxSkew 1 on `key` counting pods labelled app=trainer."""
+    return {
+        "maxSkew": 1,
+        "topologyKey": key,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "trainer"}},
+    }
+
+
+@pytest.mark.parametrize("key", ["kubernetes.io/hostname", ZONE_LABEL])
+def test_a_gang_spread_keeps_off_a_node_whose_domain_runs_a_pod_it_counts(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, key: str
 ) -> None:
-    # a topology spread of one per node (`_spread_against`): the plan knows it, and the
-    # job starts at once on the slow node. Before, it was planned on the first fast
-    # node, kube-scheduler would not bind it there, and the stuck rule moved it after 45 s
+    # a topology spread of one per node, or per zone (`_spread_against`): the plan
+    # counts the pods it selects per domain, and the job starts at once on the slow
+    # node. Before, it was planned on the first fast node, kube-scheduler would not
+    # bind it there, and the stuck rule moved it after 45 s (per node until stop 60,
+    # per zone until stop 61)
     api, custom, core = jobs_api
-    with _spread_against(api, core, namespace, "kubernetes.io/hostname") as setup:
+    with _spread_against(api, core, namespace, key) as setup:
         _, slow, _, slow_nodes, spready = setup
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, spready)
         _started_at_once_on(api, core, namespace, "spready", gpu=slow, nodes=slow_nodes)

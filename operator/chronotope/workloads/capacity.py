@@ -34,6 +34,8 @@ from chronotope.solver.policies import Policy
 from chronotope.solver.slots import domain_of, gang_domain, next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 from chronotope.workloads.node_fit import (
+    NOBODY,
+    Crowd,
     Domains,
     HostPort,
     NamespaceLabels,
@@ -42,6 +44,7 @@ from chronotope.workloads.node_fit import (
     Place,
     PodTerm,
     RuntimeRule,
+    Skew,
     Taint,
     VolumeRule,
     anti_among,
@@ -129,8 +132,9 @@ class NodeCapacity:
     partial: tuple[tuple[int, int], ...] = ()
     """(milli-GPU, device memory MiB) left on each GPU GPU-share pods use in part (neither
     untouched nor full); memory 0 where unknown."""
-    neighbours: frozenset[Neighbour] = frozenset()
-    """Its pods (bound, or planned there and not yet bound), as pod anti-affinity sees them."""
+    neighbours: Crowd = NOBODY
+    """Its pods (bound, or planned there and not yet bound), as pod (anti-)affinity and
+    topology spread see them."""
     repels: tuple[PodTerm, ...] = ()
     """Their required pod anti-affinity terms: kube-scheduler's InterPodAffinity filter keeps
     a pod they select off the node (on `kubernetes.io/hostname`) or its domain."""
@@ -335,13 +339,13 @@ class _Once:
         return self._said
 
 
-_Whom: TypeAlias = tuple[frozenset[PodTerm] | None, bool, Domains, frozenset[PodTerm]]
+_Whom: TypeAlias = tuple[frozenset[PodTerm] | None, bool, Domains, tuple[Skew, ...]]
 """Whether a pod (anti-)affinity or spread may concern the workers (None: none may;
 else the running pods' anti-affinity terms that select them, so jobs selected alike
 share answers), whether they are the first of a series their required pod affinity
 may start anywhere, the topology domains terms above one node keep them in or out
-of, and their topology spread terms in force on the type (`_whom`)."""
-_NO_ONE: _Whom = (None, False, Domains(), frozenset())
+of, and their topology spread constraints counted for the type (`_whom`, `_skews`)."""
+_NO_ONE: _Whom = (None, False, Domains(), ())
 _Asked: TypeAlias = tuple[NodeRules, int, _Whom, tuple[VolumeRule, ...]]
 """What `admitting` answers for: rules, GPUs per worker, `_Whom`, the claims' volumes."""
 _ADMITTED: dict[int, tuple[Sequence[NodeCapacity], dict[_Asked, Usable]]] = {}
@@ -395,7 +399,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
             continue
         room = _room(n, rules, per_worker, whom)
         if room < n.free:
-            cut[_blocked(n, rules, whom)] += 1
+            cut[_cause(n, rules, per_worker, whom)] += 1
             kept.append(replace(n, free=room, free_gpus=n.free_gpus[:room]))
         else:
             kept.append(n)
@@ -407,7 +411,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         cut[1],
         cut[2],
         positions=at,
-        shunning=_Once(partial(_shuns, nodes, rules, whom, at)) if cut[2] else None,
+        shunning=_Once(partial(_shuns, nodes, rules, per_worker, whom, at)) if cut[2] else None,
     )
     answers[asked] = seen
     return seen
@@ -438,7 +442,7 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
         return _NO_ONE
     far = frozenset(t for t in index.far if t.selects(who))
     near = frozenset(t for t in index.repelling.get(gpu_type, ()) if t.selects(who))
-    spread = _spread_in_force(capacity, index.nodes.get(gpu_type, ()), rules)
+    spread = _skews(capacity, index.nodes.get(gpu_type, ()), rules)
     if not (rules.anti or rules.near or far or near or spread):
         return _NO_ONE
     outside = facts_of(capacity).outside
@@ -457,69 +461,126 @@ def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) ->
     return near | far, first, known, spread
 
 
-def _spread_in_force(
-    capacity: Capacity, nodes: Sequence[NodeCapacity], rules: NodeRules
-) -> frozenset[PodTerm]:
-    """The workers' topology spread terms (`NodeRules.spread`) that keep them off a node now.
+def _skews(capacity: Capacity, nodes: Sequence[NodeCapacity], rules: NodeRules) -> tuple[Skew, ...]:
+    """The workers' topology spread constraints (`NodeRules.spread`) counted now (`Skew`).
 
-    kube-scheduler's PodTopologySpread counts the pods a constraint selects on each
-    node it counts over: those of `nodes` (the workers' GPU type's) their node selector
-    and affinity admit, or every node (`nodeAffinityPolicy: Ignore`; the nodes without
-    GPUs the model knows: those that run pods), less those whose taints they do not
-    tolerate (`nodeTaintsPolicy: Honor`). With `maxSkew` 1 a node running one is
-    refused while such a node runs none (the minimum is 0), or while there are fewer
-    such nodes than `minDomains`. When every one runs some, the minimum is not known
-    here (the cluster model keeps pods, not counts): the term is left to kube-scheduler.
+    kube-scheduler's PodTopologySpread counts the pods a constraint selects in each
+    domain of its key over the nodes it counts: those of `nodes` (the workers' GPU
+    type's) their node selector and affinity admit, or every node
+    (`nodeAffinityPolicy: Ignore`; of the nodes without GPUs the model knows those
+    that run pods), less those whose taints they do not tolerate (`nodeTaintsPolicy:
+    Honor`), and those without a label one of the workers' constraints is on. The
+    least is over the domains found (0 with fewer than `minDomains`).
     """
     if not rules.spread:
-        return frozenset()
-    out: set[PodTerm] = set()
+        return ()
+    keys = {s.term.key for s in rules.spread if not s.term.on_node}
+    out: list[Skew] = []
     for s in rules.spread:
         pool: Iterable[NodeCapacity] = capacity if s.every_node else nodes
-        counted: Iterable[Iterable[Neighbour]] = (
-            n.neighbours
+        places: Iterable[tuple[Mapping[str, str], Crowd]] = (
+            (n.labels, n.neighbours)
             for n in pool
             if (s.every_node or rules.refuses(n.name, n.labels, ()) is None)
             and not (s.honor_taints and (not n.schedulable or rules.untolerated(n.taints)))
         )
         if s.every_node:
-            counted = chain(counted, (pods for _, pods, _ in facts_of(capacity).outside))
-        if s.min_domains > 1:
-            counted = list(counted)
-            if len(counted) < s.min_domains:
-                out.add(s.term)
-                continue
-        if any(not any(s.term.selects(p) for p in pods) for pods in counted):
-            out.add(s.term)
-    return frozenset(out)
+            places = chain(
+                places, ((labels, pods) for labels, pods, _ in facts_of(capacity).outside)
+            )
+        places = (p for p in places if keys.issubset(p[0]))
+        if s.term.on_node:  # a domain a node: its pods are read where asked (`Skew.counted`)
+            least, found = None, 0
+            for _, pods in places:
+                found += 1
+                k = pods.count(s.term)
+                least = k if least is None else min(least, k)
+                if least == 0:
+                    break
+            out.append(Skew(s, 0 if least is None or found < s.min_domains else least))
+            continue
+        counts: dict[str, int] = {}
+        for labels, pods in places:
+            value = labels[s.term.key]
+            counts[value] = counts.get(value, 0) + pods.count(s.term)
+        least = min(counts.values()) if len(counts) >= s.min_domains and counts else 0
+        out.append(Skew(s, least, tuple(sorted(counts.items()))))
+    return tuple(out)
+
+
+def _capped(n: NodeCapacity, whom: _Whom) -> int | None:
+    """How many workers their topology spread lets onto `n` (None: no limit; `Skew.room`).
+
+    A constraint of one per node that lets some there sets no limit: such a gang is
+    placed one worker per node (`Spread.one_per_node`), so the node's free GPUs stay
+    as they are for choosing among nodes.
+    """
+    least: int | None = None
+    for skew in whom[3]:
+        room = skew.room(n.labels, n.neighbours)
+        if room and skew.spread.one_per_node:
+            continue
+        if room is not None and (least is None or room < least):
+            least = room
+    return least
 
 
 def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
     """What keeps workers with `rules` off `n` now: 0 nothing, 1 a host port, 2 pod affinity.
 
-    `whom`: the workers, when a pod (anti-)affinity may concern them (`_whom`).
+    Or their topology spread (2). `whom`: the workers, when a pod (anti-)affinity or
+    spread may concern them (`_whom`).
     """
+    return _kept_off(n, rules, whom, _capped(n, whom) if whom[3] else None)
+
+
+def _kept_off(n: NodeCapacity, rules: NodeRules, whom: _Whom, cap: int | None) -> int:
+    """`_blocked`, given `_capped`'s answer for `n`."""
     if rules.port_clash(n.host_ports) is not None:
         return 1
     if whom[0] is not None and (
-        rules.shuns(n.neighbours, n.repels, whom[1], whom[3]) is not None
+        rules.shuns(n.neighbours, n.repels, whom[1]) is not None
         or whom[2].refuses(n.labels) is not None
+        or cap == 0
     ):
         return 2
     return 0
 
 
-def _shuns(
-    nodes: Iterable[NodeCapacity], rules: NodeRules, whom: _Whom, kept: Mapping[str, int] | None
-) -> str:
-    """Why a pod (anti-)affinity keeps the workers off the first such node with free GPUs.
+def _cause(n: NodeCapacity, rules: NodeRules, per_worker: int, whom: _Whom) -> int:
+    """Why workers with `rules` take fewer of `n`'s free GPUs than it has (`_blocked`'s codes).
 
-    `nodes`: the type's; `kept`: those its rules admit (None: all). '' when none is.
+    0: too little CPU or memory; 1: a host port; 2: pod affinity, or their topology
+    spread lets fewer workers there (`_capped`).
+    """
+    cap = _capped(n, whom) if whom[3] else None
+    why = _kept_off(n, rules, whom, cap)
+    return 2 if why == 0 and cap is not None and cap * per_worker < n.free else why
+
+
+def _shuns(
+    nodes: Iterable[NodeCapacity],
+    rules: NodeRules,
+    per_worker: int,
+    whom: _Whom,
+    kept: Mapping[str, int] | None,
+) -> str:
+    """Why a pod (anti-)affinity or topology spread keeps the workers off the first such node.
+
+    The first with free GPUs (or lets fewer of them there: `_cause` 2). `nodes`: the
+    type's; `kept`: those its rules admit (None: all). '' when none is.
     """
     for n in nodes:
-        if n.free > 0 and (kept is None or n.name in kept) and _blocked(n, rules, whom) == 2:  # noqa: PLR2004
-            why = rules.shuns(n.neighbours, n.repels, whom[1], whom[3])
-            return why or whom[2].refuses(n.labels) or ""
+        if n.free <= 0 or (kept is not None and n.name not in kept):
+            continue
+        if _cause(n, rules, per_worker, whom) == 2:  # noqa: PLR2004
+            why = rules.shuns(n.neighbours, n.repels, whom[1]) or whom[2].refuses(n.labels)
+            if why:
+                return why
+            for skew in whom[3]:
+                room = skew.room(n.labels, n.neighbours)
+                if room is not None and room * per_worker < n.free:
+                    return skew.why(n.labels, n.neighbours)
     return ""
 
 
@@ -541,10 +602,12 @@ def _room(n: NodeCapacity, rules: NodeRules, per_worker: int, whom: _Whom) -> in
 
     CPU, memory, host ports and pod (anti-)affinity allowing.
     """
-    if _blocked(n, rules, whom):
+    cap = _capped(n, whom) if whom[3] else None
+    if _kept_off(n, rules, whom, cap):
         return 0
     pods = rules.pods_fit(n.cpu_free_milli, n.memory_free_mib) if rules.asks else None
-    return n.free if pods is None else min(n.free, pods * per_worker)
+    room = n.free if pods is None else min(n.free, pods * per_worker)
+    return room if cap is None else min(room, cap * per_worker)
 
 
 def refuses_some(
@@ -638,7 +701,7 @@ def cluster_model(
     state = cache.state()
     out: list[NodeCapacity] = []
     outside: tuple[Place, ...] = tuple(
-        ((node.get("metadata") or {}).get("labels") or {}, on.neighbours, on.repels)
+        ((node.get("metadata") or {}).get("labels") or {}, Crowd(on.neighbours), on.repels)
         for node in nodes
         if cache.nodes[node["metadata"]["name"]].gpu_count == 0
         and (on := held.get(node["metadata"]["name"])) is not None
@@ -678,7 +741,7 @@ def cluster_model(
                 host_memory_mib=info.memory_mib,
                 host_ports=frozenset(on.ports),
                 partial=partial,
-                neighbours=frozenset(on.neighbours),
+                neighbours=Crowd(on.neighbours),
                 repels=tuple(dict.fromkeys(on.repels)),
                 facts=shared,
             )
@@ -691,7 +754,7 @@ class _Held:
     """What the pods on one node hold there beyond resources (`NodeCapacity`'s fields)."""
 
     ports: set[HostPort] = field(default_factory=set)
-    neighbours: set[Neighbour] = field(default_factory=set)
+    neighbours: dict[Neighbour, int] = field(default_factory=dict)
     repels: list[PodTerm] = field(default_factory=list)
 
     def add(self, pod: Mapping[str, Any], namespaces: NamespaceLabels | None) -> None:
@@ -702,7 +765,7 @@ class _Held:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         self.ports.update(host_ports(spec))
         me = neighbour(str(meta.get("namespace") or ""), meta.get("labels") or {})
-        self.neighbours.add(me)
+        self.neighbours[me] = self.neighbours.get(me, 0) + 1
         self.repels.extend(anti_among(pod_anti_terms(spec, me), namespaces))
 
 
@@ -903,8 +966,8 @@ def _marked(n: NodeCapacity, rules: NodeRules | None) -> NodeCapacity:
         return n
     if rules.host_ports:
         n = replace(n, host_ports=n.host_ports.union(rules.host_ports))
-    if rules.who is not None and rules.who not in n.neighbours:
-        n = replace(n, neighbours=n.neighbours | {rules.who})
+    if rules.who is not None:
+        n = replace(n, neighbours=n.neighbours.plus(rules.who))
     new = tuple(t for t in rules.anti if t not in n.repels)
     return replace(n, repels=n.repels + new) if new else n
 
@@ -929,14 +992,18 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
             if pos is None:  # refused by its labels or taints: still so
                 continue
             if kept[pos].free < before[k].free:
-                cut[_blocked(before[k], rules, whom)] -= 1
+                cut[_cause(before[k], rules, per_worker, whom)] -= 1
             room = _room(new, rules, per_worker, whom)
             if room < new.free:
-                cut[_blocked(new, rules, whom)] += 1
+                cut[_cause(new, rules, per_worker, whom)] += 1
                 kept[pos] = replace(new, free=room, free_gpus=new.free_gpus[:room])
             else:
                 kept[pos] = new
-        shunning = _Once(partial(_shuns, after, rules, whom, seen.positions)) if cut[2] else None
+        shunning = (
+            _Once(partial(_shuns, after, rules, per_worker, whom, seen.positions))
+            if cut[2]
+            else None
+        )
         carried[rules, per_worker, whom, volumes] = Usable(
             tuple(kept),
             seen.refused,

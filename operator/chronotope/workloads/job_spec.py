@@ -19,8 +19,8 @@ when two of its workers can never share a node: they ask host ports
 (`node_fit.host_ports`, kube-scheduler's NodePorts filter) or keep off each
 other's nodes by a required pod anti-affinity (`node_fit.avoids_itself`, its
 InterPodAffinity filter) or a topology spread constraint of one per node
-(`node_fit.spreads_itself`, its PodTopologySpread filter: while a node of
-their type runs none of them); so every decision, and the extender, put each on
+(`node_fit.spreads_itself`, its PodTopologySpread filter: while a node they
+count over runs fewer of them); so every decision, and the extender, put each on
 its own node. Likewise a job whose workers must share a node (a required pod affinity
 on `kubernetes.io/hostname` their own labels meet: once one runs, kube-scheduler
 puts the others only beside it; `node_fit.seeks_itself`) is placed StrictPack,

@@ -48,9 +48,14 @@ of every node, GPU or not (`domains`). A term's `namespaceSelector` naming
 labels is read against the namespaces' labels (`PodTerm.among`, as kube-scheduler
 merges the namespaces it selects into those the term lists); a gang's zone
 anti-affinity to itself is not modelled (a gang stuck on it is moved by the
-stuck rule). And PodTopologySpread, for a constraint of `maxSkew: 1` per node
-(`spread_terms`): a node running a pod it selects is refused while a node of the
-type runs none (a gang it selects itself is placed strictly spread, `job_spec`).
+stuck rule). And PodTopologySpread (`spread_terms`, `Skew`): a constraint
+counts the pods it selects per domain of its topology key (the pods of each node
+are a `Crowd`), and a node is refused where its domain's count, plus one if it
+selects the workers, is more than `maxSkew` above the least; it lets the workers
+it selects into a domain while the count stays within `maxSkew` of the least (a
+gang it selects on `kubernetes.io/hostname` with `maxSkew: 1` is placed strictly
+spread, `job_spec`; on another key, how a gang's own workers share the domains is
+left to the stuck rule).
 And the API server's RuntimeClass admission: a pod's RuntimeClass adds its node
 selector, tolerations and overhead (`runtime_rules`, `NodeRules.run_by`).
 
@@ -60,8 +65,9 @@ kube-scheduler's scoring. Pure: plain dicts in, answers out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, TypeAlias
 
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
@@ -75,8 +81,10 @@ from chronotope.workloads.podreq import PodRequestError, pod_resources
 __all__ = [
     "ANY_HOST_IP",
     "EPHEMERAL",
+    "NOBODY",
     "NO_PROVISIONER",
     "VOLUME_ZONE_LABELS",
+    "Crowd",
     "Domains",
     "HostPort",
     "NamespaceLabels",
@@ -85,6 +93,7 @@ __all__ = [
     "Place",
     "PodTerm",
     "RuntimeRule",
+    "Skew",
     "Spread",
     "Taint",
     "VolumeRule",
@@ -238,6 +247,71 @@ Neighbour: TypeAlias = tuple[str, frozenset[tuple[str, str]]]
 def neighbour(namespace: str, labels: Mapping[Any, Any]) -> Neighbour:
     """A pod of `namespace` with `labels` as a pod (anti-)affinity term sees it."""
     return namespace, frozenset((str(k), str(v)) for k, v in labels.items())
+
+
+class Crowd(Mapping[Neighbour, int]):
+    """The pods on one node as pod (anti-)affinity and topology spread read them.
+
+    How many pods of each namespace and labels (`Neighbour`) run there: affinity asks
+    whether one does (iterating yields each kind once), topology spread how many a
+    selector counts (`count`). Immutable and hashable, as the node it describes.
+    """
+
+    __slots__ = ("_counts", "_hash")
+
+    def __init__(self, counts: Mapping[Neighbour, int] | Iterable[Neighbour] = ()) -> None:
+        """From each kind's count, or from the pods one by one."""
+        if isinstance(counts, Mapping):
+            self._counts: dict[Neighbour, int] = {p: k for p, k in counts.items() if k > 0}
+        else:
+            self._counts = {}
+            for p in counts:
+                self._counts[p] = self._counts.get(p, 0) + 1
+        self._hash: int | None = None
+
+    def __getitem__(self, pod: Neighbour) -> int:
+        """How many pods like `pod` run there."""
+        return self._counts[pod]
+
+    def __iter__(self) -> Iterator[Neighbour]:
+        """Each kind of pod there, once."""
+        return iter(self._counts)
+
+    def __len__(self) -> int:
+        """How many kinds of pod run there."""
+        return len(self._counts)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal counts of equal pods."""
+        if isinstance(other, Crowd):
+            return self._counts == other._counts
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        """Of its counts, worked out once."""
+        if self._hash is None:
+            self._hash = hash(frozenset(self._counts.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        """Its counts."""
+        return f"Crowd({self._counts!r})"
+
+    def plus(self, pod: Neighbour, k: int = 1) -> Crowd:
+        """The crowd with `k` more pods like `pod`."""
+        return Crowd({**self._counts, pod: self._counts.get(pod, 0) + k})
+
+    def count(self, term: PodTerm) -> int:
+        """How many of its pods `term` selects."""
+        total = 0
+        for p, k in self._counts.items():
+            if term.selects(p):
+                total += k
+        return total
+
+
+NOBODY = Crowd()
+"""A node with no pod."""
 
 
 @dataclass(frozen=True)
@@ -397,10 +471,15 @@ def _term_namespaces(
 
 @dataclass(frozen=True)
 class Spread:
-    """A topology spread constraint of one pod per node, read as a term (`spread_terms`)."""
+    """A topology spread constraint kube-scheduler filters by (`spread_terms`)."""
 
     term: PodTerm
-    """The pods it counts: those its selector selects in the pod's own namespace."""
+    """The pods it counts (those its selector selects in the pod's own namespace), and
+    its topology key (`PodTerm.key`)."""
+    skew: int = 1
+    """Its `maxSkew`."""
+    own: bool = False
+    """Its selector selects the pod itself (kube-scheduler's `selfMatchNum` is 1)."""
     honor_taints: bool = False
     """`nodeTaintsPolicy: Honor`: a node whose taints the pod does not tolerate (a
     cordoned one too) is not among the nodes it counts over (default Ignore)."""
@@ -408,35 +487,50 @@ class Spread:
     """`nodeAffinityPolicy: Ignore`: every node counts, not only those the pod's node
     selector and affinity admit (default Honor)."""
     min_domains: int = 1
-    """`minDomains`: with fewer nodes to count over, the least count is taken as 0."""
+    """`minDomains`: with fewer domains to count over, the least count is taken as 0."""
+
+    @property
+    def one_per_node(self) -> bool:
+        """It puts one of its pods on a node (`maxSkew` 1 on `kubernetes.io/hostname`, `own`).
+
+        Two of them share no node while a node it counts over runs fewer: a gang it
+        selects is placed StrictSpread (`spreads_itself`).
+        """
+        return self.own and self.term.on_node and self.skew == 1
+
+    def __str__(self) -> str:
+        """The constraint as its reasons name it."""
+        return f"topology spread (maxSkew {self.skew} on {self.term.key})"
 
 
 def spread_terms(spec: object, pod: Neighbour) -> tuple[Spread, ...]:
-    """The pod's topology spread constraints read as "not beside a pod it selects".
+    """The pod's topology spread constraints that kube-scheduler filters by.
 
-    kube-scheduler's PodTopologySpread filter with `whenUnsatisfiable: DoNotSchedule`,
-    `maxSkew: 1` on `kubernetes.io/hostname`: a node where `k` pods the constraint
-    selects run is refused while some node it counts over runs none (its skew
-    `k + 1 - 0` is over 1), so, as long as one does (`capacity`'s `_whom` checks, with
-    the constraint's node policies and `minDomains`), it reads as an anti-affinity
-    term for the pod's own namespace (the filter counts only that namespace's pods);
-    `matchLabelKeys` take the pod's own values. Other keys, a larger skew and
-    `ScheduleAnyway` are not read (the stuck rule covers them).
+    Those with `whenUnsatisfiable: DoNotSchedule` (`ScheduleAnyway` only scores): each
+    counts the pods its `labelSelector` (and `matchLabelKeys`, with the pod's own
+    values) selects in the pod's own namespace, per domain of its `topologyKey`, and
+    refuses a node where the count of its domain, plus one if it selects the pod
+    itself, is more than `maxSkew` above the least count of a domain (`Skew`,
+    counted by `capacity`).
     """
     raw = spec.get("topologySpreadConstraints") if isinstance(spec, Mapping) else None
     out: list[Spread] = []
     for c in raw if isinstance(raw, list) else []:
         if not isinstance(c, Mapping) or c.get("whenUnsatisfiable") != "DoNotSchedule":
             continue
-        if c.get("topologyKey") != HOSTNAME_LABEL or c.get("maxSkew") != 1:
+        key, skew = c.get("topologyKey"), c.get("maxSkew")
+        if not isinstance(key, str) or not key or not isinstance(skew, int) or skew < 1:
             continue
         selector = _label_selector(c.get("labelSelector"))
         keys = _keys(c.get("matchLabelKeys"), pod[1], "In")
         least = c.get("minDomains")
         if selector is not None and keys is not None:
+            term = PodTerm((*selector, *keys), frozenset({pod[0]}), key)
             out.append(
                 Spread(
-                    PodTerm((*selector, *keys), frozenset({pod[0]})),
+                    term,
+                    skew=skew,
+                    own=term.selects(pod),
                     honor_taints=c.get("nodeTaintsPolicy") == "Honor",
                     every_node=c.get("nodeAffinityPolicy") == "Ignore",
                     min_domains=least if isinstance(least, int) and least > 1 else 1,
@@ -445,14 +539,74 @@ def spread_terms(spec: object, pod: Neighbour) -> tuple[Spread, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class Skew:
+    """A topology spread constraint counted in one cluster: what it lets a node take.
+
+    kube-scheduler's PodTopologySpread filter: a node is refused when the pods the
+    constraint counts in its domain, plus one if it selects the pod itself, are more
+    than `maxSkew` above the least count of a domain it counts over. So pods it
+    selects may go to a domain while its count stays within `maxSkew` of `least`:
+    `room` of them (a gang's workers, bound one after another, only raise the least
+    count); a pod it does not select goes where the count is within `maxSkew` of it.
+    """
+
+    spread: Spread
+    least: int
+    """The least count of a domain it counts over (0 with fewer than `minDomains`)."""
+    counts: tuple[tuple[str, int], ...] = ()
+    """The count of each domain, by its value (on `kubernetes.io/hostname`, each node's
+    pods are read instead: `Crowd.count`)."""
+
+    @cached_property
+    def _by(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    @cached_property
+    def _hashed(self) -> int:
+        return hash((self.spread, self.least, self.counts))
+
+    def __hash__(self) -> int:
+        """Of its fields, worked out once (it keys `capacity`'s memo on every ask)."""
+        return self._hashed
+
+    def counted(self, labels: Mapping[str, str], crowd: Crowd) -> int:
+        """The pods it counts in the domain of a node with `labels` and pods `crowd`."""
+        term = self.spread.term
+        return crowd.count(term) if term.on_node else self._by.get(labels.get(term.key, ""), 0)
+
+    def room(self, labels: Mapping[str, str], crowd: Crowd) -> int | None:
+        """How many pods with the constraint a node with `labels` and pods `crowd` may take.
+
+        None: no limit from it (it does not select them, and the node's domain is
+        within `maxSkew` of the least).
+        """
+        over = self.counted(labels, crowd) - self.least
+        if self.spread.own:
+            return max(0, self.spread.skew - over)
+        return 0 if over > self.spread.skew else None
+
+    def why(self, labels: Mapping[str, str], crowd: Crowd) -> str:
+        """The constraint's count on a node, in words (for a node it refuses or limits)."""
+        term = self.spread.term
+        where = "there" if term.on_node else f"in its {term.key} domain {labels.get(term.key)}"
+        room = self.room(labels, crowd)
+        said = (
+            f"its workers' {self.spread} counts {self.counted(labels, crowd)} pod(s) {where}, "
+            f"the fewest in a domain is {self.least}"
+        )
+        return said if not room else f"{said} (room for {room} worker(s))"
+
+
 def spreads_itself(spec: object, labels: Mapping[str, str], namespace: str = "") -> bool:
     """Whether pods with this spec, `labels` and `namespace` spread one per node (`spread_terms`).
 
-    One of their topology spread constraints read as a term selects their own labels:
-    two of them may share no node while a node of their type runs none.
+    One of their topology spread constraints of `maxSkew` 1 on `kubernetes.io/hostname`
+    selects them: two of them may share no node while a node they count over runs
+    fewer of them.
     """
     own = neighbour(namespace, labels)
-    return any(s.term.selects(own) for s in spread_terms(spec, own))
+    return any(s.one_per_node for s in spread_terms(spec, own))
 
 
 def apart(spec: object, labels: Mapping[str, str], namespace: str, *, spread: bool) -> str | None:
@@ -643,7 +797,7 @@ class NodeRules:
     near: tuple[PodTerm, ...] = ()
     """Its pods' required pod affinity (`pod_affinity_terms`)."""
     spread: tuple[Spread, ...] = ()
-    """Its pods' topology spread constraints of one pod per node (`spread_terms`)."""
+    """Its pods' topology spread constraints kube-scheduler filters by (`spread_terms`)."""
     claims: tuple[str, ...] = ()
     """The PersistentVolumeClaims its pods mount (`claims_of`), by name in their namespace."""
     ephemeral: tuple[str, ...] = ()
@@ -793,21 +947,17 @@ class NodeRules:
         neighbours: Iterable[Neighbour],
         repels: Iterable[PodTerm],
         first: bool = False,
-        spread: Iterable[PodTerm] = (),
     ) -> str | None:
-        """Why its pods may not join a node's pods (InterPodAffinity, PodTopologySpread), or None.
+        """Why its pods may not join a node's pods (InterPodAffinity), or None.
 
         The terms on `kubernetes.io/hostname` (those on other keys: `domains`).
         `neighbours`: the pods there; `repels`: their required pod anti-affinity terms.
         `first`: no pod anywhere meets its pods' required pod affinity and they meet it
-        themselves (the first of a series: any node will do). `spread`: those of its
-        `spread` terms in force (some node of the type runs no pod they select).
-        Read only with `who` known.
+        themselves (the first of a series: any node will do). Read only with `who`
+        known. Topology spread counts pods: `Skew`.
         """
         if self.who is None:
             return None
-        if any(t.selects(p) for t in spread for p in neighbours):
-            return "a pod there counts for its workers' topology spread (maxSkew 1 per node)"
         here = any(t.on_node for t in self.near)
         if here and not first and not any(self.meets_near(p) for p in neighbours):
             return "no pod there matches its workers' required pod affinity"
@@ -870,6 +1020,9 @@ class NodeRules:
                 f"allocatable CPU or memory below one worker's request "
                 f"({self.cpu_milli}m CPU, {self.memory_mib} MiB)"
             )
+        for s in self.spread:  # PodTopologySpread: a node without the key is no domain
+            if not s.term.on_node and s.term.key not in labels:
+                return f"no {s.term.key} label for its workers' {s}"
         return None
 
 
@@ -1240,7 +1393,7 @@ def namespace_labels(namespaces: Iterable[Mapping[str, Any]]) -> NamespaceLabels
     return out
 
 
-Place: TypeAlias = tuple[Mapping[str, str], Iterable[Neighbour], Iterable[PodTerm]]
+Place: TypeAlias = tuple[Mapping[str, str], Crowd, Iterable[PodTerm]]
 """A node as pod (anti-)affinity on a topology domain reads it: its labels, its pods and
 their required pod anti-affinity terms."""
 

@@ -1,12 +1,14 @@
-"""Topology spread of one worker per node (kube-scheduler's PodTopologySpread filter).
+"""Topology spread (kube-scheduler's PodTopologySpread filter).
 
-A constraint with `whenUnsatisfiable: DoNotSchedule` and `maxSkew: 1` on
-`kubernetes.io/hostname` refuses a node that runs a pod it selects (in the pod's
-own namespace) while some node of the workers' type runs none
-(`node_fit.spread_terms`, `NodeRules.shuns`); a gang whose own workers it selects
-is placed StrictSpread (`node_fit.spreads_itself`). Before, the plan did not read
-topology spread: a gang planned beside such a pod was not bound there, and the
-stuck rule moved it after 45 s.
+A constraint with `whenUnsatisfiable: DoNotSchedule` counts the pods its selector
+selects (in the pod's own namespace) per domain of its topology key, and refuses a
+node where its domain's count, plus one if it selects the pod itself, is more than
+`maxSkew` above the least count of a domain it counts over (`node_fit.spread_terms`,
+`node_fit.Skew`, `capacity._skews`); a gang whose own workers a constraint of
+`maxSkew` 1 per node selects is placed StrictSpread (`node_fit.spreads_itself`).
+Before stop 60 the plan did not read topology spread, and until stop 61 only
+`maxSkew` 1 per node while some node ran none: a gang planned where the filter
+refused it was not bound there, and the stuck rule moved it after 45 s.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.unit.workloads.test_node_fit import A100, NOW, V100
 from tests.unit.workloads.test_pod_anti_affinity import ME, _job, _labels, _pod
 
 HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
 
 
 def _spread(
@@ -44,10 +47,11 @@ def _spread(
 TRAINERS = {"matchLabels": {"app": "trainer"}}
 
 
-def test_one_per_node_is_read_as_a_term_for_the_pods_own_namespace() -> None:
+def test_a_constraint_is_read_as_a_term_for_the_pods_own_namespace() -> None:
     (spread,) = spread_terms(_spread(TRAINERS), ME)
     term = spread.term
     assert (spread.honor_taints, spread.every_node, spread.min_domains) == (False, False, 1)
+    assert (spread.skew, spread.own, term.key) == (1, True, HOST)  # it selects ME itself
     assert term.selects(("scale", _labels(app="trainer")))
     assert not term.selects(("other", _labels(app="trainer")))  # it counts its own namespace
     assert not term.selects(("scale", _labels(app="serve")))
@@ -55,15 +59,17 @@ def test_one_per_node_is_read_as_a_term_for_the_pods_own_namespace() -> None:
     (keyed,) = spread_terms(_spread({}, matchLabelKeys=["chronotope.dev/job"]), ME)
     assert keyed.term.selects(("scale", _labels(**{"chronotope.dev/job": "j"})))
     assert not keyed.term.selects(("scale", _labels(**{"chronotope.dev/job": "k"})))
+    # any key, any skew; one that does not select the pod itself
+    (zoned,) = spread_terms(_spread({"matchLabels": {"app": "serve"}}, key=ZONE, skew=3), ME)
+    assert (zoned.skew, zoned.own, zoned.term.key) == (3, False, ZONE)
 
 
 @pytest.mark.parametrize(
     "spec",
     [
         _spread(TRAINERS, when="ScheduleAnyway"),  # a preference: scoring, not a filter
-        _spread(TRAINERS, key="topology.kubernetes.io/zone"),  # not read: the stuck rule
-        _spread(TRAINERS, skew=2),
         _spread(None),  # no selector: it counts no pod
+        _spread(TRAINERS, skew=0),  # the API server rejects it
         {"topologySpreadConstraints": "junk"},
     ],
 )
@@ -78,24 +84,93 @@ def _spready(name: str = "j", replicas: int = 1) -> dict[str, Any]:
     return job
 
 
-def test_a_node_running_a_pod_it_counts_is_refused_while_another_runs_none() -> None:
+def test_a_node_running_a_pod_it_counts_is_refused_while_another_runs_fewer() -> None:
     nodes = [node("a", A100, 8), node("b", A100, 8)]
     rules = job_rules(job_spec(_spready()))
     there = [_pod("t", "a", {"app": "trainer"})]
     seen = admitting(cluster_capacity(nodes, there), A100, rules)
+    # a: 1 + 1 - 0 is over maxSkew 1; b takes one worker (its gang is placed one per
+    # node, so its free GPUs are left as they are)
     assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 8)]
     assert seen.shunned == 1
-    assert "topology spread" in seen.shuns()
+    assert seen.shuns() == (
+        "its workers' topology spread (maxSkew 1 on kubernetes.io/hostname) counts 1 pod(s) "
+        "there, the fewest in a domain is 0"
+    )
     # a pod in another namespace, or one it does not select, counts for nothing
     for pod in (_pod("t", "a", {"app": "trainer"}, ns="other"), _pod("s", "a", {"app": "serve"})):
         assert [n.free for n in admitting(cluster_capacity(nodes, [pod]), A100, rules).nodes] == [
             8,
             8,
         ]
-    # every node runs one: the minimum is not 0, kube-scheduler's skew is not known
-    # here (the model keeps pods, not counts), and the constraint is left to it
+    # every node runs one: the least is 1, each node takes one more
     both = [*there, _pod("u", "b", {"app": "trainer"})]
     assert [n.free for n in admitting(cluster_capacity(nodes, both), A100, rules).nodes] == [8, 8]
+    # two on a (pods of equal labels are counted, not merged), one on b: a is refused
+    three = [*both, _pod("v", "a", {"app": "trainer"})]
+    assert [n.free for n in admitting(cluster_capacity(nodes, three), A100, rules).nodes] == [0, 8]
+
+
+def test_a_larger_skew_lets_that_many_more_onto_a_node() -> None:
+    job = _spready(replicas=3)
+    job["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["maxSkew"] = 2
+    spec = job_spec(job)
+    assert spec.placement.strategy is not PlacementStrategy.STRICT_SPREAD
+    nodes = [node("a", A100, 8), node("b", A100, 8)]
+    capacity = cluster_capacity(nodes, [_pod("t", "a", {"app": "trainer"})])
+    rules = job_rules(spec)
+    assert [n.free for n in admitting(capacity, A100, rules).nodes] == [1, 2]
+    _, placed = take(capacity, A100, 3, 1, rules=rules, strategy=PlacementStrategy.PACK)
+    assert sorted(where for where, _ in placed) == ["a", "b", "b"]
+
+
+def test_a_spread_it_does_not_select_keeps_it_off_crowded_domains() -> None:
+    # the job (app=trainer) spreads over zones counting serving pods: zone x runs 3,
+    # zone y 1, so with maxSkew 1 x is refused (3 + 0 - 1 > 1); it takes any number
+    # of workers in y (they do not count), and a node without a zone is no domain
+    job = _job("j", metadata={"labels": {"app": "trainer"}})
+    job["spec"]["replicas"] = 2
+    job["spec"]["template"]["spec"] |= _spread({"matchLabels": {"app": "serve"}}, key=ZONE)
+    nodes = [_zoned("a", "x"), _zoned("b", "y"), node("c", A100, 8)]
+    serving = [_pod(f"s{k}", "a", {"app": "serve"}) for k in range(3)]
+    capacity = cluster_capacity(nodes, [*serving, _pod("s3", "b", {"app": "serve"})])
+    rules = job_rules(job_spec(job))
+    seen = admitting(capacity, A100, rules)
+    assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 8)]
+    assert seen.refused == {
+        f"no {ZONE} label for its workers' topology spread (maxSkew 1 on {ZONE})": 1
+    }
+    assert seen.shuns() == (
+        f"its workers' topology spread (maxSkew 1 on {ZONE}) counts 3 pod(s) in its {ZONE} "
+        "domain x, the fewest in a domain is 1"
+    )
+    decision = decide(job_spec(job), capacity, NOW)
+    assert decision.gpu_type == A100
+
+
+def test_a_spread_over_zones_it_selects_lets_each_zone_take_its_share() -> None:
+    # zone x runs 2 trainers, zone y none, zone z 1: with maxSkew 2, x takes none,
+    # y two, z one
+    job = _spready()
+    job["spec"]["template"]["spec"]["topologySpreadConstraints"][0] |= {
+        "topologyKey": ZONE,
+        "maxSkew": 2,
+    }
+    nodes = [_zoned("a", "x"), _zoned("b", "y"), _zoned("c", "z"), _zoned("d", "x")]
+    trainers = [_pod("t", "a", {"app": "trainer"}), _pod("u", "d", {"app": "trainer"})]
+    capacity = cluster_capacity(nodes, [*trainers, _pod("v", "c", {"app": "trainer"})])
+    seen = admitting(capacity, A100, job_rules(job_spec(job)))
+    assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 2), ("c", 1), ("d", 0)]
+    assert seen.shuns() == (
+        f"its workers' topology spread (maxSkew 2 on {ZONE}) counts 2 pod(s) in its {ZONE} "
+        "domain x, the fewest in a domain is 0"
+    )
+
+
+def _zoned(name: str, zone: str) -> dict[str, Any]:
+    n = node(name, A100, 8)
+    n["metadata"]["labels"][ZONE] = zone
+    return n
 
 
 def test_a_gang_it_selects_goes_one_worker_per_node() -> None:
@@ -129,10 +204,10 @@ def test_a_gang_larger_than_its_types_nodes_says_its_spread_holds_it_back() -> N
     [
         # b (cordoned, no pod it counts) counts: the least count is 0, a is refused
         ({}, [0, 8]),
-        # nodeTaintsPolicy Honor: b (cordoned) is not counted, a is the least: left to
-        # kube-scheduler
+        # nodeTaintsPolicy Honor: b (cordoned) is not counted, a's 1 is the least: a
+        # takes one more
         ({"nodeTaintsPolicy": "Honor"}, [8, 8]),
-        # minDomains 3 over two nodes: the least count is taken as 0
+        # minDomains 3 over one node: the least count is taken as 0
         ({"nodeTaintsPolicy": "Honor", "minDomains": 3}, [0, 8]),
     ],
 )
@@ -151,7 +226,8 @@ def test_the_nodes_a_spread_counts_over_follow_its_policies(
 
 def test_a_spread_ignoring_node_affinity_counts_every_node() -> None:
     # the V100 node runs none of the pods it counts: with nodeAffinityPolicy Ignore the
-    # least count is 0 there, and the A100 node running one is refused
+    # least count is 0 there, and the A100 node running one is refused (without, the
+    # least is a's 1, and it takes one more)
     nodes = [node("a", A100, 8), node("v", V100, 8)]
     pods = [_pod("t", "a", {"app": "trainer"})]
     job = _spready()

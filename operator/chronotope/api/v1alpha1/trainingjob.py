@@ -602,8 +602,8 @@ class TrainingJobStatus(ApiModel):
         default=None,
         max_length=AVOID_MAX,
         description="Nodes the job's next plans leave out: its gang waited on them and "
-        "kube-scheduler did not bind its workers there (a filter the plan does not model: "
-        "pod anti-affinity, topology spread, volumes). Its workers get a node affinity excluding "
+        "kube-scheduler did not bind its workers there (a filter the plan does not model, "
+        "such as a CSI driver's storage capacity). Its workers get a node affinity excluding "
         "them by name. Cleared once a gang is placed; never every node the job may use.",
     )
     restarts: int = Field(default=0, ge=0, description="Gang restarts so far.")
