@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -1068,6 +1069,113 @@ def _manual_storage(api: Any, tag: str) -> Iterator[client.StorageV1Api]:
             core.delete_persistent_volume(f"data-{tag}")
         with contextlib.suppress(client.exceptions.ApiException):
             storage.delete_storage_class(f"manual-{tag}")
+
+
+def test_a_gang_whose_csi_driver_has_room_in_one_zone_starts_there(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # the workers mount a claim of a WaitForFirstConsumer class whose CSI driver reports
+    # its capacity (storageCapacity: true), and its only CSIStorageCapacity with room is
+    # the slow type's zone: kube-scheduler's VolumeBinding filter refuses the fast node
+    # ("did not have enough free storage"). The plan knows this: the job starts at once
+    # on the slow node, where the test's stand-in for the driver's provisioner makes the
+    # volume for the node kube-scheduler picked. Before, it was planned on the fast
+    # node and the stuck rule moved it after 45 s
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    driver = f"csi-{tag}.example.com"
+    storage = client.StorageV1Api(api)
+    claim = {
+        "metadata": {"name": "data"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": f"csi-{tag}",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    with _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes):
+        try:
+            storage.create_csi_driver(
+                {"metadata": {"name": driver}, "spec": {"storageCapacity": True}}
+            )
+            storage.create_storage_class(
+                {
+                    "metadata": {"name": f"csi-{tag}"},
+                    "provisioner": driver,
+                    "volumeBindingMode": "WaitForFirstConsumer",
+                }
+            )
+            storage.create_namespaced_csi_storage_capacity(
+                namespace,
+                {
+                    "metadata": {"name": "slow-zone"},
+                    "storageClassName": f"csi-{tag}",
+                    "nodeTopology": {"matchLabels": {ZONE_LABEL: f"sz-{tag}"}},
+                    "capacity": "10Gi",
+                },
+            )
+            core.create_namespaced_persistent_volume_claim(namespace, claim)
+            with _provisioning(core, namespace, "data", f"csi-{tag}", f"pv-{tag}"):
+                reader = job("reader", 1, 1, [(fast, 2.0), (slow, 1.0)])
+                reader["spec"]["template"]["spec"]["volumes"] = [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+                ]
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
+                _started_at_once_on(api, core, namespace, "reader", gpu=slow, nodes=slow_nodes)
+        finally:
+            with contextlib.suppress(client.exceptions.ApiException):
+                core.delete_persistent_volume(f"pv-{tag}")
+            with contextlib.suppress(client.exceptions.ApiException):
+                storage.delete_storage_class(f"csi-{tag}")
+            with contextlib.suppress(client.exceptions.ApiException):
+                storage.delete_csi_driver(driver)
+
+
+@contextlib.contextmanager
+def _provisioning(
+    core: client.CoreV1Api, namespace: str, name: str, kind: str, volume: str
+) -> Iterator[None]:
+    """A stand-in for a CSI driver's provisioner, for claim `name` of StorageClass `kind`.
+
+    Once kube-scheduler names the node for the claim (the `selected-node` annotation,
+    as it does for a WaitForFirstConsumer claim it must provision), it makes volume
+    `volume` reserved for the claim; kube-controller-manager binds them, and
+    kube-scheduler then binds the pod.
+    """
+    done = threading.Event()
+
+    def provision() -> None:
+        while not done.wait(0.5):
+            with contextlib.suppress(client.exceptions.ApiException):
+                got = core.read_namespaced_persistent_volume_claim(name, namespace)
+                notes = got.metadata.annotations or {}
+                if "volume.kubernetes.io/selected-node" not in notes:
+                    continue
+                core.create_persistent_volume(
+                    {
+                        "metadata": {"name": volume},
+                        "spec": {
+                            "storageClassName": kind,
+                            "capacity": {"storage": "1Gi"},
+                            "accessModes": ["ReadWriteOnce"],
+                            "hostPath": {"path": "/tmp"},
+                            "claimRef": {
+                                "namespace": namespace,
+                                "name": name,
+                                "uid": got.metadata.uid,
+                            },
+                        },
+                    }
+                )
+                return
+
+    worker = threading.Thread(target=provision, daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        worker.join(5)
 
 
 def test_a_gang_sharing_a_read_write_once_pod_claim_says_it_can_never_run(

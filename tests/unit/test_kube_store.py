@@ -112,7 +112,13 @@ def test_a_store_counts_its_changes_but_not_a_dropped_event() -> None:
 
 def test_the_volume_rules_are_worked_out_again_only_after_a_change() -> None:
     # (`KubeReads.volume_rules`: every claim parsed on each call cost 120-135 ms at 10,000)
-    cache = SimpleNamespace(claims=Store(), volumes=Store(), storage_classes=Store())
+    cache = SimpleNamespace(
+        claims=Store(),
+        volumes=Store(),
+        storage_classes=Store(),
+        csi_drivers=Store(),
+        csi_capacities=Store(),
+    )
     reads = KubeReads(cast(ApiClient, None), cast(OperatorCache, cache))
     first = reads.volume_rules()
     assert list(first) == [EPHEMERAL]  # no class: a generic ephemeral volume goes anywhere
@@ -123,4 +129,7 @@ def test_the_volume_rules_are_worked_out_again_only_after_a_change() -> None:
     assert list(second) == [EPHEMERAL, "a/data"]
     assert reads.volume_rules() is second
     cache.storage_classes.on_sync([])
-    assert reads.volume_rules() is not second
+    third = reads.volume_rules()
+    assert third is not second
+    cache.csi_capacities.on_event("ADDED", {"metadata": {"name": "p", "namespace": "csi"}})
+    assert reads.volume_rules() is not third  # where a CSI driver has room

@@ -238,6 +238,32 @@ NODE_MARK_FIELDS = ("labels", "unschedulable", "taints", "allocatable", "Ready")
 """What `mark_of` keeps of a node, in its tuple's order."""
 
 
+_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    # when and where it provisions
+    "storageclasses": (("volumeBindingMode",), ("allowedTopologies",)),
+    # whether its driver reports capacity
+    "csidrivers": (("spec", "storageCapacity"),),
+    # where its class may provision, and how much
+    "csistoragecapacities": (
+        ("storageClassName",),
+        ("nodeTopology",),
+        ("capacity",),
+        ("maximumVolumeSize",),
+    ),
+    # what it adds to its pods (node_fit.runtime_rules)
+    "runtimeclasses": (("scheduling",), ("overhead",)),
+}
+"""The fields of each kind `mark_of` reads as they are (`node_fit`'s volume and runtime rules)."""
+
+
+def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """The value at `path` in `obj` (None where it is missing)."""
+    out: Any = obj
+    for key in path:
+        out = out.get(key) if isinstance(out, Mapping) else None
+    return out
+
+
 def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
     """What of an object the loop cares about; an event that leaves it unchanged wakes nobody.
 
@@ -289,10 +315,9 @@ def mark_of(kind: str, obj: Mapping[str, Any]) -> _Seen:
             repr((spec.get("storageClassName"), spec.get("capacity"), spec.get("accessModes"))),
             (spec.get("volumeMode"), meta.get("deletionTimestamp")),
         )
-    if kind == "storageclasses":  # when and where it provisions
-        return (obj.get("volumeBindingMode"), repr(obj.get("allowedTopologies")))
-    if kind == "runtimeclasses":  # what it adds to its pods (node_fit.runtime_rules)
-        return (repr(obj.get("scheduling")), repr(obj.get("overhead")))
+    fields = _FIELDS.get(kind)
+    if fields is not None:
+        return tuple(repr(_at(obj, path)) for path in fields)
     return (meta.get("generation"), meta.get("deletionTimestamp"))
 
 
@@ -404,7 +429,13 @@ def invalid_outcome(job: Mapping[str, Any], exc: ValueError, now: datetime) -> O
     return out
 
 
-VOLUME_KINDS = ("persistentvolumeclaims", "persistentvolumes", "storageclasses")
+VOLUME_KINDS = (
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "storageclasses",
+    "csidrivers",
+    "csistoragecapacities",
+)
 """Where a job's volumes may be used (`node_fit.volume_rules`): a change wakes waiting jobs
 (not seeded: the first event of each after a start makes a pass; they change seldom)."""
 SEEDED = ("trainingjobs", "pods", "nodes", "queues", "localqueues", "namespaces")

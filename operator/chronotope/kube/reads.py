@@ -93,7 +93,13 @@ class KubeReads:
         """Where each PersistentVolumeClaim may be used (`node_fit.volume_rules`)."""
         cache = self.cache
         if cache is not None:
-            stores = (cache.claims, cache.volumes, cache.storage_classes)
+            stores = (
+                cache.claims,
+                cache.volumes,
+                cache.storage_classes,
+                cache.csi_drivers,
+                cache.csi_capacities,
+            )
             seen = tuple(s.changes for s in stores)  # read before the lists: never stale
             kept = self._volume_rules
             if kept is not None and kept[0] == seen:
@@ -102,7 +108,13 @@ class KubeReads:
             self._volume_rules = (seen, rules)
             return rules
         api = self.api
-        return volume_rules(kw.list_claims(api), kw.list_volumes(api), kw.list_storage_classes(api))
+        return volume_rules(
+            kw.list_claims(api),
+            kw.list_volumes(api),
+            kw.list_storage_classes(api),
+            kw.list_csi_drivers(api),
+            kw.list_csi_capacities(api),
+        )
 
     def runtime_rules(self) -> dict[str, RuntimeRule]:
         """What each RuntimeClass adds to its pods (`node_fit.runtime_rules`)."""

@@ -158,6 +158,7 @@ class OperatorCache:
         self.queues, self.local_queues = Store(), Store()
         self.namespaces = Store()
         self.claims, self.volumes, self.storage_classes = Store(), Store(), Store()
+        self.csi_drivers, self.csi_capacities = Store(), Store()
         self.runtime_classes = Store()
         self._listeners: list[Listener] = []
 
@@ -182,6 +183,12 @@ class OperatorCache:
             ),
             ("persistentvolumes", core.list_persistent_volume, self.volumes),
             ("storageclasses", storage.list_storage_class, self.storage_classes),
+            ("csidrivers", storage.list_csi_driver, self.csi_drivers),
+            (
+                "csistoragecapacities",
+                storage.list_csi_storage_capacity_for_all_namespaces,
+                self.csi_capacities,
+            ),
             ("runtimeclasses", node.list_runtime_class, self.runtime_classes),
         ]
         self.informer = Informer(

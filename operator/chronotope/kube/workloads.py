@@ -71,6 +71,17 @@ def list_storage_classes(api: client.ApiClient) -> list[Obj]:
     return _items(client.StorageV1Api(api).list_storage_class(_preload_content=False))
 
 
+def list_csi_drivers(api: client.ApiClient) -> list[Obj]:
+    """All CSIDrivers, as raw JSON."""
+    return _items(client.StorageV1Api(api).list_csi_driver(_preload_content=False))
+
+
+def list_csi_capacities(api: client.ApiClient) -> list[Obj]:
+    """All CSIStorageCapacities, as raw JSON."""
+    storage = client.StorageV1Api(api)
+    return _items(storage.list_csi_storage_capacity_for_all_namespaces(_preload_content=False))
+
+
 def list_runtime_classes(api: client.ApiClient) -> list[Obj]:
     """All RuntimeClasses, as raw JSON."""
     return _items(client.NodeV1Api(api).list_runtime_class(_preload_content=False))

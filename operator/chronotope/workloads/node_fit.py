@@ -68,6 +68,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from math import ceil
 from typing import Any, TypeAlias
 
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
@@ -1095,8 +1096,9 @@ class VolumeRule:
     deleted fits no node. An unbound claim whose StorageClass binds at once (or that
     names none) fits no node until it is bound; one whose class waits for the first
     consumer may go where a PersistentVolume it could bind to may be used, or where
-    the class's `allowedTopologies` allow it to provision one (not a class with no
-    provisioner, `kubernetes.io/no-provisioner`: local volumes are static).
+    the class's `allowedTopologies` allow it to provision one and its CSI driver, if
+    it reports capacity, has room (`_Storage`; not a class with no provisioner,
+    `kubernetes.io/no-provisioner`: local volumes are static).
     """
 
     claim: str
@@ -1130,10 +1132,13 @@ def volume_rules(
     claims: Iterable[Mapping[str, Any]],
     volumes: Iterable[Mapping[str, Any]],
     classes: Iterable[Mapping[str, Any]] | None = None,
+    drivers: Iterable[Mapping[str, Any]] = (),
+    capacities: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, VolumeRule]:
     """A `VolumeRule` per PersistentVolumeClaim (`namespace/name`), from the objects.
 
-    `classes`: the StorageClasses (None: not known; an unbound claim states nothing).
+    `classes`: the StorageClasses (None: not known; an unbound claim states nothing);
+    `drivers` and `capacities`: the CSIDrivers and CSIStorageCapacities (`_Storage`).
     """
     by_name = {str((v.get("metadata") or {}).get("name")): v for v in volumes}
     by_class: dict[str, list[Mapping[str, Any]]] = {}
@@ -1141,13 +1146,14 @@ def volume_rules(
         by_class.setdefault(_volume_class(v), []).append(v)
     kinds = None
     out: dict[str, VolumeRule] = {}
+    storage = _Storage.of(drivers, capacities)
     if classes is not None:
         kinds = {str((k.get("metadata") or {}).get("name")): k for k in classes}
         out |= _ephemeral_rules(kinds, by_class)
     for c in claims:
         meta = c.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        out[key] = _claim_rule(c, key, by_name, by_class, kinds)
+        out[key] = _claim_rule(c, key, by_name, by_class, kinds, storage=storage)
         if "ReadWriteOncePod" in ((c.get("spec") or {}).get("accessModes") or ()):
             out[key] = replace(out[key], one_pod=True)
     return out
@@ -1159,6 +1165,8 @@ def _claim_rule(
     by_name: Mapping[str, Mapping[str, Any]],
     by_class: Mapping[str, Sequence[Mapping[str, Any]]],
     kinds: Mapping[str, Mapping[str, Any]] | None,
+    *,
+    storage: _Storage,
 ) -> VolumeRule:
     """The `VolumeRule` of claim `c` (`key`: namespace/name), from the volumes and classes."""
     meta = c.get("metadata") or {}
@@ -1168,7 +1176,7 @@ def _claim_rule(
     pv = by_name.get(bound)
     if not bound and kinds is not None:
         name = claim_class(c)
-        return _unbound(c, name, kinds, by_class.get(name, ()) if name else ())
+        return _unbound(c, name, kinds, by_class.get(name, ()) if name else (), storage)
     if pv is None:  # not known, or its volume not yet seen: binding under way
         return VolumeRule(key)
     labels = (pv.get("metadata") or {}).get("labels") or {}
@@ -1242,6 +1250,7 @@ def _unbound(
     name: str,
     classes: Mapping[str, Mapping[str, Any]],
     volumes: Iterable[Mapping[str, Any]],
+    storage: _Storage,
 ) -> VolumeRule:
     """The rule of an unbound claim of StorageClass `name` ('' for none).
 
@@ -1250,7 +1259,8 @@ def _unbound(
     until it is bound. Under `WaitForFirstConsumer` its pods go where one of the class's
     `volumes` it could bind to may be used (`_may_bind`; their node affinity), or
     where the class may provision one (`allowedTopologies`, ORed terms of `In`
-    requirements; none: anywhere) unless it has no provisioner; nowhere else.
+    requirements; none: anywhere; and where its CSI driver has room, `_Storage`)
+    unless it has no provisioner; nowhere else.
     """
     meta = claim.get("metadata") or {}
     key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -1265,7 +1275,8 @@ def _unbound(
         return VolumeRule(
             key, refusal=f"PersistentVolumeClaim {key} is not bound yet (StorageClass {name})"
         )
-    return _first_consumer(claim, key, f"PersistentVolumeClaim {key}", kind, volumes)
+    what = f"PersistentVolumeClaim {key}"
+    return _first_consumer(claim, key, what, kind, volumes, storage=storage)
 
 
 def _first_consumer(
@@ -1274,23 +1285,110 @@ def _first_consumer(
     what: str,
     kind: Mapping[str, Any],
     volumes: Iterable[Mapping[str, Any]],
+    *,
+    storage: _Storage | None = None,
 ) -> VolumeRule:
     """Where an unbound `claim` of `WaitForFirstConsumer` class `kind` lets its pods go.
 
     Where one of the class's `volumes` it could bind to may be used, or where the class
-    may provision one; `what` names the claim in the refusal when neither is anywhere.
+    may provision one (and its CSI driver reports room for the claim, `storage`);
+    `what` names the claim in the refusal when neither is anywhere.
     """
     name = str((kind.get("metadata") or {}).get("name"))
     where = [_volume_terms(v) for v in volumes if _may_bind(claim, v)]
-    if kind.get("provisioner") != NO_PROVISIONER:
-        where.append(_provisions(kind))
+    provisioner = str(kind.get("provisioner") or "")
+    room: tuple[tuple[_Requirement, ...], ...] | None = None
+    if provisioner and provisioner != NO_PROVISIONER:
+        room = storage.room(provisioner, name, claim) if storage is not None else None
+        if room is None:
+            where.append(_provisions(kind))
+        elif room:
+            where.append(_within(_provisions(kind), room))
     if not where:
-        return VolumeRule(
-            key, refusal=f"no PersistentVolume of StorageClass {name} is available for {what}"
-        )
+        said = f"no PersistentVolume of StorageClass {name} is available for {what}"
+        if room is not None:
+            said += f", nor a CSIStorageCapacity of the class with room for {_asked(claim)}"
+        return VolumeRule(key, refusal=said)
     if None in where:  # one may be used, or provisioned, anywhere
         return VolumeRule(key)
-    return VolumeRule(key, f"StorageClass {name}", tuple(t for ts in where if ts for t in ts))
+    volume = f"StorageClass {name}" + (" and its CSI driver's capacity" if room else "")
+    return VolumeRule(key, volume, tuple(t for ts in where if ts for t in ts))
+
+
+def _asked(claim: Mapping[str, Any]) -> str:
+    """The storage a claim requests, as written."""
+    return str(
+        (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {})["storage"]
+    )
+
+
+def _within(
+    allowed: tuple[_Term, ...] | None, room: tuple[tuple[_Requirement, ...], ...]
+) -> tuple[_Term, ...] | None:
+    """Nodes `allowed` (ORed terms; None: any) that one of `room`'s node selectors selects."""
+    if any(not r for r in room):  # one selects every node
+        return allowed
+    if allowed is None:
+        return tuple(_Term(r, ()) for r in room)
+    return tuple(_Term(a.labels + r, a.fields) for a in allowed for r in room)
+
+
+@dataclass(frozen=True)
+class _Storage:
+    """What CSI drivers report of their free storage (kube-scheduler's VolumeBinding).
+
+    For a claim its pods' node must provision, of a StorageClass whose provisioner is a
+    CSIDriver with `storageCapacity: true`, the node must be in the `nodeTopology` of
+    a CSIStorageCapacity of that class whose `maximumVolumeSize` (else `capacity`)
+    covers the claim's request (`hasEnoughCapacity`).
+    """
+
+    drivers: frozenset[str] = frozenset()
+    """The CSIDrivers that report capacity (`spec.storageCapacity: true`)."""
+    pools: tuple[tuple[str, int, tuple[_Requirement, ...]], ...] = ()
+    """Per CSIStorageCapacity with a `nodeTopology`: its class, its limit in bytes and
+    its node selector (empty: every node)."""
+
+    @classmethod
+    def of(
+        cls, drivers: Iterable[Mapping[str, Any]], capacities: Iterable[Mapping[str, Any]]
+    ) -> _Storage:
+        """From the CSIDriver and CSIStorageCapacity objects (malformed ones state nothing)."""
+        opted = frozenset(
+            str((d.get("metadata") or {}).get("name"))
+            for d in drivers
+            if (d.get("spec") or {}).get("storageCapacity") is True
+        )
+        pools: list[tuple[str, int, tuple[_Requirement, ...]]] = []
+        for c in capacities:
+            limit = c.get("maximumVolumeSize") or c.get("capacity")
+            selector = _label_selector(c.get("nodeTopology"))
+            if limit is None or selector is None:  # no nodeTopology: unavailable
+                continue
+            try:
+                pools.append(
+                    (str(c.get("storageClassName")), ceil(parse_quantity(limit)), selector)
+                )
+            except QuantityError:
+                continue
+        return cls(opted, tuple(pools))
+
+    def room(
+        self, provisioner: str, name: str, claim: Mapping[str, Any]
+    ) -> tuple[tuple[_Requirement, ...], ...] | None:
+        """The node selectors of the pools of class `name` with room for `claim`.
+
+        None when nothing is checked: its `provisioner` is no CSIDriver reporting
+        capacity, or the claim requests no storage.
+        """
+        requests = ((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}
+        if provisioner not in self.drivers or "storage" not in requests:
+            return None
+        try:
+            asked = ceil(parse_quantity(requests["storage"]))  # as Quantity.Value() rounds
+        except QuantityError:
+            return None
+        return tuple(sel for kind, limit, sel in self.pools if kind == name and limit >= asked)
 
 
 EPHEMERAL = "ephemeral:"

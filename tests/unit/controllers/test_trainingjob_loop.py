@@ -161,6 +161,16 @@ def test_a_claim_volume_or_class_change_wakes_the_waiting_jobs() -> None:
     seen = mark_of("storageclasses", kind)
     later = {**kind, "volumeBindingMode": "WaitForFirstConsumer"}
     assert wake_for("storageclasses", "MODIFIED", later, seen) == Wake(open_jobs=True)
+    pool = {"metadata": {"name": "p"}, "storageClassName": "fast", "capacity": "10Gi"}
+    seen = mark_of("csistoragecapacities", pool)  # where the class may provision, how much
+    assert wake_for("csistoragecapacities", "MODIFIED", {**pool, "capacity": "1Gi"}, seen) == Wake(
+        open_jobs=True
+    )
+    assert wake_for("csistoragecapacities", "MODIFIED", {**pool, "status": {}}, seen) == Wake()
+    driver = {"metadata": {"name": "csi"}, "spec": {"storageCapacity": False}}
+    seen = mark_of("csidrivers", driver)
+    reports = {**driver, "spec": {"storageCapacity": True}}
+    assert wake_for("csidrivers", "MODIFIED", reports, seen) == Wake(open_jobs=True)
 
 
 def _pod(node: str | None = None, phase: str = "Pending") -> dict[str, Any]:

@@ -300,3 +300,78 @@ def test_a_gang_sharing_a_read_write_once_pod_claim_can_never_run() -> None:
     claim["spec"] = {"accessModes": ["ReadWriteOncePod"]}
     waiting = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=volume_rules([claim], [], [])))
     assert decide(job_spec(pair), waiting, NOW).cause == "VolumeConflict"
+
+
+CSI = "csi.example.com"
+
+
+def _pool(kind: str, limit: dict[str, str], topology: dict[str, Any] | None) -> dict[str, Any]:
+    """A CSIStorageCapacity of StorageClass `kind` (`limit`: capacity, maximumVolumeSize)."""
+    out: dict[str, Any] = {"metadata": {"name": f"p-{len(limit)}"}, "storageClassName": kind}
+    if topology is not None:
+        out["nodeTopology"] = topology
+    return out | limit
+
+
+def test_a_claim_a_csi_driver_provisions_goes_where_the_driver_reports_room() -> None:
+    # kube-scheduler's VolumeBinding for a class whose CSI driver reports its capacity
+    # (storageCapacity: true): it provisions only on a node in the nodeTopology of one of
+    # the class's CSIStorageCapacities whose maximumVolumeSize (else capacity) covers
+    # the claim's request. Before, the plan let it provision anywhere, and a gang
+    # planned where the driver has no room waited 45 s for the stuck rule
+    kind = {**_class("csi", "WaitForFirstConsumer"), "provisioner": CSI}
+    driver = {"metadata": {"name": CSI}, "spec": {"storageCapacity": True}}
+    pools = [
+        _pool("csi", {"capacity": "100Gi"}, {"matchLabels": {ZONE_LABEL: "x"}}),
+        # much free, but no volume above 1Gi
+        _pool(
+            "csi",
+            {"capacity": "500Gi", "maximumVolumeSize": "1Gi"},
+            {"matchLabels": {ZONE_LABEL: "y"}},
+        ),
+        _pool("csi", {"capacity": "900Gi"}, None),  # no nodeTopology: unavailable
+        _pool("other", {"capacity": "900Gi"}, {}),  # another class's
+    ]
+
+    def wanting(name: str, size: str | None) -> dict[str, Any]:
+        out = _wants(name) | {"spec": {"storageClassName": "csi"}}
+        if size is not None:
+            out["spec"]["resources"] = {"requests": {"storage": size}}
+        return out
+
+    claims = [wanting("data", "5Gi"), wanting("huge", "200Gi"), wanting("any", None)]
+    rules = volume_rules(claims, [], [kind], [driver], pools)
+    x, y = {ZONE_LABEL: "x"}, {ZONE_LABEL: "y"}
+    assert rules["scale/data"].refuses("n", x) is None
+    assert rules["scale/data"].refuses("n", y) == (
+        "volume node affinity conflict (StorageClass csi and its CSI driver's capacity)"
+    )
+    assert rules["scale/huge"].refusal == (
+        "no PersistentVolume of StorageClass csi is available for PersistentVolumeClaim "
+        "scale/huge, nor a CSIStorageCapacity of the class with room for 200Gi"
+    )
+    assert rules["scale/any"].refuses("n", y) is None  # it requests no storage: not checked
+    # a driver that does not report capacity, or none known: the class provisions anywhere
+    for drivers in ([], [{"metadata": {"name": CSI}, "spec": {"storageCapacity": False}}]):
+        assert (
+            volume_rules(claims, [], [kind], drivers, pools)["scale/data"].refuses("n", y) is None
+        )
+    # the class's allowedTopologies and the pools' node selectors both hold
+    zoned = {
+        **kind,
+        "allowedTopologies": [{"matchLabelExpressions": [{"key": ZONE_LABEL, "values": ["y"]}]}],
+    }
+    both = volume_rules(claims, [], [zoned], [driver], pools)["scale/data"]
+    assert both.refuses("n", x) is not None
+    assert both.refuses("n", y) is not None
+    everywhere = [*pools, _pool("csi", {"capacity": "10Gi"}, {})]  # an empty selector: all
+    assert (
+        volume_rules(claims, [], [zoned], [driver], everywhere)["scale/data"].refuses("n", y)
+        is None
+    )
+    # a job mounting the claim goes to the zone with room (the V100 node, A100 is faster)
+    capacity = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=rules))
+    assert decide(job_spec(_mounting("data")), capacity, NOW).gpu_type == V100
+    decision = decide(job_spec(_mounting("huge")), capacity, NOW)
+    assert decision.gpu_type is None
+    assert "nor a CSIStorageCapacity of the class with room for 200Gi" in decision.reason
