@@ -1131,6 +1131,60 @@ def test_a_gang_whose_csi_driver_has_room_in_one_zone_starts_there(
                 storage.delete_csi_driver(driver)
 
 
+def test_a_job_whose_read_write_once_pod_claim_another_pod_uses_waits_for_it(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # the worker mounts a ReadWriteOncePod claim a running pod already uses:
+    # kube-scheduler's VolumeRestrictions schedules no other pod that mounts it. The
+    # job waits saying which pod holds it, and starts once that pod is gone (woken by
+    # its deletion). Before, it was planned, its worker stayed Pending, and the stuck
+    # rule re-planned it every 45 s
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    volume = _slow_zone_volume(tag)
+    volume["spec"]["accessModes"] = ["ReadWriteOncePod"]
+    claim = {
+        "metadata": {"name": "solo"},
+        "spec": {
+            "accessModes": ["ReadWriteOncePod"],
+            "storageClassName": f"manual-{tag}",
+            "volumeName": f"data-{tag}",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    mount = [{"name": "data", "persistentVolumeClaim": {"claimName": "solo"}}]
+    with (
+        _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes),
+        _manual_storage(api, tag),
+    ):
+        core.create_persistent_volume(volume)
+        core.create_namespaced_persistent_volume_claim(namespace, claim)
+        holder = _bare_pod("holder", slow_nodes[0], "holder")
+        holder["spec"]["volumes"] = mount
+        core.create_namespaced_pod(namespace, holder)
+        wait_for(
+            lambda: core.read_namespaced_pod("holder", namespace).status.phase == "Running",
+            60,
+            "the holder running",
+        )
+        reader = job("reader", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        reader["spec"]["template"]["spec"]["volumes"] = mount
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
+        said = (
+            f"PersistentVolumeClaim {namespace}/solo is ReadWriteOncePod and pod "
+            f"{namespace}/holder uses it"
+        )
+        wait_for(lambda: said in _why(api, namespace, "reader"), 60, "reader saying why")
+        assert not core.list_namespaced_pod(
+            namespace, label_selector="chronotope.dev/job=reader"
+        ).items
+        core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+        _wait_running(api, namespace, "reader", timeout=90, what="reader running")
+        status = _get(api, namespace, "reader")["status"]
+        assert [p["node"] for p in status["placement"]] == slow_nodes  # the volume's zone
+        assert "Replanning" not in _events(core, namespace, "reader")
+
+
 @contextlib.contextmanager
 def _provisioning(
     core: client.CoreV1Api, namespace: str, name: str, kind: str, volume: str

@@ -48,6 +48,7 @@ from chronotope.workloads.node_fit import (
     Taint,
     VolumeRule,
     anti_among,
+    claims_of,
     domains,
     host_ports,
     neighbour,
@@ -93,6 +94,21 @@ class ClusterFacts:
     outside: tuple[Place, ...] = ()
     """The nodes without GPUs that run pods (what pod affinity on a zone or rack reads
     there); `cluster_capacity` fills it in."""
+    claimed: Mapping[str, tuple[str, Neighbour]] = field(default_factory=dict)
+    """Each `ReadWriteOncePod` claim (`namespace/name`, `VolumeRule.one_pod`) a bound pod
+    mounts: that pod's `namespace/name` and namespace and labels (kube-scheduler's
+    VolumeRestrictions lets no other pod use it); `cluster_capacity` fills it in."""
+
+    def used_by(self, claim: str, who: Neighbour | None) -> str | None:
+        """The bound pod other than a worker `who` describes that uses `claim`, or None.
+
+        A pod in `who`'s namespace with all of its labels (the job label among them) is
+        one of the job's own workers.
+        """
+        user = self.claimed.get(claim)
+        if user is None or (who is not None and user[1][0] == who[0] and who[1] <= user[1][1]):
+            return None
+        return user[0]
 
 
 NO_FACTS = ClusterFacts()
@@ -675,6 +691,7 @@ def cluster_model(
     promised: dict[str, int] = {}  # GPU model -> GPUs of created but not yet bound workers
     waiting: list[tuple[str, Mapping[str, Any], str]] = []
     held: dict[str, _Held] = {}  # node -> what its pods hold there
+    claimed: dict[str, tuple[str, Neighbour]] = {}  # ReadWriteOncePod claim -> its bound user
     for pod in pods:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -691,6 +708,7 @@ def cluster_model(
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
         held.setdefault(str(bound_to), _Held()).add(pod, facts.namespaces)
+        _mark_claims(claimed, key, pod, facts.volumes)
     for key, pod, model in waiting:  # after every bound pod: a plan holds what it names
         if not hold_planned(cache, key, pod):
             promised[model] = promised.get(model, 0) + max(1, _gpu_count(pod))
@@ -706,7 +724,7 @@ def cluster_model(
         if cache.nodes[node["metadata"]["name"]].gpu_count == 0
         and (on := held.get(node["metadata"]["name"])) is not None
     )
-    shared = replace(facts, outside=outside)
+    shared = replace(facts, outside=outside, claimed=claimed)
     for node in nodes:
         meta = node.get("metadata") or {}
         info = cache.nodes[meta["name"]]
@@ -747,6 +765,23 @@ def cluster_model(
             )
         )
     return tuple(_minus_promised(out, promised)), cache
+
+
+def _mark_claims(
+    claimed: dict[str, tuple[str, Neighbour]],
+    key: str,
+    pod: Mapping[str, Any],
+    volumes: Mapping[str, VolumeRule] | None,
+) -> None:
+    """Note the `ReadWriteOncePod` claims bound pod `key` mounts (`ClusterFacts.claimed`)."""
+    if not volumes:  # not known: nothing is checked
+        return
+    meta = pod.get("metadata") or {}
+    for claim in claims_of(pod.get("spec") or {}):
+        rule = volumes.get(f"{meta.get('namespace')}/{claim}")
+        if rule is not None and rule.one_pod:
+            me = neighbour(str(meta.get("namespace") or ""), meta.get("labels") or {})
+            claimed[rule.claim] = (key, me)
 
 
 @dataclass

@@ -284,6 +284,12 @@ def decide(
             cause="VolumeConflict",
         )
     unready = [v.refusal for v in volumes if v.refusal is not None]
+    for v in volumes:  # VolumeRestrictions: another bound pod uses the claim
+        user = facts.used_by(v.claim, rules.who) if v.one_pod else None
+        if user is not None:
+            unready.append(
+                f"PersistentVolumeClaim {v.claim} is ReadWriteOncePod and pod {user} uses it"
+            )
     if unready:  # no node will do until the claim is there (and bound)
         return Decision(
             Action.IMPOSSIBLE,

@@ -375,3 +375,40 @@ def test_a_claim_a_csi_driver_provisions_goes_where_the_driver_reports_room() ->
     decision = decide(job_spec(_mounting("huge")), capacity, NOW)
     assert decision.gpu_type is None
     assert "nor a CSIStorageCapacity of the class with room for 200Gi" in decision.reason
+
+
+def test_a_read_write_once_pod_claim_another_pod_uses_makes_the_job_wait() -> None:
+    # kube-scheduler's VolumeRestrictions: while a bound pod uses a ReadWriteOncePod
+    # claim, no other pod mounting it is scheduled. Before, the job was planned, its
+    # worker stayed Pending, and the stuck rule re-planned it every 45 s
+    claim = _claim("solo", "pv-x")
+    claim["spec"]["accessModes"] = ["ReadWriteOncePod"]
+    rules = volume_rules([claim, _claim("shared", "pv-x")], [_volume("pv-x", "x")])
+    job = _mounting("solo", "shared")
+
+    def user(name: str, labels: dict[str, str], phase: str = "Running") -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": "scale", "labels": labels},
+            "spec": {
+                "nodeName": "v100-x",
+                "containers": [{"name": "c"}],
+                **_mounting("solo", "shared")["spec"]["template"]["spec"],
+            },
+            "status": {"phase": phase},
+        }
+
+    facts = ClusterFacts(volumes=rules)
+    other = cluster_capacity(NODES, [user("reader", {"app": "reader"})], facts=facts)
+    decision = decide(job_spec(job), other, NOW)
+    assert decision.cause == "VolumeNotReady"
+    assert decision.reason == (
+        "waiting for its volumes: PersistentVolumeClaim scale/solo is ReadWriteOncePod and "
+        "pod scale/reader uses it"
+    )
+    # one of the job's own workers (its labels and job label), or a pod that is done,
+    # does not hold it from the job
+    own = {"chronotope.dev/job": "j", "chronotope.dev/gang": "g0"}
+    for pod in (user("j-0", own), user("reader", {"app": "reader"}, "Succeeded")):
+        assert (
+            decide(job_spec(job), cluster_capacity(NODES, [pod], facts=facts), NOW).gpu_type == V100
+        )
