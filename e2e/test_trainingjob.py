@@ -789,13 +789,63 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # the job's two workers are spread one per zone (maxSkew 1, counting themselves);
-    # the fast type has two nodes in one zone (and a cordoned one, counted, in another),
-    # the slow type one node in each of two zones. The plan lets each zone take one
-    # worker but not how a gang shares a zone among its nodes: it plans both on the
-    # fast zone's two nodes, and kube-scheduler's PodTopologySpread filter refuses the
-    # second worker once the first is bound. The stuck rule moves the job off that node
-    # (before `status.avoidNodes`, it re-planned the job on that node again, for ever)
+    # the job's worker gets a 5 GiB generic ephemeral volume of a WaitForFirstConsumer
+    # class with no provisioner; the class's volume in the fast type's zone holds 1 GiB,
+    # the one in the slow type's zone 10 GiB. The plan does not compare the template's
+    # size with the volumes' (it reads the class): it plans the fast node, and
+    # kube-scheduler's VolumeBinding filter finds no volume there the claim fits. The
+    # stuck rule moves the job off that node (before `status.avoidNodes`, it re-planned
+    # the job on that node again, for ever)
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    claim = {
+        "storageClassName": f"manual-{tag}",
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "5Gi"}},
+    }
+    small = _zone_volume(tag, "small", f"fz-{tag}", "1Gi")
+    large = _zone_volume(tag, "large", f"sz-{tag}", "10Gi")
+    with (
+        _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, fast_nodes, slow_nodes),
+        _manual_storage(api, tag) as storage,
+    ):
+        try:
+            storage.create_storage_class(_manual_class(tag, local=True))
+            core.create_persistent_volume(small)
+            core.create_persistent_volume(large)
+            scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
+            ephemeral = {"volumeClaimTemplate": {"spec": claim}}
+            scratch["spec"]["template"]["spec"]["volumes"] = [
+                {"name": "scratch", "ephemeral": ephemeral}
+            ]
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
+            _wait_running(
+                api, namespace, "scratch", timeout=150, what="scratch running off the node"
+            )
+            status = _get(api, namespace, "scratch")["status"]
+            assert status["plan"]["gpuType"] == slow
+            assert [p["node"] for p in status["placement"]] == slow_nodes
+            assert not status.get("avoidNodes")  # placed: cleared
+            replanned = _events(core, namespace, "scratch")["Replanning"]
+            assert "persistent volumes to bind" in replanned, replanned
+            assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+        finally:
+            for name in (small, large):
+                with contextlib.suppress(client.exceptions.ApiException):
+                    core.delete_persistent_volume(name["metadata"]["name"])
+
+
+@pytest.mark.parametrize("rule", ["spread", "anti-affinity"])
+def test_a_gang_that_takes_one_worker_per_zone_starts_where_the_zones_hold_it(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, rule: str
+) -> None:
+    # the job's two workers spread one per zone (maxSkew 1, counting themselves), or
+    # keep out of each other's zone (a required pod anti-affinity on the zone matching
+    # their own labels); the fast type has two nodes in one zone (and a cordoned one in
+    # another), the slow type one node in each of two zones. The plan lets a zone take
+    # one of the gang's workers, so the fast type holds one: the job starts at once on
+    # the slow nodes. Before stop 61, both were planned on the fast zone's two nodes,
+    # kube-scheduler refused the second, and the stuck rule moved the job after 45 s
     api, custom, core = jobs_api
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
@@ -807,22 +857,30 @@ def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     ):
         wait_nodes_untainted(api, {*fast_nodes, *cordoned, *slow_a, *slow_b}, 60)
         core.patch_node(cordoned[0], {"spec": {"unschedulable": True}})
-        spready = job("spready", 2, 1, [(fast, 2.0), (slow, 1.0)])
-        spready["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
-        spready["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-            _spread_constraint(ZONE_LABEL)
-        ]
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, spready)
-        _wait_running(api, namespace, "spready", timeout=150, what="spready running off the node")
-        status = _get(api, namespace, "spready")["status"]
+        pair = job("pair", 2, 1, [(fast, 2.0), (slow, 1.0)])
+        pair["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
+        pod = pair["spec"]["template"]["spec"]
+        if rule == "spread":
+            pod["topologySpreadConstraints"] = [_spread_constraint(ZONE_LABEL)]
+        else:
+            pod["affinity"] = _beside("podAntiAffinity", "trainer", ZONE_LABEL)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, pair)
+        _wait_running(api, namespace, "pair", timeout=60, what="pair running on the slow nodes")
+        status = _get(api, namespace, "pair")["status"]
         assert status["plan"]["gpuType"] == slow
         assert sorted(p["node"] for p in status["placement"]) == sorted(slow_a + slow_b)
-        assert not status.get("avoidNodes")  # placed: cleared
-        replanned = _events(core, namespace, "spready")["Replanning"]
-        assert "topology spread" in replanned, replanned
-        assert any(replanned.endswith(f"re-planning off node(s) {n}") for n in fast_nodes), (
-            replanned
-        )
+        assert "Replanning" not in _events(core, namespace, "pair")
+
+
+def _zone_volume(tag: str, name: str, zone: str, size: str) -> dict[str, Any]:
+    """A hostPath PersistentVolume NAME-TAG of class manual-TAG and `size`, usable in `zone`."""
+    volume = _slow_zone_volume(tag)
+    volume["metadata"]["name"] = f"{name}-{tag}"
+    volume["spec"]["capacity"] = {"storage": size}
+    volume["spec"]["hostPath"] = {"path": f"/tmp/{name}-{tag}"}
+    term = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]
+    term["matchExpressions"][0]["values"] = [zone]
+    return volume
 
 
 @pytest.mark.parametrize("runtime", ["in place", "missing at first"])

@@ -404,6 +404,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     kept: list[NodeCapacity] = []
     refused: dict[str, int] = {}
     cut = [0, 0, 0]  # nodes short of CPU or memory, blocked by a host port, shunned
+    was_cut: set[int] = set()  # positions in `kept` of those
     for n in nodes:
         why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib))
         for v in volumes if why is None else ():
@@ -416,9 +417,16 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         room = _room(n, rules, per_worker, whom)
         if room < n.free:
             cut[_cause(n, rules, per_worker, whom)] += 1
+            was_cut.add(len(kept))
             kept.append(replace(n, free=room, free_gpus=n.free_gpus[:room]))
         else:
             kept.append(n)
+    said = ""
+    for limit in _shared_domains(rules, whom):
+        capped, why = _within_domain(kept, limit, per_worker)
+        cut[2] += len(capped - was_cut)
+        was_cut |= capped
+        said = said or why
     at = {n.name: k for k, n in enumerate(kept)} if refused else None
     seen = Usable(
         tuple(kept),
@@ -427,10 +435,103 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         cut[1],
         cut[2],
         positions=at,
-        shunning=_Once(partial(_shuns, nodes, rules, per_worker, whom, at)) if cut[2] else None,
+        shunning=_Once(partial(_shuns, nodes, rules, per_worker, whom, at, shared=said))
+        if cut[2]
+        else None,
     )
     answers[asked] = seen
     return seen
+
+
+_Limit: TypeAlias = tuple[str, Callable[[str], int], str]
+"""How many of a gang's workers each domain of a key takes: the key, the number for a
+value, and the rule in words (`_shared_domains`)."""
+
+
+def _shared_domains(rules: NodeRules, whom: _Whom) -> list[_Limit]:
+    """How the workers' rules share out a zone or rack among the gang's own workers.
+
+    Their topology spread on a key other than `kubernetes.io/hostname` that selects
+    them lets a domain take as many as keep its count within `maxSkew` of the least
+    (`Skew.room`); their required pod anti-affinity on such a key that selects them
+    lets each domain take one (the domains where a pod it selects runs are refused,
+    `Domains`). kube-scheduler binds the workers one after another, each counted for
+    the next.
+    """
+    out: list[_Limit] = []
+    for skew in whom[3]:
+        s = skew.spread
+        if s.own and not s.term.on_node:
+            out.append((s.term.key, partial(_spread_room, skew), f"its workers' {s}"))
+    who = rules.who
+    if who is not None:
+        out.extend(
+            (t.key, _one, f"its workers' pod anti-affinity on {t.key}")
+            for t in rules.anti
+            if not t.on_node and t.selects(who)
+        )
+    return out
+
+
+def _spread_room(skew: Skew, value: str) -> int:
+    """`Skew.room` for a domain of `value` (a constraint that selects the workers)."""
+    return skew.room({skew.spread.term.key: value}, NOBODY) or 0
+
+
+def _one(_value: str) -> int:
+    return 1
+
+
+def _left(
+    n: NodeCapacity, rules: NodeRules, per_worker: int, whom: _Whom, *, had: int, shared: bool
+) -> int:
+    """The free GPUs of `n` workers with `rules` can take after one more went there.
+
+    `had`: what they could take before; `shared`: a domain is shared among the gang's
+    own workers (`_shared_domains`), which gave this node its part, now one less.
+    """
+    plain = not rules.asks and not rules.host_ports and whom[0] is None
+    left = n.free if plain else _room(n, rules, per_worker, whom)
+    return min(left, had - per_worker) if shared else left
+
+
+def _within_domain(
+    kept: list[NodeCapacity], limit: _Limit, per_worker: int
+) -> tuple[set[int], str]:
+    """Cut `kept`'s free GPUs (in place) so no domain of `limit`'s key takes more workers.
+
+    A domain whose nodes hold more workers than it may take gives them out one per
+    node in turn (so a gang placed one per node, and one packed, count what the domain
+    takes); nodes without the key are left as they are. Returns the positions of the
+    nodes cut, and the rule in words for the first.
+    """
+    key, most, rule = limit
+    groups: dict[str, list[int]] = {}
+    for k, n in enumerate(kept):
+        value = n.labels.get(key)
+        if value is not None and n.schedulable and n.free >= per_worker:
+            groups.setdefault(value, []).append(k)
+    capped: set[int] = set()
+    said = ""
+    for value, members in groups.items():
+        budget = most(value)
+        holds = [kept[k].free // per_worker for k in members]
+        if sum(holds) <= budget:
+            continue
+        given = [0] * len(members)
+        while budget > 0:
+            for j, h in enumerate(holds):
+                if budget > 0 and given[j] < h:
+                    given[j] += 1
+                    budget -= 1
+        for j, k in enumerate(members):
+            room = given[j] * per_worker
+            if room < kept[k].free:
+                n = kept[k]
+                kept[k] = replace(n, free=room, free_gpus=n.free_gpus[:room])
+                capped.add(k)
+        said = said or f"{rule} lets {most(value)} of them into its {key} domain {value}"
+    return capped, said
 
 
 def _looks(rules: NodeRules) -> bool:
@@ -580,11 +681,14 @@ def _shuns(
     per_worker: int,
     whom: _Whom,
     kept: Mapping[str, int] | None,
+    *,
+    shared: str = "",
 ) -> str:
     """Why a pod (anti-)affinity or topology spread keeps the workers off the first such node.
 
     The first with free GPUs (or lets fewer of them there: `_cause` 2). `nodes`: the
-    type's; `kept`: those its rules admit (None: all). '' when none is.
+    type's; `kept`: those its rules admit (None: all). Else `shared`: how a domain is
+    shared among the gang's own workers (`_within_domain`); '' when none is.
     """
     for n in nodes:
         if n.free <= 0 or (kept is not None and n.name not in kept):
@@ -597,7 +701,7 @@ def _shuns(
                 room = skew.room(n.labels, n.neighbours)
                 if room is not None and room * per_worker < n.free:
                     return skew.why(n.labels, n.neighbours)
-    return ""
+    return shared
 
 
 def unblocked(
@@ -864,6 +968,7 @@ def take(
             required=required,
         )
     asks = rules if rules is not None and rules.asks else None
+    shared = rules is not None and bool(_shared_domains(rules, whom))
     where = {nodes[i].name: i for i in usable}
     used: set[str] = set()
     placed: list[tuple[str, tuple[int, ...]]] = []
@@ -892,8 +997,7 @@ def take(
         n = _took(n, per_worker, asks, rules)
         if i in room:
             assert rules is not None
-            plain = asks is None and not rules.host_ports and whom[0] is None
-            room[i] = n.free if plain else _room(n, rules, per_worker, whom)
+            room[i] = _left(n, rules, per_worker, whom, had=room[i], shared=shared)
         nodes[i] = n
         placed.append((slot, gpus))
     if unplaced:
@@ -1020,6 +1124,8 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
     carried: dict[_Asked, Usable] = {}
     # a copy (one C-level step): another thread's decision may add an answer meanwhile
     for (rules, per_worker, whom, volumes), seen in tuple(held[1].items()):
+        if _shared_domains(rules, whom):  # a change anywhere in a domain: asked again
+            continue
         kept = list(seen.nodes)
         cut = [seen.short, seen.blocked, seen.shunned]  # as in `admitting`
         for k, new in changed:

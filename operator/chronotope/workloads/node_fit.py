@@ -47,15 +47,15 @@ rack) keep the workers in or out of whole domains of that label, from the pods
 of every node, GPU or not (`domains`). A term's `namespaceSelector` naming
 labels is read against the namespaces' labels (`PodTerm.among`, as kube-scheduler
 merges the namespaces it selects into those the term lists); a gang's zone
-anti-affinity to itself is not modelled (a gang stuck on it is moved by the
-stuck rule). And PodTopologySpread (`spread_terms`, `Skew`): a constraint
+anti-affinity to itself lets each zone take one of its workers (`capacity`'s
+`_shared_domains`). And PodTopologySpread (`spread_terms`, `Skew`): a constraint
 counts the pods it selects per domain of its topology key (the pods of each node
 are a `Crowd`), and a node is refused where its domain's count, plus one if it
 selects the workers, is more than `maxSkew` above the least; it lets the workers
 it selects into a domain while the count stays within `maxSkew` of the least (a
 gang it selects on `kubernetes.io/hostname` with `maxSkew: 1` is placed strictly
-spread, `job_spec`; on another key, how a gang's own workers share the domains is
-left to the stuck rule).
+spread, `job_spec`; on another key, `capacity` shares each domain out among the
+gang's own workers).
 And the API server's RuntimeClass admission: a pod's RuntimeClass adds its node
 selector, tolerations and overhead (`runtime_rules`, `NodeRules.run_by`).
 

@@ -413,7 +413,8 @@ def _cut(seen: Usable, rules: NodeRules) -> str:
     if seen.shunned:
         out += (
             f" ({seen.shunned} node(s) have free GPUs but a required pod affinity or "
-            f"anti-affinity keeps its workers off them: {seen.shuns() or _THEIRS})"
+            f"anti-affinity or a topology spread keeps its workers off them, or lets fewer "
+            f"there: {seen.shuns() or _THEIRS})"
         )
     return out
 

@@ -67,9 +67,10 @@ def test_workers_that_must_share_a_zone_with_a_cache_go_only_into_its_zone() -> 
     decision = decide(job_spec(job), capacity, NOW)
     assert decision.gpu_type is None
     assert (
-        "2 node(s) have free GPUs but a required pod affinity or anti-affinity keeps its "
-        "workers off them: no pod in its topology.kubernetes.io/zone domain matches its "
-        "workers' required pod affinity" in decision.reason
+        "2 node(s) have free GPUs but a required pod affinity or anti-affinity or a topology "
+        "spread keeps its workers off them, or lets fewer there: no pod in its "
+        "topology.kubernetes.io/zone domain matches its workers' required pod affinity"
+        in decision.reason
     ), decision.reason
     # no cache anywhere, and the workers are none: no node will do
     alone = cluster_capacity(NODES, [])

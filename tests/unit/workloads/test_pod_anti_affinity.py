@@ -235,8 +235,9 @@ def test_a_job_kept_off_the_fast_type_starts_on_the_other_and_one_that_cannot_sa
     decision = decide(job_spec(pinned), capacity, NOW)
     assert decision.gpu_type is None
     assert (
-        "1 node(s) have free GPUs but a required pod affinity or anti-affinity keeps its "
-        "workers off them: a pod there matches its workers' pod anti-affinity"
+        "1 node(s) have free GPUs but a required pod affinity or anti-affinity or a topology "
+        "spread keeps its workers off them, or lets fewer there: a pod there matches its "
+        "workers' pod anti-affinity"
     ) in decision.reason, decision.reason
 
 

@@ -235,3 +235,46 @@ def test_a_spread_ignoring_node_affinity_counts_every_node() -> None:
     assert [n.free for n in admitting(capacity, A100, job_rules(job_spec(job))).nodes] == [8]
     job["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["nodeAffinityPolicy"] = "Ignore"
     assert [n.free for n in admitting(capacity, A100, job_rules(job_spec(job))).nodes] == [0]
+
+
+@pytest.mark.parametrize("rule", ["spread", "anti-affinity"])
+def test_a_gang_shares_out_a_zone_as_its_own_workers_count_there(rule: str) -> None:
+    # the gang's workers spread one per zone (maxSkew 1, counting themselves), or keep
+    # out of each other's zone (a required pod anti-affinity on the zone that selects
+    # them): kube-scheduler binds them one after another, each counted for the next, so
+    # each zone takes one. Zone x has two nodes, y one: a gang of two goes one into
+    # each zone (before stop 61 both could be planned on x's two nodes, and the second
+    # stayed Pending until the stuck rule moved the gang); a gang of three waits
+    def gang(name: str, replicas: int) -> dict[str, Any]:
+        job = _job(name, metadata={"labels": {"app": "trainer"}})
+        job["spec"]["replicas"] = replicas
+        job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+        pod = job["spec"]["template"]["spec"]
+        if rule == "spread":
+            pod |= _spread(TRAINERS, key=ZONE)
+        else:
+            term = {"labelSelector": TRAINERS, "topologyKey": ZONE}
+            pod["affinity"] = {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+            }
+        return job
+
+    capacity = cluster_capacity([_zoned("a", "x"), _zoned("b", "y"), _zoned("d", "x")], [])
+    spec = job_spec(gang("pair", 2))
+    rules = job_rules(spec)
+    seen = admitting(capacity, A100, rules)
+    assert [(n.name, n.free) for n in seen.nodes] == [("a", 1), ("b", 1), ("d", 0)]
+    said = (
+        f"its workers' topology spread (maxSkew 1 on {ZONE})"
+        if rule == "spread"
+        else f"its workers' pod anti-affinity on {ZONE}"
+    )
+    assert seen.shuns().startswith(said)
+    assert f"its {ZONE} domain x" in seen.shuns()
+    assert decide(spec, capacity, NOW).gpu_type == A100
+    _, placed = take(capacity, A100, 2, 1, rules=rules, strategy=spec.placement.strategy)
+    assert sorted(where for where, _ in placed) == ["a", "b"]
+    decision = decide(job_spec(gang("trio", 3)), capacity, NOW)
+    assert decision.gpu_type is None
+    assert said in decision.reason
+    assert "holds at most 2 worker(s)" in decision.reason or "room for 2 of 3" in decision.reason
