@@ -295,13 +295,23 @@ def _gpu_nodes(
     per_node: int = 1,
     cpu: str = "32",
     zone: str = "zone-a",
+    max_pods: int = 110,
 ) -> Iterator[list[str]]:
     """kwok GPU nodes of a type only this test uses; deleted afterwards (`model` None: no GPUs)."""
     gpu = {"model": model, "perNode": per_node, "memoryMiB": 40960} if model else None
     spec = ClusterSpec.model_validate(
         {
             "name": "extra",
-            "pools": [{"name": pool, "count": count, "gpu": gpu, "cpu": cpu, "zone": zone}],
+            "pools": [
+                {
+                    "name": pool,
+                    "count": count,
+                    "gpu": gpu,
+                    "cpu": cpu,
+                    "zone": zone,
+                    "maxPods": max_pods,
+                }
+            ],
         }
     )
     nodes = node_manifests(spec)
@@ -789,50 +799,35 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # the job's worker gets a 5 GiB generic ephemeral volume of a WaitForFirstConsumer
-    # class with no provisioner; the class's volume in the fast type's zone holds 1 GiB,
-    # the one in the slow type's zone 10 GiB. The plan does not compare the template's
-    # size with the volumes' (it reads the class): it plans the fast node, and
-    # kube-scheduler's VolumeBinding filter finds no volume there the claim fits. The
-    # stuck rule moves the job off that node (before `status.avoidNodes`, it re-planned
-    # the job on that node again, for ever)
+    # the fast node takes one pod (`maxPods: 1`) and runs one already; the plan does
+    # not count pods against a node's pod capacity, so it plans the fast node, and
+    # kube-scheduler's NodeResourcesFit filter refuses it ("Too many pods"). The stuck
+    # rule moves the job off that node (before `status.avoidNodes`, it re-planned the
+    # job on that node again, for ever)
     api, custom, core = jobs_api
     tag = namespace[-6:]
-    claim = {
-        "storageClassName": f"manual-{tag}",
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": "5Gi"}},
-    }
-    small = _zone_volume(tag, "small", f"fz-{tag}", "1Gi")
-    large = _zone_volume(tag, "large", f"sz-{tag}", "10Gi")
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
     with (
-        _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, fast_nodes, slow_nodes),
-        _manual_storage(api, tag) as storage,
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, max_pods=1) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
     ):
-        try:
-            storage.create_storage_class(_manual_class(tag, local=True))
-            core.create_persistent_volume(small)
-            core.create_persistent_volume(large)
-            scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
-            ephemeral = {"volumeClaimTemplate": {"spec": claim}}
-            scratch["spec"]["template"]["spec"]["volumes"] = [
-                {"name": "scratch", "ephemeral": ephemeral}
-            ]
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
-            _wait_running(
-                api, namespace, "scratch", timeout=150, what="scratch running off the node"
-            )
-            status = _get(api, namespace, "scratch")["status"]
-            assert status["plan"]["gpuType"] == slow
-            assert [p["node"] for p in status["placement"]] == slow_nodes
-            assert not status.get("avoidNodes")  # placed: cleared
-            replanned = _events(core, namespace, "scratch")["Replanning"]
-            assert "persistent volumes to bind" in replanned, replanned
-            assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
-        finally:
-            for name in (small, large):
-                with contextlib.suppress(client.exceptions.ApiException):
-                    core.delete_persistent_volume(name["metadata"]["name"])
+        wait_nodes_untainted(api, {*fast_nodes, *slow_nodes}, 60)
+        core.create_namespaced_pod(namespace, _bare_pod("filler", fast_nodes[0], "filler"))
+        wait_for(
+            lambda: core.read_namespaced_pod("filler", namespace).status.phase == "Running",
+            30,
+            "the filler running",
+        )
+        crowded = job("crowded", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, crowded)
+        _wait_running(api, namespace, "crowded", timeout=150, what="crowded running off the node")
+        status = _get(api, namespace, "crowded")["status"]
+        assert status["plan"]["gpuType"] == slow
+        assert [p["node"] for p in status["placement"]] == slow_nodes
+        assert not status.get("avoidNodes")  # placed: cleared
+        replanned = _events(core, namespace, "crowded")["Replanning"]
+        assert "Too many pods" in replanned, replanned
+        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
 
 
 @pytest.mark.parametrize("rule", ["spread", "anti-affinity"])
@@ -870,6 +865,46 @@ def test_a_gang_that_takes_one_worker_per_zone_starts_where_the_zones_hold_it(
         assert status["plan"]["gpuType"] == slow
         assert sorted(p["node"] for p in status["placement"]) == sorted(slow_a + slow_b)
         assert "Replanning" not in _events(core, namespace, "pair")
+
+
+def test_a_gang_whose_ephemeral_volume_fits_one_zone_s_volume_starts_there(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # the worker gets a 5 GiB generic ephemeral volume of a WaitForFirstConsumer class
+    # with no provisioner; the class's volume in the fast type's zone holds 1 GiB, the
+    # one in the slow type's zone 10 GiB. The plan reads the template's claim as any
+    # unbound claim (its size): the job starts at once on the slow node. Before stop
+    # 61 it read only the class, planned the fast node, where kube-scheduler found no
+    # volume the claim fits, and the stuck rule moved it after 45 s
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    claim = {
+        "storageClassName": f"manual-{tag}",
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "5Gi"}},
+    }
+    small = _zone_volume(tag, "small", f"fz-{tag}", "1Gi")
+    large = _zone_volume(tag, "large", f"sz-{tag}", "10Gi")
+    with (
+        _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes),
+        _manual_storage(api, tag) as storage,
+    ):
+        try:
+            storage.create_storage_class(_manual_class(tag, local=True))
+            core.create_persistent_volume(small)
+            core.create_persistent_volume(large)
+            scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
+            ephemeral = {"volumeClaimTemplate": {"spec": claim}}
+            scratch["spec"]["template"]["spec"]["volumes"] = [
+                {"name": "scratch", "ephemeral": ephemeral}
+            ]
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
+            _started_at_once_on(api, core, namespace, "scratch", gpu=slow, nodes=slow_nodes)
+            assert core.read_persistent_volume(f"large-{tag}").spec.claim_ref is not None
+        finally:
+            for volume in (small, large):
+                with contextlib.suppress(client.exceptions.ApiException):
+                    core.delete_persistent_volume(volume["metadata"]["name"])
 
 
 def _zone_volume(tag: str, name: str, zone: str, size: str) -> dict[str, Any]:

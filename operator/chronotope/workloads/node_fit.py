@@ -65,6 +65,7 @@ kube-scheduler's scoring. Pure: plain dicts in, answers out.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -87,6 +88,7 @@ __all__ = [
     "VOLUME_ZONE_LABELS",
     "Crowd",
     "Domains",
+    "Ephemeral",
     "HostPort",
     "NamespaceLabels",
     "Neighbour",
@@ -105,7 +107,7 @@ __all__ = [
     "claim_class",
     "claims_of",
     "domains",
-    "ephemeral_classes",
+    "ephemeral_claims",
     "host_ports",
     "job_rules",
     "labelled",
@@ -801,8 +803,9 @@ class NodeRules:
     """Its pods' topology spread constraints kube-scheduler filters by (`spread_terms`)."""
     claims: tuple[str, ...] = ()
     """The PersistentVolumeClaims its pods mount (`claims_of`), by name in their namespace."""
-    ephemeral: tuple[str, ...] = ()
-    """The StorageClasses of its pods' generic ephemeral volumes (`ephemeral_classes`)."""
+    ephemeral: tuple[tuple[str, str], ...] = ()
+    """Its pods' generic ephemeral volumes' StorageClasses and claim templates
+    (`ephemeral_claims`)."""
     runtime: str = ""
     """The RuntimeClass its pods name (`runtimeClassName`), until `run_by` adds what it
     says ('' for none, or once added)."""
@@ -844,7 +847,7 @@ class NodeRules:
             near=pod_affinity_terms(spec, who) if who is not None else (),
             spread=spread_terms(spec, who) if who is not None else (),
             claims=claims_of(spec),
-            ephemeral=ephemeral_classes(spec),
+            ephemeral=ephemeral_claims(spec),
             runtime=str(spec.get("runtimeClassName") or ""),
             who=who,
         )
@@ -924,14 +927,14 @@ class NodeRules:
             for k in keys
         ]
         if EPHEMERAL in rules:  # the classes are known
-            for c in self.ephemeral:
-                out.append(
-                    rules.get(EPHEMERAL + c)
-                    or VolumeRule(
+            for c, template in self.ephemeral:
+                rule = rules.get(EPHEMERAL + c)
+                if rule is None:
+                    rule = VolumeRule(
                         EPHEMERAL + c,
                         refusal=f"StorageClass {c} of a generic ephemeral volume not found",
                     )
-                )
+                out.append(rule.made.rule(template) if rule.made is not None else rule)
         return tuple(out)
 
     @property
@@ -1115,6 +1118,8 @@ class VolumeRule:
     one_pod: bool = False
     """Its access mode is `ReadWriteOncePod`: one pod at a time may use it (kube-scheduler's
     VolumeRestrictions), so it holds one worker of a gang at most."""
+    made: Ephemeral | None = field(default=None, compare=False, repr=False)
+    """A generic ephemeral volume's class: the rule of each claim template (`Ephemeral`)."""
 
     def refuses(self, name: str, labels: Mapping[str, str]) -> str | None:
         """Why pods mounting it may not run on node `name` with `labels`, or None."""
@@ -1149,7 +1154,7 @@ def volume_rules(
     storage = _Storage.of(drivers, capacities)
     if classes is not None:
         kinds = {str((k.get("metadata") or {}).get("name")): k for k in classes}
-        out |= _ephemeral_rules(kinds, by_class)
+        out |= _ephemeral_rules(kinds, by_class, storage)
     for c in claims:
         meta = c.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -1401,25 +1406,25 @@ _DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 def _ephemeral_rules(
     classes: Mapping[str, Mapping[str, Any]],
     by_class: Mapping[str, Sequence[Mapping[str, Any]]],
+    storage: _Storage,
 ) -> dict[str, VolumeRule]:
     """Where a generic ephemeral volume's claim, made with each pod, lets the pod go.
 
-    Per StorageClass, as for a fresh unbound claim asking nothing in particular: under
-    `WaitForFirstConsumer` (`_first_consumer`) where a volume of the class not reserved
-    for another claim may be used, or the class may provision one; a class that binds
-    at once provisions before the pod is placed, wherever, so nothing is known. The
-    key `EPHEMERAL` is the default class's (the newest marked default, as the
+    Per StorageClass: under `WaitForFirstConsumer` the claim its template makes is
+    read as any unbound claim of the class (`_first_consumer`: where a volume of the
+    class it could bind to may be used, or the class may provision one), when a
+    template asks (`VolumeRule.made`, `Ephemeral`); a class that binds at once
+    provisions before the pod is placed, wherever, so nothing is known. The key
+    `EPHEMERAL` is the default class's (the newest marked default, as the
     DefaultStorageClass admission picks it; none: nothing is known).
     """
-    fresh: dict[str, Any] = {"metadata": {}, "spec": {}}
     out: dict[str, VolumeRule] = {}
     for name, kind in classes.items():
         key = EPHEMERAL + name
         if kind.get("volumeBindingMode") != "WaitForFirstConsumer":
             out[key] = VolumeRule(key)
             continue
-        what = f"a generic ephemeral volume of StorageClass {name}"
-        out[key] = _first_consumer(fresh, key, what, kind, by_class.get(name, ()))
+        out[key] = VolumeRule(key, made=Ephemeral(key, kind, by_class.get(name, ()), storage))
     defaults = sorted(
         (str((k.get("metadata") or {}).get("creationTimestamp") or ""), name)
         for name, k in classes.items()
@@ -1429,14 +1434,50 @@ def _ephemeral_rules(
     return out
 
 
-def ephemeral_classes(spec: object) -> tuple[str, ...]:
-    """The StorageClasses of a pod spec's generic ephemeral volumes, once each.
+class Ephemeral:
+    """The `VolumeRule` of each claim template of one `WaitForFirstConsumer` StorageClass.
 
-    '' for one whose claim template names no class (the default class); one that names
-    the empty class (no class: bound only to a volume of none) is left out.
+    A generic ephemeral volume's claim is made with its pod from the template, so it is
+    read as that unbound claim (its size, access and volume modes, selector), each
+    template once.
+    """
+
+    __slots__ = ("_key", "_kind", "_seen", "_storage", "_volumes")
+
+    def __init__(
+        self,
+        key: str,
+        kind: Mapping[str, Any],
+        volumes: Sequence[Mapping[str, Any]],
+        storage: _Storage,
+    ) -> None:
+        """For the class `kind` (its rule's `key`), its volumes and its driver's `storage`."""
+        self._key, self._kind, self._volumes, self._storage = key, kind, volumes, storage
+        self._seen: dict[str, VolumeRule] = {}
+
+    def rule(self, template: str) -> VolumeRule:
+        """Where the claim of `template` (its spec as JSON, `ephemeral_claims`) may be."""
+        hit = self._seen.get(template)
+        if hit is None:
+            name = str((self._kind.get("metadata") or {}).get("name"))
+            claim = {"metadata": {}, "spec": json.loads(template)}
+            what = f"a generic ephemeral volume of StorageClass {name}"
+            hit = _first_consumer(
+                claim, self._key, what, self._kind, self._volumes, storage=self._storage
+            )
+            self._seen[template] = hit
+        return hit
+
+
+def ephemeral_claims(spec: object) -> tuple[tuple[str, str], ...]:
+    """A pod spec's generic ephemeral volumes' claim templates, once each.
+
+    Each as its StorageClass ('' for a template that names none: the default class)
+    and its spec as JSON; one that names the empty class (no class: bound only to a
+    volume of none) is left out.
     """
     volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     for v in volumes if isinstance(volumes, list) else []:
         ephemeral = v.get("ephemeral") if isinstance(v, Mapping) else None
         template = ephemeral.get("volumeClaimTemplate") if isinstance(ephemeral, Mapping) else None
@@ -1446,8 +1487,9 @@ def ephemeral_classes(spec: object) -> tuple[str, ...]:
         name = claim.get("storageClassName")
         if name == "":
             continue
-        if str(name or "") not in out:
-            out.append(str(name or ""))
+        made = (str(name or ""), json.dumps(claim, sort_keys=True, default=str))
+        if made not in out:
+            out.append(made)
     return tuple(out)
 
 

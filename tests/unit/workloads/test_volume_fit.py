@@ -249,7 +249,7 @@ def test_a_generic_ephemeral_volume_goes_where_its_class_may_give_it_a_volume() 
     local["metadata"]["annotations"] = {"storageclass.kubernetes.io/is-default-class": "true"}
     kinds = [local, _class("zonal", "WaitForFirstConsumer", ["x"]), _class("immediate")]
     free, taken = _volume("pv-x", "x"), _volume("pv-taken", "y")  # in zones x and y
-    free["spec"]["storageClassName"] = "local"
+    free["spec"] |= {"storageClassName": "local", "accessModes": ["ReadWriteOnce"]}
     taken["spec"] |= {"storageClassName": "local", "claimRef": {"namespace": "a", "name": "o"}}
     volumes = [free, taken]
     rules = volume_rules([], volumes, kinds)
@@ -276,6 +276,40 @@ def test_a_generic_ephemeral_volume_goes_where_its_class_may_give_it_a_volume() 
     # the classes not known: nothing is checked
     unknown = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=volume_rules([], volumes)))
     assert decide(job_spec(_ephemeral("local")), unknown, NOW).gpu_type == A100
+
+
+def test_a_generic_ephemeral_volume_s_template_is_read_as_the_claim_it_makes() -> None:
+    # its size, access and volume modes are compared with the class's volumes as for any
+    # unbound claim (before stop 61 only its class was read: a template asking more than
+    # the free volume holds was planned beside it, and its pod stayed Pending)
+    local = {**_class("local", "WaitForFirstConsumer"), "provisioner": NO_PROVISIONER}
+    small = _volume("pv-y", "y")  # beside a100-y
+    small["spec"] |= {"storageClassName": "local", "capacity": {"storage": "1Gi"}}
+    small["spec"]["accessModes"] = ["ReadWriteOnce"]
+    large = _volume("pv-x", "x")  # beside v100-x
+    large["spec"] |= {"storageClassName": "local", "capacity": {"storage": "10Gi"}}
+    large["spec"]["accessModes"] = ["ReadWriteOnce"]
+    rules = volume_rules([], [small, large], [local])
+    capacity = cluster_capacity(NODES, [], facts=ClusterFacts(volumes=rules))
+
+    def asking(size: str, modes: list[str]) -> dict[str, Any]:
+        job = _ephemeral("local")
+        claim = job["spec"]["template"]["spec"]["volumes"][0]["ephemeral"]["volumeClaimTemplate"]
+        claim["spec"] |= {"accessModes": modes, "resources": {"requests": {"storage": size}}}
+        return job
+
+    assert decide(job_spec(asking("1Gi", ["ReadWriteOnce"])), capacity, NOW).gpu_type == A100
+    # 5Gi: only the 10Gi volume, beside the slower V100 (a100-y's is too small)
+    big = decide(job_spec(asking("5Gi", ["ReadWriteOnce"])), capacity, NOW)
+    assert big.gpu_type == V100
+    nowhere = decide(job_spec(asking("50Gi", ["ReadWriteOnce"])), capacity, NOW)
+    assert nowhere.cause == "VolumeNotReady"
+    assert (
+        "no PersistentVolume of StorageClass local is available for a generic ephemeral "
+        "volume of StorageClass local"
+    ) in nowhere.reason
+    shared = decide(job_spec(asking("1Gi", ["ReadWriteMany"])), capacity, NOW)
+    assert shared.cause == "VolumeNotReady"
 
 
 def test_a_gang_sharing_a_read_write_once_pod_claim_can_never_run() -> None:
