@@ -867,46 +867,6 @@ def test_a_gang_that_takes_one_worker_per_zone_starts_where_the_zones_hold_it(
         assert "Replanning" not in _events(core, namespace, "pair")
 
 
-def test_a_gang_whose_ephemeral_volume_fits_one_zone_s_volume_starts_there(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
-) -> None:
-    # the worker gets a 5 GiB generic ephemeral volume of a WaitForFirstConsumer class
-    # with no provisioner; the class's volume in the fast type's zone holds 1 GiB, the
-    # one in the slow type's zone 10 GiB. The plan reads the template's claim as any
-    # unbound claim (its size): the job starts at once on the slow node. Before stop
-    # 61 it read only the class, planned the fast node, where kube-scheduler found no
-    # volume the claim fits, and the stuck rule moved it after 45 s
-    api, custom, core = jobs_api
-    tag = namespace[-6:]
-    claim = {
-        "storageClassName": f"manual-{tag}",
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": "5Gi"}},
-    }
-    small = _zone_volume(tag, "small", f"fz-{tag}", "1Gi")
-    large = _zone_volume(tag, "large", f"sz-{tag}", "10Gi")
-    with (
-        _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes),
-        _manual_storage(api, tag) as storage,
-    ):
-        try:
-            storage.create_storage_class(_manual_class(tag, local=True))
-            core.create_persistent_volume(small)
-            core.create_persistent_volume(large)
-            scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
-            ephemeral = {"volumeClaimTemplate": {"spec": claim}}
-            scratch["spec"]["template"]["spec"]["volumes"] = [
-                {"name": "scratch", "ephemeral": ephemeral}
-            ]
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
-            _started_at_once_on(api, core, namespace, "scratch", gpu=slow, nodes=slow_nodes)
-            assert core.read_persistent_volume(f"large-{tag}").spec.claim_ref is not None
-        finally:
-            for volume in (small, large):
-                with contextlib.suppress(client.exceptions.ApiException):
-                    core.delete_persistent_volume(volume["metadata"]["name"])
-
-
 def _zone_volume(tag: str, name: str, zone: str, size: str) -> dict[str, Any]:
     """A hostPath PersistentVolume NAME-TAG of class manual-TAG and `size`, usable in `zone`."""
     volume = _slow_zone_volume(tag)
@@ -1355,35 +1315,50 @@ def test_a_gang_sharing_a_read_write_once_pod_claim_says_it_can_never_run(
         ).items
 
 
+@pytest.mark.parametrize("volumes", ["one", "too small in the fast zone"])
 def test_a_gang_whose_ephemeral_volume_can_only_be_local_starts_beside_it(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, volumes: str
 ) -> None:
     # each worker gets a generic ephemeral volume of a WaitForFirstConsumer class with
-    # no provisioner: its claim, made with the pod, can bind only to the one volume of
-    # that class, in the slow type's zone. The plan knows this: the job starts at once
-    # on the slow node, and kube-scheduler binds the worker's claim to that volume.
-    # Before, it was planned on the fast node and the stuck rule moved it after 45 s
+    # no provisioner: its claim, made with the pod, can bind only to a volume of that
+    # class it fits: `one`: the class's only volume, in the slow type's zone (1 GiB
+    # asked); `too small in the fast zone`: 5 GiB asked, the class's volume in the fast
+    # type's zone holds 1 GiB, the one in the slow type's 10 GiB. The plan knows this
+    # (it reads the template's claim, its size too): the job starts at once on the slow
+    # node, and kube-scheduler binds the worker's claim to that volume. Before, it was
+    # planned on the fast node and the stuck rule moved it after 45 s (`one` until stop
+    # 60; the sizes until stop 61, when only the class was read)
     api, custom, core = jobs_api
     tag = namespace[-6:]
+    small = volumes != "one"
     claim = {
         "storageClassName": f"manual-{tag}",
         "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": "1Gi"}},
+        "resources": {"requests": {"storage": "5Gi" if small else "1Gi"}},
     }
+    made = [_zone_volume(tag, "data", f"sz-{tag}", "10Gi" if small else "1Gi")]
+    if small:
+        made.append(_zone_volume(tag, "small", f"fz-{tag}", "1Gi"))
     with (
         _fast_and_slow(api, core, namespace, zones=True) as (fast, slow, _, slow_nodes),
         _manual_storage(api, tag) as storage,
     ):
-        storage.create_storage_class(_manual_class(tag, local=True))
-        core.create_persistent_volume(_slow_zone_volume(tag))
-        scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
-        pod = scratch["spec"]["template"]["spec"]
-        ephemeral = {"volumeClaimTemplate": {"spec": claim}}
-        pod["volumes"] = [{"name": "scratch", "ephemeral": ephemeral}]
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
-        _started_at_once_on(api, core, namespace, "scratch", gpu=slow, nodes=slow_nodes)
-        volume = core.read_persistent_volume(f"data-{tag}")
-        assert volume.spec.claim_ref is not None, volume.spec  # the worker's claim took it
+        try:
+            storage.create_storage_class(_manual_class(tag, local=True))
+            for volume in made:
+                core.create_persistent_volume(volume)
+            scratch = job("scratch", 1, 1, [(fast, 2.0), (slow, 1.0)])
+            ephemeral = {"volumeClaimTemplate": {"spec": claim}}
+            scratch["spec"]["template"]["spec"]["volumes"] = [
+                {"name": "scratch", "ephemeral": ephemeral}
+            ]
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, scratch)
+            _started_at_once_on(api, core, namespace, "scratch", gpu=slow, nodes=slow_nodes)
+            volume = core.read_persistent_volume(f"data-{tag}")
+            assert volume.spec.claim_ref is not None, volume.spec  # the worker's claim took it
+        finally:
+            with contextlib.suppress(client.exceptions.ApiException):
+                core.delete_persistent_volume(f"small-{tag}")
 
 
 @pytest.mark.parametrize("claim", ["bound", "missing at first", "not bound yet", "local"])

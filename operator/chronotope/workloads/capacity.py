@@ -626,20 +626,26 @@ def _skews(capacity: Capacity, nodes: Sequence[NodeCapacity], rules: NodeRules) 
 
 
 def _capped(n: NodeCapacity, whom: _Whom) -> int | None:
-    """How many workers their topology spread lets onto `n` (None: no limit; `Skew.room`).
+    """How many workers their topology spread lets onto `n` (None: no limit; `Skew.room`)."""
+    return _tightest(n, whom)[0]
+
+
+def _tightest(n: NodeCapacity, whom: _Whom) -> tuple[int | None, Skew | None]:
+    """`_capped`, and the topology spread constraint that sets it (None: none does).
 
     A constraint of one per node that lets some there sets no limit: such a gang is
     placed one worker per node (`Spread.one_per_node`), so the node's free GPUs stay
     as they are for choosing among nodes.
     """
     least: int | None = None
+    which: Skew | None = None
     for skew in whom[3]:
         room = skew.room(n.labels, n.neighbours)
         if room and skew.spread.one_per_node:
             continue
         if room is not None and (least is None or room < least):
-            least = room
-    return least
+            least, which = room, skew
+    return least, which
 
 
 def _blocked(n: NodeCapacity, rules: NodeRules, whom: _Whom) -> int:
@@ -695,12 +701,8 @@ def _shuns(
             continue
         if _cause(n, rules, per_worker, whom) == 2:  # noqa: PLR2004
             why = rules.shuns(n.neighbours, n.repels, whom[1]) or whom[2].refuses(n.labels)
-            if why:
-                return why
-            for skew in whom[3]:
-                room = skew.room(n.labels, n.neighbours)
-                if room is not None and room * per_worker < n.free:
-                    return skew.why(n.labels, n.neighbours)
+            skew = _tightest(n, whom)[1] if not why else None
+            return why or (skew.why(n.labels, n.neighbours) if skew is not None else "")
     return shared
 
 
