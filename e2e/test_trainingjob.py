@@ -799,11 +799,42 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # the fast node takes one pod (`maxPods: 1`) and runs one already; the plan does
-    # not count pods against a node's pod capacity, so it plans the fast node, and
-    # kube-scheduler's NodeResourcesFit filter refuses it ("Too many pods"). The stuck
-    # rule moves the job off that node (before `status.avoidNodes`, it re-planned the
-    # job on that node again, for ever)
+    # the worker asks one example.com/nic, an extended resource only the slow node
+    # has; the plan does not read extended resources other than GPUs, so it plans the
+    # fast node, and kube-scheduler's NodeResourcesFit filter refuses it ("Insufficient
+    # example.com/nic"). The stuck rule moves the job off that node (before
+    # `status.avoidNodes`, it re-planned the job on that node again, for ever)
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
+    nic = {"example.com/nic": "1"}
+    with (
+        _gpu_nodes(api, core, f"fa-{tag}", fast, 1) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
+    ):
+        wait_nodes_untainted(api, {*fast_nodes, *slow_nodes}, 60)
+        core.patch_node_status(slow_nodes[0], {"status": {"capacity": nic, "allocatable": nic}})
+        wired = job("wired", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        container = wired["spec"]["template"]["spec"]["containers"][0]
+        container.setdefault("resources", {}).setdefault("limits", {}).update(nic)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, wired)
+        _wait_running(api, namespace, "wired", timeout=150, what="wired running off the node")
+        status = _get(api, namespace, "wired")["status"]
+        assert status["plan"]["gpuType"] == slow
+        assert [p["node"] for p in status["placement"]] == slow_nodes
+        assert not status.get("avoidNodes")  # placed: cleared
+        replanned = _events(core, namespace, "wired")["Replanning"]
+        assert "Insufficient example.com/nic" in replanned, replanned
+        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+
+
+def test_a_gang_keeps_off_a_node_whose_pod_capacity_is_used_up(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # the fast node takes one pod (`maxPods: 1`) and runs one already: kube-scheduler's
+    # NodeResourcesFit filter admits no more ("Too many pods"). The plan counts the
+    # pods there: the job starts at once on the slow node. Before stop 61 it was
+    # planned on the fast node and the stuck rule moved it after 45 s
     api, custom, core = jobs_api
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
@@ -820,14 +851,7 @@ def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
         )
         crowded = job("crowded", 1, 1, [(fast, 2.0), (slow, 1.0)])
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, crowded)
-        _wait_running(api, namespace, "crowded", timeout=150, what="crowded running off the node")
-        status = _get(api, namespace, "crowded")["status"]
-        assert status["plan"]["gpuType"] == slow
-        assert [p["node"] for p in status["placement"]] == slow_nodes
-        assert not status.get("avoidNodes")  # placed: cleared
-        replanned = _events(core, namespace, "crowded")["Replanning"]
-        assert "Too many pods" in replanned, replanned
-        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+        _started_at_once_on(api, core, namespace, "crowded", gpu=slow, nodes=slow_nodes)
 
 
 @pytest.mark.parametrize("rule", ["spread", "anti-affinity"])

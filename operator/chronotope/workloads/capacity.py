@@ -839,7 +839,8 @@ def cluster_model(
         i = cache.index(info.name)
         assert i is not None
         on = held.get(info.name) or _Held()
-        free_gpus = state.first_free_gpus(i, info.gpu_count)
+        # NodeResourcesFit: a node with no pod slot left takes no worker (`_full`)
+        free_gpus = () if _full(node, on) else state.first_free_gpus(i, info.gpu_count)
         left, memory = state.gpu_left[i, : info.gpu_count], state.gpu_mem_left[i, : info.gpu_count]
         in_part = (left > 0) & (left < MILLI)
         partial = (
@@ -871,6 +872,22 @@ def cluster_model(
             )
         )
     return tuple(_minus_promised(out, promised)), cache
+
+
+def _full(node: Mapping[str, Any], on: _Held) -> bool:
+    """Whether the pods on `node` (bound, or planned there) fill its pod capacity.
+
+    kube-scheduler's NodeResourcesFit admits no pod to a node running its allocatable
+    `pods` already ("Too many pods"). A node with room for fewer pods than its free
+    GPUs hold workers is not cut here.
+    """
+    status = node.get("status") or {}
+    raw = (status.get("allocatable") or status.get("capacity") or {}).get("pods")
+    try:
+        most = int(str(raw)) if raw is not None else None
+    except ValueError:
+        return False
+    return most is not None and sum(on.neighbours.values()) >= most
 
 
 def _mark_claims(

@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
+from chronotope.workloads.capacity import cluster_capacity
+from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.podreq import PodRequestError, pod_resources
+from chronotope.workloads.training import decide
+from tests.unit.workloads.test_backfill import node
+from tests.unit.workloads.test_node_fit import A100, NOW, V100
+from tests.unit.workloads.test_pod_anti_affinity import _job, _pod
 
 
 def _c(cpu: str, memory: str = "0", **extra: Any) -> dict[str, Any]:
@@ -55,3 +61,18 @@ def test_a_malformed_quantity_names_where_it_is() -> None:
         pod_resources({"spec": {"initContainers": [_c("lots")]}})
     with pytest.raises(PodRequestError, match="overhead"):
         pod_resources({"spec": {"overhead": {"cpu": "lots"}}})
+
+
+def test_a_node_whose_pod_capacity_is_used_up_holds_no_worker() -> None:
+    # NodeResourcesFit also counts pods: a node running its allocatable `pods` admits
+    # no more ("Too many pods"). Before stop 61 the plan counted its free GPUs, and a
+    # gang planned there waited for the stuck rule
+    full = node("a", A100, 8)
+    full["status"]["allocatable"]["pods"] = "2"
+    nodes = [full, node("v", V100, 8)]
+    pods = [_pod("p", "a", {"app": "x"}), _pod("q", "a", {"app": "y"})]
+    capacity = cluster_capacity(nodes, pods)
+    assert sorted((n.name, n.free) for n in capacity) == [("a", 0), ("v", 8)]
+    assert decide(job_spec(_job("j")), capacity, NOW).gpu_type == V100
+    # one slot left: its GPUs count
+    assert [n.free for n in cluster_capacity(nodes, pods[:1])] == [8, 8]
