@@ -843,12 +843,7 @@ def test_a_gang_keeps_off_a_node_whose_pod_capacity_is_used_up(
         _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
     ):
         wait_nodes_untainted(api, {*fast_nodes, *slow_nodes}, 60)
-        core.create_namespaced_pod(namespace, _bare_pod("filler", fast_nodes[0], "filler"))
-        wait_for(
-            lambda: core.read_namespaced_pod("filler", namespace).status.phase == "Running",
-            30,
-            "the filler running",
-        )
+        _run(core, namespace, _bare_pod("filler", fast_nodes[0], "filler"))
         crowded = job("crowded", 1, 1, [(fast, 2.0), (slow, 1.0)])
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, crowded)
         _started_at_once_on(api, core, namespace, "crowded", gpu=slow, nodes=slow_nodes)
@@ -938,6 +933,17 @@ def test_a_gang_whose_runtime_class_names_a_zone_starts_there(
                 node_api.delete_runtime_class(f"slow-{tag}")
 
 
+def _run(core: client.CoreV1Api, namespace: str, pod: dict[str, Any]) -> None:
+    """Create `pod` (bound by name, `_bare_pod`) in `namespace` and wait until it runs."""
+    name = pod["metadata"]["name"]
+    core.create_namespaced_pod(namespace, pod)
+    wait_for(
+        lambda: core.read_namespaced_pod(name, namespace).status.phase == "Running",
+        60,
+        f"pod {name} running",
+    )
+
+
 def _bare_pod(name: str, node: str, app: str) -> dict[str, Any]:
     """A pod (no GPU) labelled `app`, bound to `node` by name."""
     container = {"name": "c", "image": "registry.example/p:1"}
@@ -1019,12 +1025,7 @@ def test_a_gang_a_pod_affinity_keeps_off_a_node_starts_where_it_binds(
             other = _bare_pod("other", cpu, "db")
             other["spec"]["affinity"] = _beside("podAntiAffinity", "trainer", zone)
             shy["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
-        core.create_namespaced_pod(where, other)
-        wait_for(
-            lambda: core.read_namespaced_pod("other", where).status.phase == "Running",
-            30,
-            "the other pod running",
-        )
+        _run(core, where, other)
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, shy)
         if where != namespace:  # no namespace has the team label yet: no pod meets it
             wait_for(
@@ -1058,12 +1059,7 @@ def _spread_against(
     ):
         wait_nodes_untainted(api, set(fast_nodes + cordoned + slow_nodes), 60)
         core.patch_node(cordoned[0], {"spec": {"unschedulable": True}})
-        core.create_namespaced_pod(namespace, _bare_pod("other", fast_nodes[0], "trainer"))
-        wait_for(
-            lambda: core.read_namespaced_pod("other", namespace).status.phase == "Running",
-            30,
-            "the other pod running",
-        )
+        _run(core, namespace, _bare_pod("other", fast_nodes[0], "trainer"))
         spready = job("spready", 1, 1, [(fast, 2.0), (slow, 1.0)])
         spready["spec"]["template"]["metadata"] = {"labels": {"app": "trainer"}}
         spready["spec"]["template"]["spec"]["topologySpreadConstraints"] = [_spread_constraint(key)]
@@ -1238,12 +1234,7 @@ def test_a_job_whose_read_write_once_pod_claim_another_pod_uses_waits_for_it(
         core.create_namespaced_persistent_volume_claim(namespace, claim)
         holder = _bare_pod("holder", slow_nodes[0], "holder")
         holder["spec"]["volumes"] = mount
-        core.create_namespaced_pod(namespace, holder)
-        wait_for(
-            lambda: core.read_namespaced_pod("holder", namespace).status.phase == "Running",
-            60,
-            "the holder running",
-        )
+        _run(core, namespace, holder)
         reader = job("reader", 1, 1, [(fast, 2.0), (slow, 1.0)])
         reader["spec"]["template"]["spec"]["volumes"] = mount
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
