@@ -888,13 +888,17 @@ def test_a_gang_that_takes_one_worker_per_zone_starts_where_the_zones_hold_it(
 
 def _zone_volume(tag: str, name: str, zone: str, size: str) -> dict[str, Any]:
     """A hostPath PersistentVolume NAME-TAG of class manual-TAG and `size`, usable in `zone`."""
-    volume = _slow_zone_volume(tag)
-    volume["metadata"]["name"] = f"{name}-{tag}"
-    volume["spec"]["capacity"] = {"storage": size}
-    volume["spec"]["hostPath"] = {"path": f"/tmp/{name}-{tag}"}
-    term = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]
-    term["matchExpressions"][0]["values"] = [zone]
-    return volume
+    where = {"key": ZONE_LABEL, "operator": "In", "values": [zone]}
+    return {
+        "metadata": {"name": f"{name}-{tag}"},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": f"manual-{tag}",
+            "hostPath": {"path": f"/tmp/{name}-{tag}"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [where]}]}},
+        },
+    }
 
 
 @pytest.mark.parametrize("runtime", ["in place", "missing at first"])
@@ -1105,18 +1109,8 @@ def _started_at_once_on(
 
 
 def _slow_zone_volume(tag: str) -> dict[str, Any]:
-    """A 1 GiB hostPath PersistentVolume of class manual-TAG usable only in zone sz-TAG."""
-    zone = {"key": ZONE_LABEL, "operator": "In", "values": [f"sz-{tag}"]}
-    return {
-        "metadata": {"name": f"data-{tag}"},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": f"manual-{tag}",
-            "hostPath": {"path": f"/tmp/data-{tag}"},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [zone]}]}},
-        },
-    }
+    """A 1 GiB hostPath PersistentVolume data-TAG of class manual-TAG usable only in zone sz-TAG."""
+    return _zone_volume(tag, "data", f"sz-{tag}", "1Gi")
 
 
 def _manual_class(tag: str, *, local: bool) -> dict[str, Any]:

@@ -262,14 +262,9 @@ class Crowd(Mapping[Neighbour, int]):
 
     __slots__ = ("_counts", "_hash")
 
-    def __init__(self, counts: Mapping[Neighbour, int] | Iterable[Neighbour] = ()) -> None:
-        """From each kind's count, or from the pods one by one."""
-        if isinstance(counts, Mapping):
-            self._counts: dict[Neighbour, int] = {p: k for p, k in counts.items() if k > 0}
-        else:
-            self._counts = {}
-            for p in counts:
-                self._counts[p] = self._counts.get(p, 0) + 1
+    def __init__(self, counts: Mapping[Neighbour, int] | None = None) -> None:
+        """From each kind's count (None: no pod)."""
+        self._counts: dict[Neighbour, int] = {p: k for p, k in (counts or {}).items() if k > 0}
         self._hash: int | None = None
 
     def __getitem__(self, pod: Neighbour) -> int:
@@ -617,7 +612,7 @@ def apart(spec: object, labels: Mapping[str, str], namespace: str, *, spread: bo
 
     They ask host ports (`host_ports`), or their pod anti-affinity keeps them apart
     (`avoids_itself`); with `spread`, or their topology spread constraint puts one on a
-    node (`spreads_itself`: while a node of their type runs none of them).
+    node (`spreads_itself`: while a node it counts over runs fewer of them).
     """
     ports = host_ports(spec)
     if ports:
