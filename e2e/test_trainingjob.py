@@ -799,54 +799,124 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
-    # the worker asks one example.com/nic, an extended resource only the slow node
-    # has; the plan does not read extended resources other than GPUs, so it plans the
-    # fast node, and kube-scheduler's NodeResourcesFit filter refuses it ("Insufficient
-    # example.com/nic"). The stuck rule moves the job off that node (before
-    # `status.avoidNodes`, it re-planned the job on that node again, for ever)
+    # the worker mounts a claim bound to a CSI volume of a driver the fast node's CSINode
+    # allows no volume (`allocatable.count: 0`); the plan does not read CSI attach
+    # limits, so it plans the fast node, and kube-scheduler's NodeVolumeLimits filter
+    # refuses it ("node(s) exceed max volume count"). The stuck rule moves the job off
+    # that node (before `status.avoidNodes`, it re-planned the job there again, for ever)
     api, custom, core = jobs_api
     tag = namespace[-6:]
-    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
-    nic = {"example.com/nic": "1"}
-    with (
-        _gpu_nodes(api, core, f"fa-{tag}", fast, 1) as fast_nodes,
-        _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
-    ):
-        wait_nodes_untainted(api, {*fast_nodes, *slow_nodes}, 60)
-        core.patch_node_status(slow_nodes[0], {"status": {"capacity": nic, "allocatable": nic}})
+    storage = client.StorageV1Api(api)
+    driver, volume = f"limits-{tag}.example.com", f"attach-{tag}"
+
+    def bound() -> bool:
+        got = core.read_namespaced_persistent_volume_claim("attached", namespace)
+        return bool(got.status and got.status.phase == "Bound")
+
+    with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
+        try:
+            limit = {"name": driver, "nodeID": fast_nodes[0], "allocatable": {"count": 0}}
+            storage.create_csi_node(
+                {"metadata": {"name": fast_nodes[0]}, "spec": {"drivers": [limit]}}
+            )
+            core.create_persistent_volume(
+                {
+                    "metadata": {"name": volume},
+                    "spec": {
+                        "capacity": {"storage": "1Gi"},
+                        "accessModes": ["ReadWriteMany"],
+                        "storageClassName": "",
+                        "csi": {"driver": driver, "volumeHandle": volume},
+                        "claimRef": {"namespace": namespace, "name": "attached"},
+                    },
+                }
+            )
+            core.create_namespaced_persistent_volume_claim(
+                namespace,
+                {
+                    "metadata": {"name": "attached"},
+                    "spec": {
+                        "accessModes": ["ReadWriteMany"],
+                        "storageClassName": "",
+                        "volumeName": volume,
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                },
+            )
+            wait_for(bound, 60, "the claim bound")
+            wired = job("wired", 1, 1, [(fast, 2.0), (slow, 1.0)])
+            pod = wired["spec"]["template"]["spec"]
+            pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "attached"}}]
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, wired)
+            _wait_running(api, namespace, "wired", timeout=150, what="wired running off the node")
+            status = _get(api, namespace, "wired")["status"]
+            assert status["plan"]["gpuType"] == slow
+            assert [p["node"] for p in status["placement"]] == slow_nodes
+            assert not status.get("avoidNodes")  # placed: cleared
+            replanned = _events(core, namespace, "wired")["Replanning"]
+            assert "exceed max volume count" in replanned, replanned
+            assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+        finally:
+            with contextlib.suppress(client.exceptions.ApiException):
+                storage.delete_csi_node(fast_nodes[0])
+            with contextlib.suppress(client.exceptions.ApiException):
+                core.delete_persistent_volume(volume)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [("example.com/nic", None, "1", "1"), ("ephemeral-storage", "5Gi", "100Gi", "10Gi")],
+    ids=["extended resource", "ephemeral-storage"],
+)
+def test_a_gang_asking_a_resource_the_fast_node_lacks_starts_where_it_fits(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],
+    namespace: str,
+    case: tuple[str, str | None, str, str],
+) -> None:
+    # the worker asks a resource (set on the kwok nodes' status) the fast node has none
+    # or too little of: kube-scheduler's NodeResourcesFit refuses it ("Insufficient
+    # example.com/nic"). The plan reads every resource the workers request: the job
+    # starts at once on the slow node. Before stop 62 it was planned on the fast node
+    # and the stuck rule moved it after 45 s
+    api, custom, core = jobs_api
+    resource, fast_has, slow_has, asked = case  # what each node has, what a worker asks
+    with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
+        for name, has in ((fast_nodes[0], fast_has), (slow_nodes[0], slow_has)):
+            if has is not None:
+                amount = {resource: has}
+                core.patch_node_status(
+                    name, {"status": {"capacity": amount, "allocatable": amount}}
+                )
         wired = job("wired", 1, 1, [(fast, 2.0), (slow, 1.0)])
         container = wired["spec"]["template"]["spec"]["containers"][0]
-        container.setdefault("resources", {}).setdefault("limits", {}).update(nic)
+        container.setdefault("resources", {}).setdefault("limits", {})[resource] = asked
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, wired)
-        _wait_running(api, namespace, "wired", timeout=150, what="wired running off the node")
-        status = _get(api, namespace, "wired")["status"]
-        assert status["plan"]["gpuType"] == slow
-        assert [p["node"] for p in status["placement"]] == slow_nodes
-        assert not status.get("avoidNodes")  # placed: cleared
-        replanned = _events(core, namespace, "wired")["Replanning"]
-        assert "Insufficient example.com/nic" in replanned, replanned
-        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+        _started_at_once_on(api, core, namespace, "wired", gpu=slow, nodes=slow_nodes)
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["full", "one slot for two workers"])
 def test_a_gang_keeps_off_a_node_whose_pod_capacity_is_used_up(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, workers: int
 ) -> None:
-    # the fast node takes one pod (`maxPods: 1`) and runs one already: kube-scheduler's
-    # NodeResourcesFit filter admits no more ("Too many pods"). The plan counts the
-    # pods there: the job starts at once on the slow node. Before stop 61 it was
+    # the fast node takes `workers` pods (`maxPods`) and runs one already:
+    # kube-scheduler's NodeResourcesFit filter admits fewer workers than its free GPUs
+    # hold ("Too many pods"). The plan counts the pods there: the job starts at once on
+    # the slow node. Before (a full node: stop 61; one slot for two: stop 62) it was
     # planned on the fast node and the stuck rule moved it after 45 s
     api, custom, core = jobs_api
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
     with (
-        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, max_pods=1) as fast_nodes,
-        _gpu_nodes(api, core, f"sl-{tag}", slow, 1) as slow_nodes,
+        _gpu_nodes(
+            api, core, f"fa-{tag}", fast, 1, per_node=workers, max_pods=workers
+        ) as fast_nodes,
+        _gpu_nodes(api, core, f"sl-{tag}", slow, 1, per_node=workers) as slow_nodes,
     ):
         wait_nodes_untainted(api, {*fast_nodes, *slow_nodes}, 60)
         _run(core, namespace, _bare_pod("filler", fast_nodes[0], "filler"))
-        crowded = job("crowded", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        crowded = job("crowded", workers, 1, [(fast, 2.0), (slow, 1.0)])
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, crowded)
-        _started_at_once_on(api, core, namespace, "crowded", gpu=slow, nodes=slow_nodes)
+        _started_at_once_on(api, core, namespace, "crowded", gpu=slow, nodes=slow_nodes * workers)
 
 
 @pytest.mark.parametrize("rule", ["spread", "anti-affinity"])

@@ -11,7 +11,7 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["QuantityError", "cpu_milli", "memory_mib", "parse_quantity"]
+__all__ = ["QuantityError", "base_units", "cpu_milli", "memory_mib", "parse_quantity"]
 
 _SUFFIX = {
     "Ki": Decimal(1024),
@@ -59,3 +59,8 @@ def cpu_milli(value: object) -> int:
 def memory_mib(value: object) -> int:
     """Memory in MiB, rounded up."""
     return math.ceil(parse_quantity(value) / (1024 * 1024))
+
+
+def base_units(value: object) -> int:
+    """Any other resource in its base unit (bytes, devices), rounded up."""
+    return math.ceil(parse_quantity(value))

@@ -13,12 +13,14 @@ joint plan's) holds exactly those, any other by count.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import chain
 from typing import Any, NamedTuple, TypeAlias
 
+from chronotope.api.quantity import QuantityError
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
 from chronotope.sharing.labels import (
     DONE_PHASES,
@@ -35,6 +37,7 @@ from chronotope.solver.slots import domain_of, gang_domain, next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 from chronotope.workloads.node_fit import (
     NOBODY,
+    Amounts,
     Crowd,
     Domains,
     HostPort,
@@ -47,6 +50,7 @@ from chronotope.workloads.node_fit import (
     Skew,
     Taint,
     VolumeRule,
+    amount_of,
     anti_among,
     claims_of,
     domains,
@@ -55,7 +59,14 @@ from chronotope.workloads.node_fit import (
     node_taints,
     pod_anti_terms,
 )
-from chronotope.workloads.podreq import planned
+from chronotope.workloads.podreq import (
+    GPU_RESOURCES,
+    PodRequestError,
+    extra_requests,
+    planned,
+    pod_requests,
+    resource_amount,
+)
 
 __all__ = [
     "NO_FACTS",
@@ -142,6 +153,14 @@ class NodeCapacity:
     """Allocatable CPU (UNBOUNDED: the node states none)."""
     host_memory_mib: int = UNBOUNDED
     """Allocatable memory (UNBOUNDED: the node states none)."""
+    pods_free: int = UNBOUNDED
+    """Pods it may still take: its allocatable `pods` less its pods, bound or planned there
+    and not yet bound (UNBOUNDED: the node states none). NodeResourcesFit's "Too many pods"."""
+    others: Amounts = ()
+    """Its allocatable resources other than CPU, memory, pods and GPUs (extended
+    resources, `ephemeral-storage`, hugepages; `podreq.resource_amount`'s units)."""
+    others_free: Amounts = ()
+    """Those not requested by its pods (bound, or planned there and not yet bound)."""
     host_ports: frozenset[HostPort] = frozenset()
     """Host ports its pods hold (bound, or planned there and not yet bound): kube-scheduler's
     NodePorts filter keeps a pod asking one of them off the node."""
@@ -236,6 +255,9 @@ class _Index:
     nodes: dict[str, tuple[NodeCapacity, ...]]
     tainted: frozenset[str] = frozenset()
     """The GPU models some node of which carries a taint."""
+    crowded: frozenset[str] = frozenset()
+    """The GPU models some node of which has fewer pod slots left than free GPUs (a take
+    never makes another so: each worker takes a slot and at least one GPU)."""
     repelling: Mapping[str, frozenset[PodTerm]] = field(default_factory=dict)
     """Per GPU model, the pod anti-affinity terms of the pods on its nodes (`repels`)."""
     far: frozenset[PodTerm] = frozenset()
@@ -262,6 +284,7 @@ def _index(capacity: Capacity) -> _Index:
         {g: tuple(p) for g, p in positions.items()},
         {g: tuple(capacity[i] for i in p) for g, p in positions.items()},
         frozenset(n.gpu_model for n in capacity if n.taints),
+        frozenset(n.gpu_model for n in capacity if n.pods_free < n.free),
         _repelling(capacity),
         frozenset(
             t
@@ -319,7 +342,8 @@ class Usable(NamedTuple):
     refused: dict[str, int]
     """The nodes its workers may not use, counted by their first reason."""
     short: int = 0
-    """Nodes whose free GPUs its workers cannot all take now for want of CPU or memory."""
+    """Nodes whose free GPUs its workers cannot all take now for want of CPU, memory, another
+    resource they request or pod slots."""
     blocked: int = 0
     """Nodes with free GPUs its workers cannot take now: a pod there holds a host port
     they ask (`NodeRules.port_clash`)."""
@@ -330,6 +354,12 @@ class Usable(NamedTuple):
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
     shunning: Callable[[], str] | None = None
     """Works out `shuns` (None: no node is `shunned`)."""
+    lacking: Callable[[], str] | None = None
+    """Works out `lacks` (None: no node is `short`)."""
+
+    def lacks(self) -> str:
+        """What one of the `short` nodes lacks, in words (`_lacks`); worked out once, when asked."""
+        return self.lacking() if self.lacking is not None else ""
 
     def shuns(self) -> str:
         """Why one of the `shunned` nodes is (`NodeRules.shuns`, `Domains.refuses`).
@@ -388,7 +418,12 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     nodes = index.nodes.get(gpu_type, ())
     rules = in_cluster(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules)
-    if not _looks(rules) and whom[0] is None and gpu_type not in index.tainted:
+    if (
+        not _looks(rules)
+        and whom[0] is None
+        and gpu_type not in index.tainted
+        and gpu_type not in index.crowded
+    ):
         return Usable(nodes, {})
     volumes = rules.volumes(facts_of(capacity).volumes) if rules.claims or rules.ephemeral else ()
     held = _ADMITTED.get(id(nodes))
@@ -406,7 +441,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     cut = [0, 0, 0]  # nodes short of CPU or memory, blocked by a host port, shunned
     was_cut: set[int] = set()  # positions in `kept` of those
     for n in nodes:
-        why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib))
+        why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib, n.others))
         for v in volumes if why is None else ():
             why = v.refuses(n.name, n.labels)
             if why is not None:
@@ -438,6 +473,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         shunning=_Once(partial(_shuns, nodes, rules, per_worker, whom, at, shared=said))
         if cut[2]
         else None,
+        lacking=_Once(partial(_lacks, nodes, rules, per_worker, whom, at)) if cut[0] else None,
     )
     answers[asked] = seen
     return seen
@@ -490,7 +526,7 @@ def _left(
     `had`: what they could take before; `shared`: a domain is shared among the gang's
     own workers (`_shared_domains`), which gave this node its part, now one less.
     """
-    plain = not rules.asks and not rules.host_ports and whom[0] is None
+    plain = not rules.asks and not rules.host_ports and whom[0] is None and n.pods_free >= n.free
     left = n.free if plain else _room(n, rules, per_worker, whom)
     return min(left, had - per_worker) if shared else left
 
@@ -706,6 +742,33 @@ def _shuns(
     return shared
 
 
+def _lacks(
+    nodes: Iterable[NodeCapacity],
+    rules: NodeRules,
+    per_worker: int,
+    whom: _Whom,
+    kept: Mapping[str, int] | None,
+) -> str:
+    """What the first node whose resources or pod slots cut the workers' room lacks, in words.
+
+    `nodes`: the type's; `kept`: those its rules admit (None: all). '' when none does.
+    """
+    for n in nodes:
+        if n.free <= 0 or (kept is not None and n.name not in kept):
+            continue
+        if _room(n, rules, per_worker, whom) < n.free and _cause(n, rules, per_worker, whom) == 0:
+            room, what = _fit(n, rules)
+            if what == _PODS:
+                return f"free pod slots for its workers ({n.name} takes {room} more pod(s))"
+            if what:
+                return f"free {what} for a worker: {rules.request_of(what)}"
+    return ""
+
+
+_PODS = "pods"
+"""What `_fit` names when a node's pod slots left set its room."""
+
+
 def unblocked(
     capacity: Capacity, gpu_type: str, rules: NodeRules, nodes: Iterable[NodeCapacity]
 ) -> list[str]:
@@ -727,9 +790,25 @@ def _room(n: NodeCapacity, rules: NodeRules, per_worker: int, whom: _Whom) -> in
     cap = _capped(n, whom) if whom[3] else None
     if _kept_off(n, rules, whom, cap):
         return 0
-    pods = rules.pods_fit(n.cpu_free_milli, n.memory_free_mib) if rules.asks else None
+    pods = _fit(n, rules)[0]
     room = n.free if pods is None else min(n.free, pods * per_worker)
     return room if cap is None else min(room, cap * per_worker)
+
+
+def _fit(n: NodeCapacity, rules: NodeRules) -> tuple[int | None, str]:
+    """How many workers with `rules` `n`'s free resources and pod slots hold, and what sets it.
+
+    `NodeRules.fit_by`'s answer, or `_PODS` where the pod slots left are fewer; (None, '')
+    when nothing limits them.
+    """
+    room, what = (
+        rules.fit_by(n.cpu_free_milli, n.memory_free_mib, n.others_free)
+        if rules.asks
+        else (None, "")
+    )
+    if n.pods_free != UNBOUNDED and (room is None or n.pods_free < room):
+        return n.pods_free, _PODS
+    return room, what
 
 
 def refuses_some(
@@ -839,8 +918,10 @@ def cluster_model(
         i = cache.index(info.name)
         assert i is not None
         on = held.get(info.name) or _Held()
-        # NodeResourcesFit: a node with no pod slot left takes no worker (`_full`)
-        free_gpus = () if _full(node, on) else state.first_free_gpus(i, info.gpu_count)
+        slots, others = _allocatable(node)
+        pods_free = slots if slots == UNBOUNDED else max(0, slots - sum(on.neighbours.values()))
+        # NodeResourcesFit: a node with no pod slot left takes no worker ("Too many pods")
+        free_gpus = () if pods_free == 0 else state.first_free_gpus(i, info.gpu_count)
         left, memory = state.gpu_left[i, : info.gpu_count], state.gpu_mem_left[i, : info.gpu_count]
         in_part = (left > 0) & (left < MILLI)
         partial = (
@@ -864,6 +945,9 @@ def cluster_model(
                 taints=node_taints(node),
                 cpu_milli=info.cpu_milli,
                 host_memory_mib=info.memory_mib,
+                pods_free=pods_free,
+                others=others,
+                others_free=tuple((name, value - on.asked.get(name, 0)) for name, value in others),
                 host_ports=frozenset(on.ports),
                 partial=partial,
                 neighbours=Crowd(on.neighbours),
@@ -874,20 +958,31 @@ def cluster_model(
     return tuple(_minus_promised(out, promised)), cache
 
 
-def _full(node: Mapping[str, Any], on: _Held) -> bool:
-    """Whether the pods on `node` (bound, or planned there) fill its pod capacity.
+def _allocatable(node: Mapping[str, Any]) -> tuple[int, Amounts]:
+    """The pods `node` may run (UNBOUNDED: it states none), and its other resources.
 
-    kube-scheduler's NodeResourcesFit admits no pod to a node running its allocatable
-    `pods` already ("Too many pods"). A node with room for fewer pods than its free
-    GPUs hold workers is not cut here.
+    Its allocatable (else capacity) resources other than CPU, memory, pods and GPUs
+    (`NodeCapacity.others`), as kube-scheduler's NodeResourcesFit reads them; one that
+    does not parse is left out (the node has none of it).
     """
     status = node.get("status") or {}
-    raw = (status.get("allocatable") or status.get("capacity") or {}).get("pods")
-    try:
-        most = int(str(raw)) if raw is not None else None
-    except ValueError:
-        return False
-    return most is not None and sum(on.neighbours.values()) >= most
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    slots = UNBOUNDED
+    others: list[tuple[str, int]] = []
+    for name, raw in allocatable.items():
+        if name in _NOT_OTHERS:
+            if name == "pods":
+                with contextlib.suppress(ValueError):
+                    slots = int(str(raw))
+            continue
+        try:
+            others.append((str(name), resource_amount(str(name), raw)))
+        except QuantityError:
+            continue
+    return slots, tuple(sorted(others))
+
+
+_NOT_OTHERS = frozenset({"cpu", "memory", "pods"}) | GPU_RESOURCES
 
 
 def _mark_claims(
@@ -914,9 +1009,11 @@ class _Held:
     ports: set[HostPort] = field(default_factory=set)
     neighbours: dict[Neighbour, int] = field(default_factory=dict)
     repels: list[PodTerm] = field(default_factory=list)
+    asked: dict[str, int] = field(default_factory=dict)
+    """What they request of the resources beyond CPU, memory and GPUs (`NodeCapacity.others`)."""
 
     def add(self, pod: Mapping[str, Any], namespaces: NamespaceLabels | None) -> None:
-        """One more pod there: its host ports, it, and its pod anti-affinity.
+        """One more pod there: its host ports, it, its pod anti-affinity, its other requests.
 
         `namespaces`: each namespace's labels, what its terms' `namespaceSelector`s read.
         """
@@ -925,6 +1022,12 @@ class _Held:
         me = neighbour(str(meta.get("namespace") or ""), meta.get("labels") or {})
         self.neighbours[me] = self.neighbours.get(me, 0) + 1
         self.repels.extend(anti_among(pod_anti_terms(spec, me), namespaces))
+        try:
+            asked = pod_requests(pod)
+        except PodRequestError:  # the API server's to reject: it asks nothing here
+            return
+        for name, value in extra_requests(asked):
+            self.asked[name] = self.asked.get(name, 0) + value
 
 
 Placements: TypeAlias = tuple[tuple[str, tuple[int, ...]], ...]
@@ -971,7 +1074,12 @@ def take(
     mine = index.positions.get(gpu_type, ())
     usable = mine
     room: dict[int, int] = {}  # free GPUs the workers can take, where node rules cut them
-    if rules is not None and (_looks(rules) or whom[0] is not None or gpu_type in index.tainted):
+    if rules is not None and (
+        _looks(rules)
+        or whom[0] is not None
+        or gpu_type in index.tainted
+        or gpu_type in index.crowded
+    ):
         by_name = {n.name: n.free for n in admitting(capacity, gpu_type, rules, per_worker).nodes}
         usable = tuple(i for i in mine if nodes[i].name in by_name)
         room = {i: by_name[nodes[i].name] for i in usable}
@@ -1030,7 +1138,14 @@ def take(
             far |= {t for t in rules.anti if not t.on_node}
         _Memo.last = (
             out,
-            _Index(index.positions, index.nodes | {gpu_type: after}, index.tainted, repelling, far),
+            _Index(
+                index.positions,
+                index.nodes | {gpu_type: after},
+                index.tainted,
+                index.crowded,
+                repelling,
+                far,
+            ),
         )
         _carry_admitted(index.nodes.get(gpu_type, ()), after)
     return out, tuple(placed)
@@ -1093,7 +1208,7 @@ def _take_placed(
         n = nodes[i]
         rest = tuple(g for g in n.free_gpus if g not in set(gpus))
         n = replace(n, free=max(0, n.free - len(gpus)), free_gpus=rest)
-        nodes[i] = _marked(n, rules)
+        nodes[i] = _marked(_spent(n, rules if rules is not None and rules.asks else None), rules)
     return tuple(nodes), tuple((name, tuple(gpus)) for name, gpus in placements)
 
 
@@ -1102,16 +1217,33 @@ def _took(
 ) -> NodeCapacity:
     """`n` after one worker took its first free GPUs, its CPU and memory (`_marked`).
 
-    `asks`: the workers' rules when they request CPU or memory (None: they request none).
+    `asks`: the workers' rules when they request CPU, memory or another resource (None:
+    they request none).
     """
     n = replace(n, free=n.free - per_worker, free_gpus=n.free_gpus[per_worker:])
+    return _marked(_spent(n, asks), rules)
+
+
+def _spent(n: NodeCapacity, asks: NodeRules | None) -> NodeCapacity:
+    """`n` after one more worker took a pod slot, and what `asks` requests.
+
+    `asks`: the workers' rules when they request CPU, memory or another resource (None:
+    they request none).
+    """
+    if n.pods_free != UNBOUNDED:
+        n = replace(n, pods_free=max(0, n.pods_free - 1))
     if asks is not None:
         n = replace(
             n,
             cpu_free_milli=_less(n.cpu_free_milli, asks.cpu_milli),
             memory_free_mib=_less(n.memory_free_mib, asks.memory_mib),
+            others_free=tuple(
+                (name, max(0, free - amount_of(asks.extra, name))) for name, free in n.others_free
+            )
+            if asks.extra
+            else n.others_free,
         )
-    return _marked(n, rules)
+    return n
 
 
 def _marked(n: NodeCapacity, rules: NodeRules | None) -> NodeCapacity:
@@ -1172,6 +1304,9 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
             cut[2],
             positions=seen.positions,
             shunning=shunning,
+            lacking=_Once(partial(_lacks, after, rules, per_worker, whom, seen.positions))
+            if cut[0]
+            else None,
         )
     if len(_ADMITTED) >= _ADMITTED_KEPT:
         _ADMITTED.clear()

@@ -434,7 +434,7 @@ def _enact(
                     decision,
                     reason=f"{decision.reason} (the fleet policy would pick "
                     f"{outcome.gpu_type}, whose free GPUs its workers may not use now: node "
-                    "rules, CPU or memory)",
+                    "rules, CPU, memory, other resources or pod slots)",
                 )
             return Decision(
                 Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
@@ -446,7 +446,8 @@ def _enact(
 def _node_bound(capacity: Capacity, spec: TrainingJobSpec, *, or_short: bool = False) -> bool:
     """Some node of the job's GPU types refuses its workers (`workloads.node_fit`).
 
-    `or_short`: or has free GPUs its workers cannot take now for want of CPU or memory.
+    `or_short`: or has free GPUs its workers cannot take now for want of CPU, memory,
+    another resource or pod slots.
     """
     types = (t.name for t in spec.gpu_types)
     return refuses_some(capacity, types, job_rules(spec), spec.gpu.count or 1, or_short=or_short)

@@ -78,14 +78,16 @@ from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_
 from chronotope.solver.model import UNBOUNDED
 from chronotope.solver.slots import DOMAIN_LABELS
 from chronotope.workloads.cluster_feed import CONDITION_TAINTS
-from chronotope.workloads.podreq import PodRequestError, pod_resources
+from chronotope.workloads.podreq import PodRequestError, extra_requests, pod_requests
 
 __all__ = [
     "ANY_HOST_IP",
+    "CPU_OR_MEMORY",
     "EPHEMERAL",
     "NOBODY",
     "NO_PROVISIONER",
     "VOLUME_ZONE_LABELS",
+    "Amounts",
     "Crowd",
     "Domains",
     "Ephemeral",
@@ -100,6 +102,7 @@ __all__ = [
     "Spread",
     "Taint",
     "VolumeRule",
+    "amount_of",
     "anti_among",
     "apart",
     "avoiding",
@@ -119,6 +122,7 @@ __all__ = [
     "pod_affinity_terms",
     "pod_anti_terms",
     "port_clash",
+    "quantity_words",
     "runtime_rules",
     "seeks_itself",
     "seeks_itself_within",
@@ -774,6 +778,29 @@ class _Term:
         )
 
 
+Amounts: TypeAlias = tuple[tuple[str, int], ...]
+"""Resources by name, sorted, each in `podreq.resource_amount`'s units."""
+
+CPU_OR_MEMORY = "CPU or memory"
+"""What `NodeRules.fit_by` names when a node's free CPU or memory sets its room."""
+
+
+def amount_of(amounts: Amounts, resource: str) -> int:
+    """How much of `resource` `amounts` holds (0 when it lists none)."""
+    for name, value in amounts:
+        if name == resource:
+            return value
+    return 0
+
+
+def quantity_words(value: int) -> str:
+    """A base-unit amount as a quantity: whole GiB, MiB or KiB as such, else the number."""
+    for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if value >= unit and value % unit == 0:
+            return f"{value // unit}{suffix}"
+    return str(value)
+
+
 @dataclass(frozen=True)
 class NodeRules:
     """What a pod template says about the nodes its pods may run on."""
@@ -788,6 +815,10 @@ class NodeRules:
     """CPU one pod requests (kube-scheduler's NodeResourcesFit sums its containers)."""
     memory_mib: int = 0
     """Memory one pod requests."""
+    extra: Amounts = ()
+    """Every other resource one pod requests (extended resources other than GPUs,
+    `ephemeral-storage`, hugepages; `podreq.extra_requests`): a node must have as much
+    of each free (NodeResourcesFit; one that lists none has none)."""
     host_ports: tuple[HostPort, ...] = ()
     """The host ports one pod takes on its node (`host_ports`)."""
     anti: tuple[PodTerm, ...] = ()
@@ -827,16 +858,17 @@ class NodeRules:
                 sorted((str(k), str(v)) for k, v in selector.items() if str(k) != GPU_PRODUCT_LABEL)
             )
         try:
-            cpu, memory = pod_resources({"spec": spec})
+            asked = pod_requests({"spec": spec})
         except PodRequestError:
-            cpu, memory = 0, 0
+            asked = {}
         return cls(
             selector=pairs,
             terms=_terms(spec.get("affinity")),
             tolerations=tuple(_tolerations(spec.get("tolerations"))),
             whole_gpus=whole_gpus,
-            cpu_milli=cpu,
-            memory_mib=memory,
+            cpu_milli=asked.get("cpu", 0),
+            memory_mib=asked.get("memory", 0),
+            extra=extra_requests(asked),
             host_ports=host_ports(spec),
             anti=pod_anti_terms(spec, who) if who is not None else (),
             near=pod_affinity_terms(spec, who) if who is not None else (),
@@ -934,8 +966,8 @@ class NodeRules:
 
     @property
     def asks(self) -> bool:
-        """Its pods request CPU or memory (a node's free share of them may bind)."""
-        return self.cpu_milli > 0 or self.memory_mib > 0
+        """Its pods request CPU, memory or another resource (a node's free share may bind)."""
+        return self.cpu_milli > 0 or self.memory_mib > 0 or bool(self.extra)
 
     def port_clash(self, used: Iterable[HostPort]) -> HostPort | None:
         """The first host port its pods ask that a node whose pods hold `used` cannot give."""
@@ -983,26 +1015,50 @@ class NodeRules:
                 return taint
         return None
 
-    def pods_fit(self, cpu_free_milli: int, memory_free_mib: int) -> int | None:
-        """How many of its pods the node's free CPU and memory hold; None: no limit."""
-        room = None
+    def pods_fit(
+        self, cpu_free_milli: int, memory_free_mib: int, others: Amounts = ()
+    ) -> int | None:
+        """How many of its pods a node's free CPU, memory and `others` hold; None: no limit."""
+        return self.fit_by(cpu_free_milli, memory_free_mib, others)[0]
+
+    def fit_by(
+        self, cpu_free_milli: int, memory_free_mib: int, others: Amounts = ()
+    ) -> tuple[int | None, str]:
+        """`pods_fit`, and what sets it: `CPU_OR_MEMORY`, a resource's name, or '' (no limit).
+
+        `others`: the node's free amounts of the other resources (`extra`); one it does
+        not list it has none of (kube-scheduler's NodeResourcesFit).
+        """
+        room: int | None = None
+        what = ""
         for asked, free in ((self.cpu_milli, cpu_free_milli), (self.memory_mib, memory_free_mib)):
             if asked > 0 and free != UNBOUNDED:
                 n = max(0, free) // asked
-                room = n if room is None else min(room, n)
-        return room
+                if room is None or n < room:
+                    room, what = n, CPU_OR_MEMORY
+        for name, asked in self.extra:
+            n = max(0, amount_of(others, name)) // asked
+            if room is None or n < room:
+                room, what = n, name
+        return room, what
+
+    def request_of(self, resource: str) -> str:
+        """What one pod requests of `resource` (or of CPU and memory: `CPU_OR_MEMORY`), in words."""
+        if resource == CPU_OR_MEMORY:
+            return f"{self.cpu_milli}m CPU, {self.memory_mib} MiB"
+        return f"{quantity_words(amount_of(self.extra, resource))} {resource}"
 
     def refuses(
         self,
         name: str,
         labels: Mapping[str, str],
         taints: Iterable[Taint],
-        allocatable: tuple[int, int] | None = None,
+        allocatable: tuple[int, int, Amounts] | None = None,
     ) -> str | None:
         """Why the pods may not run on this node (kube-scheduler's words, short), or None.
 
-        `allocatable`: the node's (CPU milli, memory MiB) for pods; a node where not
-        even one pod fits, with every other pod gone, refuses it for good.
+        `allocatable`: the node's (CPU milli, memory MiB, other resources) for pods; a
+        node where not even one pod fits, with every other pod gone, refuses it for good.
         """
         for key, value in self.selector:
             if labels.get(key) != value:
@@ -1014,11 +1070,10 @@ class NodeRules:
         taint = self.untolerated(taints)
         if taint is not None:
             return f"taint {taint} not tolerated"
-        if allocatable is not None and self.asks and self.pods_fit(*allocatable) == 0:
-            return (
-                f"allocatable CPU or memory below one worker's request "
-                f"({self.cpu_milli}m CPU, {self.memory_mib} MiB)"
-            )
+        if allocatable is not None and self.asks:
+            fit, what = self.fit_by(*allocatable)
+            if fit == 0:
+                return f"allocatable {what} below one worker's request ({self.request_of(what)})"
         for s in self.spread:  # PodTopologySpread: a node without the key is no domain
             if not s.term.on_node and s.term.key not in labels:
                 return f"no {s.term.key} label for its workers' {s}"

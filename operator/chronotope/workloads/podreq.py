@@ -31,7 +31,7 @@ from chronotope.api.annotations import (
     parse_gpu_share,
     to_annotations,
 )
-from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib
+from chronotope.api.quantity import QuantityError, base_units, cpu_milli, memory_mib
 from chronotope.api.v1alpha1.common import GpuShare
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, SHARE_RESOURCE
 from chronotope.solver.model import MILLI, PodRequest, percent_milli
@@ -39,6 +39,7 @@ from chronotope.solver.model import MILLI, PodRequest, percent_milli
 __all__ = [
     "GPU_MODELS_ANNOTATION",
     "GPU_RESOURCE",
+    "GPU_RESOURCES",
     "PLANNED_GANG_ANNOTATION",
     "PLANNED_GPUS_ANNOTATION",
     "PLANNED_NODE_ANNOTATION",
@@ -47,6 +48,7 @@ __all__ = [
     "SHARE_RESOURCE",
     "PlannedPlacement",
     "PodRequestError",
+    "extra_requests",
     "gang_plan_annotation",
     "gpu_resources",
     "planned",
@@ -54,9 +56,11 @@ __all__ = [
     "pod_gpu_request",
     "pod_key",
     "pod_request",
+    "pod_requests",
     "pod_resources",
     "profile_warning",
     "replica_pod",
+    "resource_amount",
 ]
 
 SHARE_MEMORY_ANNOTATION = GPU_MEMORY_MIB
@@ -102,48 +106,89 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 
 
 def pod_resources(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """The pod's CPU (milli) and memory (MiB) requests, as kube-scheduler sums them.
+    """The pod's CPU (milli) and memory (MiB) requests (`pod_requests`)."""
+    asked = pod_requests(pod)
+    return asked.get("cpu", 0), asked.get("memory", 0)
+
+
+GPU_RESOURCES = frozenset({GPU_RESOURCE, SHARE_RESOURCE})
+"""The resources the GPU model counts itself (whole GPUs, GPU shares)."""
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """Every resource the pod requests, as kube-scheduler sums them (`resource_amount`'s units).
 
     `k8s.io/component-helpers/resource.PodRequests`: containers add up; an init
     container that runs all along (a sidecar, `restartPolicy: Always`) adds to them
     too; any other init container runs alone beside the sidecars started before it,
     so the pod needs the larger of the sum and the largest of those; then the pod's
     `overhead` (its RuntimeClass's, set by the API server) is added. A container that
-    states only limits requests its limits (the API server's default).
+    states only limits requests its limits (the API server's default). Resources
+    requested as 0 are left out.
     """
     spec = pod.get("spec") or {}
 
-    def one(container: Mapping[str, Any], where: str) -> tuple[int, int]:
+    def one(container: Mapping[str, Any], where: str) -> dict[str, int]:
         res = container.get("resources") or {}
         asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        return _cpu_memory(asked, f"{where}[{container.get('name', '?')}].resources")
+        return _amounts(asked, f"{where}[{container.get('name', '?')}].resources")
 
-    cpu = mem = 0
+    total: dict[str, int] = {}
     for c in spec.get("containers") or []:
-        c_cpu, c_mem = one(c, "containers")
-        cpu, mem = cpu + c_cpu, mem + c_mem
-    side_cpu = side_mem = init_cpu = init_mem = 0
+        _add(total, one(c, "containers"))
+    side: dict[str, int] = {}
+    init: dict[str, int] = {}
     for c in spec.get("initContainers") or []:
-        c_cpu, c_mem = one(c, "initContainers")
+        alone = one(c, "initContainers")
         if c.get("restartPolicy") == "Always":
-            cpu, mem = cpu + c_cpu, mem + c_mem
-            side_cpu, side_mem = side_cpu + c_cpu, side_mem + c_mem
-            c_cpu, c_mem = side_cpu, side_mem
+            _add(total, alone)
+            _add(side, alone)
+            alone = dict(side)
         else:
-            c_cpu, c_mem = c_cpu + side_cpu, c_mem + side_mem
-        init_cpu, init_mem = max(init_cpu, c_cpu), max(init_mem, c_mem)
-    over_cpu, over_mem = _cpu_memory(spec.get("overhead") or {}, "overhead")
-    return max(cpu, init_cpu) + over_cpu, max(mem, init_mem) + over_mem
+            _add(alone, side)
+        for name, value in alone.items():
+            init[name] = max(init.get(name, 0), value)
+    for name, value in init.items():
+        total[name] = max(total.get(name, 0), value)
+    _add(total, _amounts(spec.get("overhead") or {}, "overhead"))
+    return {name: value for name, value in total.items() if value > 0}
 
 
-def _cpu_memory(asked: Mapping[str, Any], where: str) -> tuple[int, int]:
-    """CPU (milli) and memory (MiB) of a resource list; PodRequestError naming `where`."""
+def extra_requests(asked: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """Of `pod_requests`' answer, the resources other than CPU, memory and GPUs, sorted."""
+    return tuple(
+        sorted(
+            (name, value)
+            for name, value in asked.items()
+            if name not in ("cpu", "memory") and name not in GPU_RESOURCES
+        )
+    )
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, value in more.items():
+        into[name] = into.get(name, 0) + value
+
+
+def resource_amount(resource: str, raw: object) -> int:
+    """A quantity of `resource` as the cluster model counts it; QuantityError if it is none.
+
+    CPU in milli-cores, memory in MiB, anything else in its base unit (bytes, devices),
+    each rounded up.
+    """
+    if resource == "cpu":
+        return cpu_milli(raw)
+    if resource == "memory":
+        return memory_mib(raw)
+    return base_units(raw)
+
+
+def _amounts(asked: Mapping[str, Any], where: str) -> dict[str, int]:
+    """A resource list in `resource_amount`'s units; PodRequestError naming `where`."""
     try:
-        cpu = cpu_milli(asked["cpu"]) if "cpu" in asked else 0
-        mem = memory_mib(asked["memory"]) if "memory" in asked else 0
+        return {str(name): resource_amount(str(name), raw) for name, raw in asked.items()}
     except QuantityError as exc:
         raise PodRequestError(f"{where}: {exc}") from None
-    return cpu, mem
 
 
 def pod_gpu_request(pod: Mapping[str, Any]) -> PodRequest | None:

@@ -37,7 +37,7 @@ from chronotope.workloads.capacity import (
     facts_of,
     in_cluster,
 )
-from chronotope.workloads.node_fit import NodeRules, job_rules, template_apart
+from chronotope.workloads.node_fit import CPU_OR_MEMORY, NodeRules, job_rules, template_apart
 from chronotope.workloads.parallelism import Degrees
 
 if TYPE_CHECKING:
@@ -400,10 +400,10 @@ def _cut(seen: Usable, rules: NodeRules) -> str:
     """Why nodes with free GPUs give the workers fewer now, in words ('' when none do)."""
     out = ""
     if seen.short:
-        out += (
-            f" ({seen.short} node(s) have free GPUs but too little free CPU or memory "
-            f"for a worker: {rules.cpu_milli}m CPU, {rules.memory_mib} MiB)"
+        lacks = (
+            seen.lacks() or f"free {CPU_OR_MEMORY} for a worker: {rules.request_of(CPU_OR_MEMORY)}"
         )
+        out += f" ({seen.short} node(s) have free GPUs but too little {lacks})"
     if seen.blocked:
         ports = ", ".join(map(str, rules.host_ports))
         out += (

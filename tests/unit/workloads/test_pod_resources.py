@@ -1,4 +1,4 @@
-"""A pod's CPU and memory requests as kube-scheduler's NodeResourcesFit sums them.
+"""A pod's requests as kube-scheduler's NodeResourcesFit sums them, and what nodes have free.
 
 `k8s.io/component-helpers/resource.PodRequests`: containers add up, sidecars (init
 containers with `restartPolicy: Always`) add to them, another init container runs
@@ -13,10 +13,17 @@ from typing import Any
 
 import pytest
 
-from chronotope.workloads.capacity import cluster_capacity
+from chronotope.api.v1alpha1.trainingjob import PlacementStrategy
+from chronotope.workloads.capacity import cluster_capacity, take
 from chronotope.workloads.job_spec import job_spec
-from chronotope.workloads.podreq import PodRequestError, pod_resources
-from chronotope.workloads.training import decide
+from chronotope.workloads.node_fit import job_rules
+from chronotope.workloads.podreq import (
+    PodRequestError,
+    extra_requests,
+    pod_requests,
+    pod_resources,
+)
+from chronotope.workloads.training import Action, decide
 from tests.unit.workloads.test_backfill import node
 from tests.unit.workloads.test_node_fit import A100, NOW, V100
 from tests.unit.workloads.test_pod_anti_affinity import _job, _pod
@@ -76,3 +83,134 @@ def test_a_node_whose_pod_capacity_is_used_up_holds_no_worker() -> None:
     assert decide(job_spec(_job("j")), capacity, NOW).gpu_type == V100
     # one slot left: its GPUs count
     assert [n.free for n in cluster_capacity(nodes, pods[:1])] == [8, 8]
+
+
+def _asking(requests: dict[str, str], **job: Any) -> dict[str, Any]:
+    """A waiting job (A100 twice as fast as V100) whose worker requests `requests`."""
+    container = {"name": "w", "image": "x", "resources": {"limits": requests}}
+    out = _job("j", spec={"containers": [container]})
+    out["spec"].update(job)
+    return out
+
+
+def _with(n: dict[str, Any], **allocatable: str) -> dict[str, Any]:
+    n["status"]["allocatable"].update(allocatable)
+    n["status"]["capacity"].update(allocatable)
+    return n
+
+
+def _user(name: str, node_name: str, requests: dict[str, str]) -> dict[str, Any]:
+    pod = _pod(name, node_name, {"app": name})
+    pod["spec"]["containers"][0]["resources"] = {"limits": requests}
+    return pod
+
+
+def test_every_resource_adds_up_as_cpu_and_memory_do() -> None:
+    # extended resources, ephemeral-storage and hugepages follow the same rules (each in
+    # its base unit, rounded up); GPUs and CPU/memory are kept apart (`extra_requests`)
+    spec = {
+        "containers": [
+            {"name": "a", "resources": {"limits": {"example.com/nic": "1", "cpu": "1"}}},
+            {"name": "b", "resources": {"requests": {"ephemeral-storage": "1Gi"}}},
+        ],
+        "initContainers": [
+            {"name": "i", "resources": {"requests": {"ephemeral-storage": "3Gi"}}},
+            {
+                "name": "s",
+                "restartPolicy": "Always",
+                "resources": {"limits": {"hugepages-2Mi": "4Mi"}},
+            },
+        ],
+    }
+    asked = pod_requests({"spec": spec})
+    assert asked == {
+        "cpu": 1000,
+        "example.com/nic": 1,
+        "ephemeral-storage": 3 << 30,
+        "hugepages-2Mi": 4 << 20,
+    }
+    assert extra_requests(asked) == (
+        ("ephemeral-storage", 3 << 30),
+        ("example.com/nic", 1),
+        ("hugepages-2Mi", 4 << 20),
+    )
+    assert extra_requests({"nvidia.com/gpu": 1, "memory": 5}) == ()
+
+
+def test_a_resource_a_node_does_not_list_refuses_it_for_good() -> None:
+    # NodeResourcesFit: a node lacking a resource the workers request has none of it
+    # ("Insufficient example.com/nic"). Before stop 62 the plan read only CPU, memory and
+    # GPUs: the job was planned on the faster A100 and the stuck rule moved it after 45 s
+    nodes = [node("a", A100, 8), _with(node("v", V100, 8), **{"example.com/nic": "2"})]
+    capacity = cluster_capacity(nodes, [])
+    assert [(n.name, n.others) for n in capacity] == [("a", ()), ("v", (("example.com/nic", 2),))]
+    got = decide(job_spec(_asking({"example.com/nic": "1"})), capacity, NOW)
+    assert got.gpu_type == V100
+    wants_three = decide(job_spec(_asking({"example.com/nic": "3"})), capacity, NOW)
+    assert wants_three.action is not Action.START
+    assert "allocatable example.com/nic below one worker's request (3 example.com/nic)" in (
+        wants_three.reason
+    )
+
+
+def test_what_bound_pods_request_of_a_resource_is_not_free() -> None:
+    # the V100 node has 2 NICs, a pod there holds one: one worker of a NIC each fits
+    nodes = [node("a", A100, 8), _with(node("v", V100, 8), **{"example.com/nic": "2"})]
+    capacity = cluster_capacity(nodes, [_user("holder", "v", {"example.com/nic": "1"})])
+    assert capacity[1].others_free == (("example.com/nic", 1),)
+    two = decide(job_spec(_asking({"example.com/nic": "1"}, replicas=2)), capacity, NOW)
+    assert two.action is not Action.START
+    assert (
+        "1 node(s) have free GPUs but too little free example.com/nic for a worker: "
+        "1 example.com/nic" in two.reason
+    ), two.reason
+    one = job_spec(_asking({"example.com/nic": "1"}))
+    assert decide(one, capacity, NOW).gpu_type == V100
+    # a start takes the NIC: the next job decided on what is left finds none
+    after, placed = take(capacity, V100, 1, 1, rules=job_rules(one))
+    assert placed == (("v", (0,)),)
+    assert after[1].others_free == (("example.com/nic", 0),)
+    assert decide(one, after, NOW).action is not Action.START
+
+
+def test_ephemeral_storage_is_read_in_bytes_and_said_in_gib() -> None:
+    nodes = [
+        _with(node("a", A100, 8), **{"ephemeral-storage": "20Gi"}),
+        _with(node("v", V100, 8), **{"ephemeral-storage": "100Gi"}),
+    ]
+    capacity = cluster_capacity(nodes, [_user("big", "a", {"ephemeral-storage": "15Gi"})])
+    got = decide(job_spec(_asking({"ephemeral-storage": "10Gi"})), capacity, NOW)
+    assert got.gpu_type == V100
+    pinned = _asking({"ephemeral-storage": "10Gi"})
+    pinned["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    wait = decide(job_spec(pinned), capacity, NOW)
+    assert "too little free ephemeral-storage for a worker: 10Gi ephemeral-storage" in (
+        wait.reason
+    ), wait.reason
+
+
+def test_a_node_with_fewer_pod_slots_than_free_gpus_holds_that_many_workers() -> None:
+    # 8 free GPUs but room for 2 more pods: a gang of 4 one-GPU workers does not fit
+    # there (before stop 62 only a full node was cut; the gang's third worker stayed
+    # Pending with "Too many pods" until the stuck rule moved it)
+    crowded = node("a", A100, 8)
+    crowded["status"]["allocatable"]["pods"] = "3"
+    nodes = [crowded, node("v", V100, 8)]
+    capacity = cluster_capacity(nodes, [_pod("p", "a", {"app": "x"})])
+    assert (capacity[0].name, capacity[0].free, capacity[0].pods_free) == ("a", 8, 2)
+    gang = job_spec(_asking({}, replicas=4))
+    got = decide(gang, capacity, NOW)
+    assert got.gpu_type == V100
+    pinned = _asking({}, replicas=4)
+    pinned["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    wait = decide(job_spec(pinned), capacity, NOW)
+    assert "too little free pod slots for its workers (a takes 2 more pod(s))" in wait.reason
+    # two workers fit, and take both slots: the node is full after
+    pair = job_spec(_asking({}, replicas=2))
+    assert decide(pair, capacity, NOW).gpu_type == A100
+    after, placed = take(
+        capacity, A100, 2, 1, strategy=PlacementStrategy.PACK, rules=job_rules(pair)
+    )
+    assert [p[0] for p in placed] == ["a", "a"]
+    assert after[0].pods_free == 0
+    assert decide(job_spec(_asking({})), after, NOW).gpu_type == V100
