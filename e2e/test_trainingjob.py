@@ -799,11 +799,38 @@ def _fast_and_slow(
 def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
+    # the worker mounts an in-tree AWS EBS disk inline, and a pod on the fast node mounts
+    # it already: kube-scheduler's VolumeRestrictions filter refuses the fast node ("node(s)
+    # had no available disk"). The plan does not read in-tree disk volumes, so it plans
+    # the fast node; the stuck rule moves the job off it (before `status.avoidNodes`, it
+    # re-planned the job there again, for ever)
+    api, custom, core = jobs_api
+    disk = [{"name": "disk", "awsElasticBlockStore": {"volumeID": f"vol-{namespace[-6:]}"}}]
+    with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
+        holder = _bare_pod("holder", fast_nodes[0], "holder")
+        holder["spec"]["volumes"] = disk
+        _run(core, namespace, holder)
+        wired = job("wired", 1, 1, [(fast, 2.0), (slow, 1.0)])
+        wired["spec"]["template"]["spec"]["volumes"] = disk
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, wired)
+        _wait_running(api, namespace, "wired", timeout=150, what="wired running off the node")
+        status = _get(api, namespace, "wired")["status"]
+        assert status["plan"]["gpuType"] == slow
+        assert [p["node"] for p in status["placement"]] == slow_nodes
+        assert not status.get("avoidNodes")  # placed: cleared
+        replanned = _events(core, namespace, "wired")["Replanning"]
+        assert "no available disk" in replanned, replanned
+        assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+
+
+def test_a_gang_whose_csi_driver_attaches_no_more_volumes_on_the_fast_node_starts_on_the_slow(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
     # the worker mounts a claim bound to a CSI volume of a driver the fast node's CSINode
-    # allows no volume (`allocatable.count: 0`); the plan does not read CSI attach
-    # limits, so it plans the fast node, and kube-scheduler's NodeVolumeLimits filter
-    # refuses it ("node(s) exceed max volume count"). The stuck rule moves the job off
-    # that node (before `status.avoidNodes`, it re-planned the job there again, for ever)
+    # allows no volume (`allocatable.count: 0`): kube-scheduler's NodeVolumeLimits
+    # filter refuses it ("node(s) exceed max volume count"). The plan reads the CSINodes:
+    # the job starts at once on the slow node. Before stop 62 it was planned on the fast
+    # node and the stuck rule moved it after 45 s
     api, custom, core = jobs_api
     tag = namespace[-6:]
     storage = client.StorageV1Api(api)
@@ -848,14 +875,7 @@ def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
             pod = wired["spec"]["template"]["spec"]
             pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "attached"}}]
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, wired)
-            _wait_running(api, namespace, "wired", timeout=150, what="wired running off the node")
-            status = _get(api, namespace, "wired")["status"]
-            assert status["plan"]["gpuType"] == slow
-            assert [p["node"] for p in status["placement"]] == slow_nodes
-            assert not status.get("avoidNodes")  # placed: cleared
-            replanned = _events(core, namespace, "wired")["Replanning"]
-            assert "exceed max volume count" in replanned, replanned
-            assert replanned.endswith(f"re-planning off node(s) {fast_nodes[0]}"), replanned
+            _started_at_once_on(api, core, namespace, "wired", gpu=slow, nodes=slow_nodes)
         finally:
             with contextlib.suppress(client.exceptions.ApiException):
                 storage.delete_csi_node(fast_nodes[0])
@@ -917,6 +937,14 @@ def test_a_gang_keeps_off_a_node_whose_pod_capacity_is_used_up(
         crowded = job("crowded", workers, 1, [(fast, 2.0), (slow, 1.0)])
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, crowded)
         _started_at_once_on(api, core, namespace, "crowded", gpu=slow, nodes=slow_nodes * workers)
+        if workers == 1:  # a job only the full node's type suits says why it waits
+            pinned = job("pinned", 1, 1, [(fast, 1.0)])
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, pinned)
+            wait_for(
+                lambda: "have idle GPUs but no pod slot left" in _why(api, namespace, "pinned"),
+                60,
+                "pinned saying its node is full",
+            )
 
 
 @pytest.mark.parametrize("rule", ["spread", "anti-affinity"])

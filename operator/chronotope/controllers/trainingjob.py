@@ -39,6 +39,7 @@ from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.node_fit import (
     NamespaceLabels,
     RuntimeRule,
+    VolumeLimits,
     VolumeRule,
     namespace_labels,
 )
@@ -163,6 +164,10 @@ class ClusterOps(QuotaReads, ServingReads, Protocol):
 
     def runtime_rules(self) -> Mapping[str, RuntimeRule] | None:
         """What each RuntimeClass adds to its pods (`node_fit.runtime_rules`; None: unknown)."""
+        ...
+
+    def volume_limits(self) -> VolumeLimits:
+        """How many CSI volumes each node may attach (`node_fit.volume_limits`)."""
         ...
 
     def start(
@@ -554,13 +559,15 @@ def cluster_facts(ops: ClusterOps, namespaces: NamespaceLabels | None = None) ->
     """What the cluster holds beyond its nodes and pods, as `ops` reads it now.
 
     Where its claims may be used, its namespaces' labels (a pod affinity's
-    `namespaceSelector`; `namespaces` when already read) and what its RuntimeClasses
-    add to pods; what the pass, the stuck rule and the re-plan all read.
+    `namespaceSelector`; `namespaces` when already read), what its RuntimeClasses
+    add to pods and how many CSI volumes each node may attach; what the pass, the
+    stuck rule and the re-plan all read.
     """
     return ClusterFacts(
         volumes=ops.volume_rules(),
         namespaces=namespaces if namespaces is not None else namespace_labels(ops.namespaces()),
         runtimes=ops.runtime_rules(),
+        limits=ops.volume_limits(),
     )
 
 

@@ -250,6 +250,10 @@ _FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("capacity",),
         ("maximumVolumeSize",),
     ),
+    # how many CSI volumes a node may attach (node_fit.volume_limits)
+    "csinodes": (("spec", "drivers"),),
+    # a CSI volume attached to a node, whose pod may be gone
+    "volumeattachments": (("spec",), ("metadata", "deletionTimestamp")),
     # what it adds to its pods (node_fit.runtime_rules)
     "runtimeclasses": (("scheduling",), ("overhead",)),
 }
@@ -435,6 +439,8 @@ VOLUME_KINDS = (
     "storageclasses",
     "csidrivers",
     "csistoragecapacities",
+    "csinodes",
+    "volumeattachments",
 )
 """Where a job's volumes may be used (`node_fit.volume_rules`): a change wakes waiting jobs
 (not seeded: the first event of each after a start makes a pass; they change seldom)."""

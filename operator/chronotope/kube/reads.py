@@ -19,7 +19,14 @@ from kubernetes import client
 from chronotope.kube import workloads as kw
 from chronotope.kube.prometheus import DEFAULT_PROMETHEUS, instant_query
 from chronotope.kube.store import OperatorCache, Store
-from chronotope.workloads.node_fit import RuntimeRule, VolumeRule, runtime_rules, volume_rules
+from chronotope.workloads.node_fit import (
+    RuntimeRule,
+    VolumeLimits,
+    VolumeRule,
+    runtime_rules,
+    volume_limits,
+    volume_rules,
+)
 
 __all__ = ["LOCALQUEUES", "MODELVARIANTS", "PIPELINES", "QUEUES", "TRAININGJOBS", "KubeReads"]
 
@@ -48,6 +55,8 @@ class KubeReads:
         self.timeout_s = timeout_s
         self._volume_rules: tuple[tuple[int, ...], dict[str, VolumeRule]] | None = None
         """`volume_rules` as last worked out, and the stores' `changes` then."""
+        self._volume_limits: tuple[tuple[int, ...], VolumeLimits] | None = None
+        """`volume_limits` likewise."""
 
     def nodes(self) -> list[dict[str, Any]]:
         """All nodes, from the watch cache when there is one."""
@@ -114,6 +123,23 @@ class KubeReads:
             kw.list_storage_classes(api),
             kw.list_csi_drivers(api),
             kw.list_csi_capacities(api),
+        )
+
+    def volume_limits(self) -> VolumeLimits:
+        """How many CSI volumes each node may attach (`node_fit.volume_limits`)."""
+        cache = self.cache
+        if cache is not None:
+            stores = (cache.csi_nodes, cache.volume_attachments, cache.volumes)
+            seen = tuple(s.changes for s in stores)  # read before the lists: never stale
+            kept = self._volume_limits
+            if kept is not None and kept[0] == seen:
+                return kept[1]
+            limits = volume_limits(*(s.list() for s in stores))
+            self._volume_limits = (seen, limits)
+            return limits
+        api = self.api
+        return volume_limits(
+            kw.list_csi_nodes(api), kw.list_volume_attachments(api), kw.list_volumes(api)
         )
 
     def runtime_rules(self) -> dict[str, RuntimeRule]:

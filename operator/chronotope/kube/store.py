@@ -159,6 +159,7 @@ class OperatorCache:
         self.namespaces = Store()
         self.claims, self.volumes, self.storage_classes = Store(), Store(), Store()
         self.csi_drivers, self.csi_capacities = Store(), Store()
+        self.csi_nodes, self.volume_attachments = Store(), Store()
         self.runtime_classes = Store()
         self._listeners: list[Listener] = []
 
@@ -189,6 +190,8 @@ class OperatorCache:
                 storage.list_csi_storage_capacity_for_all_namespaces,
                 self.csi_capacities,
             ),
+            ("csinodes", storage.list_csi_node, self.csi_nodes),
+            ("volumeattachments", storage.list_volume_attachment, self.volume_attachments),
             ("runtimeclasses", node.list_runtime_class, self.runtime_classes),
         ]
         self.informer = Informer(

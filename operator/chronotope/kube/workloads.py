@@ -82,6 +82,16 @@ def list_csi_capacities(api: client.ApiClient) -> list[Obj]:
     return _items(storage.list_csi_storage_capacity_for_all_namespaces(_preload_content=False))
 
 
+def list_csi_nodes(api: client.ApiClient) -> list[Obj]:
+    """All CSINodes, as raw JSON."""
+    return _items(client.StorageV1Api(api).list_csi_node(_preload_content=False))
+
+
+def list_volume_attachments(api: client.ApiClient) -> list[Obj]:
+    """All VolumeAttachments, as raw JSON."""
+    return _items(client.StorageV1Api(api).list_volume_attachment(_preload_content=False))
+
+
 def list_runtime_classes(api: client.ApiClient) -> list[Obj]:
     """All RuntimeClasses, as raw JSON."""
     return _items(client.NodeV1Api(api).list_runtime_class(_preload_content=False))

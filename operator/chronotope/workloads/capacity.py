@@ -36,8 +36,10 @@ from chronotope.solver.policies import Policy
 from chronotope.solver.slots import domain_of, gang_domain, next_slot
 from chronotope.workloads.cluster_feed import hold_planned, node_info, pod_holding
 from chronotope.workloads.node_fit import (
+    NO_LIMITS,
     NOBODY,
     Amounts,
+    Attach,
     Crowd,
     Domains,
     HostPort,
@@ -49,9 +51,11 @@ from chronotope.workloads.node_fit import (
     RuntimeRule,
     Skew,
     Taint,
+    VolumeLimits,
     VolumeRule,
     amount_of,
     anti_among,
+    attached_by,
     claims_of,
     domains,
     host_ports,
@@ -105,6 +109,9 @@ class ClusterFacts:
     outside: tuple[Place, ...] = ()
     """The nodes without GPUs that run pods (what pod affinity on a zone or rack reads
     there); `cluster_capacity` fills it in."""
+    limits: VolumeLimits = NO_LIMITS
+    """How many CSI volumes each node may attach, and those VolumeAttachments attach
+    (`node_fit.volume_limits`; kube-scheduler's NodeVolumeLimits)."""
     claimed: Mapping[str, tuple[str, Neighbour]] = field(default_factory=dict)
     """Each `ReadWriteOncePod` claim (`namespace/name`, `VolumeRule.one_pod`) a bound pod
     mounts: that pod's `namespace/name` and namespace and labels (kube-scheduler's
@@ -161,6 +168,13 @@ class NodeCapacity:
     resources, `ephemeral-storage`, hugepages; `podreq.resource_amount`'s units)."""
     others_free: Amounts = ()
     """Those not requested by its pods (bound, or planned there and not yet bound)."""
+    idle: int = 0
+    """Untouched GPUs no pod may take: it has no pod slot left (they are not `free`)."""
+    attach_limits: Amounts = ()
+    """The CSI drivers its CSINode limits, and how many volumes each may attach there."""
+    attached: frozenset[tuple[str, str]] = frozenset()
+    """The CSI volumes (driver, handle) attached there: its pods' (bound, or planned there
+    and not yet bound) and its VolumeAttachments'; kept only where `attach_limits`."""
     host_ports: frozenset[HostPort] = frozenset()
     """Host ports its pods hold (bound, or planned there and not yet bound): kube-scheduler's
     NodePorts filter keeps a pod asking one of them off the node."""
@@ -257,7 +271,8 @@ class _Index:
     """The GPU models some node of which carries a taint."""
     crowded: frozenset[str] = frozenset()
     """The GPU models some node of which has fewer pod slots left than free GPUs (a take
-    never makes another so: each worker takes a slot and at least one GPU)."""
+    never makes another so: each worker takes a slot and at least one GPU), or none left
+    beside untouched GPUs (`idle`)."""
     repelling: Mapping[str, frozenset[PodTerm]] = field(default_factory=dict)
     """Per GPU model, the pod anti-affinity terms of the pods on its nodes (`repels`)."""
     far: frozenset[PodTerm] = frozenset()
@@ -284,7 +299,7 @@ def _index(capacity: Capacity) -> _Index:
         {g: tuple(p) for g, p in positions.items()},
         {g: tuple(capacity[i] for i in p) for g, p in positions.items()},
         frozenset(n.gpu_model for n in capacity if n.taints),
-        frozenset(n.gpu_model for n in capacity if n.pods_free < n.free),
+        frozenset(n.gpu_model for n in capacity if n.pods_free < n.free or n.idle),
         _repelling(capacity),
         frozenset(
             t
@@ -307,11 +322,15 @@ def in_cluster(capacity: Capacity, rules: NodeRules) -> NodeRules:
     """`rules` as `capacity`'s cluster reads them.
 
     Their terms' `namespaceSelector`s read against its namespaces' labels, and what
-    their RuntimeClass adds (`ClusterFacts`). `admitting`, `take` and `unblocked` read
+    their RuntimeClass adds, and the CSI volumes they mount of drivers some node limits
+    (`ClusterFacts`, `NodeRules.attach`). `admitting`, `take` and `unblocked` read
     rules so; a decision that reads a rule's fields itself asks this first.
     """
     facts = facts_of(capacity)
-    return rules.among(facts.namespaces).run_by(facts.runtimes)
+    rules = rules.among(facts.namespaces).run_by(facts.runtimes)
+    if facts.limits.drivers and (rules.claims or rules.ephemeral):
+        rules = rules.attaching(rules.volumes(facts.volumes), facts.limits.drivers)
+    return rules
 
 
 def _repelling(capacity: Capacity) -> dict[str, frozenset[PodTerm]]:
@@ -352,6 +371,8 @@ class Usable(NamedTuple):
     theirs, or a pod's there or in its zone or rack (`NodeRules.shuns`, `Domains`)."""
     positions: Mapping[str, int] | None = None
     """Where each node is in `nodes`, when some node is refused (None: as in the type's)."""
+    full: int = 0
+    """Nodes with untouched GPUs and no pod slot left (`NodeCapacity.idle`)."""
     shunning: Callable[[], str] | None = None
     """Works out `shuns` (None: no node is `shunned`)."""
     lacking: Callable[[], str] | None = None
@@ -438,8 +459,9 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         return hit
     kept: list[NodeCapacity] = []
     refused: dict[str, int] = {}
-    cut = [0, 0, 0]  # nodes short of CPU or memory, blocked by a host port, shunned
+    cut = [0, 0, 0]  # nodes short of resources or slots, blocked by a host port, shunned
     was_cut: set[int] = set()  # positions in `kept` of those
+    full = 0
     for n in nodes:
         why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib, n.others))
         for v in volumes if why is None else ():
@@ -449,6 +471,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             continue
+        full += n.idle > 0
         room = _room(n, rules, per_worker, whom)
         if room < n.free:
             cut[_cause(n, rules, per_worker, whom)] += 1
@@ -470,6 +493,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
         cut[1],
         cut[2],
         positions=at,
+        full=full,
         shunning=_Once(partial(_shuns, nodes, rules, per_worker, whom, at, shared=said))
         if cut[2]
         else None,
@@ -526,7 +550,13 @@ def _left(
     `had`: what they could take before; `shared`: a domain is shared among the gang's
     own workers (`_shared_domains`), which gave this node its part, now one less.
     """
-    plain = not rules.asks and not rules.host_ports and whom[0] is None and n.pods_free >= n.free
+    plain = (
+        not rules.asks
+        and not rules.host_ports
+        and not rules.attach
+        and whom[0] is None
+        and n.pods_free >= n.free
+    )
     left = n.free if plain else _room(n, rules, per_worker, whom)
     return min(left, had - per_worker) if shared else left
 
@@ -760,6 +790,13 @@ def _lacks(
             room, what = _fit(n, rules)
             if what == _PODS:
                 return f"free pod slots for its workers ({n.name} takes {room} more pod(s))"
+            if what.startswith(_VOLUMES):
+                driver = what.removeprefix(_VOLUMES)
+                used = sum(1 for d, _ in n.attached if d == driver)
+                return (
+                    f"room for volumes of CSI driver {driver} ({n.name} attaches {used} of "
+                    f"{_limit(n.attach_limits, driver)}: node(s) exceed max volume count)"
+                )
             if what:
                 return f"free {what} for a worker: {rules.request_of(what)}"
     return ""
@@ -767,6 +804,8 @@ def _lacks(
 
 _PODS = "pods"
 """What `_fit` names when a node's pod slots left set its room."""
+_VOLUMES = "volumes of "
+"""What `_fit` names, before the CSI driver, when a driver's volume limit sets the room."""
 
 
 def unblocked(
@@ -807,8 +846,18 @@ def _fit(n: NodeCapacity, rules: NodeRules) -> tuple[int | None, str]:
         else (None, "")
     )
     if n.pods_free != UNBOUNDED and (room is None or n.pods_free < room):
-        return n.pods_free, _PODS
+        room, what = n.pods_free, _PODS
+    for volumes in rules.attach if n.attach_limits else ():
+        most = _limit(n.attach_limits, volumes.driver)
+        fits = volumes.room(most, n.attached) if most is not None else None
+        if fits is not None and (room is None or fits < room):
+            room, what = fits, _VOLUMES + volumes.driver
     return room, what
+
+
+def _limit(limits: Amounts, driver: str) -> int | None:
+    """How many volumes of `driver` `limits` let a node attach (None: no limit)."""
+    return next((most for name, most in limits if name == driver), None)
 
 
 def refuses_some(
@@ -892,7 +941,7 @@ def cluster_model(
                 waiting.append((key, pod, str(model)))
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
-        held.setdefault(str(bound_to), _Held()).add(pod, facts.namespaces)
+        held.setdefault(str(bound_to), _Held()).add(pod, facts)
         _mark_claims(claimed, key, pod, facts.volumes)
     for key, pod, model in waiting:  # after every bound pod: a plan holds what it names
         if not hold_planned(cache, key, pod):
@@ -900,7 +949,7 @@ def cluster_model(
             continue
         plan = planned(pod)
         if plan is not None:
-            held.setdefault(plan.node, _Held()).add(pod, facts.namespaces)
+            held.setdefault(plan.node, _Held()).add(pod, facts)
     state = cache.state()
     out: list[NodeCapacity] = []
     outside: tuple[Place, ...] = tuple(
@@ -921,7 +970,9 @@ def cluster_model(
         slots, others = _allocatable(node)
         pods_free = slots if slots == UNBOUNDED else max(0, slots - sum(on.neighbours.values()))
         # NodeResourcesFit: a node with no pod slot left takes no worker ("Too many pods")
-        free_gpus = () if pods_free == 0 else state.first_free_gpus(i, info.gpu_count)
+        free_gpus = state.first_free_gpus(i, info.gpu_count)
+        idle = len(free_gpus) if pods_free == 0 else 0
+        free_gpus = () if idle else free_gpus
         left, memory = state.gpu_left[i, : info.gpu_count], state.gpu_mem_left[i, : info.gpu_count]
         in_part = (left > 0) & (left < MILLI)
         partial = (
@@ -946,6 +997,11 @@ def cluster_model(
                 cpu_milli=info.cpu_milli,
                 host_memory_mib=info.memory_mib,
                 pods_free=pods_free,
+                idle=idle,
+                attach_limits=(limits := facts.limits.per_node.get(info.name, ())),
+                attached=on.attached | facts.limits.attached.get(info.name, frozenset())
+                if limits
+                else frozenset(),
                 others=others,
                 others_free=tuple((name, value - on.asked.get(name, 0)) for name, value in others),
                 host_ports=frozenset(on.ports),
@@ -1011,17 +1067,25 @@ class _Held:
     repels: list[PodTerm] = field(default_factory=list)
     asked: dict[str, int] = field(default_factory=dict)
     """What they request of the resources beyond CPU, memory and GPUs (`NodeCapacity.others`)."""
+    attached: frozenset[tuple[str, str]] = frozenset()
+    """The CSI volumes they mount (`node_fit.attached_by`), where some node limits them."""
 
-    def add(self, pod: Mapping[str, Any], namespaces: NamespaceLabels | None) -> None:
+    def add(self, pod: Mapping[str, Any], facts: ClusterFacts) -> None:
         """One more pod there: its host ports, it, its pod anti-affinity, its other requests.
 
-        `namespaces`: each namespace's labels, what its terms' `namespaceSelector`s read.
+        And its CSI volumes. `facts`: each namespace's labels (what its terms'
+        `namespaceSelector`s read), where each claim is.
         """
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         self.ports.update(host_ports(spec))
         me = neighbour(str(meta.get("namespace") or ""), meta.get("labels") or {})
         self.neighbours[me] = self.neighbours.get(me, 0) + 1
-        self.repels.extend(anti_among(pod_anti_terms(spec, me), namespaces))
+        self.repels.extend(anti_among(pod_anti_terms(spec, me), facts.namespaces))
+        if facts.limits.drivers:
+            mine = attached_by(
+                str(meta.get("namespace") or ""), spec, facts.volumes, meta.get("name") or ""
+            )
+            self.attached = self.attached.union(mine)
         try:
             asked = pod_requests(pod)
         except PodRequestError:  # the API server's to reject: it asks nothing here
@@ -1249,8 +1313,8 @@ def _spent(n: NodeCapacity, asks: NodeRules | None) -> NodeCapacity:
 def _marked(n: NodeCapacity, rules: NodeRules | None) -> NodeCapacity:
     """`n` with one more worker of `rules` there.
 
-    Its host ports held, it among the pods pod anti-affinity reads, its own
-    anti-affinity terms in force there.
+    Its host ports held, it among the pods pod anti-affinity reads, its CSI volumes
+    attached, its own anti-affinity terms in force there.
     """
     if rules is None:
         return n
@@ -1258,8 +1322,24 @@ def _marked(n: NodeCapacity, rules: NodeRules | None) -> NodeCapacity:
         n = replace(n, host_ports=n.host_ports.union(rules.host_ports))
     if rules.who is not None:
         n = replace(n, neighbours=n.neighbours.plus(rules.who))
+    if rules.attach and n.attach_limits:
+        n = replace(n, attached=n.attached | _mounted(rules.attach, len(n.attached)))
     new = tuple(t for t in rules.anti if t not in n.repels)
     return replace(n, repels=n.repels + new) if new else n
+
+
+def _mounted(attach: Iterable[Attach], seen: int) -> set[tuple[str, str]]:
+    """The volumes one more worker mounting `attach` attaches.
+
+    Its own volumes get handles of their own, numbered from `seen` (the node's count of
+    attached volumes).
+    """
+    out: set[tuple[str, str]] = set()
+    for volumes in attach:
+        out.update((volumes.driver, h) for h in volumes.shared)
+        out.update((volumes.driver, f"\0#{seen + k}") for k in range(volumes.own))
+        seen += volumes.own
+    return out
 
 
 def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity]) -> None:
@@ -1303,6 +1383,7 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
             cut[1],
             cut[2],
             positions=seen.positions,
+            full=seen.full,  # a take fills no node with untouched GPUs: it takes them
             shunning=shunning,
             lacking=_Once(partial(_lacks, after, rules, per_worker, whom, seen.positions))
             if cut[0]

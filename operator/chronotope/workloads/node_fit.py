@@ -66,11 +66,11 @@ kube-scheduler's scoring. Pure: plain dicts in, answers out.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from math import ceil
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TopologyLevel, TrainingJobSpec
@@ -85,9 +85,11 @@ __all__ = [
     "CPU_OR_MEMORY",
     "EPHEMERAL",
     "NOBODY",
+    "NO_LIMITS",
     "NO_PROVISIONER",
     "VOLUME_ZONE_LABELS",
     "Amounts",
+    "Attach",
     "Crowd",
     "Domains",
     "Ephemeral",
@@ -101,10 +103,12 @@ __all__ = [
     "Skew",
     "Spread",
     "Taint",
+    "VolumeLimits",
     "VolumeRule",
     "amount_of",
     "anti_among",
     "apart",
+    "attached_by",
     "avoiding",
     "avoids_itself",
     "claim_class",
@@ -130,6 +134,7 @@ __all__ = [
     "spreads_itself",
     "template_apart",
     "template_pods",
+    "volume_limits",
     "volume_rules",
 ]
 
@@ -778,6 +783,29 @@ class _Term:
         )
 
 
+class Attach(NamedTuple):
+    """The CSI volumes of one driver each pod of a template mounts (`NodeRules.attach`)."""
+
+    driver: str
+    shared: tuple[str, ...]
+    """The handles of the volumes its pods share (one per node, however many pods)."""
+    own: int
+    """The volumes each pod has of its own (generic ephemeral volumes)."""
+
+    def room(self, most: int, attached: Collection[tuple[str, str]]) -> int | None:
+        """How many of its pods fit a node that attaches `most` of the driver's volumes.
+
+        kube-scheduler's NodeVolumeLimits: the node's volumes of the driver (`attached`:
+        driver and handle of each) and the pod's new ones may not exceed its CSINode's
+        `allocatable.count`. None: no limit.
+        """
+        used = sum(1 for d, _ in attached if d == self.driver)
+        left = most - used - sum(1 for h in self.shared if (self.driver, h) not in attached)
+        if left < 0:
+            return 0
+        return left // self.own if self.own else None
+
+
 Amounts: TypeAlias = tuple[tuple[str, int], ...]
 """Resources by name, sorted, each in `podreq.resource_amount`'s units."""
 
@@ -835,6 +863,8 @@ class NodeRules:
     runtime: str = ""
     """The RuntimeClass its pods name (`runtimeClassName`), until `run_by` adds what it
     says ('' for none, or once added)."""
+    attach: tuple[Attach, ...] = ()
+    """The CSI volumes its pods mount of each driver some node limits (`attaching`)."""
     who: Neighbour | None = field(default=None, compare=False)
     """Its pods' namespace and labels (what other pods' anti-affinity selects), when the
     template's metadata names a namespace (`job_spec` adds the job's). Not compared:
@@ -912,6 +942,29 @@ class NodeRules:
             memory_mib=self.memory_mib + rule.memory_mib,
             runtime="",
         )
+
+    def attaching(self, volumes: Iterable[VolumeRule], limited: Collection[str]) -> NodeRules:
+        """The rules with the CSI volumes their pods mount (`attach`) of the `limited` drivers.
+
+        `volumes`: where its claims may be used (`volumes`), each counted as
+        kube-scheduler's NodeVolumeLimits counts it (`VolumeRule.attach`).
+        """
+        shared: dict[str, set[str]] = {}
+        own: dict[str, int] = {}
+        for v in volumes:
+            if v.attach is None or v.attach[0] not in limited:
+                continue
+            driver, handle = v.attach
+            shared.setdefault(driver, set())
+            if handle:
+                shared[driver].add(handle)
+            else:
+                own[driver] = own.get(driver, 0) + 1
+        attach = tuple(
+            Attach(d, tuple(sorted(handles)), own.get(d, 0))
+            for d, handles in sorted(shared.items())
+        )
+        return replace(self, attach=attach) if attach != self.attach else self
 
     def runtime_refusal(self, runtimes: Mapping[str, RuntimeRule] | None) -> str | None:
         """Why the API server rejects its pods for their RuntimeClass, or None.
@@ -1170,6 +1223,11 @@ class VolumeRule:
     VolumeRestrictions), so it holds one worker of a gang at most."""
     made: Ephemeral | None = field(default=None, compare=False, repr=False)
     """A generic ephemeral volume's class: the rule of each claim template (`Ephemeral`)."""
+    attach: tuple[str, str] | None = None
+    """The CSI driver and volume handle kube-scheduler's NodeVolumeLimits counts it as on
+    a node: its PersistentVolume's `csi`; unbound, its class's provisioner and a handle
+    of its own ('' for a generic ephemeral volume's claim: one per pod). None: not
+    counted (not a CSI volume; in-tree volumes migrated to CSI are not translated)."""
 
     def refuses(self, name: str, labels: Mapping[str, str]) -> str | None:
         """Why pods mounting it may not run on node `name` with `labels`, or None."""
@@ -1233,12 +1291,110 @@ def _claim_rule(
         name = claim_class(c)
         return _unbound(c, name, kinds, by_class.get(name, ()) if name else (), storage)
     if pv is None:  # not known, or its volume not yet seen: binding under way
-        return VolumeRule(key)
+        return VolumeRule(key, attach=_by_class(kinds, claim_class(c), key))
     labels = (pv.get("metadata") or {}).get("labels") or {}
     zones = tuple(
         (k, frozenset(str(labels[k]).split("__"))) for k in VOLUME_ZONE_LABELS if labels.get(k)
     )
-    return VolumeRule(key, f"PersistentVolume {bound}", _volume_terms(pv), zones)
+    csi = (pv.get("spec") or {}).get("csi") or {}
+    attach = (str(csi["driver"]), str(csi.get("volumeHandle") or "")) if csi.get("driver") else None
+    return VolumeRule(key, f"PersistentVolume {bound}", _volume_terms(pv), zones, attach=attach)
+
+
+def _by_class(
+    kinds: Mapping[str, Mapping[str, Any]] | None, name: str, key: str
+) -> tuple[str, str] | None:
+    """How NodeVolumeLimits counts claim `key` of class `name` with no volume known yet.
+
+    As a volume of the class's provisioner with a handle of its own (kube-scheduler's
+    `getCSIDriverInfoFromSC`); None without a known class (`key` '': a generic ephemeral
+    volume's claim, one per pod).
+    """
+    kind = kinds.get(name) if kinds is not None and name else None
+    provisioner = str((kind or {}).get("provisioner") or "")
+    return (provisioner, _OWN_HANDLE + key if key else "") if provisioner else None
+
+
+_OWN_HANDLE = "\0"
+"""Starts the handle of a volume not provisioned yet (no CSI volume handle does)."""
+
+
+@dataclass(frozen=True)
+class VolumeLimits:
+    """How many CSI volumes each node may attach, and those attached outside its pods.
+
+    kube-scheduler's NodeVolumeLimits reads each node's CSINode (a driver's
+    `allocatable.count`) and the VolumeAttachments to it (`volume_limits`).
+    """
+
+    per_node: Mapping[str, Amounts] = field(default_factory=dict)
+    """Per node, the drivers its CSINode limits and how many volumes each may attach."""
+    attached: Mapping[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    """Per node, the CSI volumes (driver, handle) VolumeAttachments attach there."""
+    drivers: frozenset[str] = frozenset()
+    """The drivers some node limits (a template mounting none of theirs is not counted)."""
+
+
+def volume_limits(
+    csi_nodes: Iterable[Mapping[str, Any]],
+    attachments: Iterable[Mapping[str, Any]],
+    volumes: Iterable[Mapping[str, Any]],
+) -> VolumeLimits:
+    """The `VolumeLimits` the CSINodes, VolumeAttachments and PersistentVolumes state.
+
+    A VolumeAttachment counts as its attacher's volume of its PersistentVolume's CSI
+    handle (one without an attacher, a PersistentVolume name, or a CSI volume is not
+    counted, as kube-scheduler skips it).
+    """
+    per_node: dict[str, Amounts] = {}
+    for c in csi_nodes:
+        limits = tuple(
+            sorted(
+                (str(d["name"]), int((d.get("allocatable") or {})["count"]))
+                for d in (c.get("spec") or {}).get("drivers") or []
+                if d.get("name") and (d.get("allocatable") or {}).get("count") is not None
+            )
+        )
+        if limits:
+            per_node[str((c.get("metadata") or {}).get("name"))] = limits
+    handles: dict[str, str] = {}
+    for v in volumes:
+        csi = (v.get("spec") or {}).get("csi") or {}
+        if csi.get("volumeHandle"):
+            handles[str((v.get("metadata") or {}).get("name"))] = str(csi["volumeHandle"])
+    attached: dict[str, set[tuple[str, str]]] = {}
+    for a in attachments:
+        spec = a.get("spec") or {}
+        handle = handles.get(str((spec.get("source") or {}).get("persistentVolumeName")))
+        if spec.get("attacher") and spec.get("nodeName") and handle:
+            attached.setdefault(str(spec["nodeName"]), set()).add((str(spec["attacher"]), handle))
+    drivers = frozenset(d for limits in per_node.values() for d, _ in limits)
+    return VolumeLimits(per_node, {n: frozenset(v) for n, v in attached.items()}, drivers)
+
+
+NO_LIMITS = VolumeLimits()
+"""No node limits CSI volumes (or the CSINodes are not known)."""
+
+
+def attached_by(
+    namespace: str, spec: object, volumes: Mapping[str, VolumeRule] | None, pod: str = ""
+) -> Iterator[tuple[str, str]]:
+    """The CSI volumes (driver, handle) a pod in `namespace` mounts (`VolumeRule.attach`).
+
+    Its claims, and its generic ephemeral volumes' claims (named `pod-volume`), as
+    `volumes` knows them; '' handles (not provisioned yet) are left out.
+    """
+    if not volumes:
+        return
+    names = list(claims_of(spec))
+    raw = spec.get("volumes") if isinstance(spec, Mapping) and pod else None
+    for v in raw if isinstance(raw, list) else []:
+        if isinstance(v, Mapping) and v.get("ephemeral") and v.get("name"):
+            names.append(f"{pod}-{v['name']}")
+    for name in names:
+        rule = volumes.get(f"{namespace}/{name}")
+        if rule is not None and rule.attach is not None and rule.attach[1]:
+            yield rule.attach
 
 
 def claim_class(claim: Mapping[str, Any]) -> str:
@@ -1331,7 +1487,8 @@ def _unbound(
             key, refusal=f"PersistentVolumeClaim {key} is not bound yet (StorageClass {name})"
         )
     what = f"PersistentVolumeClaim {key}"
-    return _first_consumer(claim, key, what, kind, volumes, storage=storage)
+    rule = _first_consumer(claim, key, what, kind, volumes, storage=storage)
+    return replace(rule, attach=_by_class(classes, name, key))
 
 
 def _first_consumer(
@@ -1515,7 +1672,9 @@ class Ephemeral:
             hit = _first_consumer(
                 claim, self._key, what, self._kind, self._volumes, storage=self._storage
             )
-            self._seen[template] = hit
+            hit = self._seen[template] = replace(
+                hit, attach=_by_class({name: self._kind}, name, "")
+            )
         return hit
 
 

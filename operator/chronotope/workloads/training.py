@@ -404,6 +404,8 @@ def _cut(seen: Usable, rules: NodeRules) -> str:
             seen.lacks() or f"free {CPU_OR_MEMORY} for a worker: {rules.request_of(CPU_OR_MEMORY)}"
         )
         out += f" ({seen.short} node(s) have free GPUs but too little {lacks})"
+    if seen.full:
+        out += f" ({seen.full} node(s) have idle GPUs but no pod slot left: Too many pods)"
     if seen.blocked:
         ports = ", ".join(map(str, rules.host_ports))
         out += (

@@ -21,7 +21,14 @@ from chronotope.sharing.labels import (
     PREEMPTED_BY_ANNOTATION,
 )
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.node_fit import RuntimeRule, VolumeRule, runtime_rules, volume_rules
+from chronotope.workloads.node_fit import (
+    RuntimeRule,
+    VolumeLimits,
+    VolumeRule,
+    runtime_rules,
+    volume_limits,
+    volume_rules,
+)
 from chronotope.workloads.podreq import PLANNED_NODE_ANNOTATION
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -49,6 +56,7 @@ class FakeOps:
         self.claim_objs: list[dict[str, Any]] = []
         self.volume_objs: list[dict[str, Any]] = []
         self.runtime_objs: list[dict[str, Any]] = []
+        self.csi_node_objs: list[dict[str, Any]] = []
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._nodes
@@ -58,6 +66,9 @@ class FakeOps:
 
     def runtime_rules(self) -> dict[str, RuntimeRule]:
         return runtime_rules(self.runtime_objs)
+
+    def volume_limits(self) -> VolumeLimits:
+        return volume_limits(self.csi_node_objs, [], self.volume_objs)
 
     def pods(
         self, namespace: str | None = None, selector: str | None = None

@@ -171,6 +171,15 @@ def test_a_claim_volume_or_class_change_wakes_the_waiting_jobs() -> None:
     seen = mark_of("csidrivers", driver)
     reports = {**driver, "spec": {"storageCapacity": True}}
     assert wake_for("csidrivers", "MODIFIED", reports, seen) == Wake(open_jobs=True)
+    limit = {"name": "csi", "nodeID": "n", "allocatable": {"count": 1}}
+    node = {"metadata": {"name": "n"}, "spec": {"drivers": [limit]}}
+    seen = mark_of("csinodes", node)  # how many volumes the node may attach
+    more = {**node, "spec": {"drivers": [{**limit, "allocatable": {"count": 2}}]}}
+    assert wake_for("csinodes", "MODIFIED", more, seen) == Wake(open_jobs=True)
+    attachment = {"metadata": {"name": "va"}, "spec": {"nodeName": "n", "attacher": "csi"}}
+    seen = mark_of("volumeattachments", attachment)  # a volume attached there
+    assert wake_for("volumeattachments", "DELETED", attachment, seen) == Wake(open_jobs=True)
+    assert wake_for("volumeattachments", "MODIFIED", {**attachment, "status": {}}, seen) == Wake()
 
 
 def _pod(node: str | None = None, phase: str = "Pending") -> dict[str, Any]:

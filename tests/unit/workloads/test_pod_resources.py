@@ -81,6 +81,11 @@ def test_a_node_whose_pod_capacity_is_used_up_holds_no_worker() -> None:
     capacity = cluster_capacity(nodes, pods)
     assert sorted((n.name, n.free) for n in capacity) == [("a", 0), ("v", 8)]
     assert decide(job_spec(_job("j")), capacity, NOW).gpu_type == V100
+    # a job only that node's type suits says why it waits (stop 62)
+    pinned = _asking({})
+    pinned["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    wait = decide(job_spec(pinned), capacity, NOW)
+    assert "(1 node(s) have idle GPUs but no pod slot left: Too many pods)" in wait.reason
     # one slot left: its GPUs count
     assert [n.free for n in cluster_capacity(nodes, pods[:1])] == [8, 8]
 

@@ -12,9 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from chronotope.sharing.labels import ZONE_LABEL
-from chronotope.workloads.capacity import ClusterFacts, admitting, cluster_capacity
+from chronotope.workloads.capacity import ClusterFacts, admitting, cluster_capacity, take
 from chronotope.workloads.job_spec import job_spec
-from chronotope.workloads.node_fit import NO_PROVISIONER, claims_of, job_rules, volume_rules
+from chronotope.workloads.node_fit import (
+    NO_PROVISIONER,
+    claims_of,
+    job_rules,
+    volume_limits,
+    volume_rules,
+)
 from chronotope.workloads.training import decide
 from tests.unit.workloads.test_domain_affinity import NODES
 from tests.unit.workloads.test_node_fit import A100, NOW, V100
@@ -446,3 +452,87 @@ def test_a_read_write_once_pod_claim_another_pod_uses_makes_the_job_wait() -> No
         assert (
             decide(job_spec(job), cluster_capacity(NODES, [pod], facts=facts), NOW).gpu_type == V100
         )
+
+
+def _csi_volume(name: str, handle: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"csi": {"driver": CSI, "volumeHandle": handle}}}
+
+
+def _csi_node(node: str, count: int) -> dict[str, Any]:
+    driver = {"name": CSI, "nodeID": node, "allocatable": {"count": count}}
+    return {"metadata": {"name": node}, "spec": {"drivers": [driver, {"name": "other.example"}]}}
+
+
+def _mounter(name: str, node: str, *claims: str) -> dict[str, Any]:
+    spec = _mounting(*claims)["spec"]["template"]["spec"]
+    return {
+        "metadata": {"name": name, "namespace": "scale", "labels": {"app": name}},
+        "spec": {"nodeName": node, **spec},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_node_whose_csi_driver_attaches_no_more_volumes_takes_no_worker() -> None:
+    # kube-scheduler's NodeVolumeLimits: a node's CSINode states how many volumes of a
+    # driver it may attach; its pods' volumes and its VolumeAttachments count, a volume
+    # once however many pods mount it. Before stop 62 the plan did not read it, and the
+    # gang was planned where kube-scheduler refused it ("node(s) exceed max volume count")
+    volumes = [_csi_volume("pv-data", "h-data"), _csi_volume("pv-other", "h-other")]
+    claims = [_claim("data", "pv-data"), _claim("other", "pv-other")]
+    limits = volume_limits([_csi_node("a100-y", 1)], [], volumes)
+    assert limits.per_node == {"a100-y": ((CSI, 1),)}
+    assert limits.drivers == frozenset({CSI})
+    facts = ClusterFacts(volumes=volume_rules(claims, volumes), limits=limits)
+    job = job_spec(_mounting("data"))
+    # a100-y attaches the other volume for a pod there: full, the job goes to a100-none
+    busy = cluster_capacity(NODES, [_mounter("p", "a100-y", "other")], facts=facts)
+    assert next(n for n in busy if n.name == "a100-y").attached == {(CSI, "h-other")}
+    assert decide(job, busy, NOW).gpu_type == A100
+
+    def usable(capacity: Any) -> list[str]:
+        return [n.name for n in admitting(capacity, A100, job_rules(job)).nodes if n.free]
+
+    assert usable(busy) == ["a100-none"]
+    # its pod mounts the job's own volume: counted once, the node takes the job
+    shared = cluster_capacity(NODES, [_mounter("p", "a100-y", "data")], facts=facts)
+    assert usable(shared) == ["a100-y", "a100-none"]
+    # a VolumeAttachment counts as a pod's volume would
+    attachment = {
+        "metadata": {"name": "va"},
+        "spec": {
+            "attacher": CSI,
+            "nodeName": "a100-none",
+            "source": {"persistentVolumeName": "pv-other"},
+        },
+    }
+    both = volume_limits([_csi_node("a100-y", 1), _csi_node("a100-none", 1)], [attachment], volumes)
+    facts = ClusterFacts(volumes=facts.volumes, limits=both)
+    full = cluster_capacity(NODES, [_mounter("p", "a100-y", "other")], facts=facts)
+    assert decide(job, full, NOW).gpu_type == V100
+    pinned = _mounting("data")
+    pinned["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    wait = decide(job_spec(pinned), full, NOW)
+    assert (
+        "too little room for volumes of CSI driver csi.example.com (a100-y attaches 1 of 1: "
+        "node(s) exceed max volume count)" in wait.reason
+    ), wait.reason
+
+
+def test_each_worker_s_own_csi_volumes_count_on_its_node() -> None:
+    # a generic ephemeral volume's claim is each pod's own: a node that may attach one
+    # more volume of the driver holds one worker, and a start attaches it
+    kind = {**_class("csi", "WaitForFirstConsumer"), "provisioner": CSI}
+    facts = ClusterFacts(
+        volumes=volume_rules([], [], [kind]),
+        limits=volume_limits([_csi_node(n, 1) for n in ("a100-y", "a100-none")], [], []),
+    )
+    capacity = cluster_capacity(NODES, [], facts=facts)
+    pair = _ephemeral("csi")
+    pair["spec"]["replicas"] = 2
+    rules = job_rules(job_spec(pair))
+    seen = admitting(capacity, A100, rules)
+    assert [(n.name, n.free) for n in seen.nodes] == [("a100-y", 1), ("a100-none", 1)]
+    one = job_spec(_ephemeral("csi"))
+    after, placed = take(capacity, A100, 1, 1, rules=job_rules(one))
+    assert placed == (("a100-y", (0,)),)
+    assert [n.name for n in admitting(after, A100, job_rules(one)).nodes if n.free] == ["a100-none"]

@@ -603,7 +603,7 @@ class TrainingJobStatus(ApiModel):
         max_length=AVOID_MAX,
         description="Nodes the job's next plans leave out: its gang waited on them and "
         "kube-scheduler did not bind its workers there (a filter the plan does not model, "
-        "such as a CSI driver's limit of volumes on a node). Its workers get a node affinity "
+        "such as an in-tree disk another pod there mounts). Its workers get a node affinity "
         "excluding them by name. Cleared once a gang is placed; never every node the job may use.",
     )
     restarts: int = Field(default=0, ge=0, description="Gang restarts so far.")
