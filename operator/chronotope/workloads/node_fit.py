@@ -21,9 +21,13 @@ rules (`k8s.io/component-helpers/scheduling/corev1`):
   ExtendedResourceToleration admission plugin (on in GKE and most GPU
   clusters) adds that toleration to every pod that requests the resource.
 
-And NodeResourcesFit: a node holds only as many pods as its free CPU and memory
-(allocatable less what bound pods request) allow (`NodeRules.pods_fit`), so a
-node with free GPUs but too little CPU for a worker does not count them for it.
+And NodeResourcesFit: a node holds only as many pods as its free CPU, memory and
+every other resource they request (allocatable less what bound pods request;
+extended resources, `ephemeral-storage`, hugepages; a node that lists none of one
+has none) allow (`NodeRules.fit_by`), so a node with free GPUs but too little CPU
+for a worker does not count them for it; its pod slots left (`capacity`) likewise.
+And NodeVolumeLimits: a node attaches at most its CSINode's count of a driver's
+volumes (`volume_limits`, `NodeRules.attach`, `Attach.room`).
 
 And NodePorts: a pod asking host ports (`ports[].hostPort` of its containers and
 of its init containers that run all along, `restartPolicy: Always`; with
@@ -793,7 +797,7 @@ class Attach(NamedTuple):
     """The volumes each pod has of its own (generic ephemeral volumes)."""
 
     def room(self, most: int, attached: Collection[tuple[str, str]]) -> int | None:
-        """How many of its pods fit a node that attaches `most` of the driver's volumes.
+        """How many of its pods fit a node that may attach `most` of the driver's volumes.
 
         kube-scheduler's NodeVolumeLimits: the node's volumes of the driver (`attached`:
         driver and handle of each) and the pod's new ones may not exceed its CSINode's
@@ -1068,17 +1072,12 @@ class NodeRules:
                 return taint
         return None
 
-    def pods_fit(
-        self, cpu_free_milli: int, memory_free_mib: int, others: Amounts = ()
-    ) -> int | None:
-        """How many of its pods a node's free CPU, memory and `others` hold; None: no limit."""
-        return self.fit_by(cpu_free_milli, memory_free_mib, others)[0]
-
     def fit_by(
         self, cpu_free_milli: int, memory_free_mib: int, others: Amounts = ()
     ) -> tuple[int | None, str]:
-        """`pods_fit`, and what sets it: `CPU_OR_MEMORY`, a resource's name, or '' (no limit).
+        """How many of its pods a node's free CPU, memory and `others` hold, and what sets it.
 
+        None: no limit; then `CPU_OR_MEMORY`, a resource's name, or '' (no limit).
         `others`: the node's free amounts of the other resources (`extra`); one it does
         not list it has none of (kube-scheduler's NodeResourcesFit).
         """

@@ -306,10 +306,10 @@ def test_a_node_holds_only_the_workers_its_free_cpu_and_memory_allow() -> None:
         containers=[{"name": "w", "resources": {"requests": {"cpu": "16", "memory": "64Gi"}}}]
     )
     assert (rules.cpu_milli, rules.memory_mib) == (16000, 65536)
-    assert rules.pods_fit(40000, 1 << 40) == 2  # the node states no memory: CPU binds
-    assert rules.pods_fit(1 << 40, 1 << 40) is None
-    assert rules.pods_fit(64000, 100000) == 1
-    assert _rules().pods_fit(0, 0) is None  # asks for nothing: no limit
+    assert rules.fit_by(40000, 1 << 40)[0] == 2  # the node states no memory: CPU binds
+    assert rules.fit_by(1 << 40, 1 << 40)[0] is None
+    assert rules.fit_by(64000, 100000)[0] == 1
+    assert _rules().fit_by(0, 0)[0] is None  # asks for nothing: no limit
 
 
 def _cpu_node(name: str, cpu: str) -> dict[str, Any]:
