@@ -1678,11 +1678,12 @@ class Ephemeral:
 
 
 def ephemeral_claims(spec: object) -> tuple[tuple[str, str], ...]:
-    """A pod spec's generic ephemeral volumes' claim templates, once each.
+    """A pod spec's generic ephemeral volumes' claim templates, one per volume.
 
-    Each as its StorageClass ('' for a template that names none: the default class)
-    and its spec as JSON; one that names the empty class (no class: bound only to a
-    volume of none) is left out.
+    Each volume makes a claim of its own (two of one template are two volumes: CSI
+    attach limits count both). Each as its StorageClass ('' for a template that
+    names none: the default class) and its spec as JSON; one that names the empty
+    class (no class: bound only to a volume of none) is left out.
     """
     volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
     out: list[tuple[str, str]] = []
@@ -1695,9 +1696,7 @@ def ephemeral_claims(spec: object) -> tuple[tuple[str, str], ...]:
         name = claim.get("storageClassName")
         if name == "":
             continue
-        made = (str(name or ""), json.dumps(claim, sort_keys=True, default=str))
-        if made not in out:
-            out.append(made)
+        out.append((str(name or ""), json.dumps(claim, sort_keys=True, default=str)))
     return tuple(out)
 
 

@@ -536,3 +536,8 @@ def test_each_worker_s_own_csi_volumes_count_on_its_node() -> None:
     after, placed = take(capacity, A100, 1, 1, rules=job_rules(one))
     assert placed == (("a100-y", (0,)),)
     assert [n.name for n in admitting(after, A100, job_rules(one)).nodes if n.free] == ["a100-none"]
+    # two volumes of one template are two of the worker's own: no node holds it
+    twice = _ephemeral("csi")
+    volumes = twice["spec"]["template"]["spec"]["volumes"]
+    volumes.append({**volumes[0], "name": "more"})
+    assert not any(n.free for n in admitting(capacity, A100, job_rules(job_spec(twice))).nodes)
