@@ -779,18 +779,36 @@ def test_a_worker_is_planned_where_its_cpu_fits(
 
 @contextlib.contextmanager
 def _fast_and_slow(
-    api: Any, core: client.CoreV1Api, namespace: str, *, zones: bool = False
+    api: Any,
+    core: client.CoreV1Api,
+    namespace: str,
+    *,
+    zones: bool = False,
+    per_node: int = 1,
+    fast_max_pods: int = 110,
 ) -> Iterator[tuple[str, str, list[str], list[str]]]:
-    """One 1-GPU node of a fast and of a slow GPU type of the test's own, untainted.
+    """One node of a fast and of a slow GPU type of the test's own, untainted.
 
-    `zones`: each in a zone of its own (else both in zone-a).
+    `zones`: each in a zone of its own (else both in zone-a); `per_node`: GPUs each
+    has; `fast_max_pods`: the pods the fast node takes.
     """
     tag = namespace[-6:]
     fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
     fast_zone, slow_zone = (f"fz-{tag}", f"sz-{tag}") if zones else ("zone-a", "zone-a")
     with (
-        _gpu_nodes(api, core, f"fa-{tag}", fast, 1, zone=fast_zone) as fast_nodes,
-        _gpu_nodes(api, core, f"sl-{tag}", slow, 1, zone=slow_zone) as slow_nodes,
+        _gpu_nodes(
+            api,
+            core,
+            f"fa-{tag}",
+            fast,
+            1,
+            per_node=per_node,
+            zone=fast_zone,
+            max_pods=fast_max_pods,
+        ) as fast_nodes,
+        _gpu_nodes(
+            api, core, f"sl-{tag}", slow, 1, per_node=per_node, zone=slow_zone
+        ) as slow_nodes,
     ):
         wait_nodes_untainted(api, set(fast_nodes + slow_nodes), 60)
         yield fast, slow, fast_nodes, slow_nodes
@@ -924,15 +942,12 @@ def test_a_gang_keeps_off_a_node_whose_pod_capacity_is_used_up(
     # the slow node. Before (a full node: stop 61; one slot for two: stop 62) it was
     # planned on the fast node and the stuck rule moved it after 45 s
     api, custom, core = jobs_api
-    tag = namespace[-6:]
-    fast, slow = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}"
-    with (
-        _gpu_nodes(
-            api, core, f"fa-{tag}", fast, 1, per_node=workers, max_pods=workers
-        ) as fast_nodes,
-        _gpu_nodes(api, core, f"sl-{tag}", slow, 1, per_node=workers) as slow_nodes,
+    with _fast_and_slow(api, core, namespace, per_node=workers, fast_max_pods=workers) as (
+        fast,
+        slow,
+        fast_nodes,
+        slow_nodes,
     ):
-        wait_nodes_untainted(api, {*fast_nodes, *slow_nodes}, 60)
         _run(core, namespace, _bare_pod("filler", fast_nodes[0], "filler"))
         crowded = job("crowded", workers, 1, [(fast, 2.0), (slow, 1.0)])
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, crowded)

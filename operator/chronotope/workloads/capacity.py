@@ -56,6 +56,7 @@ from chronotope.workloads.node_fit import (
     amount_of,
     anti_among,
     attached_by,
+    attached_of,
     claims_of,
     domains,
     host_ports,
@@ -792,7 +793,7 @@ def _lacks(
                 return f"free pod slots for its workers ({n.name} takes {room} more pod(s))"
             if what.startswith(_VOLUMES):
                 driver = what.removeprefix(_VOLUMES)
-                used = sum(1 for d, _ in n.attached if d == driver)
+                used = attached_of(n.attached, driver)
                 return (
                     f"room for volumes of CSI driver {driver} ({n.name} attaches {used} of "
                     f"{_limit(n.attach_limits, driver)}: node(s) exceed max volume count)"

@@ -113,6 +113,7 @@ __all__ = [
     "anti_among",
     "apart",
     "attached_by",
+    "attached_of",
     "avoiding",
     "avoids_itself",
     "claim_class",
@@ -803,11 +804,19 @@ class Attach(NamedTuple):
         driver and handle of each) and the pod's new ones may not exceed its CSINode's
         `allocatable.count`. None: no limit.
         """
-        used = sum(1 for d, _ in attached if d == self.driver)
-        left = most - used - sum(1 for h in self.shared if (self.driver, h) not in attached)
+        left = (
+            most
+            - attached_of(attached, self.driver)
+            - sum(1 for h in self.shared if (self.driver, h) not in attached)
+        )
         if left < 0:
             return 0
         return left // self.own if self.own else None
+
+
+def attached_of(attached: Iterable[tuple[str, str]], driver: str) -> int:
+    """How many of the volumes (driver, handle) `attached` are `driver`'s."""
+    return sum(1 for d, _ in attached if d == driver)
 
 
 Amounts: TypeAlias = tuple[tuple[str, int], ...]
