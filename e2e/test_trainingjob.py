@@ -825,9 +825,7 @@ def test_a_gang_kube_scheduler_will_not_bind_is_re_planned_off_that_node(
     api, custom, core = jobs_api
     disk = [{"name": "disk", "awsElasticBlockStore": {"volumeID": f"vol-{namespace[-6:]}"}}]
     with _fast_and_slow(api, core, namespace) as (fast, slow, fast_nodes, slow_nodes):
-        holder = _bare_pod("holder", fast_nodes[0], "holder")
-        holder["spec"]["volumes"] = disk
-        _run(core, namespace, holder)
+        _run(core, namespace, _bare_pod("holder", fast_nodes[0], "holder", disk))
         wired = job("wired", 1, 1, [(fast, 2.0), (slow, 1.0)])
         wired["spec"]["template"]["spec"]["volumes"] = disk
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, wired)
@@ -1061,13 +1059,15 @@ def _run(core: client.CoreV1Api, namespace: str, pod: dict[str, Any]) -> None:
     )
 
 
-def _bare_pod(name: str, node: str, app: str) -> dict[str, Any]:
-    """A pod (no GPU) labelled `app`, bound to `node` by name."""
+def _bare_pod(
+    name: str, node: str, app: str, volumes: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A pod (no GPU) labelled `app`, bound to `node` by name, mounting `volumes`."""
     container = {"name": "c", "image": "registry.example/p:1"}
-    return {
-        "metadata": {"name": name, "labels": {"app": app}},
-        "spec": {"nodeName": node, "containers": [container]},
-    }
+    spec: dict[str, Any] = {"nodeName": node, "containers": [container]}
+    if volumes is not None:
+        spec["volumes"] = volumes
+    return {"metadata": {"name": name, "labels": {"app": app}}, "spec": spec}
 
 
 def _beside(kind: str, app: str, key: str = "kubernetes.io/hostname") -> dict[str, Any]:
@@ -1339,9 +1339,7 @@ def test_a_job_whose_read_write_once_pod_claim_another_pod_uses_waits_for_it(
     ):
         core.create_persistent_volume(volume)
         core.create_namespaced_persistent_volume_claim(namespace, claim)
-        holder = _bare_pod("holder", slow_nodes[0], "holder")
-        holder["spec"]["volumes"] = mount
-        _run(core, namespace, holder)
+        _run(core, namespace, _bare_pod("holder", slow_nodes[0], "holder", mount))
         reader = job("reader", 1, 1, [(fast, 2.0), (slow, 1.0)])
         reader["spec"]["template"]["spec"]["volumes"] = mount
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, reader)
