@@ -29,7 +29,7 @@ costs the pass (`training.workers_that_fit` per domain, `capacity.take` inside o
 `--spread F` gives every 1/F-th job a topology spread constraint of one worker per
 node over its own workers (`maxSkew: 1` on `kubernetes.io/hostname`, `matchLabelKeys:
 [chronotope.dev/job]`): what reading topology spread costs (`node_fit.spread_terms`;
-such a gang is placed StrictSpread).
+such a gang is placed Spread, fewest-first, in levels).
 """
 
 from __future__ import annotations

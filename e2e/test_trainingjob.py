@@ -1209,6 +1209,40 @@ def test_a_gang_spread_keeps_off_a_node_whose_domain_runs_a_pod_it_counts(
         _started_at_once_on(api, core, namespace, "spready", gpu=slow, nodes=slow_nodes)
 
 
+def test_a_gang_with_more_workers_than_nodes_spreads_over_them_in_levels(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # four one-GPU workers with a topology spread of maxSkew 1 per node over their own
+    # job's pods, on a type of two nodes of 2 GPUs: kube-scheduler binds them one after
+    # another, each counted for the next, two a node. Before stop 63 the plan placed
+    # such a gang StrictSpread and said it could never run ("the cluster holds at most 2
+    # worker(s) ... the job needs 4")
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    model = f"LEVEL-{tag.upper()}"
+    with _gpu_nodes(api, core, f"lv-{tag}", model, 2, per_node=2) as nodes:
+        wait_nodes_untainted(api, set(nodes), 60)
+        levels = job("levels", 4, 1, [(model, 1.0)])
+        levels["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {},
+                "matchLabelKeys": ["chronotope.dev/job"],
+            }
+        ]
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, levels)
+        _wait_running(api, namespace, "levels", timeout=90, what="levels running, two a node")
+        status = _get(api, namespace, "levels")["status"]
+        assert status["plan"]["gpuType"] == model
+        assert sorted(p["node"] for p in status["placement"]) == sorted(nodes * 2)
+        pods = core.list_namespaced_pod(namespace, label_selector="chronotope.dev/job=levels")
+        assert sorted(p.spec.node_name for p in pods.items) == sorted(nodes * 2)
+        events = _events(core, namespace, "levels")
+        assert "Replanning" not in events, events
+
+
 def _started_at_once_on(
     api: Any, core: client.CoreV1Api, namespace: str, name: str, *, gpu: str, nodes: list[str]
 ) -> None:

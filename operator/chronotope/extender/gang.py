@@ -23,6 +23,7 @@ Pure: plain values and the cluster cache.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -136,7 +137,8 @@ class GangBook:
         needed = gang.size - len(bound)
         if needed <= 0:
             return None
-        on = {h.node for k in bound if (h := cache.holdings.get(k)) is not None}
+        members = Counter(h.node for k in bound if (h := cache.holdings.get(k)) is not None)
+        on = set(members)
         if gang.topology is not TopologyLevel.ANY:
             within = _one_domain(cache, gang, req, candidates, needed=needed, on=on)
             if isinstance(within, str):
@@ -146,7 +148,12 @@ class GangBook:
         for i in range(needed):
             rest = (needed - i) * (0 if req.is_share else req.num_gpus)
             node = self._pick(
-                cache, on | set(res.slots), req, candidates, strategy=gang.strategy, rest=rest
+                cache,
+                members + Counter(res.slots),
+                req,
+                candidates,
+                strategy=gang.strategy,
+                rest=rest,
             )
             choice = None if node is None else cache.assume(res.slot_key(i), node, req, now)
             if node is None or choice is None or isinstance(choice, Reason):
@@ -203,14 +210,14 @@ class GangBook:
     @staticmethod
     def _pick(
         cache: ClusterCache,
-        used: set[str],
+        used: Mapping[str, int],
         req: PodRequest,
         candidates: list[str],
         *,
         strategy: PlacementStrategy,
         rest: int,
     ) -> str | None:
-        """The next slot's node (`next_slot`); `used`: nodes of members bound or reserved."""
+        """The next slot's node (`next_slot`); `used`: members bound or reserved per node."""
         fits = [n for n in candidates if not isinstance(cache.fit(n, req), Reason)]
         fitting = [(n, cache.free_whole(n)) for n in fits]
         return next_slot(fitting, used, strategy, rest)

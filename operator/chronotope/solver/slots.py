@@ -9,8 +9,9 @@ members go. The strategies are Ray's placement-group strategies:
   node that holds the rest of the gang (best fit, so large empty nodes stay
   whole for large gangs), else the node with the most free GPUs (the fewest
   nodes). StrictPack never leaves the first member's node.
-- Spread / StrictSpread: a node the gang does not use yet first (StrictSpread:
-  only those), the one with the most free GPUs.
+- Spread: the node with the fewest members first (as evenly as possible), of
+  those the one with the most free GPUs. StrictSpread: only a node the gang does
+  not use yet, the one with the most free GPUs.
 
 Ties go to the larger node name, so the answer never depends on input order.
 
@@ -25,7 +26,7 @@ domain of its own. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from chronotope.api.v1alpha1.trainingjob import PlacementStrategy, TopologyLevel
 from chronotope.sharing.labels import NVLINK_LABEL, RACK_LABEL, ZONE_LABEL
@@ -51,24 +52,24 @@ _PACKING = (PlacementStrategy.PACK, PlacementStrategy.STRICT_PACK)
 
 def next_slot(
     fitting: Sequence[tuple[str, int]],
-    used: Collection[str],
+    used: Mapping[str, int],
     strategy: PlacementStrategy,
     rest: int,
 ) -> str | None:
     """The node for a gang's next member, or None when the strategy allows none.
 
     `fitting`: (node, free whole GPUs) for each node the member fits on now;
-    `used`: nodes that already hold a member; `rest`: whole GPUs the gang still
-    needs, this member's included (0 for GPU shares).
+    `used`: the members each node holds already (a node it does not name, none);
+    `rest`: whole GPUs the gang still needs, this member's included (0 for GPU shares).
     """
     if strategy is PlacementStrategy.STRICT_SPREAD:
-        fitting = [f for f in fitting if f[0] not in used]
-    if strategy is PlacementStrategy.STRICT_PACK and used:
-        fitting = [f for f in fitting if f[0] in used]
+        fitting = [f for f in fitting if not used.get(f[0])]
+    if strategy is PlacementStrategy.STRICT_PACK and any(used.values()):
+        fitting = [f for f in fitting if used.get(f[0])]
     if not fitting:
         return None
     if strategy in _PACKING:
-        again = [f for f in fitting if f[0] in used]
+        again = [f for f in fitting if used.get(f[0])]
         if again:
             return max(again, key=lambda f: (f[1], f[0]))[0]
         holds = [f for f in fitting if f[1] >= rest]
@@ -76,7 +77,7 @@ def next_slot(
             least = min(free for _, free in holds)
             return max(name for name, free in holds if free == least)
         return max(fitting, key=lambda f: (f[1], f[0]))[0]
-    return max(fitting, key=lambda f: (f[0] not in used, f[1], f[0]))[0]
+    return max(fitting, key=lambda f: (-used.get(f[0], 0), f[1], f[0]))[0]
 
 
 _ANY = TopologyLevel.ANY

@@ -14,6 +14,7 @@ joint plan's) holds exactly those, any other by count.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -50,6 +51,7 @@ from chronotope.workloads.node_fit import (
     PodTerm,
     RuntimeRule,
     Skew,
+    Spread,
     Taint,
     VolumeLimits,
     VolumeRule,
@@ -439,7 +441,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     index = _index(capacity)
     nodes = index.nodes.get(gpu_type, ())
     rules = in_cluster(capacity, rules)
-    whom = _whom(capacity, index, gpu_type, rules)
+    whom = _whom(capacity, index, gpu_type, rules, per_worker)
     if (
         not _looks(rules)
         and whom[0] is None
@@ -612,7 +614,32 @@ def _looks(rules: NodeRules) -> bool:
     )
 
 
-def _whom(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) -> _Whom:
+def _whom(
+    capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules, per_worker: int
+) -> _Whom:
+    """`_whom_of`, with the level each spread placed in levels reaches (`_levelled`)."""
+    whom = _whom_of(capacity, index, gpu_type, rules)
+    if not any(s.spread.levels for s in whom[3]):
+        return whom
+    nodes = index.nodes.get(gpu_type, ())
+    key = (id(nodes), rules, per_worker, whom)
+    hit = _LEVELS.get(key)
+    if hit is not None and hit[0] is nodes:  # held here: its id is not reused
+        return hit[1]
+    if len(_LEVELS) >= _ADMITTED_KEPT:
+        _LEVELS.clear()
+    levelled = _levelled(capacity, nodes, rules, per_worker, whom)
+    _LEVELS[key] = (nodes, levelled)
+    return levelled
+
+
+_LEVELS: dict[tuple[int, NodeRules, int, _Whom], tuple[Sequence[NodeCapacity], _Whom]] = {}
+"""`_whom`'s answers for spreads placed in levels, by the type's nodes (their id), rules,
+GPUs per worker and `_whom_of`'s answer: a pass asks for one job's several times
+(deciding, the joint plan, placing it), and working the level out reads every node."""
+
+
+def _whom_of(capacity: Capacity, index: _Index, gpu_type: str, rules: NodeRules) -> _Whom:
     """Whether a pod (anti-)affinity may keep the workers off some node of `gpu_type` (`_Whom`).
 
     It may when theirs may (they state one) or a pod's on a node of the type (or
@@ -658,21 +685,22 @@ def _skews(capacity: Capacity, nodes: Sequence[NodeCapacity], rules: NodeRules) 
     """
     if not rules.spread:
         return ()
-    keys = {s.term.key for s in rules.spread if not s.term.on_node}
+    keys = _spread_keys(rules)
     out: list[Skew] = []
     for s in rules.spread:
         pool: Iterable[NodeCapacity] = capacity if s.every_node else nodes
         places: Iterable[tuple[Mapping[str, str], Crowd]] = (
-            (n.labels, n.neighbours)
-            for n in pool
-            if (s.every_node or rules.refuses(n.name, n.labels, ()) is None)
-            and not (s.honor_taints and (not n.schedulable or rules.untolerated(n.taints)))
+            (n.labels, n.neighbours) for n in pool if _counts_over(s, n, rules, keys)
         )
         if s.every_node:
             places = chain(
-                places, ((labels, pods) for labels, pods, _ in facts_of(capacity).outside)
+                places,
+                (
+                    (labels, pods)
+                    for labels, pods, _ in facts_of(capacity).outside
+                    if keys.issubset(labels)
+                ),
             )
-        places = (p for p in places if keys.issubset(p[0]))
         if s.term.on_node:  # a domain a node: its pods are read where asked (`Skew.counted`)
             least, found = None, 0
             for _, pods in places:
@@ -692,6 +720,92 @@ def _skews(capacity: Capacity, nodes: Sequence[NodeCapacity], rules: NodeRules) 
     return tuple(out)
 
 
+def _spread_keys(rules: NodeRules) -> frozenset[str]:
+    """The keys above one node the workers' spreads are on: a node must carry them all."""
+    return frozenset(s.term.key for s in rules.spread if not s.term.on_node)
+
+
+def _counts_over(s: Spread, n: NodeCapacity, rules: NodeRules, keys: frozenset[str]) -> bool:
+    """Whether spread `s` of workers with `rules` counts over node `n` (`_skews`).
+
+    Its node selector and affinity admit it (or `nodeAffinityPolicy: Ignore`), its
+    taints are tolerated (with `nodeTaintsPolicy: Honor`), and it carries `keys`.
+    """
+    return (
+        (s.every_node or rules.refuses(n.name, n.labels, ()) is None)
+        and not (s.honor_taints and (not n.schedulable or rules.untolerated(n.taints)))
+        and keys.issubset(n.labels)
+    )
+
+
+def _levelled(
+    capacity: Capacity,
+    nodes: Sequence[NodeCapacity],
+    rules: NodeRules,
+    per_worker: int,
+    whom: _Whom,
+) -> _Whom:
+    """`whom` with each spread placed in levels (`Spread.levels`) given its `Skew.level`.
+
+    kube-scheduler binds a gang's workers one after another, each counted for the next;
+    placed fewest-first, every node the constraint counts over rises to the least, over
+    those nodes, of its count plus the workers it can take by every other rule (0 on a
+    node they may not use), and each node may take workers up to `maxSkew` above that.
+    Not when a spread or pod anti-affinity shares a zone or rack out among the gang's
+    own workers (`_shared_domains`: those cuts are not counted here), nor for a spread
+    that counts every node (`nodeAffinityPolicy: Ignore`: nodes of other types, which
+    the workers never take): the least count is the level.
+    """
+    skews = whom[3]
+    if _shared_domains(rules, whom):
+        flat = tuple(replace(k, level=k.least) if k.spread.levels else k for k in skews)
+        return whom[0], whom[1], whom[2], flat
+    others: _Whom = (whom[0], whom[1], whom[2], tuple(k for k in skews if not k.spread.levels))
+    volumes = rules.volumes(facts_of(capacity).volumes) if rules.claims or rules.ephemeral else ()
+    keys = _spread_keys(rules)
+    out: list[Skew] = []
+    for skew in skews:
+        s = skew.spread
+        if not s.levels or s.every_node:
+            out.append(replace(skew, level=skew.least) if s.levels else skew)
+            continue
+        level: int | None = None
+        found = 0
+        for n in nodes:
+            if not _counts_over(s, n, rules, keys):
+                continue
+            found += 1
+            count = skew.counted(n.labels, n.neighbours)
+            if level is not None and count >= level:
+                continue  # it reaches at least its count: no lower than the level found
+            reach = count + _takes(n, rules, per_worker, others, volumes)
+            level = reach if level is None else min(level, reach)
+            if level <= skew.least:
+                break
+        if level is None or found < s.min_domains:
+            level = skew.least
+        out.append(replace(skew, level=max(level, skew.least)))
+    return whom[0], whom[1], whom[2], tuple(out)
+
+
+def _takes(
+    n: NodeCapacity,
+    rules: NodeRules,
+    per_worker: int,
+    whom: _Whom,
+    volumes: Sequence[VolumeRule],
+) -> int:
+    """How many workers with `rules` node `n` can take now (none where `admitting` refuses it)."""
+    if (
+        not n.schedulable
+        or rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib, n.others))
+        is not None
+        or any(v.refuses(n.name, n.labels) is not None for v in volumes)
+    ):
+        return 0
+    return _room(n, rules, per_worker, whom) // per_worker
+
+
 def _capped(n: NodeCapacity, whom: _Whom) -> int | None:
     """How many workers their topology spread lets onto `n` (None: no limit; `Skew.room`)."""
     return _tightest(n, whom)[0]
@@ -700,15 +814,16 @@ def _capped(n: NodeCapacity, whom: _Whom) -> int | None:
 def _tightest(n: NodeCapacity, whom: _Whom) -> tuple[int | None, Skew | None]:
     """`_capped`, and the topology spread constraint that sets it (None: none does).
 
-    A constraint of one per node that lets some there sets no limit: such a gang is
-    placed one worker per node (`Spread.one_per_node`), so the node's free GPUs stay
-    as they are for choosing among nodes.
+    A constraint of one per node that lets some there sets no limit unless it is placed
+    in levels (`Skew.level`; its gang is placed Spread): else its gang is placed
+    StrictSpread, one worker per node (`Spread.one_per_node`), so the node's free GPUs
+    stay as they are for choosing among nodes.
     """
     least: int | None = None
     which: Skew | None = None
     for skew in whom[3]:
         room = skew.room(n.labels, n.neighbours)
-        if room and skew.spread.one_per_node:
+        if room and skew.spread.one_per_node and skew.level is None:
             continue
         if room is not None and (least is None or room < least):
             least, which = room, skew
@@ -810,15 +925,20 @@ _VOLUMES = "volumes of "
 
 
 def unblocked(
-    capacity: Capacity, gpu_type: str, rules: NodeRules, nodes: Iterable[NodeCapacity]
+    capacity: Capacity,
+    gpu_type: str,
+    rules: NodeRules,
+    nodes: Iterable[NodeCapacity],
+    per_worker: int = 1,
 ) -> list[str]:
     """The names of `nodes` (of `gpu_type`, in `capacity`) no pod keeps workers with `rules` off.
 
     No pod there holds a host port they ask, and no pod (anti-)affinity keeps them off
-    (`_blocked`); whom an affinity concerns is worked out once for the type.
+    (`_blocked`); whom an affinity concerns is worked out once for the type (`per_worker`:
+    the GPUs each worker takes, for a spread placed in levels).
     """
     rules = in_cluster(capacity, rules)
-    whom = _whom(capacity, _index(capacity), gpu_type, rules)
+    whom = _whom(capacity, _index(capacity), gpu_type, rules, per_worker)
     return [n.name for n in nodes if not _blocked(n, rules, whom)]
 
 
@@ -1116,7 +1236,9 @@ def take(
     With `placements` (node, GPU indices per worker, from a joint plan) those
     GPUs are taken and returned. A pod on one of those nodes may hold a host port
     the workers ask (`rules`; the joint plan does not see the ports of the other
-    jobs it starts with this one): then, as without placements, each worker goes
+    jobs it starts with this one), or the workers' topology spread is placed in levels
+    (`Skew.level`; the joint plan neither caps a node by it nor binds fewest-first):
+    then, as without placements, each worker goes
     where the extender's gang rule puts it (`solver.slots.next_slot`, the gang's
     `strategy`) and takes the node's first free GPUs; those placements are
     returned, so the gang's pods can carry them (the extender honours them).
@@ -1133,9 +1255,12 @@ def take(
     index = _index(capacity)
     if rules is not None:
         rules = in_cluster(capacity, rules)
-    whom = _whom(capacity, index, gpu_type, rules) if rules is not None else _NO_ONE
-    if placements and not _placed_where_blocked(nodes, placements, rules, whom):
+    whom = _whom(capacity, index, gpu_type, rules, per_worker) if rules is not None else _NO_ONE
+    levels = next((k for k in whom[3] if k.level is not None), None)
+    if placements and levels is None and not _placed_where_blocked(nodes, placements, rules, whom):
         return _take_placed(nodes, placements, rules)
+    # in levels only fewest-first binds every worker where kube-scheduler counts it
+    strategy = strategy if levels is None else PlacementStrategy.SPREAD
     mine = index.positions.get(gpu_type, ())
     usable = mine
     room: dict[int, int] = {}  # free GPUs the workers can take, where node rules cut them
@@ -1162,27 +1287,17 @@ def take(
     asks = rules if rules is not None and rules.asks else None
     shared = rules is not None and bool(_shared_domains(rules, whom))
     where = {nodes[i].name: i for i in usable}
-    used: set[str] = set()
+    used: Counter[str] = Counter()
     placed: list[tuple[str, tuple[int, ...]]] = []
     unplaced = 0
     for w in range(workers):
-        if room:
-            fitting = [
-                (nodes[i].name, room[i])
-                for i in usable
-                if nodes[i].schedulable and room[i] >= per_worker
-            ]
-        else:  # no node rule cuts this type: its free GPUs (most jobs; the fast path)
-            fitting = [
-                (nodes[i].name, nodes[i].free)
-                for i in usable
-                if nodes[i].schedulable and nodes[i].free >= per_worker
-            ]
-        slot = next_slot(fitting, used, strategy, (workers - w) * per_worker)
+        fitting = _fitting(nodes, usable, room, per_worker)
+        counts = used if levels is None else _counted_on(levels, nodes, where, fitting)
+        slot = next_slot(fitting, counts, strategy, (workers - w) * per_worker)
         if slot is None:
             unplaced += 1
             continue
-        used.add(slot)
+        used[slot] += 1
         i = where[slot]
         n = nodes[i]
         gpus = n.free_gpus[:per_worker] if len(n.free_gpus) >= per_worker else ()
@@ -1214,6 +1329,45 @@ def take(
         )
         _carry_admitted(index.nodes.get(gpu_type, ()), after)
     return out, tuple(placed)
+
+
+def _fitting(
+    nodes: Sequence[NodeCapacity], usable: Sequence[int], room: Mapping[int, int], per_worker: int
+) -> list[tuple[str, int]]:
+    """(name, free GPUs) of the `usable` nodes a worker of `per_worker` GPUs fits on now.
+
+    `room`: the free GPUs the workers can take where node rules cut them (empty: no node
+    rule cuts this type, its free GPUs count; most jobs, the fast path).
+    """
+    if room:
+        return [
+            (nodes[i].name, room[i])
+            for i in usable
+            if nodes[i].schedulable and room[i] >= per_worker
+        ]
+    return [
+        (nodes[i].name, nodes[i].free)
+        for i in usable
+        if nodes[i].schedulable and nodes[i].free >= per_worker
+    ]
+
+
+def _counted_on(
+    skew: Skew,
+    nodes: Sequence[NodeCapacity],
+    where: Mapping[str, int],
+    fitting: Sequence[tuple[str, int]],
+) -> dict[str, int]:
+    """The pods a spread placed in levels counts on each fitting node, its workers placed.
+
+    What the gang's next worker goes by (`next_slot`, Spread: the fewest first), as
+    kube-scheduler, binding them one after another, lets it only where the count is
+    within `maxSkew` of the least.
+    """
+    return {
+        name: skew.counted(nodes[where[name]].labels, nodes[where[name]].neighbours)
+        for name, _ in fitting
+    }
 
 
 def _in_domain(
@@ -1356,8 +1510,8 @@ def _carry_admitted(before: Sequence[NodeCapacity], after: Sequence[NodeCapacity
     carried: dict[_Asked, Usable] = {}
     # a copy (one C-level step): another thread's decision may add an answer meanwhile
     for (rules, per_worker, whom, volumes), seen in tuple(held[1].items()):
-        if _shared_domains(rules, whom):  # a change anywhere in a domain: asked again
-            continue
+        if _shared_domains(rules, whom) or any(k.level is not None for k in whom[3]):
+            continue  # a change anywhere in a domain, or to the level: asked again
         kept = list(seen.nodes)
         cut = [seen.short, seen.blocked, seen.shunned]  # as in `admitting`
         for k, new in changed:

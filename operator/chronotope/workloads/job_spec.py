@@ -18,10 +18,13 @@ And a job whose placement strategy is Pack or Spread is placed StrictSpread
 when two of its workers can never share a node: they ask host ports
 (`node_fit.host_ports`, kube-scheduler's NodePorts filter) or keep off each
 other's nodes by a required pod anti-affinity (`node_fit.avoids_itself`, its
-InterPodAffinity filter) or a topology spread constraint of one per node
-(`node_fit.spreads_itself`, its PodTopologySpread filter: while a node they
-count over runs fewer of them); so every decision, and the extender, put each on
-its own node. Likewise a job whose workers must share a node (a required pod affinity
+InterPodAffinity filter); so every decision, and the extender, put each on
+its own node. One whose topology spread constraint puts one worker a node
+(`node_fit.spreads_itself`, its PodTopologySpread filter: a second goes on a
+node once every node they count over runs one) is placed Spread, fewest-first,
+so the decisions count what its nodes take in levels (`node_fit.levelled`); or
+StrictSpread when it requires one topology domain (not counted in levels).
+Likewise a job whose workers must share a node (a required pod affinity
 on `kubernetes.io/hostname` their own labels meet: once one runs, kube-scheduler
 puts the others only beside it; `node_fit.seeks_itself`) is placed StrictPack,
 and one whose workers must share a zone, rack or NVLink domain that way (the
@@ -47,6 +50,7 @@ from chronotope.workloads.node_fit import (
     labelled,
     seeks_itself,
     seeks_itself_within,
+    spreads_itself,
 )
 
 __all__ = [
@@ -74,6 +78,8 @@ def _version(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 
 _LOOSE = (PlacementStrategy.PACK, PlacementStrategy.SPREAD)
+_SPREAD = PlacementStrategy.SPREAD
+_ANY = TopologyLevel.ANY
 
 
 def apart_why(job: Mapping[str, Any], spec: TrainingJobSpec) -> str | None:
@@ -150,8 +156,12 @@ def _parsed(job: Mapping[str, Any]) -> TrainingJobSpec:
         spec = spec.model_copy(update={"placement": placement})
     if spec.placement.strategy in _LOOSE:
         strategy = None
-        if apart(*_workers(job, spec), spread=True) is not None:
+        workers = _workers(job, spec)
+        if apart(*workers, spread=False) is not None:
             strategy = PlacementStrategy.STRICT_SPREAD
+        elif spreads_itself(*workers):  # in levels, unless within one domain (`levelled`)
+            within_one = spec.placement.required and spec.placement.topology is not _ANY
+            strategy = PlacementStrategy.STRICT_SPREAD if within_one else _SPREAD
         elif together(job, spec):
             strategy = PlacementStrategy.STRICT_PACK
         if strategy is not None:

@@ -130,7 +130,7 @@ def _allowed_nodes(c: Contender, capacity: Capacity) -> frozenset[str] | None:
     return frozenset(
         name
         for t, s in zip(types, seen, strict=True)
-        for name in unblocked(capacity, t, rules, s.nodes)
+        for name in unblocked(capacity, t, rules, s.nodes, per_worker)
     )
 
 

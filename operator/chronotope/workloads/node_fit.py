@@ -57,9 +57,10 @@ counts the pods it selects per domain of its topology key (the pods of each node
 are a `Crowd`), and a node is refused where its domain's count, plus one if it
 selects the workers, is more than `maxSkew` above the least; it lets the workers
 it selects into a domain while the count stays within `maxSkew` of the least (a
-gang it selects on `kubernetes.io/hostname` with `maxSkew: 1` is placed strictly
-spread, `job_spec`; on another key, `capacity` shares each domain out among the
-gang's own workers).
+gang it selects on `kubernetes.io/hostname` with `maxSkew: 1` is placed Spread,
+fewest-first, `job_spec`, and a gang placed Spread takes nodes in levels,
+`levelled`; on another key, `capacity` shares each domain out among the gang's own
+workers).
 And the API server's RuntimeClass admission: a pod's RuntimeClass adds its node
 selector, tolerations and overhead (`runtime_rules`, `NodeRules.run_by`).
 
@@ -77,7 +78,12 @@ from math import ceil
 from typing import Any, NamedTuple, TypeAlias
 
 from chronotope.api.quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
-from chronotope.api.v1alpha1.trainingjob import AVOID_MAX, TopologyLevel, TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import (
+    AVOID_MAX,
+    PlacementStrategy,
+    TopologyLevel,
+    TrainingJobSpec,
+)
 from chronotope.sharing.labels import GPU_PRODUCT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, ZONE_LABEL
 from chronotope.solver.model import UNBOUNDED
 from chronotope.solver.slots import DOMAIN_LABELS
@@ -123,6 +129,7 @@ __all__ = [
     "host_ports",
     "job_rules",
     "labelled",
+    "levelled",
     "namespace_labels",
     "near_among",
     "neighbour",
@@ -500,13 +507,18 @@ class Spread:
     selector and affinity admit (default Honor)."""
     min_domains: int = 1
     """`minDomains`: with fewer domains to count over, the least count is taken as 0."""
+    levels: bool = False
+    """Its gang is placed fewest-first (`Spread`) and it selects the workers per node
+    (`levelled`): kube-scheduler, binding them one after another, lets a node take more
+    once every node it counts has risen, so the plan counts what each node takes up to
+    the level they all reach (`Skew.level`), and cuts each node to it."""
 
     @property
     def one_per_node(self) -> bool:
         """It puts one of its pods on a node (`maxSkew` 1 on `kubernetes.io/hostname`, `own`).
 
         Two of them share no node while a node it counts over runs fewer: a gang it
-        selects is placed StrictSpread (`spreads_itself`).
+        selects is placed Spread, fewest-first (`spreads_itself`, `levelled`).
         """
         return self.own and self.term.on_node and self.skew == 1
 
@@ -569,6 +581,11 @@ class Skew:
     counts: tuple[tuple[str, int], ...] = ()
     """The count of each domain, by its value (on `kubernetes.io/hostname`, each node's
     pods are read instead: `Crowd.count`)."""
+    level: int | None = None
+    """For a constraint placed in levels (`Spread.levels`): the least, over the nodes it
+    counts, of a node's count plus the workers it can take (`capacity._levelled`); the
+    count no node's can stay below once the gang is bound fewest-first, so a node may
+    take workers up to `maxSkew` above it. None: `least` bounds them."""
 
     @cached_property
     def _by(self) -> dict[str, int]:
@@ -576,7 +593,7 @@ class Skew:
 
     @cached_property
     def _hashed(self) -> int:
-        return hash((self.spread, self.least, self.counts))
+        return hash((self.spread, self.least, self.counts, self.level))
 
     def __hash__(self) -> int:
         """Of its fields, worked out once (it keys `capacity`'s memo on every ask)."""
@@ -593,7 +610,7 @@ class Skew:
         None: no limit from it (it does not select them, and the node's domain is
         within `maxSkew` of the least).
         """
-        over = self.counted(labels, crowd) - self.least
+        over = self.counted(labels, crowd) - (self.least if self.level is None else self.level)
         if self.spread.own:
             return max(0, self.spread.skew - over)
         return 0 if over > self.spread.skew else None
@@ -607,6 +624,8 @@ class Skew:
             f"its workers' {self.spread} counts {self.counted(labels, crowd)} pod(s) {where}, "
             f"the fewest in a domain is {self.least}"
         )
+        if self.level is not None and self.level > self.least:
+            said += f", and every node it counts reaches {self.level}"
         return said if not room else f"{said} (room for {room} worker(s))"
 
 
@@ -1938,16 +1957,34 @@ def job_rules(spec: TrainingJobSpec) -> NodeRules:
     copies of its spec that share the template (`model_copy`).
     """
     whole = spec.gpu.shared is None
-    key = (id(spec.template), whole)
+    placement = spec.placement
+    even = placement.strategy is PlacementStrategy.SPREAD and (
+        not placement.required or placement.topology is TopologyLevel.ANY
+    )
+    key = (id(spec.template), whole, even)
     hit = _RULES.get(key)
     if hit is not None and hit[0] is spec.template:  # held here: its id is not reused
         return hit[1]
     rules = NodeRules.of_template(spec.template, whole_gpus=whole)
+    if even:
+        rules = levelled(rules)
     if len(_RULES) >= _RULES_KEPT:
         _RULES.clear()
     _RULES[key] = (spec.template, rules)
     return rules
 
 
-_RULES: dict[tuple[int, bool], tuple[Mapping[str, Any], NodeRules]] = {}
+def levelled(rules: NodeRules) -> NodeRules:
+    """`rules` for a gang placed fewest-first (`Spread`): its own spreads per node in levels.
+
+    Those of its topology spread constraints on `kubernetes.io/hostname` that select its
+    workers (`Spread.levels`). Not for a job that requires one topology domain (its
+    workers leave the other domains' nodes as they are, so the least count is the
+    bound, and `job_spec` places one of `maxSkew` 1 StrictSpread).
+    """
+    spread = tuple(replace(s, levels=True) if s.own and s.term.on_node else s for s in rules.spread)
+    return rules if spread == rules.spread else replace(rules, spread=spread)
+
+
+_RULES: dict[tuple[int, bool, bool], tuple[Mapping[str, Any], NodeRules]] = {}
 _RULES_KEPT = 8192

@@ -134,22 +134,42 @@ def _strict(spec: TrainingJobSpec, strategy: PlacementStrategy) -> str:
     return f": {why}" if why else ""
 
 
+def _levels(skew: int | None) -> str:
+    """`: why` a node holds no more workers than its spread in levels lets it ('' for None)."""
+    if skew is None:
+        return ""
+    return (
+        f": a topology spread constraint (maxSkew {skew} on kubernetes.io/hostname) matches "
+        f"its workers' own labels, so a node holds at most {skew} more of them than the "
+        "node that holds the fewest"
+    )
+
+
 def workers_that_fit(
     nodes: Sequence[NodeCapacity],
     per_worker: int,
     strategy: PlacementStrategy,
     free: bool,
     topology: TopologyLevel = TopologyLevel.ANY,
+    *,
+    skew: int | None = None,
 ) -> int:
     """How many workers of `per_worker` GPUs the nodes hold (now if `free`, else ever).
 
     `topology`: the domain every worker must share (a required `placement.topology`):
     the most any one such domain holds (`solver.slots.domain_of`, `members_held`).
+    `skew`: the `maxSkew` of the workers' own topology spread per node placed in
+    levels (`node_fit.Spread.levels`): ever, with every GPU free and none of the pods
+    it counts running, a node holds at most `skew` more than the node that holds the
+    fewest (now, `capacity.admitting` has cut each node's free GPUs to its share).
     """
     if topology is TopologyLevel.ANY:  # one pass: it is asked per job and type, often
         per_node = [
             (n.free if free else n.total) // per_worker for n in nodes if n.schedulable or not free
         ]
+        if skew is not None and not free and per_node:
+            level = min(per_node) + skew
+            per_node = [min(k, level) for k in per_node]
         return members_held(per_node, strategy)
     most = 0
     for group in _domains(nodes, topology):
@@ -347,7 +367,8 @@ def _on_type(
             return [], [], [f"{gpu_type}: {_refusals(refused, everyone=True)}"]
         return [], [], [f"no node has {gpu_type} GPUs"]
     topology = required_topology(spec)
-    ever = workers_that_fit(nodes, per_worker, strategy, free=False, topology=topology)
+    skew = next((s.skew for s in rules.spread if s.levels), None)
+    ever = workers_that_fit(nodes, per_worker, strategy, free=False, topology=topology, skew=skew)
     if ever < least:
         where = "the cluster holds" if not refused else "the nodes its workers may use hold"
         more = f"; {_refusals(refused, everyone=False)}" if refused else ""
@@ -356,7 +377,8 @@ def _on_type(
             [],
             [
                 f"{gpu_type}: {where} at most {ever} worker(s) of {per_worker} "
-                f"GPU(s) ({strategy.value}{_strict(spec, strategy)}{_within(topology)}), "
+                f"GPU(s) ({strategy.value}{_strict(spec, strategy)}{_levels(skew)}"
+                f"{_within(topology)}), "
                 f"the job needs {least}{more}"
             ],
         )

@@ -5,10 +5,13 @@ selects (in the pod's own namespace) per domain of its topology key, and refuses
 node where its domain's count, plus one if it selects the pod itself, is more than
 `maxSkew` above the least count of a domain it counts over (`node_fit.spread_terms`,
 `node_fit.Skew`, `capacity._skews`); a gang whose own workers a constraint of
-`maxSkew` 1 per node selects is placed StrictSpread (`node_fit.spreads_itself`).
+`maxSkew` 1 per node selects is placed Spread, fewest-first (`node_fit.spreads_itself`),
+and its nodes take workers in levels (`node_fit.levelled`, `capacity._levelled`).
 Before stop 60 the plan did not read topology spread, and until stop 61 only
 `maxSkew` 1 per node while some node ran none: a gang planned where the filter
-refused it was not bound there, and the stuck rule moved it after 45 s.
+refused it was not bound there, and the stuck rule moved it after 45 s. Until stop
+63 such a gang was placed StrictSpread: one with more workers than nodes said it
+could never run, where kube-scheduler binds it in levels.
 """
 
 from __future__ import annotations
@@ -85,30 +88,39 @@ def _spready(name: str = "j", replicas: int = 1) -> dict[str, Any]:
 
 
 def test_a_node_running_a_pod_it_counts_is_refused_while_another_runs_fewer() -> None:
-    nodes = [node("a", A100, 8), node("b", A100, 8)]
+    # c's GPUs are all in use and it runs no trainer: its count stays 0, the least
+    busy = _pod("busy", "c", {"app": "other"})
+    busy["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    nodes = [node("a", A100, 8), node("b", A100, 8), node("c", A100, 8)]
     rules = job_rules(job_spec(_spready()))
-    there = [_pod("t", "a", {"app": "trainer"})]
+    there = [busy, _pod("t", "a", {"app": "trainer"})]
     seen = admitting(cluster_capacity(nodes, there), A100, rules)
-    # a: 1 + 1 - 0 is over maxSkew 1; b takes one worker (its gang is placed one per
-    # node, so its free GPUs are left as they are)
-    assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 8)]
-    assert seen.shunned == 1
+    # a: 1 + 1 - 0 is over maxSkew 1; b takes one worker
+    assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 1), ("c", 0)]
+    assert seen.shunned == 2
     assert seen.shuns() == (
         "its workers' topology spread (maxSkew 1 on kubernetes.io/hostname) counts 1 pod(s) "
         "there, the fewest in a domain is 0"
     )
     # a pod in another namespace, or one it does not select, counts for nothing
     for pod in (_pod("t", "a", {"app": "trainer"}, ns="other"), _pod("s", "a", {"app": "serve"})):
-        assert [n.free for n in admitting(cluster_capacity(nodes, [pod]), A100, rules).nodes] == [
-            8,
-            8,
-        ]
-    # every node runs one: the least is 1, each node takes one more
-    both = [*there, _pod("u", "b", {"app": "trainer"})]
-    assert [n.free for n in admitting(cluster_capacity(nodes, both), A100, rules).nodes] == [8, 8]
-    # two on a (pods of equal labels are counted, not merged), one on b: a is refused
-    three = [*both, _pod("v", "a", {"app": "trainer"})]
-    assert [n.free for n in admitting(cluster_capacity(nodes, three), A100, rules).nodes] == [0, 8]
+        seen = admitting(cluster_capacity(nodes, [busy, pod]), A100, rules)
+        assert [n.free for n in seen.nodes] == [1, 1, 0]
+    # c free: every node can rise, and a gang bound fewest-first lets a take workers
+    # once b and c have one; its first worker goes to b or c
+    free = cluster_capacity(nodes, there[1:])
+    assert [n.free for n in admitting(free, A100, rules).nodes] == [8, 8, 8]
+    assert admitting(free, A100, rules).shuns() == ""
+    _, placed = take(free, A100, 1, 1, rules=rules)
+    assert [where for where, _ in placed] == ["c"]  # of b and c, the larger name
+    # two trainers on a (pods of equal labels are counted, not merged), one on b: c is
+    # the least, a is refused
+    three = [*there, _pod("u", "b", {"app": "trainer"}), _pod("v", "a", {"app": "trainer"})]
+    assert [n.free for n in admitting(cluster_capacity(nodes, three), A100, rules).nodes] == [
+        0,
+        0,
+        0,
+    ]
 
 
 def test_a_larger_skew_lets_that_many_more_onto_a_node() -> None:
@@ -175,40 +187,101 @@ def _zoned(name: str, zone: str) -> dict[str, Any]:
 
 def test_a_gang_it_selects_goes_one_worker_per_node() -> None:
     spec = job_spec(_spready(replicas=2))
-    assert spec.placement.strategy is PlacementStrategy.STRICT_SPREAD
+    assert spec.placement.strategy is PlacementStrategy.SPREAD  # it was Pack
     capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8), node("c", A100, 8)], [])
     rules = job_rules(spec)
     _, placed = take(capacity, A100, 2, 1, rules=rules, strategy=PlacementStrategy.PACK)
     assert len({where for where, _ in placed}) == 2  # even when asked to pack
-    # a job started in the pass counts for the next one's spread
+    # a job started in the pass counts for the next one's spread: its two workers go
+    # to the two nodes that run none
     left, ((first, _),) = take(capacity, A100, 1, 1, rules=job_rules(job_spec(_spready("k"))))
-    assert [n.name for n in admitting(left, A100, rules).nodes if n.free == 0] == [first]
+    _, placed = take(left, A100, 2, 1, rules=rules, strategy=spec.placement.strategy)
+    assert sorted(where for where, _ in placed) == sorted({"a", "b", "c"} - {first})
 
 
-def test_a_gang_larger_than_its_types_nodes_says_its_spread_holds_it_back() -> None:
-    # one worker a node while a node of the type runs none: three workers on two nodes
-    # wait, and the reason names the constraint (not only the strategy it became)
-    job = _spready(replicas=3)
+def _levels(placed: list[str], names: str) -> bool:
+    """Whether binding the workers in this order keeps every node within 1 of the least."""
+    counts = dict.fromkeys(names, 0)
+    for where in placed:
+        if counts[where] + 1 - min(counts.values()) > 1:
+            return False
+        counts[where] += 1
+    return True
+
+
+def test_a_gang_with_more_workers_than_nodes_is_placed_in_levels() -> None:
+    # kube-scheduler binds the workers one after another, each counted for the next: with
+    # maxSkew 1 per node, two nodes of 8 free GPUs take four workers, two each, so long
+    # as they are bound fewest-first (before stop 63: "the cluster holds at most 2")
+    job = _spready(replicas=4)
     job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    spec = job_spec(job)
     capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8)], [])
+    decision = decide(spec, capacity, NOW)
+    assert (decision.gpu_type, decision.workers) == (A100, 4)
+    _, placed = take(capacity, A100, 4, 1, rules=job_rules(spec), strategy=spec.placement.strategy)
+    order = [where for where, _ in placed]
+    assert sorted(order) == ["a", "a", "b", "b"]
+    assert _levels(order, "ab")
+    # a node that holds one worker of 2 GPUs caps the level: the other takes two
+    job["spec"]["gpu"] = {"count": 2}
+    job["spec"]["minReplicas"] = 3
+    job["spec"]["replicas"] = 3
+    small = cluster_capacity([node("a", A100, 8), node("b", A100, 2)], [])
+    spec = job_spec(job)
+    assert decide(spec, small, NOW).workers == 3
+    _, placed = take(small, A100, 3, 2, rules=job_rules(spec), strategy=spec.placement.strategy)
+    order = [where for where, _ in placed]
+    assert sorted(order) == ["a", "a", "b"]
+    assert _levels(order, "ab")
+
+
+def test_a_gang_larger_than_its_spread_lets_its_nodes_hold_says_why() -> None:
+    # two nodes of 8 and 2 free GPUs, workers of 2: b holds one, so a holds two (maxSkew
+    # 1 above b); four workers can never run here
+    job = _spready(replicas=4)
+    job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    job["spec"]["gpu"] = {"count": 2}
+    capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 2)], [])
     decision = decide(job_spec(job), capacity, NOW)
     assert decision.gpu_type is None
     assert (
-        "at most 2 worker(s) of 1 GPU(s) (StrictSpread: a topology spread constraint "
-        "(maxSkew 1 on kubernetes.io/hostname) matches its workers' own labels)"
+        "at most 3 worker(s) of 2 GPU(s) (Spread: a topology spread constraint (maxSkew 1 "
+        "on kubernetes.io/hostname) matches its workers' own labels, so a node holds at "
+        "most 1 more of them than the node that holds the fewest)"
     ) in decision.reason
+
+
+def test_a_gang_whose_spread_counts_a_full_node_waits_at_one_worker_a_node() -> None:
+    # c's GPUs are all in use: it takes no worker, so the level stays at 0 and a and b
+    # take one each; three workers wait for c, and the reason names the constraint
+    job = _spready(replicas=3)
+    job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    busy = _pod("busy", "c", {"app": "other"})
+    busy["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    nodes = [node("a", A100, 8), node("b", A100, 8), node("c", A100, 8)]
+    capacity = cluster_capacity(nodes, [busy])
+    spec = job_spec(job)
+    assert [n.free for n in admitting(capacity, A100, job_rules(spec)).nodes] == [1, 1, 0]
+    decision = decide(spec, capacity, NOW)
+    assert decision.gpu_type is None
+    assert "room for 2 of 3 worker(s) now" in decision.reason
+    assert "topology spread (maxSkew 1 on kubernetes.io/hostname)" in decision.reason
+    # with c free, all three start, one a node
+    assert decide(spec, cluster_capacity(nodes, []), NOW).workers == 3
 
 
 @pytest.mark.parametrize(
     ("policy", "free"),
     [
-        # b (cordoned, no pod it counts) counts: the least count is 0, a is refused
-        ({}, [0, 8]),
+        # b (cordoned, no pod it counts) counts: the least count is 0, a is refused (b
+        # takes one worker once uncordoned)
+        ({}, [0, 1]),
         # nodeTaintsPolicy Honor: b (cordoned) is not counted, a's 1 is the least: a
         # takes one more
         ({"nodeTaintsPolicy": "Honor"}, [8, 8]),
         # minDomains 3 over one node: the least count is taken as 0
-        ({"nodeTaintsPolicy": "Honor", "minDomains": 3}, [0, 8]),
+        ({"nodeTaintsPolicy": "Honor", "minDomains": 3}, [0, 1]),
     ],
 )
 def test_the_nodes_a_spread_counts_over_follow_its_policies(
@@ -278,3 +351,37 @@ def test_a_gang_shares_out_a_zone_as_its_own_workers_count_there(rule: str) -> N
     assert decision.gpu_type is None
     assert said in decision.reason
     assert "holds at most 2 worker(s)" in decision.reason or "room for 2 of 3" in decision.reason
+
+
+@pytest.mark.parametrize("case", ["within one zone", "every node counts", "zones shared out"])
+def test_a_gang_whose_spread_is_not_counted_in_levels_goes_one_worker_a_node(case: str) -> None:
+    # where the level is not worked out (a required topology domain, a spread that counts
+    # nodes of other types, a zone also shared out among its workers) the least count is
+    # the bound: each node takes one worker, and a gang of more workers than nodes waits
+    def gang(replicas: int) -> dict[str, Any]:
+        job = _spready(f"g{replicas}", replicas=replicas)
+        job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+        constraint = job["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        if case == "within one zone":
+            job["spec"]["placement"] = {"topology": "Zone", "required": True}
+        elif case == "every node counts":
+            constraint[0]["nodeAffinityPolicy"] = "Ignore"
+        else:
+            constraint.append(_spread(TRAINERS, key=ZONE, skew=2)["topologySpreadConstraints"][0])
+        return job
+
+    nodes = [_zoned("a", "x"), _zoned("b", "x"), _zoned("c", "y")]
+    if case == "every node counts":
+        nodes.append(node("v", V100, 8))
+    capacity = cluster_capacity(nodes, [])
+    pair = job_spec(gang(2))
+    assert pair.placement.strategy is (
+        PlacementStrategy.STRICT_SPREAD if case == "within one zone" else PlacementStrategy.SPREAD
+    )
+    decision = decide(pair, capacity, NOW)
+    assert decision.workers == 2
+    rules = job_rules(pair)
+    _, placed = take(capacity, A100, 2, 1, rules=rules, strategy=pair.placement.strategy)
+    assert len({where for where, _ in placed}) == 2
+    most = 2 if case == "within one zone" else 3
+    assert decide(job_spec(gang(most + 1)), capacity, NOW).gpu_type is None

@@ -183,12 +183,14 @@ class Placement(ApiModel):
 
     strategy: PlacementStrategy = Field(
         default=PlacementStrategy.PACK,
-        description="Pack: as few nodes as possible (best effort). Spread: as many nodes as "
-        "possible (best effort). StrictPack: all workers on one node. StrictSpread: every "
-        "worker on a different node. Ray's PACK, SPREAD, STRICT_PACK, STRICT_SPREAD. Workers "
-        "that cannot share a node (they ask host ports, or a required pod anti-affinity on "
-        "kubernetes.io/hostname matches their own labels) are placed StrictSpread under "
-        "Pack or Spread.",
+        description="Pack: as few nodes as possible (best effort). Spread: as evenly over "
+        "nodes as possible, each worker where the fewest are (best effort). StrictPack: all "
+        "workers on one node. StrictSpread: every worker on a different node. Ray's PACK, "
+        "SPREAD, STRICT_PACK, STRICT_SPREAD. Workers that cannot share a node (they ask host "
+        "ports, or a required pod anti-affinity on kubernetes.io/hostname matches their own "
+        "labels) are placed StrictSpread under Pack or Spread; workers a topology spread "
+        "constraint of maxSkew 1 on kubernetes.io/hostname selects are placed Spread under "
+        "Pack (a node takes a second once every node it counts runs one).",
     )
     topology: TopologyLevel = Field(
         default=TopologyLevel.ANY,
