@@ -1209,24 +1209,31 @@ def test_a_gang_spread_keeps_off_a_node_whose_domain_runs_a_pod_it_counts(
         _started_at_once_on(api, core, namespace, "spready", gpu=slow, nodes=slow_nodes)
 
 
-def test_a_gang_with_more_workers_than_nodes_spreads_over_them_in_levels(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+@pytest.mark.parametrize("key", ["kubernetes.io/hostname", ZONE_LABEL])
+def test_a_gang_with_more_workers_than_domains_spreads_over_them_in_levels(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, key: str
 ) -> None:
-    # four one-GPU workers with a topology spread of maxSkew 1 per node over their own
-    # job's pods, on a type of two nodes of 2 GPUs: kube-scheduler binds them one after
-    # another, each counted for the next, two a node. Before stop 63 the plan placed
-    # such a gang StrictSpread and said it could never run ("the cluster holds at most 2
-    # worker(s) ... the job needs 4")
+    # four one-GPU workers with a topology spread of maxSkew 1 per node (or per zone)
+    # over their own job's pods, on a type of two nodes of 2 GPUs (in two zones):
+    # kube-scheduler binds them one after another, each counted for the next, two a
+    # node. Before stop 63 the plan said such a gang per node could never run ("the
+    # cluster holds at most 2 worker(s) ... the job needs 4"; it was placed
+    # StrictSpread), and one per zone waited for ever ("room for 2 of 4 worker(s) now")
     api, custom, core = jobs_api
     tag = namespace[-6:]
     model = f"LEVEL-{tag.upper()}"
-    with _gpu_nodes(api, core, f"lv-{tag}", model, 2, per_node=2) as nodes:
+    zones = (f"lz-{tag}", f"lz-{tag}") if key != ZONE_LABEL else (f"lx-{tag}", f"ly-{tag}")
+    with (
+        _gpu_nodes(api, core, f"la-{tag}", model, 1, per_node=2, zone=zones[0]) as first,
+        _gpu_nodes(api, core, f"lb-{tag}", model, 1, per_node=2, zone=zones[1]) as second,
+    ):
+        nodes = first + second
         wait_nodes_untainted(api, set(nodes), 60)
         levels = job("levels", 4, 1, [(model, 1.0)])
         levels["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
+                "topologyKey": key,
                 "whenUnsatisfiable": "DoNotSchedule",
                 "labelSelector": {},
                 "matchLabelKeys": ["chronotope.dev/job"],

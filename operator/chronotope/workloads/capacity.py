@@ -748,44 +748,78 @@ def _levelled(
     """`whom` with each spread placed in levels (`Spread.levels`) given its `Skew.level`.
 
     kube-scheduler binds a gang's workers one after another, each counted for the next;
-    placed fewest-first, every node the constraint counts over rises to the least, over
-    those nodes, of its count plus the workers it can take by every other rule (0 on a
-    node they may not use), and each node may take workers up to `maxSkew` above that.
-    Not when a spread or pod anti-affinity shares a zone or rack out among the gang's
-    own workers (`_shared_domains`: those cuts are not counted here), nor for a spread
-    that counts every node (`nodeAffinityPolicy: Ignore`: nodes of other types, which
-    the workers never take): the least count is the level.
+    placed fewest-first, every domain (node, zone, rack) the constraint counts over
+    rises to the least, over those domains, of its count plus the workers its nodes
+    can take by every other rule (0 on a node they may not use), and each domain may
+    take workers up to `maxSkew` above that (`_level`). Only one such spread is counted
+    so: with two (per node and per zone, say), or a pod anti-affinity that shares a zone
+    or rack out among the gang's own workers, or for a spread that counts every node
+    (`nodeAffinityPolicy: Ignore`: nodes of other types, which the workers never take),
+    the least count is the level.
     """
     skews = whom[3]
-    if _shared_domains(rules, whom):
-        flat = tuple(replace(k, level=k.least) if k.spread.levels else k for k in skews)
-        return whom[0], whom[1], whom[2], flat
-    others: _Whom = (whom[0], whom[1], whom[2], tuple(k for k in skews if not k.spread.levels))
-    volumes = rules.volumes(facts_of(capacity).volumes) if rules.claims or rules.ephemeral else ()
+    rising = [k for k in skews if k.spread.levels and not k.spread.every_node]
+    who = rules.who
+    apart = who is not None and any(not t.on_node and t.selects(who) for t in rules.anti)
+    level: int | None = None
+    if len(rising) == 1 and not apart:
+        others: _Whom = (
+            whom[0],
+            whom[1],
+            whom[2],
+            tuple(k for k in skews if not k.spread.levels),
+        )
+        volumes = (
+            rules.volumes(facts_of(capacity).volumes) if rules.claims or rules.ephemeral else ()
+        )
+        level = _level(rising[0], nodes, rules, per_worker, (others, volumes))
+    out = tuple(
+        replace(k, level=level if level is not None and k is rising[0] else k.least)
+        if k.spread.levels
+        else k
+        for k in skews
+    )
+    return whom[0], whom[1], whom[2], out
+
+
+def _level(
+    skew: Skew,
+    nodes: Sequence[NodeCapacity],
+    rules: NodeRules,
+    per_worker: int,
+    by: tuple[_Whom, Sequence[VolumeRule]],
+) -> int:
+    """The level every domain `skew` counts over reaches, its gang bound fewest-first.
+
+    The least, over those domains, of its count plus the workers its nodes can take by
+    every other rule (`by`: whom they concern, the claims' volumes; `_takes`); the least
+    count with fewer domains than `minDomains`.
+    """
+    s = skew.spread
     keys = _spread_keys(rules)
-    out: list[Skew] = []
-    for skew in skews:
-        s = skew.spread
-        if not s.levels or s.every_node:
-            out.append(replace(skew, level=skew.least) if s.levels else skew)
-            continue
-        level: int | None = None
-        found = 0
+    if not s.term.on_node:
+        reach: dict[str, int] = {}
         for n in nodes:
-            if not _counts_over(s, n, rules, keys):
-                continue
-            found += 1
-            count = skew.counted(n.labels, n.neighbours)
-            if level is not None and count >= level:
-                continue  # it reaches at least its count: no lower than the level found
-            reach = count + _takes(n, rules, per_worker, others, volumes)
-            level = reach if level is None else min(level, reach)
-            if level <= skew.least:
-                break
-        if level is None or found < s.min_domains:
-            level = skew.least
-        out.append(replace(skew, level=max(level, skew.least)))
-    return whom[0], whom[1], whom[2], tuple(out)
+            if _counts_over(s, n, rules, keys):
+                value = n.labels[s.term.key]
+                reach[value] = reach.get(value, skew.counted(n.labels, NOBODY)) + _takes(
+                    n, rules, per_worker, *by
+                )
+        return min(reach.values()) if len(reach) >= s.min_domains else skew.least
+    level: int | None = None
+    found = 0
+    for n in nodes:
+        if not _counts_over(s, n, rules, keys):
+            continue
+        found += 1
+        count = skew.counted(n.labels, n.neighbours)
+        if level is not None and count >= level:
+            continue  # it reaches at least its count: no lower than the level found
+        reach_n = count + _takes(n, rules, per_worker, *by)
+        level = reach_n if level is None else min(level, reach_n)
+        if level <= skew.least:
+            break
+    return skew.least if level is None or found < s.min_domains else max(level, skew.least)
 
 
 def _takes(
@@ -1259,8 +1293,6 @@ def take(
     levels = next((k for k in whom[3] if k.level is not None), None)
     if placements and levels is None and not _placed_where_blocked(nodes, placements, rules, whom):
         return _take_placed(nodes, placements, rules)
-    # in levels only fewest-first binds every worker where kube-scheduler counts it
-    strategy = strategy if levels is None else PlacementStrategy.SPREAD
     mine = index.positions.get(gpu_type, ())
     usable = mine
     room: dict[int, int] = {}  # free GPUs the workers can take, where node rules cut them
@@ -1292,8 +1324,9 @@ def take(
     unplaced = 0
     for w in range(workers):
         fitting = _fitting(nodes, usable, room, per_worker)
-        counts = used if levels is None else _counted_on(levels, nodes, where, fitting)
-        slot = next_slot(fitting, counts, strategy, (workers - w) * per_worker)
+        if levels is not None:  # fewest-first, so kube-scheduler binds every worker
+            fitting = _fewest(levels, nodes, where, fitting, placed)
+        slot = next_slot(fitting, used, strategy, (workers - w) * per_worker)
         if slot is None:
             unplaced += 1
             continue
@@ -1352,22 +1385,34 @@ def _fitting(
     ]
 
 
-def _counted_on(
+def _fewest(
     skew: Skew,
     nodes: Sequence[NodeCapacity],
     where: Mapping[str, int],
     fitting: Sequence[tuple[str, int]],
-) -> dict[str, int]:
-    """The pods a spread placed in levels counts on each fitting node, its workers placed.
+    placed: Sequence[tuple[str, Sequence[int]]],
+) -> list[tuple[str, int]]:
+    """Those of `fitting` whose node (or domain) a spread placed in levels counts fewest in.
 
-    What the gang's next worker goes by (`next_slot`, Spread: the fewest first), as
-    kube-scheduler, binding them one after another, lets it only where the count is
-    within `maxSkew` of the least.
+    Its gang's workers `placed` so far counted: on `kubernetes.io/hostname` each node's
+    pods hold them (`_marked`), above one node they are added to their domain's count.
+    Placing each worker there keeps every domain within `maxSkew` of the least as they
+    bind one after another (kube-scheduler's PodTopologySpread); the gang's strategy
+    then picks among them.
     """
-    return {
-        name: skew.counted(nodes[where[name]].labels, nodes[where[name]].neighbours)
-        for name, _ in fitting
-    }
+    key = skew.spread.term.key
+    if skew.spread.term.on_node:
+        counts = [
+            skew.counted(nodes[where[n]].labels, nodes[where[n]].neighbours) for n, _ in fitting
+        ]
+    else:
+        mine = Counter(nodes[where[n]].labels.get(key) for n, _ in placed)
+        counts = [
+            skew.counted(nodes[where[n]].labels, NOBODY) + mine[nodes[where[n]].labels.get(key)]
+            for n, _ in fitting
+        ]
+    least = min(counts, default=0)
+    return [f for f, c in zip(fitting, counts, strict=True) if c == least]
 
 
 def _in_domain(

@@ -508,10 +508,10 @@ class Spread:
     min_domains: int = 1
     """`minDomains`: with fewer domains to count over, the least count is taken as 0."""
     levels: bool = False
-    """Its gang is placed fewest-first (`Spread`) and it selects the workers per node
-    (`levelled`): kube-scheduler, binding them one after another, lets a node take more
-    once every node it counts has risen, so the plan counts what each node takes up to
-    the level they all reach (`Skew.level`), and cuts each node to it."""
+    """It selects its gang's workers, placed Pack or Spread (`levelled`): kube-scheduler,
+    binding them one after another, lets a domain (a node, a zone) take more once every
+    domain it counts has risen, so the plan counts what each takes up to the level they
+    all reach (`Skew.level`), cuts each to it, and places the workers fewest-first."""
 
     @property
     def one_per_node(self) -> bool:
@@ -582,10 +582,11 @@ class Skew:
     """The count of each domain, by its value (on `kubernetes.io/hostname`, each node's
     pods are read instead: `Crowd.count`)."""
     level: int | None = None
-    """For a constraint placed in levels (`Spread.levels`): the least, over the nodes it
-    counts, of a node's count plus the workers it can take (`capacity._levelled`); the
-    count no node's can stay below once the gang is bound fewest-first, so a node may
-    take workers up to `maxSkew` above it. None: `least` bounds them."""
+    """For a constraint placed in levels (`Spread.levels`): the least, over the domains
+    it counts, of a domain's count plus the workers its nodes can take
+    (`capacity._levelled`); the count no domain's stays below once the gang is bound
+    fewest-first, so a domain may take workers up to `maxSkew` above it. None: `least`
+    bounds them."""
 
     @cached_property
     def _by(self) -> dict[str, int]:
@@ -625,7 +626,7 @@ class Skew:
             f"the fewest in a domain is {self.least}"
         )
         if self.level is not None and self.level > self.least:
-            said += f", and every node it counts reaches {self.level}"
+            said += f", and every domain it counts reaches {self.level}"
         return said if not room else f"{said} (room for {room} worker(s))"
 
 
@@ -1958,7 +1959,7 @@ def job_rules(spec: TrainingJobSpec) -> NodeRules:
     """
     whole = spec.gpu.shared is None
     placement = spec.placement
-    even = placement.strategy is PlacementStrategy.SPREAD and (
+    even = placement.strategy in _EVEN and (
         not placement.required or placement.topology is TopologyLevel.ANY
     )
     key = (id(spec.template), whole, even)
@@ -1974,15 +1975,20 @@ def job_rules(spec: TrainingJobSpec) -> NodeRules:
     return rules
 
 
-def levelled(rules: NodeRules) -> NodeRules:
-    """`rules` for a gang placed fewest-first (`Spread`): its own spreads per node in levels.
+_EVEN = (PlacementStrategy.PACK, PlacementStrategy.SPREAD)
+"""Strategies under which a gang's own spread is counted in levels (`levelled`)."""
 
-    Those of its topology spread constraints on `kubernetes.io/hostname` that select its
-    workers (`Spread.levels`). Not for a job that requires one topology domain (its
-    workers leave the other domains' nodes as they are, so the least count is the
-    bound, and `job_spec` places one of `maxSkew` 1 StrictSpread).
+
+def levelled(rules: NodeRules) -> NodeRules:
+    """`rules` for a gang whose own topology spread is counted in levels (`Spread.levels`).
+
+    Those of its topology spread constraints that select its workers. For a job placed
+    Pack or Spread that requires no topology domain (`job_rules`): StrictSpread and
+    StrictPack place one a node or all on one, and a job within one domain leaves the
+    other domains' nodes as they are (the least count is the bound; `job_spec` places
+    one of `maxSkew` 1 per node StrictSpread).
     """
-    spread = tuple(replace(s, levels=True) if s.own and s.term.on_node else s for s in rules.spread)
+    spread = tuple(replace(s, levels=True) if s.own else s for s in rules.spread)
     return rules if spread == rules.spread else replace(rules, spread=spread)
 
 

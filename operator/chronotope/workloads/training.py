@@ -37,7 +37,13 @@ from chronotope.workloads.capacity import (
     facts_of,
     in_cluster,
 )
-from chronotope.workloads.node_fit import CPU_OR_MEMORY, NodeRules, job_rules, template_apart
+from chronotope.workloads.node_fit import (
+    CPU_OR_MEMORY,
+    NodeRules,
+    Spread,
+    job_rules,
+    template_apart,
+)
 from chronotope.workloads.parallelism import Degrees
 
 if TYPE_CHECKING:
@@ -134,14 +140,16 @@ def _strict(spec: TrainingJobSpec, strategy: PlacementStrategy) -> str:
     return f": {why}" if why else ""
 
 
-def _levels(skew: int | None) -> str:
-    """`: why` a node holds no more workers than its spread in levels lets it ('' for None)."""
-    if skew is None:
+def _levels(spread: Spread | None) -> str:
+    """`: why` a domain holds no more workers than its spread in levels lets it ('' for None)."""
+    if spread is None:
         return ""
+    key = spread.term.key
+    what = "a node" if spread.term.on_node else f"a {key} domain"
     return (
-        f": a topology spread constraint (maxSkew {skew} on kubernetes.io/hostname) matches "
-        f"its workers' own labels, so a node holds at most {skew} more of them than the "
-        "node that holds the fewest"
+        f": a topology spread constraint (maxSkew {spread.skew} on {key}) matches its "
+        f"workers' own labels, so {what} holds at most {spread.skew} more of them than the "
+        "one that holds the fewest"
     )
 
 
@@ -152,24 +160,23 @@ def workers_that_fit(
     free: bool,
     topology: TopologyLevel = TopologyLevel.ANY,
     *,
-    skew: int | None = None,
+    spread: Spread | None = None,
 ) -> int:
     """How many workers of `per_worker` GPUs the nodes hold (now if `free`, else ever).
 
     `topology`: the domain every worker must share (a required `placement.topology`):
     the most any one such domain holds (`solver.slots.domain_of`, `members_held`).
-    `skew`: the `maxSkew` of the workers' own topology spread per node placed in
-    levels (`node_fit.Spread.levels`): ever, with every GPU free and none of the pods
-    it counts running, a node holds at most `skew` more than the node that holds the
-    fewest (now, `capacity.admitting` has cut each node's free GPUs to its share).
+    `spread`: the workers' own topology spread placed in levels (`node_fit.Spread.levels`):
+    ever, with every GPU free and none of the pods it counts running, a domain of its key
+    holds at most `maxSkew` more than the one that holds the fewest (now,
+    `capacity.admitting` has cut each node's free GPUs to its share).
     """
     if topology is TopologyLevel.ANY:  # one pass: it is asked per job and type, often
         per_node = [
             (n.free if free else n.total) // per_worker for n in nodes if n.schedulable or not free
         ]
-        if skew is not None and not free and per_node:
-            level = min(per_node) + skew
-            per_node = [min(k, level) for k in per_node]
+        if spread is not None and not free and per_node:
+            return _in_levels(nodes, per_node, spread)
         return members_held(per_node, strategy)
     most = 0
     for group in _domains(nodes, topology):
@@ -180,6 +187,23 @@ def workers_that_fit(
         ]
         most = max(most, members_held(per_node, strategy))
     return most
+
+
+def _in_levels(nodes: Sequence[NodeCapacity], per_node: Sequence[int], spread: Spread) -> int:
+    """How many workers nodes that each hold `per_node` hold under `spread` in levels.
+
+    Each domain of its key (a node on `kubernetes.io/hostname`) at most `maxSkew` above
+    the one that holds the fewest.
+    """
+    if spread.term.on_node:
+        level = min(per_node) + spread.skew
+        return sum(min(k, level) for k in per_node)
+    held: dict[str, int] = {}
+    for n, k in zip(nodes, per_node, strict=True):
+        value = n.labels.get(spread.term.key, "")
+        held[value] = held.get(value, 0) + k
+    level = min(held.values()) + spread.skew
+    return sum(min(k, level) for k in held.values())
 
 
 _Groups: TypeAlias = tuple[tuple[int, ...], ...]
@@ -367,8 +391,11 @@ def _on_type(
             return [], [], [f"{gpu_type}: {_refusals(refused, everyone=True)}"]
         return [], [], [f"no node has {gpu_type} GPUs"]
     topology = required_topology(spec)
-    skew = next((s.skew for s in rules.spread if s.levels), None)
-    ever = workers_that_fit(nodes, per_worker, strategy, free=False, topology=topology, skew=skew)
+    rising = [s for s in rules.spread if s.levels and not s.every_node]
+    spread = rising[0] if len(rising) == 1 else None  # as `capacity._levelled` counts it
+    ever = workers_that_fit(
+        nodes, per_worker, strategy, free=False, topology=topology, spread=spread
+    )
     if ever < least:
         where = "the cluster holds" if not refused else "the nodes its workers may use hold"
         more = f"; {_refusals(refused, everyone=False)}" if refused else ""
@@ -377,7 +404,7 @@ def _on_type(
             [],
             [
                 f"{gpu_type}: {where} at most {ever} worker(s) of {per_worker} "
-                f"GPU(s) ({strategy.value}{_strict(spec, strategy)}{_levels(skew)}"
+                f"GPU(s) ({strategy.value}{_strict(spec, strategy)}{_levels(spread)}"
                 f"{_within(topology)}), "
                 f"the job needs {least}{more}"
             ],

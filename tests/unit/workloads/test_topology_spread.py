@@ -30,6 +30,7 @@ from tests.unit.workloads.test_node_fit import A100, NOW, V100
 from tests.unit.workloads.test_pod_anti_affinity import ME, _job, _labels, _pod
 
 HOST = "kubernetes.io/hostname"
+PLACE = PlacementStrategy.PACK
 ZONE = "topology.kubernetes.io/zone"
 
 
@@ -123,17 +124,32 @@ def test_a_node_running_a_pod_it_counts_is_refused_while_another_runs_fewer() ->
     ]
 
 
+def _busy(name: str, where: str) -> dict[str, Any]:
+    """A pod (app=other) that holds all 8 GPUs of node `where`: that node takes no worker."""
+    pod = _pod(name, where, {"app": "other"})
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    return pod
+
+
 def test_a_larger_skew_lets_that_many_more_onto_a_node() -> None:
+    # c is full (no trainer there): the least count stays 0, so a (one trainer) takes one
+    # worker and b two
     job = _spready(replicas=3)
     job["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["maxSkew"] = 2
     spec = job_spec(job)
-    assert spec.placement.strategy is not PlacementStrategy.STRICT_SPREAD
-    nodes = [node("a", A100, 8), node("b", A100, 8)]
-    capacity = cluster_capacity(nodes, [_pod("t", "a", {"app": "trainer"})])
+    assert spec.placement.strategy is PlacementStrategy.PACK
+    nodes = [node("a", A100, 8), node("b", A100, 8), node("c", A100, 8)]
+    trainer = _pod("t", "a", {"app": "trainer"})
+    capacity = cluster_capacity(nodes, [trainer, _busy("busy", "c")])
     rules = job_rules(spec)
-    assert [n.free for n in admitting(capacity, A100, rules).nodes] == [1, 2]
+    assert [n.free for n in admitting(capacity, A100, rules).nodes] == [1, 2, 0]
     _, placed = take(capacity, A100, 3, 1, rules=rules, strategy=PlacementStrategy.PACK)
     assert sorted(where for where, _ in placed) == ["a", "b", "b"]
+    # c free: every node rises (to 8 workers, 9 on a), and each takes up to 2 above that
+    capacity = cluster_capacity(nodes, [trainer])
+    assert [n.free for n in admitting(capacity, A100, rules).nodes] == [8, 8, 8]
+    _, placed = take(capacity, A100, 3, 1, rules=rules, strategy=PlacementStrategy.PACK)
+    assert sorted(where for where, _ in placed) == ["b", "c", "c"]  # fewest first, packed
 
 
 def test_a_spread_it_does_not_select_keeps_it_off_crowded_domains() -> None:
@@ -168,11 +184,20 @@ def test_a_spread_over_zones_it_selects_lets_each_zone_take_its_share() -> None:
         "topologyKey": ZONE,
         "maxSkew": 2,
     }
+    # (zone w's only node is full: w takes no worker, so the least stays 0)
     nodes = [_zoned("a", "x"), _zoned("b", "y"), _zoned("c", "z"), _zoned("d", "x")]
+    nodes.append(_zoned("e", "w"))
     trainers = [_pod("t", "a", {"app": "trainer"}), _pod("u", "d", {"app": "trainer"})]
-    capacity = cluster_capacity(nodes, [*trainers, _pod("v", "c", {"app": "trainer"})])
+    pods = [*trainers, _pod("v", "c", {"app": "trainer"}), _busy("busy", "e")]
+    capacity = cluster_capacity(nodes, pods)
     seen = admitting(capacity, A100, job_rules(job_spec(job)))
-    assert [(n.name, n.free) for n in seen.nodes] == [("a", 0), ("b", 2), ("c", 1), ("d", 0)]
+    assert [(n.name, n.free) for n in seen.nodes] == [
+        ("a", 0),
+        ("b", 2),
+        ("c", 1),
+        ("d", 0),
+        ("e", 0),
+    ]
     assert seen.shuns() == (
         f"its workers' topology spread (maxSkew 2 on {ZONE}) counts 2 pod(s) in its {ZONE} "
         "domain x, the fewest in a domain is 0"
@@ -248,7 +273,7 @@ def test_a_gang_larger_than_its_spread_lets_its_nodes_hold_says_why() -> None:
     assert (
         "at most 3 worker(s) of 2 GPU(s) (Spread: a topology spread constraint (maxSkew 1 "
         "on kubernetes.io/hostname) matches its workers' own labels, so a node holds at "
-        "most 1 more of them than the node that holds the fewest)"
+        "most 1 more of them than the one that holds the fewest)"
     ) in decision.reason
 
 
@@ -336,6 +361,32 @@ def test_a_gang_shares_out_a_zone_as_its_own_workers_count_there(rule: str) -> N
     spec = job_spec(gang("pair", 2))
     rules = job_rules(spec)
     seen = admitting(capacity, A100, rules)
+    if rule == "spread":
+        # bound one after another, fewest first, both zones rise to y's 8 and x takes
+        # one more: 9 of its 16 GPUs, given out one a node in turn; a gang of three
+        # starts (two in one zone, one in the other), one of 18 never runs
+        assert [(n.name, n.free) for n in seen.nodes] == [("a", 5), ("b", 8), ("d", 4)]
+        trio = job_spec(gang("trio", 3))
+        assert decide(trio, capacity, NOW).workers == 3
+        _, placed = take(capacity, A100, 3, 1, rules=job_rules(trio), strategy=PLACE)
+        zones = ["x" if where in ("a", "d") else "y" for where, _ in placed]
+        assert sorted(zones.count(z) for z in "xy") == [1, 2]
+        assert zones[0] != zones[1]  # fewest first: the second goes to the other zone
+        many = decide(job_spec(gang("many", 18)), capacity, NOW)
+        assert many.gpu_type is None
+        assert (
+            f"at most 17 worker(s) of 1 GPU(s) (Pack: a topology spread constraint (maxSkew 1 "
+            f"on {ZONE}) matches its workers' own labels, so a {ZONE} domain holds at most 1 "
+            "more of them than the one that holds the fewest)"
+        ) in many.reason
+        # zone y full: the least stays 0, each zone takes one
+        busy = cluster_capacity(
+            [_zoned("a", "x"), _zoned("b", "y"), _zoned("d", "x")], [_busy("busy", "b")]
+        )
+        seen = admitting(busy, A100, rules)
+        assert sorted((n.name, n.free) for n in seen.nodes) == [("a", 1), ("b", 0), ("d", 0)]
+        assert decide(trio, busy, NOW).gpu_type is None
+        return
     assert [(n.name, n.free) for n in seen.nodes] == [("a", 1), ("b", 1), ("d", 0)]
     said = (
         f"its workers' topology spread (maxSkew 1 on {ZONE})"
