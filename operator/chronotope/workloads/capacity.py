@@ -1271,8 +1271,9 @@ def take(
     GPUs are taken and returned. A pod on one of those nodes may hold a host port
     the workers ask (`rules`; the joint plan does not see the ports of the other
     jobs it starts with this one), or the workers' topology spread is placed in levels
-    (`Skew.level`; the joint plan neither caps a node by it nor binds fewest-first):
-    then, as without placements, each worker goes
+    (`Skew.level`) and the plan leaves a domain more than `maxSkew` above the least
+    (`_in_levels`; the joint plan does not model it): then, as without placements,
+    each worker goes
     where the extender's gang rule puts it (`solver.slots.next_slot`, the gang's
     `strategy`) and takes the node's first free GPUs; those placements are
     returned, so the gang's pods can carry them (the extender honours them).
@@ -1291,7 +1292,17 @@ def take(
         rules = in_cluster(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules, per_worker) if rules is not None else _NO_ONE
     levels = next((k for k in whom[3] if k.level is not None), None)
-    if placements and levels is None and not _placed_where_blocked(nodes, placements, rules, whom):
+    if (
+        placements
+        and not _placed_where_blocked(nodes, placements, rules, whom)
+        and (
+            levels is None
+            or (
+                rules is not None
+                and _in_levels(index.nodes.get(gpu_type, ()), placements, levels, rules)
+            )
+        )
+    ):
         return _take_placed(nodes, placements, rules)
     mine = index.positions.get(gpu_type, ())
     usable = mine
@@ -1439,6 +1450,36 @@ def _in_domain(
     if chosen is None and not required:
         return tuple(usable)
     return tuple(i for i in usable if chosen is not None and domains[nodes[i].name] == chosen)
+
+
+def _in_levels(
+    nodes: Sequence[NodeCapacity],
+    placements: Sequence[tuple[str, Sequence[int]]],
+    skew: Skew,
+    rules: NodeRules,
+) -> bool:
+    """Whether kube-scheduler binds a gang placed so under its spread in levels (`Skew.level`).
+
+    Each domain (of `nodes`, the type's) that gets workers ends at most `maxSkew` above
+    the least final count of a domain the constraint counts over (0 with fewer than
+    `minDomains`): bound fewest-first, each worker then passes PodTopologySpread in
+    turn. A node it does not count over (without its key) refuses them.
+    """
+    s = skew.spread
+    keys = _spread_keys(rules)
+    final: dict[str, int] = {}
+    domain: dict[str, str] = {}
+    for n in nodes:
+        if _counts_over(s, n, rules, keys):
+            d = domain[n.name] = n.name if s.term.on_node else n.labels[s.term.key]
+            if d not in final:
+                final[d] = skew.counted(n.labels, n.neighbours if s.term.on_node else NOBODY)
+    for name, _ in placements:
+        if name not in domain:
+            return False
+        final[domain[name]] += 1
+    least = min(final.values()) if len(final) >= s.min_domains else 0
+    return all(final[domain[name]] <= least + s.skew for name, _ in placements)
 
 
 def _placed_where_blocked(

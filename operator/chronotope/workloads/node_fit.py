@@ -58,9 +58,9 @@ are a `Crowd`), and a node is refused where its domain's count, plus one if it
 selects the workers, is more than `maxSkew` above the least; it lets the workers
 it selects into a domain while the count stays within `maxSkew` of the least (a
 gang it selects on `kubernetes.io/hostname` with `maxSkew: 1` is placed Spread,
-fewest-first, `job_spec`, and a gang placed Spread takes nodes in levels,
-`levelled`; on another key, `capacity` shares each domain out among the gang's own
-workers).
+fewest-first, `job_spec`; on another key, `capacity` shares each domain out among the
+gang's own workers; a gang placed Pack or Spread takes its nodes or domains in
+levels, `levelled`).
 And the API server's RuntimeClass admission: a pod's RuntimeClass adds its node
 selector, tolerations and overhead (`runtime_rules`, `NodeRules.run_by`).
 

@@ -436,3 +436,19 @@ def test_a_gang_whose_spread_is_not_counted_in_levels_goes_one_worker_a_node(cas
     assert len({where for where, _ in placed}) == 2
     most = 2 if case == "within one zone" else 3
     assert decide(job_spec(gang(most + 1)), capacity, NOW).gpu_type is None
+
+
+def test_a_joint_plan_of_a_gang_in_levels_is_kept_where_kube_scheduler_binds_it() -> None:
+    # the joint (CP-SAT) plan does not model the spread: its placement is kept when
+    # every node it fills ends within maxSkew of the least (its GPUs as planned), and
+    # placed again fewest-first when not (four workers on one node of two)
+    job = _spready(replicas=4)
+    spec = job_spec(job)
+    rules = job_rules(spec)
+    capacity = cluster_capacity([node("a", A100, 8), node("b", A100, 8)], [])
+    even = [("a", (6,)), ("b", (6,)), ("a", (7,)), ("b", (7,))]
+    _, placed = take(capacity, A100, 4, 1, rules=rules, placements=even)
+    assert placed == tuple(even)
+    packed = [("a", (k,)) for k in range(4)]
+    _, placed = take(capacity, A100, 4, 1, rules=rules, placements=packed)
+    assert sorted(where for where, _ in placed) == ["a", "a", "b", "b"]
