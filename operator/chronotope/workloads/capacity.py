@@ -752,34 +752,32 @@ def _levelled(
     rises to the least, over those domains, of its count plus the workers its nodes
     can take by every other rule (0 on a node they may not use), and each domain may
     take workers up to `maxSkew` above that (`_level`). Only one such spread is counted
-    so: with two (per node and per zone, say), or a pod anti-affinity that shares a zone
-    or rack out among the gang's own workers, or for a spread that counts every node
-    (`nodeAffinityPolicy: Ignore`: nodes of other types, which the workers never take),
-    the least count is the level.
+    so: with one per node and one per zone (or rack), the zone's, each node taking what
+    the per-node one lets it at the least count (whatever the order, workers bound only
+    raise that least); with two above one node, or a pod anti-affinity that shares a
+    zone or rack out among the gang's own workers, none; nor a spread that counts every
+    node (`nodeAffinityPolicy: Ignore`: nodes of other types, which the workers never
+    take). The least count is the level of the others.
     """
     skews = whom[3]
-    rising = [k for k in skews if k.spread.levels and not k.spread.every_node]
+    flat = tuple(replace(k, level=k.least) if k.spread.levels else k for k in skews)
+    rising = [k for k, f in zip(skews, flat, strict=True) if f is not k and not k.spread.every_node]
+    wide = [k for k in rising if not k.spread.term.on_node]
     who = rules.who
     apart = who is not None and any(not t.on_node and t.selects(who) for t in rules.anti)
-    level: int | None = None
-    if len(rising) == 1 and not apart:
-        others: _Whom = (
-            whom[0],
-            whom[1],
-            whom[2],
-            tuple(k for k in skews if not k.spread.levels),
-        )
-        volumes = (
-            rules.volumes(facts_of(capacity).volumes) if rules.claims or rules.ephemeral else ()
-        )
-        level = _level(rising[0], nodes, rules, per_worker, (others, volumes))
-    out = tuple(
-        replace(k, level=level if level is not None and k is rising[0] else k.least)
-        if k.spread.levels
-        else k
-        for k in skews
+    if not rising or apart or len(wide) > 1 or len(rising) - len(wide) > 1:
+        return whom[0], whom[1], whom[2], flat
+    chosen = wide[0] if wide else rising[0]
+    at = skews.index(chosen)
+    others: _Whom = (  # the other spreads at the least count: what each node can take
+        whom[0],
+        whom[1],
+        whom[2],
+        tuple(f for k, f in zip(skews, flat, strict=True) if k is not chosen),
     )
-    return whom[0], whom[1], whom[2], out
+    volumes = rules.volumes(facts_of(capacity).volumes) if rules.claims or rules.ephemeral else ()
+    level = _level(chosen, nodes, rules, per_worker, (others, volumes))
+    return whom[0], whom[1], whom[2], (*flat[:at], replace(chosen, level=level), *flat[at + 1 :])
 
 
 def _level(
@@ -1291,7 +1289,12 @@ def take(
     if rules is not None:
         rules = in_cluster(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules, per_worker) if rules is not None else _NO_ONE
-    levels = next((k for k in whom[3] if k.level is not None), None)
+    # the one in levels (a zone's before a node's: `_levelled` counts at most one so)
+    levels = min(
+        (k for k in whom[3] if k.level is not None),
+        key=lambda k: (k.spread.term.on_node, k.level == k.least),
+        default=None,
+    )
     if (
         placements
         and not _placed_where_blocked(nodes, placements, rules, whom)
@@ -1299,6 +1302,7 @@ def take(
             levels is None
             or (
                 rules is not None
+                and sum(k.level is not None for k in whom[3]) == 1
                 and _in_levels(index.nodes.get(gpu_type, ()), placements, levels, rules)
             )
         )

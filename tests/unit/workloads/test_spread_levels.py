@@ -105,3 +105,78 @@ def test_the_plan_counts_what_kube_scheduler_binds_in_turn(key: str) -> None:
             d = zone[int(where[1:])]
             assert state[d] + 1 - min(state) <= skew, (seed, placed)
             state[d] += 1
+
+
+def _most_of_two(
+    free: tuple[int, ...], zone: tuple[int, ...], node_skew: int, zone_skew: int
+) -> int:
+    """`_most` for one-GPU workers under a spread per node and one per zone at once."""
+
+    @cache
+    def best(free: tuple[int, ...], nodes: tuple[int, ...], zones: tuple[int, ...]) -> int:
+        out = 0
+        for k, f in enumerate(free):
+            d = zone[k]
+            if (
+                f
+                and nodes[k] + 1 - min(nodes) <= node_skew
+                and zones[d] + 1 - min(zones) <= zone_skew
+            ):
+                out = max(
+                    out,
+                    1
+                    + best(
+                        (*free[:k], f - 1, *free[k + 1 :]),
+                        (*nodes[:k], nodes[k] + 1, *nodes[k + 1 :]),
+                        (*zones[:d], zones[d] + 1, *zones[d + 1 :]),
+                    ),
+                )
+        return out
+
+    return best(free, (0,) * len(free), (0,) * (max(zone) + 1))
+
+
+def test_a_spread_per_node_and_one_per_zone_never_count_more_than_binds() -> None:
+    # both at once (the Kubernetes documentation's example): the zone's is counted in
+    # levels, each node taking what the per-node one lets it at the least count. Never
+    # more than any binding order places, and take's order binds; fewer where nodes
+    # would take a second worker once every node runs one (not counted)
+    exact = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        n = rng.randint(2, 4)
+        drawn = [rng.randrange(2) for _ in range(n)]
+        named = {z: i for i, z in enumerate(dict.fromkeys(drawn))}
+        zone = tuple(named[z] for z in drawn)
+        free = tuple(rng.randint(1, 3) for _ in range(n))
+        nodes = []
+        for k in range(n):
+            made = node(f"n{k}", A100, free[k])
+            made["metadata"]["labels"][ZONE] = f"z{zone[k]}"
+            nodes.append(made)
+        node_skew, zone_skew = rng.choice((1, 2)), rng.choice((1, 2))
+        job = _spready(f"g{seed}", replicas=8)
+        job["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+            _spread(TRAINERS, key=HOST, skew=node_skew)["topologySpreadConstraints"][0],
+            _spread(TRAINERS, key=ZONE, skew=zone_skew)["topologySpreadConstraints"][0],
+        ]
+        spec = job_spec(job)
+        rules = job_rules(spec)
+        capacity = cluster_capacity(nodes, [])
+        now = workers_that_fit(
+            admitting(capacity, A100, rules).nodes, 1, spec.placement.strategy, True
+        )
+        most = _most_of_two(free, zone, node_skew, zone_skew)
+        assert now <= most, (seed, now, most)
+        exact += now == most
+        if not now:
+            continue
+        _, placed = take(capacity, A100, now, 1, rules=rules, strategy=spec.placement.strategy)
+        per_node, per_zone = [0] * n, [0] * (max(zone) + 1)
+        for where, _ in placed:
+            k = int(where[1:])
+            assert per_node[k] + 1 - min(per_node) <= node_skew, (seed, placed)
+            assert per_zone[zone[k]] + 1 - min(per_zone) <= zone_skew, (seed, placed)
+            per_node[k] += 1
+            per_zone[zone[k]] += 1
+    assert exact >= 40  # where one a node suffices: 45 of the 150 (both at the least: 8)
