@@ -1209,6 +1209,17 @@ def test_a_gang_spread_keeps_off_a_node_whose_domain_runs_a_pod_it_counts(
         _started_at_once_on(api, core, namespace, "spready", gpu=slow, nodes=slow_nodes)
 
 
+def _own_spread(key: str) -> dict[str, Any]:
+    """A topology spread constraint of maxSkew 1 on `key` over the job's own pods."""
+    return {
+        "maxSkew": 1,
+        "topologyKey": key,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {},
+        "matchLabelKeys": ["chronotope.dev/job"],
+    }
+
+
 @pytest.mark.parametrize("key", ["kubernetes.io/hostname", ZONE_LABEL])
 def test_a_gang_with_more_workers_than_domains_spreads_over_them_in_levels(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, key: str
@@ -1230,15 +1241,7 @@ def test_a_gang_with_more_workers_than_domains_spreads_over_them_in_levels(
         nodes = first + second
         wait_nodes_untainted(api, set(nodes), 60)
         levels = job("levels", 4, 1, [(model, 1.0)])
-        levels["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": key,
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {},
-                "matchLabelKeys": ["chronotope.dev/job"],
-            }
-        ]
+        levels["spec"]["template"]["spec"]["topologySpreadConstraints"] = [_own_spread(key)]
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, levels)
         _wait_running(api, namespace, "levels", timeout=90, what="levels running, two a node")
         status = _get(api, namespace, "levels")["status"]
@@ -1268,14 +1271,8 @@ def test_a_gang_spread_per_zone_and_per_node_goes_one_a_node_across_zones(
         wait_nodes_untainted(api, set(nodes), 60)
         both = job("both", 4, 1, [(model, 1.0)])
         both["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": key,
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {},
-                "matchLabelKeys": ["chronotope.dev/job"],
-            }
-            for key in (ZONE_LABEL, "kubernetes.io/hostname")
+            _own_spread(ZONE_LABEL),
+            _own_spread("kubernetes.io/hostname"),
         ]
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, both)
         _wait_running(api, namespace, "both", timeout=90, what="both running, one a node")
