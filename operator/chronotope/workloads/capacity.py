@@ -466,11 +466,7 @@ def admitting(capacity: Capacity, gpu_type: str, rules: NodeRules, per_worker: i
     was_cut: set[int] = set()  # positions in `kept` of those
     full = 0
     for n in nodes:
-        why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib, n.others))
-        for v in volumes if why is None else ():
-            why = v.refuses(n.name, n.labels)
-            if why is not None:
-                break
+        why = _refusal(n, rules, volumes)
         if why is not None:
             refused[why] = refused.get(why, 0) + 1
             continue
@@ -800,7 +796,7 @@ def _level(
         for n in nodes:
             if _counts_over(s, n, rules, keys):
                 value = n.labels[s.term.key]
-                reach[value] = reach.get(value, skew.counted(n.labels, NOBODY)) + _takes(
+                reach[value] = reach.get(value, skew.counted(n.labels, n.neighbours)) + _takes(
                     n, rules, per_worker, *by
                 )
         return min(reach.values()) if len(reach) >= s.min_domains else skew.least
@@ -828,14 +824,23 @@ def _takes(
     volumes: Sequence[VolumeRule],
 ) -> int:
     """How many workers with `rules` node `n` can take now (none where `admitting` refuses it)."""
-    if (
-        not n.schedulable
-        or rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib, n.others))
-        is not None
-        or any(v.refuses(n.name, n.labels) is not None for v in volumes)
-    ):
+    if not n.schedulable or _refusal(n, rules, volumes) is not None:
         return 0
     return _room(n, rules, per_worker, whom) // per_worker
+
+
+def _refusal(n: NodeCapacity, rules: NodeRules, volumes: Sequence[VolumeRule]) -> str | None:
+    """Why workers with `rules` mounting `volumes` may never use node `n` (`admitting`), or None.
+
+    Its labels, taints or allocatable resources (`NodeRules.refuses`), or a volume's node
+    affinity or zone (`VolumeRule.refuses`).
+    """
+    why = rules.refuses(n.name, n.labels, n.taints, (n.cpu_milli, n.host_memory_mib, n.others))
+    for v in volumes if why is None else ():
+        why = v.refuses(n.name, n.labels)
+        if why is not None:
+            break
+    return why
 
 
 def _capped(n: NodeCapacity, whom: _Whom) -> int | None:
@@ -1423,7 +1428,8 @@ def _fewest(
     else:
         mine = Counter(nodes[where[n]].labels.get(key) for n, _ in placed)
         counts = [
-            skew.counted(nodes[where[n]].labels, NOBODY) + mine[nodes[where[n]].labels.get(key)]
+            skew.counted(nodes[where[n]].labels, nodes[where[n]].neighbours)
+            + mine[nodes[where[n]].labels.get(key)]
             for n, _ in fitting
         ]
     least = min(counts, default=0)
@@ -1477,7 +1483,7 @@ def _in_levels(
         if _counts_over(s, n, rules, keys):
             d = domain[n.name] = n.name if s.term.on_node else n.labels[s.term.key]
             if d not in final:
-                final[d] = skew.counted(n.labels, n.neighbours if s.term.on_node else NOBODY)
+                final[d] = skew.counted(n.labels, n.neighbours)
     for name, _ in placements:
         if name not in domain:
             return False

@@ -176,7 +176,7 @@ def workers_that_fit(
             (n.free if free else n.total) // per_worker for n in nodes if n.schedulable or not free
         ]
         if spread is not None and not free and per_node:
-            return _in_levels(nodes, per_node, spread)
+            return _held_in_levels(nodes, per_node, spread)
         return members_held(per_node, strategy)
     most = 0
     for group in _domains(nodes, topology):
@@ -189,7 +189,7 @@ def workers_that_fit(
     return most
 
 
-def _in_levels(nodes: Sequence[NodeCapacity], per_node: Sequence[int], spread: Spread) -> int:
+def _held_in_levels(nodes: Sequence[NodeCapacity], per_node: Sequence[int], spread: Spread) -> int:
     """How many workers nodes that each hold `per_node` hold under `spread` in levels.
 
     Each domain of its key (a node on `kubernetes.io/hostname`) at most `maxSkew` above
