@@ -757,13 +757,12 @@ def _levelled(
     """
     skews = whom[3]
     flat = tuple(replace(k, level=k.least) if k.spread.levels else k for k in skews)
-    rising = [k for k, f in zip(skews, flat, strict=True) if f is not k and not k.spread.every_node]
-    wide = [k for k in rising if not k.spread.term.on_node]
+    chosen = _rising(skews)
+    wide = sum(not k.spread.term.on_node for k in _risers(skews))
     who = rules.who
     apart = who is not None and any(not t.on_node and t.selects(who) for t in rules.anti)
-    if not rising or apart or len(wide) > 1 or len(rising) - len(wide) > 1:
+    if chosen is None or apart or wide > 1 or len(_risers(skews)) - wide > 1:
         return whom[0], whom[1], whom[2], flat
-    chosen = wide[0] if wide else rising[0]
     at = skews.index(chosen)
     others: _Whom = (  # the other spreads at the least count: what each node can take
         whom[0],
@@ -774,6 +773,20 @@ def _levelled(
     volumes = rules.volumes(facts_of(capacity).volumes) if rules.claims or rules.ephemeral else ()
     level = _level(chosen, nodes, rules, per_worker, (others, volumes))
     return whom[0], whom[1], whom[2], (*flat[:at], replace(chosen, level=level), *flat[at + 1 :])
+
+
+def _risers(skews: Sequence[Skew]) -> list[Skew]:
+    """The spreads placed in levels that count only the nodes the workers' affinity admits."""
+    return [k for k in skews if k.spread.levels and not k.spread.every_node]
+
+
+def _rising(skews: Sequence[Skew]) -> Skew | None:
+    """The one spread a gang's levels are counted by (`_levelled`), and its workers placed by.
+
+    Of `_risers`, the first above one node (a zone's), else the first; None: none.
+    """
+    risers = _risers(skews)
+    return next((k for k in risers if not k.spread.term.on_node), risers[0] if risers else None)
 
 
 def _level(
@@ -1294,25 +1307,9 @@ def take(
     if rules is not None:
         rules = in_cluster(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules, per_worker) if rules is not None else _NO_ONE
-    # the one in levels (a zone's before a node's: `_levelled` counts at most one so)
-    levels = min(
-        (k for k in whom[3] if k.level is not None),
-        key=lambda k: (k.spread.term.on_node, k.level == k.least),
-        default=None,
-    )
-    if (
-        placements
-        and not _placed_where_blocked(nodes, placements, rules, whom)
-        and (
-            levels is None
-            or (
-                rules is not None
-                and sum(k.level is not None for k in whom[3]) == 1
-                and _in_levels(index.nodes.get(gpu_type, ()), placements, levels, rules)
-            )
-        )
-    ):
+    if placements and _kept(nodes, index.nodes.get(gpu_type, ()), placements, rules, whom):
         return _take_placed(nodes, placements, rules)
+    levels = _rising(whom[3])  # the spread `_levelled` counts in levels: placed by it
     mine = index.positions.get(gpu_type, ())
     usable = mine
     room: dict[int, int] = {}  # free GPUs the workers can take, where node rules cut them
@@ -1460,6 +1457,29 @@ def _in_domain(
     if chosen is None and not required:
         return tuple(usable)
     return tuple(i for i in usable if chosen is not None and domains[nodes[i].name] == chosen)
+
+
+def _kept(
+    nodes: Sequence[NodeCapacity],
+    mine: Sequence[NodeCapacity],
+    placements: Sequence[tuple[str, Sequence[int]]],
+    rules: NodeRules | None,
+    whom: _Whom,
+) -> bool:
+    """Whether `take` keeps a joint plan's `placements` (of `mine`, the type's nodes).
+
+    No pod there keeps the workers off (`_placed_where_blocked`), and a spread counted
+    in levels, if one is (only one), lets kube-scheduler bind them (`_in_levels`); with
+    more they are placed again.
+    """
+    if _placed_where_blocked(nodes, placements, rules, whom):
+        return False
+    counted = [k for k in whom[3] if k.level is not None]
+    if not counted:
+        return True
+    return (
+        rules is not None and len(counted) == 1 and _in_levels(mine, placements, counted[0], rules)
+    )
 
 
 def _in_levels(

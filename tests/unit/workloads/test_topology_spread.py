@@ -477,3 +477,23 @@ def test_a_gang_spread_per_node_and_per_zone_goes_one_a_node_across_zones() -> N
     # a fifth would need a node to take a second: not counted (it waits)
     job["spec"]["replicas"] = 5
     assert decide(job_spec(job), capacity, NOW).gpu_type is None
+
+
+def test_a_gang_in_levels_per_node_is_placed_by_that_spread_not_a_flat_one() -> None:
+    # per node in levels, and per zone counting every node (nodeAffinityPolicy: Ignore,
+    # at the least count, maxSkew 10: it never binds here). The workers go fewest-first
+    # per node: ordered by the zone's count instead (before the re-read of stop 63), a
+    # second landed on a while b ran none, which kube-scheduler refuses
+    job = _spready(replicas=6)
+    zone = _spread(TRAINERS, key=ZONE, skew=10)["topologySpreadConstraints"][0]
+    job["spec"]["template"]["spec"]["topologySpreadConstraints"].append(
+        zone | {"nodeAffinityPolicy": "Ignore"}
+    )
+    spec = job_spec(job)
+    capacity = cluster_capacity([_zoned("a", "x"), _zoned("b", "x"), _zoned("c", "y")], [])
+    _, placed = take(capacity, A100, 6, 1, rules=job_rules(spec), strategy=PLACE)
+    counts = dict.fromkeys("abc", 0)
+    for where, _ in placed:
+        assert counts[where] + 1 - min(counts.values()) <= 1, placed
+        counts[where] += 1
+    assert counts == dict.fromkeys("abc", 2)
