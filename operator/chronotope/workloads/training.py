@@ -392,7 +392,7 @@ def _on_type(
         return [], [], [f"no node has {gpu_type} GPUs"]
     topology = required_topology(spec)
     rising = [s for s in rules.spread if s.levels and not s.every_node]
-    spread = rising[0] if len(rising) == 1 else None  # as `capacity._levelled` counts it
+    spread = rising[0] if len(rising) == 1 else None  # with two, ever is not cut by either
     ever = workers_that_fit(
         nodes, per_worker, strategy, free=False, topology=topology, spread=spread
     )
