@@ -391,10 +391,16 @@ def _on_type(
             return [], [], [f"{gpu_type}: {_refusals(refused, everyone=True)}"]
         return [], [], [f"no node has {gpu_type} GPUs"]
     topology = required_topology(spec)
-    rising = [s for s in rules.spread if s.levels and not s.every_node]
-    spread = rising[0] if len(rising) == 1 else None  # with two, ever is not cut by either
-    ever = workers_that_fit(
-        nodes, per_worker, strategy, free=False, topology=topology, spread=spread
+    # each own spread alone bounds what the gang can ever hold (with two, both bind): the
+    # tightest cuts ever and says why
+    ever, spread = min(
+        (
+            (workers_that_fit(nodes, per_worker, strategy, False, topology, spread=s), s)
+            for s in rules.spread
+            if s.levels and not s.every_node
+        ),
+        key=lambda held: held[0],
+        default=(workers_that_fit(nodes, per_worker, strategy, False, topology), None),
     )
     if ever < least:
         where = "the cluster holds" if not refused else "the nodes its workers may use hold"

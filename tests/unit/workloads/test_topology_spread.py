@@ -497,3 +497,29 @@ def test_a_gang_in_levels_per_node_is_placed_by_that_spread_not_a_flat_one() -> 
         assert counts[where] + 1 - min(counts.values()) <= 1, placed
         counts[where] += 1
     assert counts == dict.fromkeys("abc", 2)
+
+
+def test_a_gang_too_large_for_one_of_two_spreads_is_told_it_can_never_run() -> None:
+    # per zone and per node (maxSkew 1 each): zone y's one node holds one GPU, so zone x
+    # holds at most 2 and the gang at most 3 of its 4 workers, with every GPU free. Each
+    # spread alone bounds it, so the tighter says so (before: neither cut it, and it
+    # waited for ever with "room for 3 of 4 worker(s) now")
+    job = _spready(replicas=4)
+    job["spec"]["gpuTypes"] = [{"name": A100, "relativeSpeed": 1.0}]
+    job["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        _spread(TRAINERS)["topologySpreadConstraints"][0],
+        _spread(TRAINERS, key=ZONE)["topologySpreadConstraints"][0],
+    ]
+    small = node("d", A100, 1)
+    small["metadata"]["labels"][ZONE] = "y"
+    nodes = [_zoned("a", "x"), _zoned("b", "x"), _zoned("c", "x"), small]
+    decision = decide(job_spec(job), cluster_capacity(nodes, []), NOW)
+    assert decision.gpu_type is None
+    assert (
+        f"at most 3 worker(s) of 1 GPU(s) (Spread: a topology spread constraint (maxSkew 1 "
+        f"on {ZONE}) matches its workers' own labels, so a {ZONE} domain holds at most 1 "
+        "more of them than the one that holds the fewest), the job needs 4"
+    ) in decision.reason
+    # three fit
+    job["spec"]["replicas"] = 3
+    assert decide(job_spec(job), cluster_capacity(nodes, []), NOW).workers == 3
