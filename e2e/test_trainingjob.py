@@ -1724,3 +1724,33 @@ def test_a_gang_that_requires_one_zone_starts_inside_one(
 
         wait_for(lambda: "within one Zone" in why(), 60, "three says why")
         assert "at most 2 worker(s) of 2 GPU(s) (Spread within one Zone)" in why(), why()
+
+
+def test_a_job_that_requires_one_zone_starts_on_a_type_a_zone_of_which_holds_it(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # the faster type has 4 free GPUs, 2 in each of two zones; the slower one 4 on one
+    # node. A gang of 2 x 2 that requires one zone starts on the slower type (where a zone
+    # holds it). Before, with another job of its priority running, the fleet policy
+    # counted the faster type's 4 GPUs as one pool and picked it, and the job waited
+    # ("... but FAST has no room yet") with every GPU of the slower type idle
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow, third = (f"{what}-{tag.upper()}" for what in ("ZFAST", "ZSLOW", "ZTHIRD"))
+    with (
+        _gpu_nodes(api, core, f"zfa-{tag}", fast, 1, per_node=2, zone=f"za-{tag}") as fa,
+        _gpu_nodes(api, core, f"zfb-{tag}", fast, 1, per_node=2, zone=f"zb-{tag}") as fb,
+        _gpu_nodes(api, core, f"zs-{tag}", slow, 1, per_node=4, zone=f"za-{tag}") as sl,
+        _gpu_nodes(api, core, f"zt-{tag}", third, 1, per_node=1, zone=f"za-{tag}") as th,
+    ):
+        wait_nodes_untainted(api, set(fa + fb + sl + th), 60)
+        other = job("other", 1, 1, [(third, 1.0)])
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, other)
+        _wait_running(api, namespace, "other", timeout=60)
+        placement = {"strategy": "Pack", "topology": "Zone", "required": True}
+        zoned = job("zoned", 2, 2, [(fast, 1.0), (slow, 0.6)], placement=placement)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, zoned)
+        _wait_running(api, namespace, "zoned", timeout=60, what=f"zoned running on {slow}")
+        status = _get(api, namespace, "zoned")["status"]
+        assert status["plan"]["gpuType"] == slow, status
+        assert sorted({p["node"] for p in status["placement"]}) == sl

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
-from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import TopologyLevel, TrainingJobSpec
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
 from chronotope.workloads.capacity import Capacity, facts_of, refuses_some
@@ -55,7 +55,7 @@ from chronotope.workloads.replan import (
     progress,
     remaining_work,
 )
-from chronotope.workloads.training import Action, Decision, decide
+from chronotope.workloads.training import Action, Decision, decide, required_topology
 
 __all__ = [
     "CONTENDING",
@@ -427,20 +427,48 @@ def _enact(
             namespace, only, cycle.capacity, cycle.now, remaining=remaining
         )
         if there.action is not Action.START:
-            if _node_bound(cycle.capacity, only, or_short=True):
-                # the policy counts the type's free GPUs on every node, and this job may use
-                # only some of them: start where its workers may go rather than wait for nothing
+            uncounted = _uncounted(cycle, namespace, only, remaining)
+            if uncounted:
+                # the policy counts the type's free GPUs on every node as one pool, and this
+                # job may not use them so: start where its workers may go rather than wait
+                # for nothing (decide weighed waiting for that type already)
                 return replace(
                     decision,
                     reason=f"{decision.reason} (the fleet policy would pick "
-                    f"{outcome.gpu_type}, whose free GPUs its workers may not use now: node "
-                    "rules, CPU, memory, other resources or pod slots)",
+                    f"{outcome.gpu_type}, {uncounted})",
                 )
             return Decision(
                 Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
             )
         decision = there
     return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
+
+
+def _uncounted(cycle: Cycle, namespace: str, only: TrainingJobSpec, remaining: float) -> str:
+    """Why the type's free GPUs, counted as one pool, do not hold `only`'s gang ('' if not so).
+
+    `only`: the job on the one type the fleet policy picked, with no room there now.
+    """
+    if _node_bound(cycle.capacity, only, or_short=True):
+        return (
+            "whose free GPUs its workers may not use now: node rules, CPU, memory, other "
+            "resources or pod slots"
+        )
+    topology = required_topology(only)
+    if topology is TopologyLevel.ANY:
+        return ""
+    anywhere = only.model_copy(
+        update={"placement": only.placement.model_copy(update={"required": False})}
+    )
+    there = cycle.decider.decide(
+        namespace, anywhere, cycle.capacity, cycle.now, remaining=remaining
+    )
+    if there.action is not Action.START:
+        return ""
+    return (
+        f"whose free GPUs hold its workers only across {topology.value} domains, and it "
+        f"requires one"
+    )
 
 
 def _node_bound(capacity: Capacity, spec: TrainingJobSpec, *, or_short: bool = False) -> bool:

@@ -18,7 +18,7 @@ import pytest
 
 from chronotope.api.v1alpha1.trainingjob import WHY_WAITING_MAX
 from chronotope.controllers.trainingjob import merged_status, reconcile
-from chronotope.sharing.labels import GENERATION_ANNOTATION
+from chronotope.sharing.labels import GENERATION_ANNOTATION, ZONE_LABEL
 from chronotope.workloads.capacity import NodeCapacity
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.gates import Decider, PodsOf
@@ -333,6 +333,37 @@ def test_a_job_that_fits_only_on_another_type_beside_the_head_moves_there() -> N
     assert d["head"].gpu_type == "V100-SXM2-32GB"
     assert d["me"].action is Action.START
     assert d["me"].gpu_type == "L4"
+
+
+def test_a_job_that_requires_one_zone_starts_where_one_holds_it_not_where_the_policy_counts() -> (
+    None
+):
+    # the fleet policy counts A100's 8 free GPUs as one pool and picks it (faster), but
+    # they are 4 in each zone and the gang of 2 x 4 requires one: it starts on V100, where
+    # a zone holds it (before: it waited for A100, "has no room yet", with 8 V100s idle,
+    # though alone it started on V100: the policy's band needs another job of its priority)
+    def zoned(name: str, product: str, free: int, zone: str) -> NodeCapacity:
+        labels = {ZONE_LABEL: zone, "nvidia.com/gpu.product": product}
+        free_gpus = tuple(range(8 - free, 8))
+        return NodeCapacity(
+            name, product, 8, free, True, zone=zone, free_gpus=free_gpus, labels=labels
+        )
+
+    cap = [zoned("a-0", "A100", 4, "x"), zoned("a-1", "A100", 4, "y"), zoned("v-0", "V100", 8, "x")]
+    cap.append(NodeCapacity("l4-0", "L4", 4, 4, True))
+    me = tjob("me", created=NOW, gpus=4, types={"A100": 1.0, "V100": 0.6}, phase="Waiting")
+    me["spec"] |= {"replicas": 2, "placement": {"topology": "Zone", "required": True}}
+    other = tjob("other", created=NOW, types={"L4": 1.0}, phase="Waiting")
+    d = one_pass([me, other], cap)
+    assert (d["me"].action, d["me"].gpu_type) == (Action.START, "V100")
+    assert d["me"].reason.endswith(
+        "(the fleet policy would pick A100, whose free GPUs hold its workers only across Zone "
+        "domains, and it requires one)"
+    )
+    # a zone of A100 with room for the gang: it starts there, as the policy picks
+    cap[1] = zoned("a-1", "A100", 8, "y")
+    d = one_pass([me, other], cap)
+    assert (d["me"].action, d["me"].gpu_type) == (Action.START, "A100")
 
 
 def test_a_pass_never_starts_more_than_the_capacity_holds() -> None:
