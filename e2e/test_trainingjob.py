@@ -1726,14 +1726,16 @@ def test_a_gang_that_requires_one_zone_starts_inside_one(
         assert "at most 2 worker(s) of 2 GPU(s) (Spread within one Zone)" in why(), why()
 
 
-def test_a_job_that_requires_one_zone_starts_on_a_type_a_zone_of_which_holds_it(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+@pytest.mark.parametrize("case", ["zone", "fragmented"])
+def test_a_job_starts_on_a_type_where_its_workers_fit_not_where_free_gpus_add_up(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, case: str
 ) -> None:
-    # the faster type has 4 free GPUs, 2 in each of two zones; the slower one 4 on one
-    # node. A gang of 2 x 2 that requires one zone starts on the slower type (where a zone
-    # holds it). Before, with another job of its priority running, the fleet policy
-    # counted the faster type's 4 GPUs as one pool and picked it, and the job waited
-    # ("... but FAST has no room yet") with every GPU of the slower type idle
+    # the faster type has 4 free GPUs, 2 on each of two nodes (in two zones); the slower
+    # one 4 on one node. A gang that does not fit the faster type's nodes (2 workers of 2
+    # that require one zone; one worker of 4) starts on the slower type. Before, with
+    # another job of its priority running, the fleet policy counted the faster type's 4
+    # GPUs as one pool and picked it, and the job waited ("... but ZFAST has no room
+    # yet") with every GPU of the slower type idle
     api, custom, core = jobs_api
     tag = namespace[-6:]
     fast, slow, third = (f"{what}-{tag.upper()}" for what in ("ZFAST", "ZSLOW", "ZTHIRD"))
@@ -1747,10 +1749,14 @@ def test_a_job_that_requires_one_zone_starts_on_a_type_a_zone_of_which_holds_it(
         other = job("other", 1, 1, [(third, 1.0)])
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, other)
         _wait_running(api, namespace, "other", timeout=60)
-        placement = {"strategy": "Pack", "topology": "Zone", "required": True}
-        zoned = job("zoned", 2, 2, [(fast, 1.0), (slow, 0.6)], placement=placement)
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, zoned)
-        _wait_running(api, namespace, "zoned", timeout=60, what=f"zoned running on {slow}")
-        status = _get(api, namespace, "zoned")["status"]
+        types = [(fast, 1.0), (slow, 0.6)]
+        if case == "zone":
+            placement = {"strategy": "Pack", "topology": "Zone", "required": True}
+            body = job("gang", 2, 2, types, placement=placement)
+        else:
+            body = job("gang", 1, 4, types)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        _wait_running(api, namespace, "gang", timeout=60, what=f"gang running on {slow}")
+        status = _get(api, namespace, "gang")["status"]
         assert status["plan"]["gpuType"] == slow, status
         assert sorted({p["node"] for p in status["placement"]}) == sl

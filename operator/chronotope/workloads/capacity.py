@@ -90,7 +90,6 @@ __all__ = [
     "facts_of",
     "in_cluster",
     "of_type",
-    "refuses_some",
     "take",
     "unblocked",
 ]
@@ -1029,26 +1028,6 @@ def _fit(n: NodeCapacity, rules: NodeRules) -> tuple[int | None, str]:
 def _limit(limits: Amounts, driver: str) -> int | None:
     """How many volumes of `driver` `limits` let a node attach (None: no limit)."""
     return next((most for name, most in limits if name == driver), None)
-
-
-def refuses_some(
-    capacity: Capacity,
-    gpu_types: Iterable[str],
-    rules: NodeRules,
-    per_worker: int = 1,
-    *,
-    or_short: bool = False,
-) -> bool:
-    """Some node of these GPU types refuses pods with `rules` (so counts per type overstate).
-
-    `or_short`: or cannot give them all its free GPUs now for want of CPU or memory,
-    for a host port a pod there holds, or for a pod anti-affinity.
-    """
-    for t in gpu_types:
-        seen = admitting(capacity, t, rules, per_worker)
-        if seen.refused or (or_short and (seen.short or seen.blocked or seen.shunned)):
-            return True
-    return False
 
 
 def _gpu_count(pod: Mapping[str, Any]) -> int:

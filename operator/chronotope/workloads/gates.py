@@ -29,10 +29,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
-from chronotope.api.v1alpha1.trainingjob import TopologyLevel, TrainingJobSpec
+from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
-from chronotope.workloads.capacity import Capacity, facts_of, refuses_some
+from chronotope.workloads.capacity import Capacity, facts_of
 from chronotope.workloads.fleet import (
     BandPlan,
     FleetJob,
@@ -45,7 +45,6 @@ from chronotope.workloads.fleet import (
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.joint import Contender, arbitrate, options_for
-from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.preemption import Preemption, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import queue_key
@@ -55,7 +54,7 @@ from chronotope.workloads.replan import (
     progress,
     remaining_work,
 )
-from chronotope.workloads.training import Action, Decision, decide, required_topology
+from chronotope.workloads.training import Action, Decision, decide
 
 __all__ = [
     "CONTENDING",
@@ -427,11 +426,12 @@ def _enact(
             namespace, only, cycle.capacity, cycle.now, remaining=remaining
         )
         if there.action is not Action.START:
-            uncounted = _uncounted(cycle, namespace, only, remaining)
+            uncounted = _uncounted(cycle.capacity, only, there)
             if uncounted:
                 # the policy counts the type's free GPUs on every node as one pool, and this
-                # job may not use them so: start where its workers may go rather than wait
-                # for nothing (decide weighed waiting for that type already)
+                # job's workers do not fit them so (nodes too small or fragmented, node
+                # rules, CPU, a required domain): start where decide put them rather than
+                # wait for nothing (decide weighed waiting for that type already)
                 return replace(
                     decision,
                     reason=f"{decision.reason} (the fleet policy would pick "
@@ -444,41 +444,21 @@ def _enact(
     return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
 
 
-def _uncounted(cycle: Cycle, namespace: str, only: TrainingJobSpec, remaining: float) -> str:
-    """Why the type's free GPUs, counted as one pool, do not hold `only`'s gang ('' if not so).
+def _uncounted(capacity: Capacity, only: TrainingJobSpec, there: Decision) -> str:
+    """Why the fleet policy's type has room for `only` by its count, not by `there`.
 
-    `only`: the job on the one type the fleet policy picked, with no room there now.
+    `only`: the job on the one type the fleet policy picked (it starts a job only where
+    that type's free GPUs, counted as one pool, hold its gang); `there`: `decide`'s
+    answer on it, no start. '' when the free GPUs do not hold the gang even as one pool
+    (the capacity moved since the policy's plan was made).
     """
-    if _node_bound(cycle.capacity, only, or_short=True):
-        return (
-            "whose free GPUs its workers may not use now: node rules, CPU, memory, other "
-            "resources or pod slots"
-        )
-    topology = required_topology(only)
-    if topology is TopologyLevel.ANY:
+    gpu_type = only.gpu_types[0].name
+    free = sum(n.free for n in capacity if n.schedulable and n.gpu_model == gpu_type)
+    least = min(only.min_replicas or only.replicas, only.replicas)
+    if free < least * (only.gpu.count or 1):
         return ""
-    anywhere = only.model_copy(
-        update={"placement": only.placement.model_copy(update={"required": False})}
-    )
-    there = cycle.decider.decide(
-        namespace, anywhere, cycle.capacity, cycle.now, remaining=remaining
-    )
-    if there.action is not Action.START:
-        return ""
-    return (
-        f"whose free GPUs hold its workers only across {topology.value} domains, and it "
-        f"requires one"
-    )
-
-
-def _node_bound(capacity: Capacity, spec: TrainingJobSpec, *, or_short: bool = False) -> bool:
-    """Some node of the job's GPU types refuses its workers (`workloads.node_fit`).
-
-    `or_short`: or has free GPUs its workers cannot take now for want of CPU, memory,
-    another resource or pod slots.
-    """
-    types = (t.name for t in spec.gpu_types)
-    return refuses_some(capacity, types, job_rules(spec), spec.gpu.count or 1, or_short=or_short)
+    why = there.reason.removeprefix("waiting for GPUs: ")
+    return f"counting its {free} free GPUs as one pool, where its workers do not fit now: {why}"
 
 
 class FleetGate:

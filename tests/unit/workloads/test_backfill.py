@@ -335,33 +335,46 @@ def test_a_job_that_fits_only_on_another_type_beside_the_head_moves_there() -> N
     assert d["me"].gpu_type == "L4"
 
 
-def test_a_job_that_requires_one_zone_starts_where_one_holds_it_not_where_the_policy_counts() -> (
-    None
-):
-    # the fleet policy counts A100's 8 free GPUs as one pool and picks it (faster), but
-    # they are 4 in each zone and the gang of 2 x 4 requires one: it starts on V100, where
-    # a zone holds it (before: it waited for A100, "has no room yet", with 8 V100s idle,
-    # though alone it started on V100: the policy's band needs another job of its priority)
-    def zoned(name: str, product: str, free: int, zone: str) -> NodeCapacity:
-        labels = {ZONE_LABEL: zone, "nvidia.com/gpu.product": product}
-        free_gpus = tuple(range(8 - free, 8))
-        return NodeCapacity(
-            name, product, 8, free, True, zone=zone, free_gpus=free_gpus, labels=labels
-        )
+def _zoned(name: str, product: str, free: int, zone: str) -> NodeCapacity:
+    """A node of 8 GPUs of `product` in `zone`, `free` of them free."""
+    labels = {ZONE_LABEL: zone, "nvidia.com/gpu.product": product}
+    free_gpus = tuple(range(8 - free, 8))
+    return NodeCapacity(name, product, 8, free, True, zone=zone, free_gpus=free_gpus, labels=labels)
 
-    cap = [zoned("a-0", "A100", 4, "x"), zoned("a-1", "A100", 4, "y"), zoned("v-0", "V100", 8, "x")]
-    cap.append(NodeCapacity("l4-0", "L4", 4, 4, True))
+
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        pytest.param("zone", "A100: room for 1 of 2 worker(s) now within one Zone", id="zone"),
+        pytest.param("small", "A100: room for 0 of 2 worker(s) now", id="fragmented"),
+    ],
+)
+def test_a_job_starts_where_its_workers_fit_not_where_the_policy_counts_free_gpus(
+    case: str, why: str
+) -> None:
+    # the fleet policy counts A100's 8 free GPUs as one pool and picks it (faster), but
+    # the gang of 2 x 4 does not fit them: they are 4 in each zone and it requires one,
+    # or 2 on each of four nodes. It starts on V100, where it fits (before: it waited
+    # for A100, "has no room yet", with 8 V100s idle, though alone it started on V100:
+    # the policy's band needs another job of its priority)
+    if case == "zone":
+        cap = [_zoned("a-0", "A100", 4, "x"), _zoned("a-1", "A100", 4, "y")]
+    else:
+        cap = [_zoned(f"a-{i}", "A100", 2, "x") for i in range(4)]
+    cap += [_zoned("v-0", "V100", 8, "x"), NodeCapacity("l4-0", "L4", 4, 4, True)]
     me = tjob("me", created=NOW, gpus=4, types={"A100": 1.0, "V100": 0.6}, phase="Waiting")
-    me["spec"] |= {"replicas": 2, "placement": {"topology": "Zone", "required": True}}
+    me["spec"]["replicas"] = 2
+    if case == "zone":
+        me["spec"]["placement"] = {"topology": "Zone", "required": True}
     other = tjob("other", created=NOW, types={"L4": 1.0}, phase="Waiting")
     d = one_pass([me, other], cap)
     assert (d["me"].action, d["me"].gpu_type) == (Action.START, "V100")
     assert d["me"].reason.endswith(
-        "(the fleet policy would pick A100, whose free GPUs hold its workers only across Zone "
-        "domains, and it requires one)"
+        "(the fleet policy would pick A100, counting its 8 free GPUs as one pool, where its "
+        f"workers do not fit now: {why})"
     )
-    # a zone of A100 with room for the gang: it starts there, as the policy picks
-    cap[1] = zoned("a-1", "A100", 8, "y")
+    # room for the gang on A100: it starts there, as the policy picks
+    cap[1] = _zoned("a-1", "A100", 8, "x")
     d = one_pass([me, other], cap)
     assert (d["me"].action, d["me"].gpu_type) == (Action.START, "A100")
 
