@@ -593,6 +593,42 @@ def test_a_long_job_gives_its_lease_to_much_shorter_work(
     )
 
 
+def test_a_lease_is_kept_when_the_shorter_job_would_not_fit_the_gpus_it_frees(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # two nodes of 4 GPUs of a fast type, each running one 2-GPU worker of a long,
+    # checkpointing job and one of a higher-priority job; a short job of one 4-GPU worker
+    # that accepts the fast type and a slow one (4 GPUs free). The policy counts the long
+    # job's 4 GPUs as one pool and would give its lease to the short job, but once it
+    # stopped each node would have 2 free: the short job would not fit. It runs on the
+    # slow type and the long job keeps its lease (before: the long job was stopped for
+    # nothing, `LeaseGivenUp`, while the short job waited for the fast type)
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow = f"LFAST-{tag.upper()}", f"LSLOW-{tag.upper()}"
+    with (
+        _gpu_nodes(api, core, f"lf-{tag}", fast, 2, per_node=4) as fast_nodes,
+        _gpu_nodes(api, core, f"ls-{tag}", slow, 1, per_node=4) as slow_nodes,
+    ):
+        wait_nodes_untainted(api, set(fast_nodes + slow_nodes), 60)
+        spread = {"strategy": "Spread"}
+        other = job("other", 2, 2, [(fast, 1.0)], placement=spread, priority=5)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, other)
+        _wait_running(api, namespace, "other", timeout=60)
+        long = job("long", 2, 2, [(fast, 1.0)], placement=spread, checkpoint={"path": "/c/l"})
+        long["spec"]["estimate"]["durationSeconds"] = 36000
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, long)
+        _wait_running(api, namespace, "long", timeout=60)
+        short = job("short", 1, 4, [(fast, 1.0), (slow, 0.5)])
+        short["spec"]["estimate"]["durationSeconds"] = 600
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, short)
+        _wait_running(api, namespace, "short", timeout=60, what=f"short running on {slow}")
+        assert _get(api, namespace, "short")["status"]["plan"]["gpuType"] == slow
+        assert "LeaseGivenUp" not in _events(core, namespace, "long")
+        status = _get(api, namespace, "long")["status"]
+        assert (status["phase"], status.get("restarts", 0)) == ("Running", 0), status
+
+
 def test_operator_restarted_mid_resize_converges(
     kube_cluster: KubeCluster,
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],

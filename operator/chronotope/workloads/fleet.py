@@ -24,13 +24,15 @@ preemptible, checkpointing, not elastic) and whose type the policy's allocation
 does not keep is stopped from its checkpoint (`BandPlan.stops`), to wait or to
 restart on the type the policy moves it to; the policy charges a lease round
 (`LEASE_S`) on top of the restart for giving a lease up, so it does so only
-for a clear gain. Other running jobs keep their GPUs, and a start the policy
+for a clear gain. The policy counts a type's GPUs as one pool, so a lease given
+up for a waiting job is checked against the nodes (`Fits`): it is kept when
+that job's workers would not fit once it had stopped. Other running jobs keep their GPUs, and a start the policy
 plans on them waits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -41,6 +43,7 @@ from chronotope.workloads.training_policy import LEASE_S, ChronotopePolicy, Job,
 
 __all__ = [
     "BandPlan",
+    "Fits",
     "FleetJob",
     "FleetOutcome",
     "estimate_ratios",
@@ -71,6 +74,11 @@ class FleetJob:
     (a job planned from a model profile passes the profile's predictions)."""
     progress: float | None = None
     """Share of the estimated work done, uncapped (above 1 past the estimate); None: `done`."""
+
+
+Fits = Callable[[FleetJob, str, tuple[FleetJob, ...]], bool]
+"""Whether a waiting job's workers fit the nodes of a GPU type now once these running jobs
+have stopped (the policy counts a type's GPUs as one pool; its nodes decide)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,10 @@ class BandPlan:
     stops: Mapping[str, str] = field(default_factory=dict)
     """Running job -> why: the lease the policy gives up (the job stops from its
     checkpoint and waits, or restarts on the type the policy moves it to)."""
+    unfit: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Waiting job -> (type, running jobs): the policy would run the job on their GPUs,
+    but its workers would not fit the nodes once they had stopped (`Fits`): they keep
+    their lease."""
 
     def outcome(self, key: str) -> FleetOutcome:
         """Whether job `key` starts now, where, and why (a job left out of the plan passes)."""
@@ -146,6 +158,15 @@ class BandPlan:
                 True,
                 self.starts[key],
                 f"{_POLICY} runs it now on {self.starts[key]}",
+            )
+        if key in self.unfit:
+            gpu_type, victims = self.unfit[key]
+            return FleetOutcome(
+                False,
+                None,
+                f"{_POLICY} would run it now on {gpu_type} in place of {', '.join(victims)}, "
+                "but its workers would not fit the nodes once they had stopped: they keep "
+                "their lease",
             )
         if key in self.yields:
             gpu_type, victims = self.yields[key]
@@ -180,11 +201,15 @@ def plan_band(
     capacity: Capacity,
     now: datetime,
     errors: Sequence[float] = (),
+    *,
+    fits: Fits | None = None,
 ) -> BandPlan:
     """The simulator's policy over the band's jobs (each with its gang in GPUs), once.
 
     `errors`: finished jobs' (true / estimated) work ratios (`estimate_ratios`), from
     which the policy learns how wrong estimates are, as it does in the simulator.
+    `fits`: checks a lease the policy would give up for a waiting job against the
+    nodes (None: none is checked).
     """
     idle: dict[str, int] = {}
     for n in capacity:
@@ -199,7 +224,7 @@ def plan_band(
     # the same plan: "me first on ties" would let two tied jobs each wait for the other
     entries = sorted(band, key=lambda e: (e[0].arrival, e[0].key))
     states: list[JobState] = []
-    keys: list[str] = []
+    planned: list[FleetJob] = []
     waiting: set[int] = set()
     yieldable: set[int] = set()
     for f, gpus in entries:
@@ -210,20 +235,38 @@ def plan_band(
             elif yields_lease(f.spec):
                 yieldable.add(len(states))
             states.append(state)
-            keys.append(f.key)
+            planned.append(f)
     if not states:
         return BandPlan((), {})
     pools = {t: free[t] for t in types}  # types with GPUs to give
     alloc = ChronotopePolicy(round_s=LEASE_S, errors=errors).allocate(0.0, states, pools)
     starts = _starts_now(alloc, states, waiting, idle)
+    keys = [f.key for f in planned]
+    fitting = None
+    if fits is not None:
+        check = fits
+
+        def fitting(i: int, gpu_type: str, victims: tuple[int, ...]) -> bool:
+            return check(planned[i], gpu_type, tuple(planned[v] for v in victims))
+
     # a job the policy gives leases to waits for them, rather than backfill a slower type
-    yields = lease_yields(alloc, states, waiting - starts.keys(), yieldable, idle)
+    yields, unfit = lease_yields(
+        alloc, states, waiting - starts.keys(), yieldable, idle, fits=fitting
+    )
     starts |= _backfill(alloc, states, waiting - starts.keys() - yields.keys(), idle)
+    taken = {v for _, vs in yields.values() for v in vs}
+    # a lease given up only for a job that would not fit is kept (a move still moves)
+    spared = {v for _, vs in unfit.values() for v in vs if alloc.get(v) is None} - taken
     return BandPlan(
         tuple(keys),
         {keys[i]: t for i, t in sorted(starts.items())},
         {keys[i]: (t, tuple(keys[v] for v in vs)) for i, (t, vs) in sorted(yields.items())},
-        _stops(alloc, states, keys, yieldable, yields),
+        _stops(alloc, states, keys, yieldable - spared, yields),
+        {
+            keys[i]: (t, tuple(keys[v] for v in vs))
+            for i, (t, vs) in sorted(unfit.items())
+            if i not in starts
+        },
     )
 
 
@@ -275,7 +318,9 @@ def lease_yields(
     waiting: Collection[int],
     yieldable: Collection[int],
     idle: dict[str, int],
-) -> dict[int, tuple[str, tuple[int, ...]]]:
+    *,
+    fits: Callable[[int, str, tuple[int, ...]], bool] | None = None,
+) -> tuple[dict[int, tuple[str, tuple[int, ...]]], dict[int, tuple[str, tuple[int, ...]]]]:
     """Waiting jobs `alloc` runs now on GPUs of running jobs whose lease it gives up.
 
     `alloc` is the policy's allocation (job index -> type), `waiting` the jobs that
@@ -284,8 +329,10 @@ def lease_yields(
     its lease; in plan order, each waiting job `alloc` places on a type takes the
     idle GPUs left there and as many of those leases as it needs (the policy's
     least preferred first, as each is needed at most once); a job they do not cover
-    takes nothing. Job index -> (type, the running jobs it takes over); the idle
-    GPUs those jobs take leave `idle`.
+    takes nothing, and neither does one whose workers `fits` says would not fit the
+    nodes once those jobs had stopped (their leases stay for the jobs after it).
+    Job index -> (type, the running jobs it takes over), for those that take them and
+    for those `fits` refused; the idle GPUs the takers take leave `idle`.
     """
     rank = {i: r for r, i in enumerate(alloc)}
     giving: dict[str, list[int]] = {}
@@ -295,6 +342,7 @@ def lease_yields(
             giving.setdefault(gpu_type, []).append(v)
     spare: dict[str, int] = {}  # what the chosen leases free beyond their takers' gangs
     out: dict[int, tuple[str, tuple[int, ...]]] = {}
+    unfit: dict[int, tuple[str, tuple[int, ...]]] = {}
     for i, gpu_type in alloc.items():
         pool = giving.get(gpu_type, [])
         if i not in waiting or not pool:
@@ -311,12 +359,15 @@ def lease_yields(
             need -= states[v].job.num_gpus
         if need > 0:
             continue
+        if chosen and fits is not None and not fits(i, gpu_type, tuple(chosen)):
+            unfit[i] = (gpu_type, tuple(chosen))
+            continue
         for v in chosen:
             pool.remove(v)
         idle[gpu_type] = idle.get(gpu_type, 0) - from_idle
         spare[gpu_type] = spare.get(gpu_type, 0) - from_spare - need
         out[i] = (gpu_type, tuple(chosen))
-    return out
+    return out, unfit
 
 
 def _starts_now(

@@ -35,6 +35,7 @@ from chronotope.sharing.labels import GENERATION_ANNOTATION
 from chronotope.workloads.capacity import Capacity, facts_of
 from chronotope.workloads.fleet import (
     BandPlan,
+    Fits,
     FleetJob,
     FleetOutcome,
     estimate_ratios,
@@ -45,7 +46,7 @@ from chronotope.workloads.fleet import (
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.joint import Contender, arbitrate, options_for
-from chronotope.workloads.preemption import Preemption, plan_preemption
+from chronotope.workloads.preemption import Preemption, decided_without, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.replan import (
@@ -148,10 +149,34 @@ class Decider:
                 spec = spec.model_copy(update={"gpu_types": options})
             f = _fleet_job(job, spec, now)
             band.append((f, f.running_gpus or gang_gpus(spec)))
-        plan = plan_band(band, view.capacity, now, estimate_ratios(view.jobs))
+        fits = self._fits(view, now) if view.nodes else None
+        plan = plan_band(band, view.capacity, now, estimate_ratios(view.jobs), fits=fits)
         members = frozenset(f.key for f, _ in band if f.running_on is None)
         self._bands[key] = (view, plan, members)
         return plan, members
+
+    def _fits(self, view: BandView, now: datetime) -> Fits:
+        """`fleet.Fits` on `view`'s cluster: the job starts on the type with those jobs gone."""
+        facts = facts_of(view.capacity)
+
+        def fits(job: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
+            namespace = job.key.split("/", 1)[0]
+            only = job.spec.model_copy(
+                update={"gpu_types": [t for t in job.spec.gpu_types if t.name == gpu_type]}
+            )
+            planner = self.planner(namespace, only)
+            there = decided_without(
+                only,
+                {v.key for v in victims},
+                nodes=view.nodes,
+                pods=view.pods,
+                now=now,
+                planner=None if isinstance(planner, str) else planner,
+                facts=facts,
+            )
+            return there.action is Action.START
+
+        return fits
 
     def planner(self, namespace: str, spec: TrainingJobSpec) -> ProfilePlanner | str | None:
         """The job's profile planner; None without a model profile; why, when it is unusable."""
@@ -231,6 +256,10 @@ class BandView:
     queue has room for once it gives its own up); a job not named: every type it accepts;
     a job named with no type it accepts is left out of the band (a running one keeps
     what it holds, and the band does not count its GPUs)."""
+    nodes: Sequence[Mapping[str, Any]] = ()
+    pods: Sequence[Mapping[str, Any]] = ()
+    """The cluster `capacity` was read from: with them, a lease the policy would give up
+    for a waiting job is given up only if its workers fit once it has stopped."""
 
 
 @dataclass(frozen=True)

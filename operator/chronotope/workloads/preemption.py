@@ -10,9 +10,10 @@ caller (checkpoint annotation, then SIGTERM with a grace period) and re-queue.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
@@ -21,7 +22,7 @@ from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.training import Action, Decision, decide
 
-__all__ = ["Preemption", "plan_preemption"]
+__all__ = ["Preemption", "decided_without", "plan_preemption"]
 
 
 @dataclass(frozen=True)
@@ -68,22 +69,13 @@ def plan_preemption(
     if not candidates:
         return None
     candidates.sort(key=lambda c: (c[0], c[1]))
-    pods_of: dict[str, set[str]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        owner = (meta.get("labels") or {}).get(JOB_LABEL)
-        if owner:
-            pods_of.setdefault(f"{meta.get('namespace')}/{owner}", set()).add(_key(pod))
-
-    def decided_without(victims: Sequence[str]) -> Decision:
-        ignored = frozenset().union(*(pods_of.get(k, set()) for k in victims))
-        capacity = cluster_capacity(nodes, pods, ignore_pods=ignored, facts=facts)
-        return decide(spec, capacity, now, planner=planner)
-
+    without = partial(
+        decided_without, spec, nodes=nodes, pods=pods, now=now, planner=planner, facts=facts
+    )
     chosen: list[str] = []
     for _, _, job in candidates:
         chosen.append(_key(job))
-        decision = decided_without(chosen)
+        decision = without(chosen)
         if decision.action is not Action.START:
             continue
         # kube-scheduler's reprieve: an early (cheap) victim may free GPUs the job cannot
@@ -91,8 +83,32 @@ def plan_preemption(
         # one made the fit; spare every victim it starts without, most important first
         for key in reversed(list(chosen)):
             rest = [k for k in chosen if k != key]
-            without = decided_without(rest)
-            if without.action is Action.START:
-                chosen, decision = rest, without
+            spared = without(rest)
+            if spared.action is Action.START:
+                chosen, decision = rest, spared
         return Preemption(tuple(chosen), decision)
     return None
+
+
+def decided_without(
+    spec: TrainingJobSpec,
+    victims: Collection[str],
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    now: datetime,
+    planner: ProfilePlanner | None = None,
+    facts: ClusterFacts = NO_FACTS,
+) -> Decision:
+    """`spec`'s start decision on the cluster with the pods of TrainingJobs `victims` gone.
+
+    `victims`: `namespace/name` of TrainingJobs (their workers carry `JOB_LABEL`).
+    """
+    ignored = frozenset(
+        _key(pod)
+        for pod in pods
+        if (owner := ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL))
+        and f"{pod['metadata'].get('namespace')}/{owner}" in victims
+    )
+    capacity = cluster_capacity(nodes, pods, ignore_pods=ignored, facts=facts)
+    return decide(spec, capacity, now, planner=planner)

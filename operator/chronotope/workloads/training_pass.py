@@ -398,7 +398,7 @@ def _round(
         capacity=capacity,
         left=capacity,
         others=others,
-        band_on=BandView(capacity, list(others), band_types),
+        band_on=BandView(capacity, list(others), band_types, nodes, pods),
         may_yield=may_yield,
         index={job_key(j): i for i, j in enumerate(others)},
         nodes=nodes,

@@ -379,6 +379,45 @@ def test_a_job_starts_where_its_workers_fit_not_where_the_policy_counts_free_gpu
     assert (d["me"].action, d["me"].gpu_type) == (Action.START, "A100")
 
 
+def _worker(job: str, node_name: str, gpus: int) -> dict[str, Any]:
+    """A running worker of TrainingJob `job` (namespace scale) on `node_name`."""
+    pod = busy_pod(f"{job}-g0-{node_name}", node_name, gpus)
+    pod["metadata"] |= {"namespace": "scale", "labels": {JOB_LABEL: job}}
+    return pod
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["split", "one-node"])
+def test_a_lease_is_given_up_only_where_the_waiting_job_fits_once_it_has_stopped(
+    split: bool,
+) -> None:
+    # a long preemptible, checkpointing job holds 8 H100s; a 1 h job of one 8-GPU worker
+    # waits. The policy gives it the long job's lease. Split 4 + 4 over two nodes (the
+    # other 4 of each held by another scheduler's pods), the short job would not fit once
+    # the long one stopped: before, it was stopped for nothing; now it keeps its lease
+    h100 = {"H100": 1.0}
+    nodes = [node("h0", "H100", 8), node("h1", "H100", 8)]
+    if split:
+        pods = [_worker("long", "h0", 4), _worker("long", "h1", 4)]
+        pods += [busy_pod("b0", "h0", 4), busy_pod("b1", "h1", 4)]
+    else:
+        pods = [_worker("long", "h0", 8), busy_pod("b1", "h1", 8)]
+    plan = {"gpuType": "H100", "workers": 2 if split else 1, "totalGpus": 8}
+    long = tjob("long", created=NOW - timedelta(hours=2), hours=10, gpus=8, types=h100)
+    long["spec"] |= {"preemptible": True, "checkpoint": {"path": "/ckpt/long"}}
+    long["status"] = {"phase": "Running", "plan": plan | {"startTime": NOW.isoformat()}}
+    short = tjob("short", created=NOW, gpus=8, types=h100, phase="Waiting")
+    done = schedule(
+        [long, short],
+        nodes,
+        pods,
+        QuotaView.parse([], []),
+        decider=Decider(lambda _n, name: f"model profile {name} not found", lambda *_: []),
+        now=NOW,
+    )
+    assert done.verdicts["scale/short"].decision.action is Action.WAIT
+    assert done.stops.keys() == (set() if split else {"scale/long"})
+
+
 def test_a_pass_never_starts_more_than_the_capacity_holds() -> None:
     # nine one-GPU jobs in two queues on 5 free L4s: five start, no more
     jobs = [

@@ -223,3 +223,44 @@ def test_a_move_to_a_slower_type_says_it_frees_the_faster_one() -> None:
     plan = plan_band([(long, 8), (short, 8)], cluster, NOW)
     assert "moves it from L4 to H100, where it finishes sooner" in plan.stops["ns/short"]
     assert "moves it from H100 to L4, to free its H100 GPUs" in plan.stops["ns/long"]
+
+
+def test_a_lease_is_given_up_only_for_a_job_whose_workers_fit_once_it_has_stopped() -> None:
+    # the long job's 8 H100s are 4 on each of two nodes; the short job's one worker
+    # needs 8 on one node. The policy (a pool per type) would stop the long job for it;
+    # the nodes say the short job would not fit: the long job keeps its lease, and the
+    # short job says why, or backfills the idle L4s where it accepts them
+    held = [NodeCapacity("h0", "H100", 8, 0, True), NodeCapacity("h1", "H100", 8, 0, True)]
+    long = running("ns/long", 10, gpuTypes=[{"name": "H100", "relativeSpeed": 1.0}], **CKPT)
+    short = job("ns/short", 1)
+    asked: list[tuple[str, str, tuple[str, ...]]] = []
+
+    def fits(j: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
+        asked.append((j.key, gpu_type, tuple(v.key for v in victims)))
+        return False
+
+    plan = plan_band([(long, 8), (short, 8)], held, NOW, fits=fits)
+    assert asked == [("ns/short", "H100", ("ns/long",))]
+    assert plan.stops == {}
+    assert plan.yields == {}
+    out = plan.outcome("ns/short")
+    assert not out.starts
+    assert out.reason.endswith(
+        "would run it now on H100 in place of ns/long, but its workers would not fit the "
+        "nodes once they had stopped: they keep their lease"
+    )
+    # where they fit, as before
+    plan = plan_band([(long, 8), (short, 8)], held, NOW, fits=lambda *_: True)
+    assert plan.stops.keys() == {"ns/long"}
+    assert plan.yields == {"ns/short": ("H100", ("ns/long",))}
+    # a job that also accepts idle L4s starts there instead of waiting
+    either = job(
+        "ns/short",
+        1,
+        gpuTypes=[{"name": "H100", "relativeSpeed": 1.0}, {"name": "L4", "relativeSpeed": 0.5}],
+    )
+    idle_l4 = [*held, NodeCapacity("l0", "L4", 8, 8, True)]
+    plan = plan_band([(long, 8), (either, 8)], idle_l4, NOW, fits=fits)
+    assert plan.stops == {}
+    assert plan.starts == {"ns/short": "L4"}
+    assert plan.outcome("ns/short").starts
