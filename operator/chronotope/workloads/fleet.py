@@ -26,8 +26,8 @@ restart on the type the policy moves it to; the policy charges a lease round
 (`LEASE_S`) on top of the restart for giving a lease up, so it does so only
 for a clear gain. The policy counts a type's GPUs as one pool, so a lease given
 up for a waiting job is checked against the nodes (`Fits`): it is kept when
-that job's workers would not fit once it had stopped. Other running jobs keep their GPUs, and a start the policy
-plans on them waits.
+that job's workers would not fit once it had stopped. Other running jobs keep
+their GPUs, and a start the policy plans on them waits.
 """
 
 from __future__ import annotations
