@@ -629,6 +629,39 @@ def test_a_lease_is_kept_when_the_shorter_job_would_not_fit_the_gpus_it_frees(
         assert (status["phase"], status.get("restarts", 0)) == ("Running", 0), status
 
 
+def test_a_running_job_is_not_moved_to_a_type_its_workers_would_not_fit(
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+) -> None:
+    # a checkpointing job of one 4-GPU worker runs on the slow type; the fast one (4x)
+    # has 4 free GPUs, 2 on each of two nodes. The policy would move it there, but its
+    # worker would not fit: it keeps running (before: `LeaseGivenUp`, a restart on the
+    # slow type, and the same move at the next pass)
+    api, custom, core = jobs_api
+    tag = namespace[-6:]
+    fast, slow, third = (f"{what}-{tag.upper()}" for what in ("MFAST", "MSLOW", "MTHIRD"))
+    with (
+        _gpu_nodes(api, core, f"mf-{tag}", fast, 2, per_node=4) as fast_nodes,
+        _gpu_nodes(api, core, f"ms-{tag}", slow, 1, per_node=4) as slow_nodes,
+        _gpu_nodes(api, core, f"mt-{tag}", third, 1, per_node=1) as third_nodes,
+    ):
+        wait_nodes_untainted(api, set(fast_nodes + slow_nodes + third_nodes), 60)
+        other = job("other", 2, 2, [(fast, 1.0)], placement={"strategy": "Spread"}, priority=5)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, other)
+        _wait_running(api, namespace, "other", timeout=60)
+        mover = job("mover", 1, 4, [(fast, 1.0), (slow, 0.25)], checkpoint={"path": "/c/m"})
+        mover["spec"]["estimate"]["durationSeconds"] = 36000
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, mover)
+        _wait_running(api, namespace, "mover", timeout=60, what=f"mover running on {slow}")
+        # a later job's start makes more passes, each deciding the mover's lease again
+        later = job("later", 1, 1, [(third, 1.0)])
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, later)
+        _wait_running(api, namespace, "later", timeout=60)
+        assert "LeaseGivenUp" not in _events(core, namespace, "mover")
+        status = _get(api, namespace, "mover")["status"]
+        assert (status["phase"], status["plan"]["gpuType"]) == ("Running", slow), status
+        assert status.get("restarts", 0) == 0, status
+
+
 def test_operator_restarted_mid_resize_converges(
     kube_cluster: KubeCluster,
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api],

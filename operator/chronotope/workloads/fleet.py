@@ -25,9 +25,9 @@ does not keep is stopped from its checkpoint (`BandPlan.stops`), to wait or to
 restart on the type the policy moves it to; the policy charges a lease round
 (`LEASE_S`) on top of the restart for giving a lease up, so it does so only
 for a clear gain. The policy counts a type's GPUs as one pool, so a lease given
-up for a waiting job is checked against the nodes (`Fits`): it is kept when
-that job's workers would not fit once it had stopped. Other running jobs keep
-their GPUs, and a start the policy plans on them waits.
+up for a waiting job, and a move to another type, are checked against the nodes
+(`Fits`): the lease is kept when the workers would not fit once it had stopped.
+Other running jobs keep their GPUs, and a start the policy plans on them waits.
 """
 
 from __future__ import annotations
@@ -77,8 +77,10 @@ class FleetJob:
 
 
 Fits = Callable[[FleetJob, str, tuple[FleetJob, ...]], bool]
-"""Whether a waiting job's workers fit the nodes of a GPU type now once these running jobs
-have stopped (the policy counts a type's GPUs as one pool; its nodes decide)."""
+"""Whether a job's workers fit the nodes of a GPU type now once these running jobs have
+stopped (the policy counts a type's GPUs as one pool; its nodes decide)."""
+_FitsAt = Callable[[int, str, tuple[int, ...]], bool]
+"""`Fits` on the plan's job indices."""
 
 
 @dataclass(frozen=True)
@@ -208,8 +210,9 @@ def plan_band(
 
     `errors`: finished jobs' (true / estimated) work ratios (`estimate_ratios`), from
     which the policy learns how wrong estimates are, as it does in the simulator.
-    `fits`: checks a lease the policy would give up for a waiting job against the
-    nodes (None: none is checked).
+    `fits`: checks against the nodes each lease the policy would give up for a
+    waiting job, and each move of a running job to another type (None: none is
+    checked); one that fails is not made.
     """
     idle: dict[str, int] = {}
     for n in capacity:
@@ -242,13 +245,7 @@ def plan_band(
     alloc = ChronotopePolicy(round_s=LEASE_S, errors=errors).allocate(0.0, states, pools)
     starts = _starts_now(alloc, states, waiting, idle)
     keys = [f.key for f in planned]
-    fitting = None
-    if fits is not None:
-        check = fits
-
-        def fitting(i: int, gpu_type: str, victims: tuple[int, ...]) -> bool:
-            return check(planned[i], gpu_type, tuple(planned[v] for v in victims))
-
+    fitting = _by_index(fits, planned)
     # a job the policy gives leases to waits for them, rather than backfill a slower type
     yields, unfit = lease_yields(
         alloc, states, waiting - starts.keys(), yieldable, idle, fits=fitting
@@ -257,6 +254,8 @@ def plan_band(
     taken = {v for _, vs in yields.values() for v in vs}
     # a lease given up only for a job that would not fit is kept (a move still moves)
     spared = {v for _, vs in unfit.values() for v in vs if alloc.get(v) is None} - taken
+    if fitting is not None:  # and one moved to a type its workers would not fit stays
+        spared |= _unfit_moves(alloc, states, yieldable - spared, taken, fitting)
     return BandPlan(
         tuple(keys),
         {keys[i]: t for i, t in sorted(starts.items())},
@@ -268,6 +267,48 @@ def plan_band(
             if i not in starts
         },
     )
+
+
+def _by_index(fits: Fits | None, planned: Sequence[FleetJob]) -> _FitsAt | None:
+    """`fits` on the plan's job indices."""
+    if fits is None:
+        return None
+    check = fits
+
+    def fitting(i: int, gpu_type: str, victims: tuple[int, ...]) -> bool:
+        return check(planned[i], gpu_type, tuple(planned[v] for v in victims))
+
+    return fitting
+
+
+def _unfit_moves(
+    alloc: Mapping[int, str],
+    states: Sequence[JobState],
+    yieldable: Collection[int],
+    taken: Collection[int],
+    fits: _FitsAt,
+) -> set[int]:
+    """The running jobs `alloc` moves to a type their workers would not fit: they stay.
+
+    `yieldable`: the running jobs that may give their lease up; `taken`: those whose
+    GPUs a waiting job takes (they stop whatever their move). Each move is checked
+    with the jobs that leave its type gone; one that stays frees nothing, so the
+    others are checked again.
+    """
+    kept: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        leaving = {v for v in yieldable if v not in kept and alloc.get(v) != states[v].gpu_type}
+        for v in sorted(leaving):
+            there = alloc.get(v)
+            if v in taken or there is None:
+                continue
+            gone = tuple(u for u in sorted(leaving) if u != v and states[u].gpu_type == there)
+            if not fits(v, there, gone):
+                kept.add(v)
+                changed = True
+    return kept
 
 
 def _stops(
@@ -319,7 +360,7 @@ def lease_yields(
     yieldable: Collection[int],
     idle: dict[str, int],
     *,
-    fits: Callable[[int, str, tuple[int, ...]], bool] | None = None,
+    fits: _FitsAt | None = None,
 ) -> tuple[dict[int, tuple[str, tuple[int, ...]]], dict[int, tuple[str, tuple[int, ...]]]]:
     """Waiting jobs `alloc` runs now on GPUs of running jobs whose lease it gives up.
 

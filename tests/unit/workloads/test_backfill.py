@@ -418,6 +418,33 @@ def test_a_lease_is_given_up_only_where_the_waiting_job_fits_once_it_has_stopped
     assert done.stops.keys() == (set() if split else {"scale/long"})
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["split", "one-node"])
+def test_a_running_job_is_moved_only_to_a_type_its_workers_fit(split: bool) -> None:
+    # a checkpointing job runs one 4-GPU worker on the slow type; the fast type (4x) has
+    # 4 free GPUs, 2 on each of two nodes (or 4 on one). The policy would move it there;
+    # split, its worker would not fit: it keeps its lease (before: stopped, restarted on
+    # the slow type, and moved again at the next pass)
+    nodes = [node("s0", "SLOW", 4), node("f0", "FAST", 4), node("f1", "FAST", 4)]
+    pods = [_worker("mover", "s0", 4)]
+    if split:
+        pods += [busy_pod("b0", "f0", 2), busy_pod("b1", "f1", 2)]
+    else:
+        pods += [busy_pod("b1", "f1", 4)]
+    mover = tjob("mover", created=NOW, hours=10, gpus=4, types={"FAST": 1.0, "SLOW": 0.25})
+    mover["spec"] |= {"preemptible": True, "checkpoint": {"path": "/ckpt/mover"}}
+    plan = {"gpuType": "SLOW", "workers": 1, "totalGpus": 4, "startTime": NOW.isoformat()}
+    mover["status"] = {"phase": "Running", "plan": plan}
+    done = schedule(
+        [mover],
+        nodes,
+        pods,
+        QuotaView.parse([], []),
+        decider=Decider(lambda _n, name: f"model profile {name} not found", lambda *_: []),
+        now=NOW,
+    )
+    assert done.stops.keys() == (set() if split else {"scale/mover"})
+
+
 def test_a_pass_never_starts_more_than_the_capacity_holds() -> None:
     # nine one-GPU jobs in two queues on 5 free L4s: five start, no more
     jobs = [

@@ -264,3 +264,44 @@ def test_a_lease_is_given_up_only_for_a_job_whose_workers_fit_once_it_has_stoppe
     assert plan.stops == {}
     assert plan.starts == {"ns/short": "L4"}
     assert plan.outcome("ns/short").starts
+
+
+def test_a_job_is_moved_only_to_a_type_its_workers_fit() -> None:
+    # the policy would move the slow job to the free H100s (4x faster); the nodes say its
+    # workers would not fit there: it keeps its lease (before: stopped, restarted where it
+    # was, and moved again at the next pass)
+    types = [{"name": "H100", "relativeSpeed": 1.0}, {"name": "V100", "relativeSpeed": 0.25}]
+    slow = running("ns/slow", 10, "V100", gpuTypes=types, **CKPT)
+    cluster = [NodeCapacity("v0", "V100", 8, 0, True), NodeCapacity("h0", "H100", 8, 8, True)]
+    asked: list[tuple[str, str, tuple[str, ...]]] = []
+
+    def fits(j: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
+        asked.append((j.key, gpu_type, tuple(v.key for v in victims)))
+        return False
+
+    assert plan_band([(slow, 8)], cluster, NOW, fits=fits).stops == {}
+    assert asked == [("ns/slow", "H100", ())]
+    assert "moves it from V100 to H100" in plan_band([(slow, 8)], cluster, NOW).stops["ns/slow"]
+
+
+def test_a_swap_is_checked_with_the_other_job_gone() -> None:
+    # each job of a swap fits its new type only once the other has left it
+    types = [{"name": "H100", "relativeSpeed": 1.0}, {"name": "L4", "relativeSpeed": 0.25}]
+    long = running("ns/long", 40, "H100", gpuTypes=types, **CKPT)
+    short = running("ns/short", 2, "L4", gpuTypes=types, **CKPT)
+    cluster = [NodeCapacity("h0", "H100", 8, 0, True), NodeCapacity("l0", "L4", 8, 0, True)]
+    asked: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+    def fits(j: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
+        asked[j.key] = (gpu_type, tuple(v.key for v in victims))
+        return bool(victims)
+
+    plan = plan_band([(long, 8), (short, 8)], cluster, NOW, fits=fits)
+    assert asked == {"ns/long": ("L4", ("ns/short",)), "ns/short": ("H100", ("ns/long",))}
+    assert plan.stops.keys() == {"ns/long", "ns/short"}
+    # one that would not fit stays, and frees nothing for the other: both stay
+
+    def short_only(j: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
+        return j.key == "ns/short" and bool(victims)
+
+    assert plan_band([(long, 8), (short, 8)], cluster, NOW, fits=short_only).stops == {}
