@@ -46,7 +46,7 @@ from chronotope.workloads.fleet import (
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.joint import Contender, arbitrate, options_for
-from chronotope.workloads.preemption import Preemption, decided_without, plan_preemption
+from chronotope.workloads.preemption import Preemption, capacity_without, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.replan import (
@@ -160,20 +160,14 @@ class Decider:
         facts = facts_of(view.capacity)
 
         def fits(job: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
-            namespace = job.key.split("/", 1)[0]
             only = job.spec.model_copy(
                 update={"gpu_types": [t for t in job.spec.gpu_types if t.name == gpu_type]}
             )
-            planner = self.planner(namespace, only)
-            there = decided_without(
-                only,
-                {v.key for v in victims},
-                nodes=view.nodes,
-                pods=view.pods,
-                now=now,
-                planner=None if isinstance(planner, str) else planner,
-                facts=facts,
-            )
+            capacity = view.capacity
+            if victims:
+                gone = {v.key for v in victims}
+                capacity = capacity_without(gone, nodes=view.nodes, pods=view.pods, facts=facts)
+            there = self.decide(job.key.split("/", 1)[0], only, capacity, now)
             return there.action is Action.START
 
         return fits

@@ -17,12 +17,12 @@ from functools import partial
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.capacity import NO_FACTS, ClusterFacts, cluster_capacity
+from chronotope.workloads.capacity import NO_FACTS, Capacity, ClusterFacts, cluster_capacity
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.training import Action, Decision, decide
 
-__all__ = ["Preemption", "decided_without", "plan_preemption"]
+__all__ = ["Preemption", "capacity_without", "plan_preemption"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def plan_preemption(
         return None
     candidates.sort(key=lambda c: (c[0], c[1]))
     without = partial(
-        decided_without, spec, nodes=nodes, pods=pods, now=now, planner=planner, facts=facts
+        _decided_without, spec, nodes=nodes, pods=pods, now=now, planner=planner, facts=facts
     )
     chosen: list[str] = []
     for _, _, job in candidates:
@@ -90,7 +90,7 @@ def plan_preemption(
     return None
 
 
-def decided_without(
+def _decided_without(
     spec: TrainingJobSpec,
     victims: Collection[str],
     *,
@@ -100,7 +100,19 @@ def decided_without(
     planner: ProfilePlanner | None = None,
     facts: ClusterFacts = NO_FACTS,
 ) -> Decision:
-    """`spec`'s start decision on the cluster with the pods of TrainingJobs `victims` gone.
+    """`spec`'s start decision on the cluster with the pods of TrainingJobs `victims` gone."""
+    capacity = capacity_without(victims, nodes=nodes, pods=pods, facts=facts)
+    return decide(spec, capacity, now, planner=planner)
+
+
+def capacity_without(
+    victims: Collection[str],
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    facts: ClusterFacts = NO_FACTS,
+) -> Capacity:
+    """The cluster's capacity with the pods of TrainingJobs `victims` gone.
 
     `victims`: `namespace/name` of TrainingJobs (their workers carry `JOB_LABEL`).
     """
@@ -110,5 +122,4 @@ def decided_without(
         if (owner := ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL))
         and f"{pod['metadata'].get('namespace')}/{owner}" in victims
     )
-    capacity = cluster_capacity(nodes, pods, ignore_pods=ignored, facts=facts)
-    return decide(spec, capacity, now, planner=planner)
+    return cluster_capacity(nodes, pods, ignore_pods=ignored, facts=facts)
