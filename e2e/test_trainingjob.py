@@ -593,6 +593,21 @@ def test_a_long_job_gives_its_lease_to_much_shorter_work(
     )
 
 
+def _half_held(api: Any, custom: client.CustomObjectsApi, namespace: str, gpu: str) -> None:
+    """A higher-priority job holds 2 GPUs on each of the two nodes of type `gpu`."""
+    other = job("other", 2, 2, [(gpu, 1.0)], placement={"strategy": "Spread"}, priority=5)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, other)
+    _wait_running(api, namespace, "other", timeout=60)
+
+
+def _kept_lease(api: Any, core: client.CoreV1Api, namespace: str, name: str, gpu: str) -> None:
+    """The job runs on `gpu` as it started: it never gave its lease up."""
+    assert "LeaseGivenUp" not in _events(core, namespace, name)
+    status = _get(api, namespace, name)["status"]
+    assert (status["phase"], status["plan"]["gpuType"]) == ("Running", gpu), status
+    assert status.get("restarts", 0) == 0, status
+
+
 def test_a_lease_is_kept_when_the_shorter_job_would_not_fit_the_gpus_it_frees(
     jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
 ) -> None:
@@ -611,10 +626,8 @@ def test_a_lease_is_kept_when_the_shorter_job_would_not_fit_the_gpus_it_frees(
         _gpu_nodes(api, core, f"ls-{tag}", slow, 1, per_node=4) as slow_nodes,
     ):
         wait_nodes_untainted(api, set(fast_nodes + slow_nodes), 60)
+        _half_held(api, custom, namespace, fast)
         spread = {"strategy": "Spread"}
-        other = job("other", 2, 2, [(fast, 1.0)], placement=spread, priority=5)
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, other)
-        _wait_running(api, namespace, "other", timeout=60)
         long = job("long", 2, 2, [(fast, 1.0)], placement=spread, checkpoint={"path": "/c/l"})
         long["spec"]["estimate"]["durationSeconds"] = 36000
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, long)
@@ -624,9 +637,7 @@ def test_a_lease_is_kept_when_the_shorter_job_would_not_fit_the_gpus_it_frees(
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, short)
         _wait_running(api, namespace, "short", timeout=60, what=f"short running on {slow}")
         assert _get(api, namespace, "short")["status"]["plan"]["gpuType"] == slow
-        assert "LeaseGivenUp" not in _events(core, namespace, "long")
-        status = _get(api, namespace, "long")["status"]
-        assert (status["phase"], status.get("restarts", 0)) == ("Running", 0), status
+        _kept_lease(api, core, namespace, "long", fast)
 
 
 def test_a_running_job_is_not_moved_to_a_type_its_workers_would_not_fit(
@@ -645,9 +656,7 @@ def test_a_running_job_is_not_moved_to_a_type_its_workers_would_not_fit(
         _gpu_nodes(api, core, f"mt-{tag}", third, 1, per_node=1) as third_nodes,
     ):
         wait_nodes_untainted(api, set(fast_nodes + slow_nodes + third_nodes), 60)
-        other = job("other", 2, 2, [(fast, 1.0)], placement={"strategy": "Spread"}, priority=5)
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, other)
-        _wait_running(api, namespace, "other", timeout=60)
+        _half_held(api, custom, namespace, fast)
         mover = job("mover", 1, 4, [(fast, 1.0), (slow, 0.25)], checkpoint={"path": "/c/m"})
         mover["spec"]["estimate"]["durationSeconds"] = 36000
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, mover)
@@ -656,10 +665,7 @@ def test_a_running_job_is_not_moved_to_a_type_its_workers_would_not_fit(
         later = job("later", 1, 1, [(third, 1.0)])
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, later)
         _wait_running(api, namespace, "later", timeout=60)
-        assert "LeaseGivenUp" not in _events(core, namespace, "mover")
-        status = _get(api, namespace, "mover")["status"]
-        assert (status["phase"], status["plan"]["gpuType"]) == ("Running", slow), status
-        assert status.get("restarts", 0) == 0, status
+        _kept_lease(api, core, namespace, "mover", slow)
 
 
 def test_operator_restarted_mid_resize_converges(

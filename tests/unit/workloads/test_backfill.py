@@ -24,7 +24,7 @@ from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.gates import Decider, PodsOf
 from chronotope.workloads.parallelism import Degrees
 from chronotope.workloads.training import Action, Decision
-from chronotope.workloads.training_pass import schedule
+from chronotope.workloads.training_pass import SchedulingPass, schedule
 from chronotope.workloads.training_quota import QuotaView
 from chronotope.workloads.training_status import (
     pods_status,
@@ -260,16 +260,28 @@ def one_pass(
     pods: PodsOf = lambda *_: [],
 ) -> dict[str, Decision]:
     """Each job's decision in one scheduling pass on `cap` (quotas off)."""
-    done = schedule(
-        jobs,
-        [],
-        [],
-        QuotaView.parse([], []),
-        decider=Decider(lambda _n, name: f"model profile {name} not found", pods),
-        now=NOW,
-        capacity=cap,
-    )
+    done = pass_on(jobs, capacity=cap, pods_of=pods)
     return {k.split("/")[1]: v.decision for k, v in done.verdicts.items()}
+
+
+def pass_on(
+    jobs: list[dict[str, Any]],
+    nodes: list[dict[str, Any]] | None = None,
+    pods: list[dict[str, Any]] | None = None,
+    *,
+    capacity: list[NodeCapacity] | None = None,
+    pods_of: PodsOf = lambda *_: [],
+) -> SchedulingPass:
+    """One scheduling pass (quotas off) on the nodes and pods, or on `capacity`."""
+    return schedule(
+        jobs,
+        nodes or [],
+        pods or [],
+        QuotaView.parse([], []),
+        decider=Decider(lambda _n, name: f"model profile {name} not found", pods_of),
+        now=NOW,
+        capacity=capacity,
+    )
 
 
 TYPES = {"V100-SXM2-32GB": 1.2, "L4": 1.0}
@@ -406,14 +418,7 @@ def test_a_lease_is_given_up_only_where_the_waiting_job_fits_once_it_has_stopped
     long["spec"] |= {"preemptible": True, "checkpoint": {"path": "/ckpt/long"}}
     long["status"] = {"phase": "Running", "plan": plan | {"startTime": NOW.isoformat()}}
     short = tjob("short", created=NOW, gpus=8, types=h100, phase="Waiting")
-    done = schedule(
-        [long, short],
-        nodes,
-        pods,
-        QuotaView.parse([], []),
-        decider=Decider(lambda _n, name: f"model profile {name} not found", lambda *_: []),
-        now=NOW,
-    )
+    done = pass_on([long, short], nodes, pods)
     assert done.verdicts["scale/short"].decision.action is Action.WAIT
     assert done.stops.keys() == (set() if split else {"scale/long"})
 
@@ -434,14 +439,7 @@ def test_a_running_job_is_moved_only_to_a_type_its_workers_fit(split: bool) -> N
     mover["spec"] |= {"preemptible": True, "checkpoint": {"path": "/ckpt/mover"}}
     plan = {"gpuType": "SLOW", "workers": 1, "totalGpus": 4, "startTime": NOW.isoformat()}
     mover["status"] = {"phase": "Running", "plan": plan}
-    done = schedule(
-        [mover],
-        nodes,
-        pods,
-        QuotaView.parse([], []),
-        decider=Decider(lambda _n, name: f"model profile {name} not found", lambda *_: []),
-        now=NOW,
-    )
+    done = pass_on([mover], nodes, pods)
     assert done.stops.keys() == (set() if split else {"scale/mover"})
 
 
