@@ -25,8 +25,9 @@ does not keep is stopped from its checkpoint (`BandPlan.stops`), to wait or to
 restart on the type the policy moves it to; the policy charges a lease round
 (`LEASE_S`) on top of the restart for giving a lease up, so it does so only
 for a clear gain. The policy counts a type's GPUs as one pool, so a lease given
-up for a waiting job, and a move to another type, are checked against the nodes
-(`Fits`): the lease is kept when the workers would not fit once it had stopped.
+up for a waiting job, a move to another type, and a start now, are checked
+against the nodes (`Fits`): a lease is kept when the workers would not fit once
+it had stopped, and a type's GPUs go only to a job whose workers fit there.
 Other running jobs keep their GPUs, and a start the policy plans on them waits.
 """
 
@@ -210,9 +211,9 @@ def plan_band(
 
     `errors`: finished jobs' (true / estimated) work ratios (`estimate_ratios`), from
     which the policy learns how wrong estimates are, as it does in the simulator.
-    `fits`: checks against the nodes each lease the policy would give up for a
-    waiting job, and each move of a running job to another type (None: none is
-    checked); one that fails is not made.
+    `fits`: checks against the nodes each start now, each lease the policy would
+    give up for a waiting job, and each move of a running job to another type
+    (None: none is checked); one that fails is not made.
     """
     idle: dict[str, int] = {}
     for n in capacity:
@@ -243,14 +244,14 @@ def plan_band(
         return BandPlan((), {})
     pools = {t: free[t] for t in types}  # types with GPUs to give
     alloc = ChronotopePolicy(round_s=LEASE_S, errors=errors).allocate(0.0, states, pools)
-    starts = _starts_now(alloc, states, waiting, idle)
     keys = [f.key for f in planned]
     fitting = _by_index(fits, planned)
+    starts = _starts_now(alloc, states, waiting, idle, fitting)
     # a job the policy gives leases to waits for them, rather than backfill a slower type
     yields, unfit = lease_yields(
         alloc, states, waiting - starts.keys(), yieldable, idle, fits=fitting
     )
-    starts |= _backfill(alloc, states, waiting - starts.keys() - yields.keys(), idle)
+    starts |= _backfill(alloc, states, waiting - starts.keys() - yields.keys(), idle, fitting)
     taken = {v for _, vs in yields.values() for v in vs}
     # a lease given up only for a job that would not fit is kept (a move still moves)
     spared = {v for _, vs in unfit.values() for v in vs if alloc.get(v) is None} - taken
@@ -412,12 +413,19 @@ def lease_yields(
 
 
 def _starts_now(
-    alloc: Mapping[int, str], states: Sequence[JobState], waiting: set[int], idle: dict[str, int]
+    alloc: Mapping[int, str],
+    states: Sequence[JobState],
+    waiting: set[int],
+    idle: dict[str, int],
+    fits: _FitsAt | None = None,
 ) -> dict[int, str]:
-    """The waiting jobs of `alloc` that fit the `idle` GPUs of their type, in plan order."""
+    """The waiting jobs of `alloc` that fit the `idle` GPUs of their type, in plan order.
+
+    `fits`: and whose workers fit that type's nodes now.
+    """
     starts: dict[int, str] = {}
     for i, t in alloc.items():
-        if i in waiting and idle.get(t, 0) >= states[i].job.num_gpus:
+        if i in waiting and _fits_idle(states[i], t, idle) and (fits is None or fits(i, t, ())):
             starts[i] = t
             idle[t] -= states[i].job.num_gpus
     return starts
@@ -428,10 +436,12 @@ def _backfill(
     states: Sequence[JobState],
     waiting: Collection[int],
     idle: dict[str, int],
+    fits: _FitsAt | None = None,
 ) -> dict[int, str]:
     """The policy's backfill again, on the GPUs its plan gave to running jobs that keep them.
 
-    The `waiting` jobs, fastest relative to their best type first, then in plan order.
+    The `waiting` jobs, fastest relative to their best type first, then in plan order;
+    `fits`: on a type whose nodes their workers fit now.
     """
     starts: dict[int, str] = {}
     rank = {i: r for r, i in enumerate(alloc)}
@@ -442,10 +452,16 @@ def _backfill(
         for t in states[i].job.speed
     )
     for _, _, i, t in cands:
-        if i not in starts and idle.get(t, 0) >= states[i].job.num_gpus:
+        if i in starts or not _fits_idle(states[i], t, idle):
+            continue
+        if fits is None or fits(i, t, ()):
             starts[i] = t
             idle[t] -= states[i].job.num_gpus
     return starts
+
+
+def _fits_idle(state: JobState, gpu_type: str, idle: Mapping[str, int]) -> bool:
+    return idle.get(gpu_type, 0) >= state.job.num_gpus
 
 
 def fleet_gate(

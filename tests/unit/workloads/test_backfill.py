@@ -391,6 +391,22 @@ def test_a_job_starts_where_its_workers_fit_not_where_the_policy_counts_free_gpu
     assert (d["me"].action, d["me"].gpu_type) == (Action.START, "A100")
 
 
+def test_the_policy_gives_a_type_only_to_jobs_whose_workers_fit_its_nodes() -> None:
+    # A100 has 8 free GPUs, 2 on each of four nodes. The policy's plan put x (2 workers of
+    # 4, shorter, first) there and left y (one worker of 2, A100 only) waiting for them;
+    # x then started on V100 (its workers do not fit the A100s) and y waited with the
+    # A100s idle, until the next pass. Now the plan checks its starts against the nodes:
+    # x goes to V100 and y takes A100 in the same pass
+    nodes = [node(f"a{i}", "A100", 4) for i in range(4)] + [node("v0", "V100", 8)]
+    pods = [busy_pod(f"b{i}", f"a{i}", 2) for i in range(4)]
+    x = tjob("x", created=NOW, gpus=4, types={"A100": 1.0, "V100": 0.6}, phase="Waiting")
+    x["spec"]["replicas"] = 2
+    y = tjob("y", created=NOW, hours=10, gpus=2, types={"A100": 1.0}, phase="Waiting")
+    done = pass_on([x, y], nodes, pods)
+    starts = {k: (v.decision.action, v.decision.gpu_type) for k, v in done.verdicts.items()}
+    assert starts == {"scale/x": (Action.START, "V100"), "scale/y": (Action.START, "A100")}
+
+
 def _worker(job: str, node_name: str, gpus: int) -> dict[str, Any]:
     """A running worker of TrainingJob `job` (namespace scale) on `node_name`."""
     pod = busy_pod(f"{job}-g0-{node_name}", node_name, gpus)

@@ -237,7 +237,7 @@ def test_a_lease_is_given_up_only_for_a_job_whose_workers_fit_once_it_has_stoppe
 
     def fits(j: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
         asked.append((j.key, gpu_type, tuple(v.key for v in victims)))
-        return False
+        return gpu_type != "H100"
 
     plan = plan_band([(long, 8), (short, 8)], held, NOW, fits=fits)
     assert asked == [("ns/short", "H100", ("ns/long",))]
