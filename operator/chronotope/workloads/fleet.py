@@ -252,10 +252,13 @@ def plan_band(
         alloc, states, waiting - starts.keys(), yieldable, idle, fits=fitting
     )
     starts |= _backfill(alloc, states, waiting - starts.keys() - yields.keys(), idle, fitting)
-    taken = {v for _, vs in yields.values() for v in vs}
-    # a lease given up only for a job that would not fit is kept (a move still moves)
-    spared = {v for _, vs in unfit.values() for v in vs if alloc.get(v) is None} - taken
-    if fitting is not None:  # and one moved to a type its workers would not fit stays
+    spared: set[int] = set()
+    if fitting is not None:
+        # with the nodes checked, a lease is given up only to a job that takes it (its
+        # workers fit once it has stopped) or for a move whose workers fit: no other
+        # waiting job can use the GPUs it would free
+        taken = {v for _, vs in yields.values() for v in vs}
+        spared = {v for v in yieldable if alloc.get(v) is None} - taken
         spared |= _unfit_moves(alloc, states, yieldable - spared, taken, fitting)
     return BandPlan(
         tuple(keys),
@@ -399,7 +402,7 @@ def lease_yields(
                 break
             chosen.append(v)
             need -= states[v].job.num_gpus
-        if need > 0:
+        if need > 0 or not (chosen or from_spare):  # idle GPUs alone: its nodes refused it
             continue
         if chosen and fits is not None and not fits(i, gpu_type, tuple(chosen)):
             unfit[i] = (gpu_type, tuple(chosen))

@@ -305,3 +305,17 @@ def test_a_swap_is_checked_with_the_other_job_gone() -> None:
         return j.key == "ns/short" and bool(victims)
 
     assert plan_band([(long, 8), (short, 8)], cluster, NOW, fits=short_only).stops == {}
+
+
+def test_with_the_nodes_checked_a_lease_is_given_up_only_to_a_job_that_takes_it() -> None:
+    # two short H100 jobs; 8 H100s idle and 8 held by a long job. The policy gives both
+    # short jobs H100, and the long job's lease to the second; the nodes refuse both
+    # (say, their workers ask more CPU than any H100 node has free): neither starts, no
+    # lease is given up, and neither waits for a lease it does not need
+    held = [NodeCapacity("h0", "H100", 8, 0, True), NodeCapacity("h1", "H100", 8, 8, True)]
+    long = running("ns/long", 10, gpuTypes=[{"name": "H100", "relativeSpeed": 1.0}], **CKPT)
+    band = [(long, 8), (job("ns/a", 1), 8), (job("ns/b", 1), 8)]
+    assert plan_band(band, held, NOW).stops.keys() == {"ns/long"}  # unchecked, as before
+    plan = plan_band(band, held, NOW, fits=lambda *_: False)
+    assert (plan.starts, plan.yields, plan.stops) == ({}, {}, {})
+    assert not plan.outcome("ns/a").starts
