@@ -46,6 +46,7 @@ from chronotope.workloads.capacity import admitting, cluster_capacity
 from chronotope.workloads.job_spec import apart_why, together
 from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.pod_shape import TypeTable, check_shape
+from chronotope.workloads.training import least_workers
 
 __all__ = [
     "IMMUTABLE_WHILE_RUNNING",
@@ -176,7 +177,7 @@ def _packed_apart(obj: Mapping[str, Any], spec: TrainingJobSpec) -> list[str]:
     StrictPack (or a required Node topology), but its workers may not share a node; or
     StrictSpread, but they must.
     """
-    least = min(spec.min_replicas or spec.replicas, spec.replicas)
+    least = least_workers(spec)
     if least < 2:  # noqa: PLR2004
         return []
     strategy = spec.placement.strategy

@@ -776,7 +776,7 @@ def _levelled(
 
 def _risers(skews: Sequence[Skew]) -> list[Skew]:
     """The spreads placed in levels that count only the nodes the workers' affinity admits."""
-    return [k for k in skews if k.spread.levels and not k.spread.every_node]
+    return [k for k in skews if k.spread.rises]
 
 
 def _rising(skews: Sequence[Skew]) -> Skew | None:

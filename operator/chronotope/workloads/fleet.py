@@ -50,6 +50,7 @@ __all__ = [
     "estimate_ratios",
     "fleet_gate",
     "gang_gpus",
+    "idle_gpus",
     "lease_yields",
     "plan_band",
     "yields_lease",
@@ -215,10 +216,7 @@ def plan_band(
     give up for a waiting job, and each move of a running job to another type
     (None: none is checked); one that fails is not made.
     """
-    idle: dict[str, int] = {}
-    for n in capacity:
-        if n.schedulable:
-            idle[n.gpu_model] = idle.get(n.gpu_model, 0) + n.free
+    idle = idle_gpus(capacity)
     free = dict(idle)
     for o, _ in band:
         if o.running_on is not None:
@@ -271,6 +269,15 @@ def plan_band(
             if i not in starts
         },
     )
+
+
+def idle_gpus(capacity: Capacity) -> dict[str, int]:
+    """The free GPUs per type on schedulable nodes: one pool a type, as the policy counts."""
+    idle: dict[str, int] = {}
+    for n in capacity:
+        if n.schedulable:
+            idle[n.gpu_model] = idle.get(n.gpu_model, 0) + n.free
+    return idle
 
 
 def _by_index(fits: Fits | None, planned: Sequence[FleetJob]) -> _FitsAt | None:

@@ -41,6 +41,7 @@ from chronotope.workloads.fleet import (
     estimate_ratios,
     fleet_gate,
     gang_gpus,
+    idle_gpus,
     plan_band,
 )
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
@@ -55,7 +56,7 @@ from chronotope.workloads.replan import (
     progress,
     remaining_work,
 )
-from chronotope.workloads.training import Action, Decision, decide
+from chronotope.workloads.training import Action, Decision, decide, least_workers
 
 __all__ = [
     "CONTENDING",
@@ -475,10 +476,8 @@ def _uncounted(capacity: Capacity, only: TrainingJobSpec, there: Decision) -> st
     answer on it, no start. '' when the free GPUs do not hold the gang even as one pool
     (the capacity moved since the policy's plan was made).
     """
-    gpu_type = only.gpu_types[0].name
-    free = sum(n.free for n in capacity if n.schedulable and n.gpu_model == gpu_type)
-    least = min(only.min_replicas or only.replicas, only.replicas)
-    if free < least * (only.gpu.count or 1):
+    free = idle_gpus(capacity).get(only.gpu_types[0].name, 0)
+    if free < least_workers(only) * (only.gpu.count or 1):
         return ""
     why = there.reason.removeprefix("waiting for GPUs: ")
     return f"counting its {free} free GPUs as one pool, where its workers do not fit now: {why}"

@@ -514,6 +514,15 @@ class Spread:
     all reach (`Skew.level`), cuts each to it, and places the workers fewest-first."""
 
     @property
+    def rises(self) -> bool:
+        """Placed in levels (`levels`) over only the nodes its pod's affinity admits.
+
+        With `nodeAffinityPolicy: Ignore` it counts nodes the workers never take, which
+        never rise: the least count stays its level.
+        """
+        return self.levels and not self.every_node
+
+    @property
     def one_per_node(self) -> bool:
         """It puts one of its pods on a node (`maxSkew` 1 on `kubernetes.io/hostname`, `own`).
 

@@ -53,6 +53,7 @@ __all__ = [
     "Action",
     "Decision",
     "decide",
+    "least_workers",
     "required_topology",
     "utility_at",
     "workers_that_fit",
@@ -229,6 +230,11 @@ def _domains(nodes: Sequence[NodeCapacity], level: TopologyLevel) -> _Groups:
     return out
 
 
+def least_workers(spec: TrainingJobSpec) -> int:
+    """The fewest workers the job runs with: `minReplicas` (elastic), else `replicas`."""
+    return min(spec.min_replicas or spec.replicas, spec.replicas)
+
+
 def required_topology(spec: TrainingJobSpec) -> TopologyLevel:
     """The domain all the job's workers must share (Any: none; a preference is not a rule)."""
     return spec.placement.topology if spec.placement.required else TopologyLevel.ANY
@@ -317,8 +323,7 @@ def decide(
     rules = job_rules(spec)
     facts = facts_of(capacity)
     volumes = rules.volumes(facts.volumes)
-    want = spec.replicas
-    least = min(spec.min_replicas or want, want)
+    least = least_workers(spec)
     shared = next((v.claim for v in volumes if v.one_pod), None)
     if shared is not None and least > 1:  # kube-scheduler's VolumeRestrictions
         return Decision(
@@ -397,7 +402,7 @@ def _on_type(
         (
             (workers_that_fit(nodes, per_worker, strategy, False, topology, spread=s), s)
             for s in rules.spread
-            if s.levels and not s.every_node
+            if s.rises
         ),
         key=lambda held: held[0],
         default=(workers_that_fit(nodes, per_worker, strategy, False, topology), None),
