@@ -78,6 +78,9 @@ def main() -> int:
     ap.add_argument("--repelling-key", default="kubernetes.io/hostname")
     ap.add_argument("--racked", type=float, default=0.0)
     ap.add_argument("--spread", type=float, default=0.0)
+    ap.add_argument(
+        "--verdicts", type=Path, help="also write each job's verdict here, one per line (to diff)"
+    )
     args = ap.parse_args()
     spec_path = Path(args.cluster)
     total, widest = per_type(load_spec(spec_path))
@@ -151,6 +154,8 @@ def main() -> int:
         if v.decision.action is Action.START
     )
     digest = hashlib.sha1(repr(verdicts).encode()).hexdigest()[:12]
+    if args.verdicts is not None:
+        args.verdicts.write_text("".join(f"{k} {a} {t} {why}\n" for k, a, t, why in verdicts))
     print(
         f"{len(jobs)} jobs on {len(nodes)} nodes: pass {', '.join(f'{s:.2f}' for s in seconds)} s "
         f"(best {min(seconds):.2f} s); {starts} starts on {gpus} GPUs, {len(verdicts) - starts} "

@@ -281,6 +281,8 @@ class _Index:
     """The pod anti-affinity terms on a topology domain above one node of every pod."""
     domains: dict[tuple[NodeRules, frozenset[PodTerm], bool], Domains] = field(default_factory=dict)
     """`node_fit.domains` of this capacity, by what was asked."""
+    where: Mapping[str, int] = field(default_factory=dict)
+    """Each node's position, by name."""
 
 
 class _Memo:
@@ -309,6 +311,7 @@ def _index(capacity: Capacity) -> _Index:
             for t in terms
             if not t.on_node
         ),
+        where={n.name: i for i, n in enumerate(capacity)},
     )
     if isinstance(capacity, tuple):
         _Memo.last = (capacity, index)
@@ -1287,7 +1290,10 @@ def take(
         rules = in_cluster(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules, per_worker) if rules is not None else _NO_ONE
     if placements and _kept(nodes, index.nodes.get(gpu_type, ()), placements, rules, whom):
-        return _take_placed(nodes, placements, rules)
+        taken, given, elsewhere = _take_placed(nodes, placements, rules, index.where, gpu_type)
+        if not elsewhere:
+            _remember(capacity, taken, index, gpu_type, rules)
+        return taken, given
     levels = _rising(whom[3])  # the spread `_levelled` counts in levels: placed by it
     mine = index.positions.get(gpu_type, ())
     usable = mine
@@ -1339,25 +1345,42 @@ def take(
     if unplaced:
         return tuple(_minus_promised(nodes, {gpu_type: unplaced * per_worker})), ()
     out = tuple(nodes)
-    if isinstance(capacity, tuple):  # only this type's nodes changed, in place
-        after = tuple(out[i] for i in mine)
-        repelling, far = dict(index.repelling), index.far
-        if rules is not None and rules.anti:
-            repelling[gpu_type] = repelling.get(gpu_type, frozenset()) | set(rules.anti)
-            far |= {t for t in rules.anti if not t.on_node}
-        _Memo.last = (
-            out,
-            _Index(
-                index.positions,
-                index.nodes | {gpu_type: after},
-                index.tainted,
-                index.crowded,
-                repelling,
-                far,
-            ),
-        )
-        _carry_admitted(index.nodes.get(gpu_type, ()), after)
+    _remember(capacity, out, index, gpu_type, rules)  # only this type's nodes changed
     return out, tuple(placed)
+
+
+def _remember(
+    capacity: Capacity,
+    out: tuple[NodeCapacity, ...],
+    index: _Index,
+    gpu_type: str,
+    rules: NodeRules | None,
+) -> None:
+    """Remember `out`'s index (`_index`), made from `capacity`'s.
+
+    A take changed only some of `gpu_type`'s nodes, in place, and the workers it
+    placed carry `rules`.
+    """
+    if not isinstance(capacity, tuple):
+        return
+    after = tuple(out[i] for i in index.positions.get(gpu_type, ()))
+    repelling, far = dict(index.repelling), index.far
+    if rules is not None and rules.anti:
+        repelling[gpu_type] = repelling.get(gpu_type, frozenset()) | set(rules.anti)
+        far |= {t for t in rules.anti if not t.on_node}
+    _Memo.last = (
+        out,
+        _Index(
+            index.positions,
+            index.nodes | {gpu_type: after},
+            index.tainted,
+            index.crowded,
+            repelling,
+            far,
+            where=index.where,
+        ),
+    )
+    _carry_admitted(index.nodes.get(gpu_type, ()), after)
 
 
 def _fitting(
@@ -1512,18 +1535,25 @@ def _take_placed(
     nodes: list[NodeCapacity],
     placements: Sequence[tuple[str, Sequence[int]]],
     rules: NodeRules | None,
-) -> tuple[tuple[NodeCapacity, ...], Placements]:
-    """`take` with the workers' nodes and GPUs given (a joint plan's)."""
-    where = {n.name: i for i, n in enumerate(nodes)}
+    where: Mapping[str, int],
+    gpu_type: str,
+) -> tuple[tuple[NodeCapacity, ...], Placements, bool]:
+    """`take` with the workers' nodes and GPUs given (a joint plan's, or the fleet plan's).
+
+    `where`: each node's position by name. The last value says whether a node not of
+    `gpu_type` was taken from.
+    """
+    elsewhere = False
     for name, gpus in placements:
         i = where.get(name)
         if i is None:
             continue
         n = nodes[i]
+        elsewhere |= n.gpu_model != gpu_type
         rest = tuple(g for g in n.free_gpus if g not in set(gpus))
         n = replace(n, free=max(0, n.free - len(gpus)), free_gpus=rest)
         nodes[i] = _marked(_spent(n, rules if rules is not None and rules.asks else None), rules)
-    return tuple(nodes), tuple((name, tuple(gpus)) for name, gpus in placements)
+    return tuple(nodes), tuple((name, tuple(gpus)) for name, gpus in placements), elsewhere
 
 
 def _took(

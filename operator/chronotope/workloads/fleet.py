@@ -39,7 +39,7 @@ from datetime import datetime
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.capacity import Capacity
+from chronotope.workloads.capacity import Capacity, Placements
 from chronotope.workloads.training_policy import LEASE_S, ChronotopePolicy, Job, JobState
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "Fits",
     "FleetJob",
     "FleetOutcome",
+    "Took",
     "estimate_ratios",
     "fleet_gate",
     "gang_gpus",
@@ -76,13 +77,35 @@ class FleetJob:
     (a job planned from a model profile passes the profile's predictions)."""
     progress: float | None = None
     """Share of the estimated work done, uncapped (above 1 past the estimate); None: `done`."""
+    order: tuple[Any, ...] = ()
+    """Its place in the scheduling pass (`queueing.queue_key`), where the pass starts jobs
+    in that order: the plan's node check places its starts so."""
 
 
 Fits = Callable[[FleetJob, str, tuple[FleetJob, ...]], bool]
 """Whether a job's workers fit the nodes of a GPU type now once these running jobs have
 stopped (the policy counts a type's GPUs as one pool; its nodes decide)."""
-_FitsAt = Callable[[int, str, tuple[int, ...]], bool]
-"""`Fits` on the plan's job indices."""
+Took = Callable[[FleetJob, str], Placements | None]
+"""Places a start now of the plan on its type's nodes, beside the starts placed before it
+(a type's starts are checked together, not each on the GPUs free before any of them):
+where its workers go, or None when they no longer fit (nothing is placed). The checks
+after it count its workers as placed."""
+
+
+@dataclass(frozen=True)
+class _Check:
+    """`Fits` and `Took` on the plan's job indices, and where each start's workers went."""
+
+    fits: Callable[[int, str, tuple[int, ...]], bool]
+    place: Callable[[int, str], Placements | None]
+    placed: dict[int, Placements] = field(default_factory=dict)
+
+    def took(self, i: int, gpu_type: str) -> bool:
+        """Place job `i`'s workers on `gpu_type` beside the starts before it, if they fit."""
+        where = self.place(i, gpu_type)
+        if where is not None:
+            self.placed[i] = where
+        return where is not None
 
 
 @dataclass(frozen=True)
@@ -92,6 +115,8 @@ class FleetOutcome:
     starts: bool
     gpu_type: str | None
     reason: str
+    placements: Placements = ()
+    """Where the plan's node check put the workers of a start now (`Took`), if it did."""
 
 
 def _deadline(spec: TrainingJobSpec) -> datetime | None:
@@ -152,6 +177,9 @@ class BandPlan:
     """Waiting job -> (type, running jobs): the policy would run the job on their GPUs,
     but its workers would not fit the nodes once they had stopped (`Fits`): they keep
     their lease."""
+    placements: Mapping[str, Placements] = field(default_factory=dict)
+    """Job started now -> where the node check placed its workers, each start beside
+    the ones before it (`Took`): its start goes there, so the plan's starts fit together."""
 
     def outcome(self, key: str) -> FleetOutcome:
         """Whether job `key` starts now, where, and why (a job left out of the plan passes)."""
@@ -162,6 +190,7 @@ class BandPlan:
                 True,
                 self.starts[key],
                 f"{_POLICY} runs it now on {self.starts[key]}",
+                self.placements.get(key, ()),
             )
         if key in self.unfit:
             gpu_type, victims = self.unfit[key]
@@ -207,6 +236,7 @@ def plan_band(
     errors: Sequence[float] = (),
     *,
     fits: Fits | None = None,
+    took: Took | None = None,
 ) -> BandPlan:
     """The simulator's policy over the band's jobs (each with its gang in GPUs), once.
 
@@ -214,7 +244,8 @@ def plan_band(
     which the policy learns how wrong estimates are, as it does in the simulator.
     `fits`: checks against the nodes each start now, each lease the policy would
     give up for a waiting job, and each move of a running job to another type
-    (None: none is checked); one that fails is not made.
+    (None: none is checked); one that fails is not made. `took`: told each start now
+    the plan makes, so that the checks after it count its workers as placed.
     """
     idle = idle_gpus(capacity)
     free = dict(idle)
@@ -243,21 +274,29 @@ def plan_band(
     pools = {t: free[t] for t in types}  # types with GPUs to give
     alloc = ChronotopePolicy(round_s=LEASE_S, errors=errors).allocate(0.0, states, pools)
     keys = [f.key for f in planned]
-    fitting = _by_index(fits, planned)
-    starts = _starts_now(alloc, states, waiting, idle, fitting)
+    check = _by_index(fits, took, planned)
+    starts = _starts_now(alloc, states, waiting, idle, check)
+    if check is not None:
+        order = [f.order for f in planned]
+        starts = _placed_in_turn(starts, states, idle, check, order)
     # a job the policy gives leases to waits for them, rather than backfill a slower type
     yields, unfit = lease_yields(
-        alloc, states, waiting - starts.keys(), yieldable, idle, fits=fitting
+        alloc,
+        states,
+        waiting - starts.keys(),
+        yieldable,
+        idle,
+        fits=None if check is None else check.fits,
     )
-    starts |= _backfill(alloc, states, waiting - starts.keys() - yields.keys(), idle, fitting)
+    starts |= _backfill(alloc, states, waiting - starts.keys() - yields.keys(), idle, check)
     spared: set[int] = set()
-    if fitting is not None:
+    if check is not None:
         # with the nodes checked, a lease is given up only to a job that takes it (its
         # workers fit once it has stopped) or for a move whose workers fit: no other
         # waiting job can use the GPUs it would free
         taken = {v for _, vs in yields.values() for v in vs}
         spared = {v for v in yieldable if alloc.get(v) is None} - taken
-        spared |= _unfit_moves(alloc, states, yieldable - spared, taken, fitting)
+        spared |= _unfit_moves(alloc, states, yieldable - spared, taken, check.fits)
     return BandPlan(
         tuple(keys),
         {keys[i]: t for i, t in sorted(starts.items())},
@@ -268,6 +307,7 @@ def plan_band(
             for i, (t, vs) in sorted(unfit.items())
             if i not in starts
         },
+        {} if check is None else {keys[i]: p for i, p in check.placed.items() if i in starts},
     )
 
 
@@ -280,16 +320,19 @@ def idle_gpus(capacity: Capacity) -> dict[str, int]:
     return idle
 
 
-def _by_index(fits: Fits | None, planned: Sequence[FleetJob]) -> _FitsAt | None:
-    """`fits` on the plan's job indices."""
+def _by_index(fits: Fits | None, took: Took | None, planned: Sequence[FleetJob]) -> _Check | None:
+    """`fits` and `took` on the plan's job indices."""
     if fits is None:
         return None
-    check = fits
+    check, told = fits, took
 
     def fitting(i: int, gpu_type: str, victims: tuple[int, ...]) -> bool:
         return check(planned[i], gpu_type, tuple(planned[v] for v in victims))
 
-    return fitting
+    def placing(i: int, gpu_type: str) -> Placements | None:
+        return () if told is None else told(planned[i], gpu_type)
+
+    return _Check(fitting, placing)
 
 
 def _unfit_moves(
@@ -297,7 +340,7 @@ def _unfit_moves(
     states: Sequence[JobState],
     yieldable: Collection[int],
     taken: Collection[int],
-    fits: _FitsAt,
+    fits: Callable[[int, str, tuple[int, ...]], bool],
 ) -> set[int]:
     """The running jobs `alloc` moves to a type their workers would not fit: they stay.
 
@@ -371,7 +414,7 @@ def lease_yields(
     yieldable: Collection[int],
     idle: dict[str, int],
     *,
-    fits: _FitsAt | None = None,
+    fits: Callable[[int, str, tuple[int, ...]], bool] | None = None,
 ) -> tuple[dict[int, tuple[str, tuple[int, ...]]], dict[int, tuple[str, tuple[int, ...]]]]:
     """Waiting jobs `alloc` runs now on GPUs of running jobs whose lease it gives up.
 
@@ -427,18 +470,45 @@ def _starts_now(
     states: Sequence[JobState],
     waiting: set[int],
     idle: dict[str, int],
-    fits: _FitsAt | None = None,
+    check: _Check | None = None,
 ) -> dict[int, str]:
     """The waiting jobs of `alloc` that fit the `idle` GPUs of their type, in plan order.
 
-    `fits`: and whose workers fit that type's nodes now.
+    `check`: and whose workers fit that type's nodes now, each alone.
     """
     starts: dict[int, str] = {}
     for i, t in alloc.items():
-        if i in waiting and _fits_idle(states[i], t, idle) and (fits is None or fits(i, t, ())):
+        if (
+            i in waiting
+            and _fits_idle(states[i], t, idle)
+            and (check is None or check.fits(i, t, ()))
+        ):
             starts[i] = t
             idle[t] -= states[i].job.num_gpus
     return starts
+
+
+def _placed_in_turn(
+    starts: Mapping[int, str],
+    states: Sequence[JobState],
+    idle: dict[str, int],
+    check: _Check,
+    order: Sequence[tuple[Any, ...]],
+) -> dict[int, str]:
+    """`starts` (each fits its type's nodes alone) placed together, in the scheduling pass's order.
+
+    `order`: each job's place in the pass (`FleetJob.order`), which starts them in that
+    order: each is placed beside those before it (`check.took`), and one whose workers
+    no longer fit is dropped, its GPUs back in `idle` for the backfill.
+    """
+    kept: dict[int, str] = {}
+    for i in sorted(starts, key=lambda i: (order[i], i)):
+        t = starts[i]
+        if check.took(i, t):
+            kept[i] = t
+        else:
+            idle[t] += states[i].job.num_gpus
+    return kept
 
 
 def _backfill(
@@ -446,12 +516,12 @@ def _backfill(
     states: Sequence[JobState],
     waiting: Collection[int],
     idle: dict[str, int],
-    fits: _FitsAt | None = None,
+    check: _Check | None = None,
 ) -> dict[int, str]:
     """The policy's backfill again, on the GPUs its plan gave to running jobs that keep them.
 
     The `waiting` jobs, fastest relative to their best type first, then in plan order;
-    `fits`: on a type whose nodes their workers fit now.
+    `check`: on a type whose nodes their workers fit now, beside the starts before them.
     """
     starts: dict[int, str] = {}
     rank = {i: r for r, i in enumerate(alloc)}
@@ -464,7 +534,7 @@ def _backfill(
     for _, _, i, t in cands:
         if i in starts or not _fits_idle(states[i], t, idle):
             continue
-        if fits is None or fits(i, t, ()):
+        if check is None or (check.fits(i, t, ()) and check.took(i, t)):
             starts[i] = t
             idle[t] -= states[i].job.num_gpus
     return starts

@@ -32,10 +32,9 @@ from typing import Any, ClassVar, Protocol
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.planners.profile import ModelProfile
 from chronotope.sharing.labels import GENERATION_ANNOTATION
-from chronotope.workloads.capacity import Capacity, facts_of
+from chronotope.workloads.capacity import Capacity, NodeCapacity, Placements, facts_of, take
 from chronotope.workloads.fleet import (
     BandPlan,
-    Fits,
     FleetJob,
     FleetOutcome,
     estimate_ratios,
@@ -47,6 +46,7 @@ from chronotope.workloads.fleet import (
 from chronotope.workloads.gang import GENERATION_LABEL, JOB_LABEL
 from chronotope.workloads.job_spec import job_spec_or_none
 from chronotope.workloads.joint import Contender, arbitrate, options_for
+from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.preemption import Preemption, capacity_without, plan_preemption
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.queueing import queue_key
@@ -150,28 +150,18 @@ class Decider:
                 spec = spec.model_copy(update={"gpu_types": options})
             f = _fleet_job(job, spec, now)
             band.append((f, f.running_gpus or gang_gpus(spec)))
-        fits = self._fits(view, now) if view.nodes else None
-        plan = plan_band(band, view.capacity, now, estimate_ratios(view.jobs), fits=fits)
+        check = _NodeCheck(self, view, now) if view.nodes else None
+        plan = plan_band(
+            band,
+            view.capacity,
+            now,
+            estimate_ratios(view.jobs),
+            fits=None if check is None else check.fits,
+            took=None if check is None else check.took,
+        )
         members = frozenset(f.key for f, _ in band if f.running_on is None)
         self._bands[key] = (view, plan, members)
         return plan, members
-
-    def _fits(self, view: BandView, now: datetime) -> Fits:
-        """`fleet.Fits` on `view`'s cluster: the job starts on the type with those jobs gone."""
-        facts = facts_of(view.capacity)
-
-        def fits(job: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
-            only = job.spec.model_copy(
-                update={"gpu_types": [t for t in job.spec.gpu_types if t.name == gpu_type]}
-            )
-            capacity = view.capacity
-            if victims:
-                gone = {v.key for v in victims}
-                capacity = capacity_without(gone, nodes=view.nodes, pods=view.pods, facts=facts)
-            there = self.decide(job.key.split("/", 1)[0], only, capacity, now)
-            return there.action is Action.START
-
-        return fits
 
     def planner(self, namespace: str, spec: TrainingJobSpec) -> ProfilePlanner | str | None:
         """The job's profile planner; None without a model profile; why, when it is unusable."""
@@ -224,6 +214,87 @@ class Decider:
         if self._gangs is None:
             self._gangs = live_gangs(self._pods(None, None))
         return (str(meta.get("namespace")), str(meta.get("name")), gen) in self._gangs
+
+
+class _NodeCheck:
+    """`fleet.Fits` and `fleet.Took` on a band's cluster, for one plan.
+
+    A job fits a type when `decide` starts it on that type alone: on the band's
+    capacity less the plan's starts so far (each placed as the pass's gang rule
+    would, `take_start`), or, when running jobs leave, on the cluster without their
+    pods (`preemption.capacity_without`) less the same starts.
+    """
+
+    def __init__(self, decider: Decider, view: BandView, now: datetime) -> None:
+        self._decider, self._view, self._now = decider, view, now
+        self._left = view.capacity
+        self._started: list[tuple[TrainingJobSpec, Decision]] = []
+        self._last: dict[tuple[str, str], tuple[Capacity, TrainingJobSpec, Decision]] = {}
+
+    def _there(
+        self, job: FleetJob, gpu_type: str, capacity: Capacity
+    ) -> tuple[TrainingJobSpec, Decision]:
+        """The job's spec on `gpu_type` alone, and `decide` on `capacity` for it."""
+        hit = self._last.get((job.key, gpu_type))
+        if hit is not None and hit[0] is capacity:  # `took` right after `fits`
+            return hit[1], hit[2]
+        only = job.spec.model_copy(
+            update={"gpu_types": [t for t in job.spec.gpu_types if t.name == gpu_type]}
+        )
+        d = self._decider.decide(job.key.split("/", 1)[0], only, capacity, self._now)
+        self._last[job.key, gpu_type] = (capacity, only, d)
+        return only, d
+
+    def fits(self, job: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
+        """Whether the job's workers fit `gpu_type` now, once `victims` have stopped."""
+        capacity = self._left
+        if victims:
+            view = self._view
+            gone = {v.key for v in victims}
+            facts = facts_of(view.capacity)
+            capacity = capacity_without(gone, nodes=view.nodes, pods=view.pods, facts=facts)
+            for spec, d in self._started:
+                capacity = take_start(capacity, spec, d)[0]
+        return self._there(job, gpu_type, capacity)[1].action is Action.START
+
+    def took(self, job: FleetJob, gpu_type: str) -> Placements | None:
+        """Place the job's workers on `gpu_type` beside the starts before it, if they fit.
+
+        The gang is the one `fits` decided (the last decision for the job on that type),
+        placed as the pass's gang rule places it (`take_start`): no `decide` again.
+        """
+        hit = self._last.get((job.key, gpu_type))
+        spec, d = (hit[1], hit[2]) if hit is not None else self._there(job, gpu_type, self._left)
+        if d.action is not Action.START:
+            return None
+        left, placements = take_start(self._left, spec, d)
+        if len(placements) != d.workers:
+            return None
+        self._left = left
+        self._started.append((spec, replace(d, placements=placements)))
+        return placements
+
+
+def take_start(
+    capacity: Capacity, spec: TrainingJobSpec, d: Decision
+) -> tuple[tuple[NodeCapacity, ...], Placements]:
+    """`capacity` once the job of `spec` starts as `d` says, and where its workers go.
+
+    Its gang is placed by the extender's rule (`capacity.take`, with the job's node
+    rules, strategy and topology); a joint plan's placements are kept.
+    """
+    assert d.gpu_type is not None
+    return take(
+        capacity,
+        d.gpu_type,
+        d.workers,
+        d.gpus_per_worker,
+        strategy=spec.placement.strategy,
+        placements=d.placements,
+        rules=job_rules(spec),
+        topology=spec.placement.topology,
+        required=spec.placement.required,
+    )
 
 
 def live_gangs(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
@@ -347,6 +418,7 @@ def _fleet_job(job: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> 
         progress=progress(status, now),
         running_on=str(plan["gpuType"]) if running else None,
         running_gpus=int(float(plan.get("totalGpus") or 0)) if running else 0,
+        order=queue_key(job),
     )
 
 
@@ -465,6 +537,9 @@ def _enact(
                 Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
             )
         decision = there
+    if outcome.placements and not decision.placements:
+        # where the plan's node check put its workers, beside the plan's other starts
+        decision = replace(decision, placements=outcome.placements)
     return replace(decision, reason=f"{decision.reason}; {outcome.reason}")
 
 

@@ -45,7 +45,7 @@ from functools import partial
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.capacity import NO_FACTS, Capacity, ClusterFacts, cluster_capacity, take
+from chronotope.workloads.capacity import NO_FACTS, Capacity, ClusterFacts, cluster_capacity
 from chronotope.workloads.fleet import yields_lease
 from chronotope.workloads.gates import (
     START_GATES,
@@ -57,9 +57,9 @@ from chronotope.workloads.gates import (
     frees_at,
     job_key,
     run_gates,
+    take_start,
 )
 from chronotope.workloads.job_spec import job_spec_or_none
-from chronotope.workloads.node_fit import job_rules
 from chronotope.workloads.queueing import queue_key
 from chronotope.workloads.quota import Admission, QueueQuota, Unit, Verdict
 from chronotope.workloads.replan import remaining_work
@@ -540,17 +540,7 @@ class _Pass:
         """
         gpu_type = d.gpu_type
         assert gpu_type is not None
-        self.left, placements = take(
-            self.left,
-            gpu_type,
-            d.workers,
-            d.gpus_per_worker,
-            strategy=spec.placement.strategy,
-            placements=d.placements,
-            rules=job_rules(spec),
-            topology=spec.placement.topology,
-            required=spec.placement.required,
-        )
+        self.left, placements = take_start(self.left, spec, d)
         if len(placements) == d.workers:
             d = replace(d, placements=placements)
         key = job_key(job)

@@ -527,3 +527,27 @@ def test_a_reason_longer_than_the_crds_limit_is_cut_to_it() -> None:
     assert len(why) == WHY_WAITING_MAX
     assert why.endswith("...")
     assert waiting_status(Decision(Action.WAIT, "short"), NOW, 1)["whyWaiting"] == "short"
+
+
+def test_the_policys_starts_on_one_type_are_checked_together_against_its_nodes() -> None:
+    # A100 has 8 free GPUs: 4 on a0, 2 on a1 and 2 on a2. The policy's plan puts x and y
+    # (one 3-GPU worker each, short) there and leaves z (2 workers of 2, long, A100 only)
+    # waiting for them. Each of x and y fits a0 alone, but not both: checked one at a
+    # time, the plan started x there and y (its workers no longer fitting) went to V100,
+    # while z waited with a1 and a2 idle until the next pass. Checked together, y is
+    # refused A100 in the plan and z takes a1 and a2 in the same pass
+    nodes = [node("a0", "A100", 8), node("a1", "A100", 4), node("a2", "A100", 4)]
+    nodes.append(node("v0", "V100", 8))
+    pods = [busy_pod("b0", "a0", 4), busy_pod("b1", "a1", 2), busy_pod("b2", "a2", 2)]
+    either = {"A100": 1.0, "V100": 0.6}
+    x = tjob("x", created=NOW - timedelta(minutes=2), gpus=3, types=either, phase="Waiting")
+    y = tjob("y", created=NOW - timedelta(minutes=1), gpus=3, types=either, phase="Waiting")
+    z = tjob("z", created=NOW, hours=10, gpus=2, types={"A100": 1.0}, phase="Waiting")
+    z["spec"]["replicas"] = 2
+    done = pass_on([x, y, z], nodes, pods)
+    starts = {k: (v.decision.action, v.decision.gpu_type) for k, v in done.verdicts.items()}
+    assert starts == {
+        "scale/x": (Action.START, "A100"),
+        "scale/y": (Action.START, "V100"),
+        "scale/z": (Action.START, "A100"),
+    }

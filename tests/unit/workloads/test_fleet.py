@@ -319,3 +319,48 @@ def test_with_the_nodes_checked_a_lease_is_given_up_only_to_a_job_that_takes_it(
     plan = plan_band(band, held, NOW, fits=lambda *_: False)
     assert (plan.starts, plan.yields, plan.stops) == ({}, {}, {})
     assert not plan.outcome("ns/a").starts
+
+
+def test_the_starts_are_placed_together_in_the_passs_order() -> None:
+    # 8 idle H100s, 4 on each of two nodes (a toy of the node check: a job's one worker
+    # takes the first node with room for it). The policy starts a and b (4 GPUs each, short)
+    # and leaves c (2 GPUs, long) waiting; a node check of each alone passes both. In the
+    # pass's order (b before a) b takes h0, then a h1; with h1 already held by another
+    # scheduler's pods (as the plan's node check sees it), a is dropped and c, which fits
+    # what is left, starts in its place
+    idle = [NodeCapacity("h0", "H100", 8, 4, True), NodeCapacity("h1", "H100", 8, 4, True)]
+    a = replace(job("ns/a", 1, gpu={"count": 4}), order=(2,))
+    b = replace(job("ns/b", 1, gpu={"count": 4}), order=(1,))
+    c = replace(job("ns/c", 10, gpu={"count": 2}), order=(3,))
+
+    def plan(free: dict[str, int]) -> tuple[Any, list[str]]:
+        placed: list[str] = []
+        left = dict(free)
+
+        def node_for(j: FleetJob) -> str | None:
+            need = j.spec.gpu.count or 1
+            return next((n for n, f in left.items() if f >= need), None)
+
+        def fits(j: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
+            return node_for(j) is not None
+
+        def took(j: FleetJob, gpu_type: str) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+            n = node_for(j)
+            if n is None:
+                return None
+            left[n] -= j.spec.gpu.count or 1
+            placed.append(j.key)
+            return ((n, ()),)
+
+        band = [(a, 4), (b, 4), (c, 2)]
+        return plan_band(band, idle, NOW, fits=fits, took=took), placed
+
+    both, placed = plan({"h0": 4, "h1": 4})
+    assert both.starts == {"ns/a": "H100", "ns/b": "H100"}
+    assert placed == ["ns/b", "ns/a"]  # in the pass's order, not the policy's
+    assert (both.placements["ns/b"], both.placements["ns/a"]) == ((("h0", ()),), (("h1", ()),))
+    assert both.outcome("ns/a").placements == (("h1", ()),)
+    one, placed = plan({"h0": 4, "h1": 2})
+    assert one.starts == {"ns/b": "H100", "ns/c": "H100"}
+    assert placed == ["ns/b", "ns/c"]
+    assert not one.outcome("ns/a").starts
