@@ -109,6 +109,10 @@ class Decider:
         self._pods = pods
         self._memo: dict[tuple[Any, ...], tuple[Capacity, Decision]] = {}
         self._bands: dict[tuple[Any, ...], tuple[BandView, BandPlan, frozenset[str]]] = {}
+        self._checks: dict[tuple[Any, ...], _NodeCheck] = {}
+        """Each band's node check, once planned: where its starts left the cluster."""
+        self._views: dict[int, tuple[BandView, list[tuple[Mapping[str, Any], TrainingJobSpec]]]]
+        self._views = {}
         self._gangs: set[tuple[str, str, str]] | None = None
 
     def band(self, cycle: Cycle, priority: int) -> tuple[BandPlan, frozenset[str]]:
@@ -129,19 +133,24 @@ class Decider:
         hit = self._bands.get(key)
         if hit is not None and hit[0] is view:  # held by the memo: its id is not reused
             return hit[1], hit[2]
+        check = None
+        if view.nodes:
+            # the bands above are planned first, and this one on what their starts leave
+            # (the pass starts higher priorities first)
+            above = [p for p in self._priorities(view) if p > priority]
+            after = None
+            if above:
+                self.band_on(view, now, min(above))
+                after = self._checks.get((min(above), id(view), now))
+            check = _NodeCheck(self, view, now, after=after)
         band: list[tuple[FleetJob, int]] = []
-        for job in view.jobs:
-            meta = job.get("metadata") or {}
+        for job, full in self._contending(view):
+            if full.priority != priority:
+                continue
             phase = (job.get("status") or {}).get("phase")
-            if meta.get("deletionTimestamp") or phase not in (*CONTENDING, "Running", "Starting"):
-                continue
-            spec = job_spec_or_none(job)
-            if spec is None:
-                continue
-            if spec.gpu.shared is not None or spec.priority != priority:
-                continue
             if phase in CONTENDING and job_key(job) != me and self.has_gang(job):
                 continue  # started a moment ago: its GPUs already count as taken
+            spec = full
             allowed = view.types.get(job_key(job))
             if allowed is not None:
                 options = [t for t in spec.gpu_types if t.name in allowed]
@@ -150,10 +159,9 @@ class Decider:
                 spec = spec.model_copy(update={"gpu_types": options})
             f = _fleet_job(job, spec, now)
             band.append((f, f.running_gpus or gang_gpus(spec)))
-        check = _NodeCheck(self, view, now) if view.nodes else None
         plan = plan_band(
             band,
-            view.capacity,
+            view.capacity if check is None else check.left,
             now,
             estimate_ratios(view.jobs),
             fits=None if check is None else check.fits,
@@ -161,7 +169,30 @@ class Decider:
         )
         members = frozenset(f.key for f, _ in band if f.running_on is None)
         self._bands[key] = (view, plan, members)
+        if check is not None:
+            self._checks[key] = check
         return plan, members
+
+    def _contending(self, view: BandView) -> list[tuple[Mapping[str, Any], TrainingJobSpec]]:
+        """`view`'s live whole-GPU jobs that wait or hold GPUs, with their specs; once a view."""
+        hit = self._views.get(id(view))
+        if hit is not None and hit[0] is view:
+            return hit[1]
+        out = []
+        for job in view.jobs:
+            meta = job.get("metadata") or {}
+            phase = (job.get("status") or {}).get("phase")
+            if meta.get("deletionTimestamp") or phase not in (*CONTENDING, "Running", "Starting"):
+                continue
+            spec = job_spec_or_none(job)
+            if spec is not None and spec.gpu.shared is None:
+                out.append((job, spec))
+        self._views[id(view)] = (view, out)
+        return out
+
+    def _priorities(self, view: BandView) -> set[int]:
+        """The priorities of `view`'s bands."""
+        return {spec.priority for _, spec in self._contending(view)}
 
     def planner(self, namespace: str, spec: TrainingJobSpec) -> ProfilePlanner | str | None:
         """The job's profile planner; None without a model profile; why, when it is unusable."""
@@ -225,10 +256,15 @@ class _NodeCheck:
     pods (`preemption.capacity_without`) less the same starts.
     """
 
-    def __init__(self, decider: Decider, view: BandView, now: datetime) -> None:
+    def __init__(
+        self, decider: Decider, view: BandView, now: datetime, *, after: _NodeCheck | None = None
+    ) -> None:
+        """Check on `view`'s cluster, less the starts of the band planned before (`after`)."""
         self._decider, self._view, self._now = decider, view, now
-        self._left = view.capacity
-        self._started: list[tuple[TrainingJobSpec, Decision]] = []
+        self._left = view.capacity if after is None else after.left
+        self._started: list[tuple[TrainingJobSpec, Decision]] = (
+            [] if after is None else list(after._started)
+        )
         self._last: dict[tuple[str, str], tuple[Capacity, TrainingJobSpec, Decision]] = {}
 
     def _there(
@@ -244,6 +280,11 @@ class _NodeCheck:
         d = self._decider.decide(job.key.split("/", 1)[0], only, capacity, self._now)
         self._last[job.key, gpu_type] = (capacity, only, d)
         return only, d
+
+    @property
+    def left(self) -> Capacity:
+        """The cluster less the starts placed so far."""
+        return self._left
 
     def fits(self, job: FleetJob, gpu_type: str, victims: tuple[FleetJob, ...]) -> bool:
         """Whether the job's workers fit `gpu_type` now, once `victims` have stopped."""

@@ -551,3 +551,20 @@ def test_the_policys_starts_on_one_type_are_checked_together_against_its_nodes()
         "scale/y": (Action.START, "V100"),
         "scale/z": (Action.START, "A100"),
     }
+
+
+def test_a_lower_priority_band_is_planned_on_what_the_higher_ones_start() -> None:
+    # h (priority 5) takes the only A100 node; l1 (priority 0) accepts A100 or V100, l2
+    # only A100. Each band was planned on the GPUs free before the pass, so band 0 put
+    # l1 on the A100s h takes, and l1 waited ("... but A100 has no room yet") with the
+    # V100s idle until a later pass. Band 0 is now planned on what band 5's starts leave
+    nodes = [node("a0", "A100", 4), node("v0", "V100", 4)]
+    h = tjob("h", created=NOW, gpus=4, types={"A100": 1.0}, priority=5, phase="Waiting")
+    either = {"A100": 1.0, "V100": 0.5}
+    l1 = tjob("l1", created=NOW - timedelta(minutes=2), gpus=4, types=either, phase="Waiting")
+    l2 = tjob("l2", created=NOW, hours=10, gpus=4, types={"A100": 1.0}, phase="Waiting")
+    done = pass_on([h, l1, l2], nodes)
+    starts = {k: (v.decision.action, v.decision.gpu_type) for k, v in done.verdicts.items()}
+    assert starts["scale/h"] == (Action.START, "A100")
+    assert starts["scale/l1"] == (Action.START, "V100")
+    assert starts["scale/l2"][0] is Action.WAIT
