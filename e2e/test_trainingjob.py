@@ -608,8 +608,9 @@ def _kept_lease(api: Any, core: client.CoreV1Api, namespace: str, name: str, gpu
     assert status.get("restarts", 0) == 0, status
 
 
+@pytest.mark.parametrize("slower", [False, True], ids=["fast-only", "or-a-slower-type"])
 def test_a_lease_is_kept_when_the_shorter_job_would_not_fit_the_gpus_it_frees(
-    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str
+    jobs_api: tuple[Any, client.CustomObjectsApi, client.CoreV1Api], namespace: str, slower: bool
 ) -> None:
     # two nodes of 4 GPUs of a fast type, each running one 2-GPU worker of a long,
     # checkpointing job and one of a higher-priority job; a short job of one 4-GPU worker
@@ -617,18 +618,23 @@ def test_a_lease_is_kept_when_the_shorter_job_would_not_fit_the_gpus_it_frees(
     # job's 4 GPUs as one pool and would give its lease to the short job, but once it
     # stopped each node would have 2 free: the short job would not fit. It runs on the
     # slow type and the long job keeps its lease (before: the long job was stopped for
-    # nothing, `LeaseGivenUp`, while the short job waited for the fast type)
+    # nothing, `LeaseGivenUp`, while the short job waited for the fast type). With
+    # `slower`, the long job also accepts a slower type with 4 GPUs idle, and the policy
+    # would move it there to free the fast GPUs: with nobody to take them, it stays
+    # (before stop 65: moved, `LeaseGivenUp`, restarted on the slower type)
     api, custom, core = jobs_api
     tag = namespace[-6:]
-    fast, slow = f"LFAST-{tag.upper()}", f"LSLOW-{tag.upper()}"
+    fast, slow, slowest = (f"{what}-{tag.upper()}" for what in ("LFAST", "LSLOW", "LSLOWEST"))
     with (
         _gpu_nodes(api, core, f"lf-{tag}", fast, 2, per_node=4) as fast_nodes,
         _gpu_nodes(api, core, f"ls-{tag}", slow, 1, per_node=4) as slow_nodes,
+        _gpu_nodes(api, core, f"lx-{tag}", slowest, 1, per_node=4) as more,
     ):
-        wait_nodes_untainted(api, set(fast_nodes + slow_nodes), 60)
+        wait_nodes_untainted(api, set(fast_nodes + slow_nodes + more), 60)
         _half_held(api, custom, namespace, fast)
         spread = {"strategy": "Spread"}
-        long = job("long", 2, 2, [(fast, 1.0)], placement=spread, checkpoint={"path": "/c/l"})
+        types = [(fast, 1.0), (slowest, 0.5)] if slower else [(fast, 1.0)]
+        long = job("long", 2, 2, types, placement=spread, checkpoint={"path": "/c/l"})
         long["spec"]["estimate"]["durationSeconds"] = 36000
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, long)
         _wait_running(api, namespace, "long", timeout=60)

@@ -296,7 +296,12 @@ def plan_band(
         # waiting job can use the GPUs it would free
         taken = {v for _, vs in yields.values() for v in vs}
         spared = {v for v in yieldable if alloc.get(v) is None} - taken
-        spared |= _unfit_moves(alloc, states, yieldable - spared, taken, check.fits)
+        while True:  # a move that stays frees nothing: the others are checked again
+            more = _unfit_moves(alloc, states, yieldable - spared, taken, check.fits)
+            more |= _idle_moves(alloc, states, yieldable - spared - more, taken)
+            if more <= spared:
+                break
+            spared |= more
     return BandPlan(
         tuple(keys),
         {keys[i]: t for i, t in sorted(starts.items())},
@@ -363,6 +368,30 @@ def _unfit_moves(
                 kept.add(v)
                 changed = True
     return kept
+
+
+def _idle_moves(
+    alloc: Mapping[int, str],
+    states: Sequence[JobState],
+    moving: Collection[int],
+    taken: Collection[int],
+) -> set[int]:
+    """The running jobs `alloc` moves to a slower type whose GPUs no job would take: they stay.
+
+    A move to a slower type only frees the job's GPUs for other work; it is kept when a
+    waiting job takes them (`taken`) or another job of `moving` moves onto that type.
+    """
+    leaving = {v for v in moving if alloc.get(v) not in (None, states[v].gpu_type)}
+    entering = {alloc[u] for u in leaving}
+    out = set()
+    for v in sorted(leaving):
+        held, there = states[v].gpu_type, alloc[v]
+        speed = states[v].job.speed
+        if v in taken or speed.get(there, 0.0) > speed.get(held or "", 0.0):
+            continue
+        if held not in entering:
+            out.add(v)
+    return out
 
 
 def _stops(

@@ -568,3 +568,30 @@ def test_a_lower_priority_band_is_planned_on_what_the_higher_ones_start() -> Non
     assert starts["scale/h"] == (Action.START, "A100")
     assert starts["scale/l1"] == (Action.START, "V100")
     assert starts["scale/l2"][0] is Action.WAIT
+
+
+def test_a_running_job_is_not_moved_to_a_slower_type_when_no_job_takes_its_gpus() -> None:
+    # as above (split), and the long job also accepts L4s, 8 of them idle. The policy
+    # moves it to the L4s, a slower type, to give its H100s to the short job; the short
+    # job's worker would not fit them: before, the long job was moved anyway (checkpoint,
+    # stop, restart on the slower L4s) with nobody taking its H100s; now it stays
+    h100 = {"H100": 1.0}
+    nodes = [node("h0", "H100", 8), node("h1", "H100", 8), node("l0", "L4", 8)]
+    pods = [_worker("long", "h0", 4), _worker("long", "h1", 4)]
+    pods += [busy_pod("b0", "h0", 4), busy_pod("b1", "h1", 4)]
+    plan = {"gpuType": "H100", "workers": 2, "totalGpus": 8, "startTime": NOW.isoformat()}
+    long = tjob("long", created=NOW, hours=10, gpus=4, types={"H100": 1.0, "L4": 0.5})
+    long["spec"] |= {"replicas": 2, "preemptible": True, "checkpoint": {"path": "/ckpt/l"}}
+    long["status"] = {"phase": "Running", "plan": plan}
+    short = tjob("short", created=NOW, gpus=8, types=h100, phase="Waiting")
+    done = pass_on([long, short], nodes, pods)
+    assert done.verdicts["scale/short"].decision.action is Action.WAIT
+    assert done.stops == {}
+    # where the short job fits once the long one has moved, the move is made
+    pods[2:] = [busy_pod("b1", "h1", 8)]
+    pods[:2] = [_worker("long", "h0", 8)]
+    long["status"]["plan"] |= {"workers": 1}
+    long["spec"] |= {"replicas": 1}
+    long["spec"]["gpu"]["count"] = 8
+    done = pass_on([long, short], nodes, pods)
+    assert "moves it from H100 to L4" in done.stops["scale/long"]
