@@ -312,6 +312,8 @@ class _NodeCheck:
         if len(placements) != d.workers:
             return None
         self._left = left
+        if any(len(gpus) != d.gpus_per_worker for _, gpus in placements):
+            placements = ()  # the nodes' GPU indices are not known: nothing to carry
         self._started.append((spec, replace(d, placements=placements)))
         return placements
 
@@ -578,7 +580,7 @@ def _enact(
                 Action.WAIT, f"{outcome.reason}, but {outcome.gpu_type} has no room yet"
             )
         decision = there
-    if outcome.placements and not decision.placements:
+    if len(outcome.placements) == decision.workers and not decision.placements:
         # where the plan's node check put its workers, beside the plan's other starts
         decision = replace(decision, placements=outcome.placements)
     return replace(decision, reason=f"{decision.reason}; {outcome.reason}")

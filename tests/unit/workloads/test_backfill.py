@@ -595,3 +595,18 @@ def test_a_running_job_is_not_moved_to_a_slower_type_when_no_job_takes_its_gpus(
     long["spec"]["gpu"]["count"] = 8
     done = pass_on([long, short], nodes, pods)
     assert "moves it from H100 to L4" in done.stops["scale/long"]
+
+
+def test_a_pass_never_starts_more_than_the_capacity_holds_when_gpu_indices_are_unknown() -> None:
+    # the plan's placements name nodes but no GPUs when the capacity does not know which
+    # GPUs are free: the pass then places the starts itself, and counts each one's GPUs
+    # (else the two starts of priority 5 took none, and the job of priority 0, which its
+    # band's plan leaves out, found the 4 GPUs still free)
+    cap = [NodeCapacity("l4-0", "L4", 4, 4, True)]  # no free_gpus
+    jobs = [
+        tjob(f"j{i}", created=NOW, gpus=2, types={"L4": 1.0}, priority=p, phase="Waiting")
+        for i, p in enumerate((5, 5, 0))
+    ]
+    done = pass_on(jobs, [node("l4-0", "L4", 4)], capacity=cap)
+    starts = [k for k, v in done.verdicts.items() if v.decision.action is Action.START]
+    assert len(starts) == 2
