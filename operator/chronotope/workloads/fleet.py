@@ -383,15 +383,19 @@ def _idle_moves(
     """
     leaving = {v for v in moving if alloc.get(v) not in (None, states[v].gpu_type)}
     entering = {alloc[u] for u in leaving}
-    out = set()
-    for v in sorted(leaving):
-        held, there = states[v].gpu_type, alloc[v]
-        speed = states[v].job.speed
-        if v in taken or speed.get(there, 0.0) > speed.get(held or "", 0.0):
-            continue
-        if held not in entering:
-            out.add(v)
-    return out
+    return {
+        v
+        for v in leaving
+        if v not in taken
+        and not _faster(states[v], alloc[v])
+        and states[v].gpu_type not in entering
+    }
+
+
+def _faster(state: JobState, there: str) -> bool:
+    """Whether a running job moved to `there` runs faster than where it runs now."""
+    speed = state.job.speed
+    return speed.get(there, 0.0) > speed.get(state.gpu_type or "", 0.0)
 
 
 def _stops(
@@ -408,8 +412,7 @@ def _stops(
         held, there = states[v].gpu_type, alloc.get(v)
         if there == held:
             continue
-        speed = states[v].job.speed
-        if there is not None and speed.get(there, 0.0) > speed.get(held or "", 0.0):
+        if there is not None and _faster(states[v], there):
             why = f"moves it from {held} to {there}, where it finishes sooner"
         elif there is not None:  # a slower type: its GPUs serve other work better
             why = f"moves it from {held} to {there}, to free its {held} GPUs for other work"

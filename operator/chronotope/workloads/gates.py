@@ -95,6 +95,10 @@ def job_key(job: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
+_LiveJob = tuple[Mapping[str, Any], TrainingJobSpec]
+"""A live whole-GPU job that waits or holds GPUs, with its spec (`Decider._contending`)."""
+
+
 class Decider:
     """`decide` for any job, memoised on (job, capacity, time) for one cycle.
 
@@ -111,8 +115,7 @@ class Decider:
         self._bands: dict[tuple[Any, ...], tuple[BandView, BandPlan, frozenset[str]]] = {}
         self._checks: dict[tuple[Any, ...], _NodeCheck] = {}
         """Each band's node check, once planned: where its starts left the cluster."""
-        self._views: dict[int, tuple[BandView, list[tuple[Mapping[str, Any], TrainingJobSpec]]]]
-        self._views = {}
+        self._views: dict[int, tuple[BandView, list[_LiveJob]]] = {}
         self._gangs: set[tuple[str, str, str]] | None = None
 
     def band(self, cycle: Cycle, priority: int) -> tuple[BandPlan, frozenset[str]]:
@@ -173,7 +176,7 @@ class Decider:
             self._checks[key] = check
         return plan, members
 
-    def _contending(self, view: BandView) -> list[tuple[Mapping[str, Any], TrainingJobSpec]]:
+    def _contending(self, view: BandView) -> list[_LiveJob]:
         """`view`'s live whole-GPU jobs that wait or hold GPUs, with their specs; once a view."""
         hit = self._views.get(id(view))
         if hit is not None and hit[0] is view:
