@@ -3,10 +3,11 @@
 Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
        [--when-can-borrow Borrow|TryNextFlavor] [--dedicated FRACTION] [--worker-cpu CORES]
        [--repelling FRACTION [--repelling-key LABEL]] [--racked FRACTION] [--spread FRACTION]
+       [--checkpoint] [--settled MINUTES]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
 round-robin over `--queues` team namespaces, each queue an equal share of every
-GPU type in one cohort) and the openb cluster's 1,213 GPU nodes as Node objects
+GPU type in one cohort; `--queues 0`: no queues, quota off) and the openb cluster's 1,213 GPU nodes as Node objects
 (`sim.clusterspec.node_manifests`), and times `workloads.training_pass.schedule`
 over all of them with no pods yet: the pass the operator makes when the jobs
 arrive. No API server: the figure is the pass's own cost, to compare code
@@ -30,6 +31,12 @@ costs the pass (`training.workers_that_fit` per domain, `capacity.take` inside o
 node over its own workers (`maxSkew: 1` on `kubernetes.io/hostname`, `matchLabelKeys:
 [chronotope.dev/job]`): what reading topology spread costs (`node_fit.spread_terms`;
 such a gang is placed Spread, fewest-first, in levels).
+`--checkpoint` makes every job checkpoint (`operator_scale.py --checkpoint`), so the
+fleet policy may give a running job's lease up. `--settled M` times the pass after
+that one instead: the first pass's starts run (their workers bound where it placed
+them, `gang.worker_pods`) for M minutes, the others still wait. With `--checkpoint`
+this is the pass that weighs stopping and moving running jobs for waiting ones
+(`gates._NodeCheck.fits` with jobs leaving).
 """
 
 from __future__ import annotations
@@ -39,14 +46,17 @@ import hashlib
 import random
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from chronotope.paths import REPO_ROOT
+from chronotope.sharing.labels import GENERATION_ANNOTATION
 from chronotope.sim.clusterspec import load_spec, node_manifests
+from chronotope.workloads.gang import worker_pods
 from chronotope.workloads.gates import Decider
-from chronotope.workloads.training import Action
+from chronotope.workloads.job_spec import job_spec
+from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import schedule
 from chronotope.workloads.training_quota import QuotaView
 
@@ -64,6 +74,25 @@ def ready_nodes(spec_path: Path) -> list[dict[str, Any]]:
     return nodes
 
 
+def running(job: dict[str, Any], d: Decision) -> list[dict[str, Any]]:
+    """Mark `job` Running as `d` started it at NOW; its workers, bound where `d` placed them."""
+    job["metadata"]["annotations"] = {GENERATION_ANNOTATION: "1"}
+    plan = {
+        "gpuType": d.gpu_type,
+        "workers": d.workers,
+        "totalGpus": d.workers * d.gpus_per_worker,
+        "startTime": NOW.isoformat(),
+    }
+    if d.finish is not None:
+        plan["predictedCompletionTime"] = d.finish.isoformat()
+    job["status"] = {"phase": "Running", "plan": plan, "startTime": NOW.isoformat()}
+    pods = worker_pods(job, job_spec(job), d, 1)
+    for pod, (node, _) in zip(pods, d.placements, strict=True):
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running"}
+    return pods
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2000)
@@ -78,6 +107,14 @@ def main() -> int:
     ap.add_argument("--repelling-key", default="kubernetes.io/hostname")
     ap.add_argument("--racked", type=float, default=0.0)
     ap.add_argument("--spread", type=float, default=0.0)
+    ap.add_argument("--checkpoint", action="store_true", help="every job checkpoints")
+    ap.add_argument(
+        "--settled",
+        type=float,
+        default=0.0,
+        metavar="MINUTES",
+        help="time the pass after the first one's starts have run this long",
+    )
     ap.add_argument(
         "--verdicts", type=Path, help="also write each job's verdict here, one per line (to diff)"
     )
@@ -102,12 +139,12 @@ def main() -> int:
             meta = {"name": f"serve-{k}", "namespace": "serving", "labels": {"app": "serve"}}
             pods.append({"metadata": meta, "spec": spec, "status": {"phase": "Running"}})
     queues = queue_objects(args.queues, total, args.when_can_borrow)
-    teams = [local["metadata"]["namespace"] for _, local in queues]
+    teams = [local["metadata"]["namespace"] for _, local in queues] or ["scale"]
     view = QuotaView.parse([q for q, _ in queues], [local for _, local in queues])
     rng = random.Random(args.seed)
     jobs = []
     for i in range(args.jobs):
-        job = make_job(f"j{i:04d}", rng, widest)
+        job = make_job(f"j{i:04d}", rng, widest, checkpoint=args.checkpoint)
         job["metadata"].update(
             namespace=teams[i % len(teams)],
             creationTimestamp=f"2030-01-01T10:{i // 60 % 60:02d}:{i % 60:02d}Z",
@@ -137,30 +174,42 @@ def main() -> int:
                 }
             ]
         jobs.append(job)
+    now = NOW
+    if args.settled > 0:
+        decider = Decider(lambda _ns, name: f"no profile {name}", lambda *_: [])
+        first = schedule(jobs, nodes, pods, view, decider=decider, now=NOW)
+        now = NOW + timedelta(minutes=args.settled)
+        for job in jobs:
+            v = first.verdicts.get(f"{job['metadata']['namespace']}/{job['metadata']['name']}")
+            if v is not None and v.decision.action is Action.START:
+                pods += running(job, v.decision)
     seconds = []
     for _ in range(args.runs):
         decider = Decider(lambda _ns, name: f"no profile {name}", lambda *_: [])
         started = time.perf_counter()
-        done = schedule(jobs, nodes, pods, view, decider=decider, now=NOW)
+        done = schedule(jobs, nodes, pods, view, decider=decider, now=now)
         seconds.append(time.perf_counter() - started)
     verdicts = sorted(
         (k, v.decision.action.value, v.decision.gpu_type, v.decision.reason)
         for k, v in done.verdicts.items()
     )
+    # a settled pass's lease stops are part of what it decided
+    verdicts += sorted((k, "Stop", None, why) for k, why in done.stops.items())
     starts = sum(v.decision.action is Action.START for v in done.verdicts.values())
+    waits = len(done.verdicts) - starts
     gpus = sum(
         v.decision.workers * v.decision.gpus_per_worker
         for v in done.verdicts.values()
         if v.decision.action is Action.START
     )
+    stops = f"; {len(done.stops)} lease stops" if args.settled > 0 else ""
     digest = hashlib.sha1(repr(verdicts).encode()).hexdigest()[:12]
     if args.verdicts is not None:
         args.verdicts.write_text("".join(f"{k} {a} {t} {why}\n" for k, a, t, why in verdicts))
     print(
         f"{len(jobs)} jobs on {len(nodes)} nodes: pass {', '.join(f'{s:.2f}' for s in seconds)} s "
-        f"(best {min(seconds):.2f} s); {starts} starts on {gpus} GPUs, {len(verdicts) - starts} "
-        "waits; "
-        f"verdicts {digest}"
+        f"(best {min(seconds):.2f} s); {starts} starts on {gpus} GPUs, {waits} "
+        f"waits{stops}; verdicts {digest}"
     )
     return 0
 

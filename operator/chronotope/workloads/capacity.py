@@ -87,6 +87,7 @@ __all__ = [
     "admitting",
     "cluster_capacity",
     "cluster_model",
+    "cluster_without",
     "facts_of",
     "in_cluster",
     "of_type",
@@ -1165,6 +1166,65 @@ def cluster_model(
             )
         )
     return tuple(_minus_promised(out, promised)), cache
+
+
+def cluster_without(
+    read: Capacity,
+    ignore_pods: frozenset[str],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    facts: ClusterFacts = NO_FACTS,
+) -> Capacity:
+    """`cluster_capacity(nodes, pods, ignore_pods, facts=facts)`, reading only what changes.
+
+    `read` is `cluster_capacity(nodes, pods, facts=facts)`: the same cluster with every
+    pod. Only the nodes the ignored pods are bound to are read again, and the result
+    is ordered as `cluster_capacity` orders it. The whole cluster is read again when
+    that would not be the same: a worker of ours waits to bind somewhere (the GPUs
+    it is planned on, or promised, depend on the rest of its type), or an ignored pod
+    holds a `ReadWriteOncePod` claim or runs on a node without GPUs.
+    """
+    if not read:
+        return cluster_capacity(nodes, pods, ignore_pods, facts=facts)
+    whole = partial(cluster_capacity, nodes, pods, ignore_pods, facts=facts)
+    known = {n.name for n in read}
+    changed: set[str] = set()
+    bound: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in DONE_PHASES or meta.get("deletionTimestamp"):
+            continue
+        on = spec.get("nodeName")
+        if not on:
+            if spec.get("schedulerName") == SCHEDULER_NAME and (
+                (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+            ):
+                return whole()  # a worker waiting to bind: planned or promised GPUs
+            continue
+        if f"{meta.get('namespace')}/{meta.get('name')}" in ignore_pods:
+            if on not in known:
+                return whole()
+            changed.add(str(on))
+        else:
+            bound.setdefault(str(on), []).append(pod)
+    if not changed:
+        return read
+    shared = facts_of(read)
+    if any(user in ignore_pods for user, _ in shared.claimed.values()):
+        return whole()
+    again = cluster_capacity(
+        [n for n in nodes if (n.get("metadata") or {}).get("name") in changed],
+        [p for name in changed for p in bound.get(name, ())],
+        facts=facts,
+    )
+    fresh = {n.name: replace(n, facts=shared) for n in again}
+    order = {(n.get("metadata") or {}).get("name"): i for i, n in enumerate(nodes)}
+    out = [fresh.get(n.name, n) for n in read]
+    # as `_minus_promised` orders a cluster with nothing promised: most free first, then
+    # in the nodes' order
+    out.sort(key=lambda n: (-n.free, order[n.name]))
+    return tuple(out)
 
 
 def _allocatable(node: Mapping[str, Any]) -> tuple[int, Amounts]:

@@ -296,7 +296,9 @@ class _NodeCheck:
             view = self._view
             gone = {v.key for v in victims}
             facts = facts_of(view.capacity)
-            capacity = capacity_without(gone, nodes=view.nodes, pods=view.pods, facts=facts)
+            capacity = capacity_without(
+                gone, nodes=view.nodes, pods=view.pods, facts=facts, read=view.read
+            )
             for spec, d in self._started:
                 capacity = take_start(capacity, spec, d)[0]
         return self._there(job, gpu_type, capacity)[1].action is Action.START
@@ -372,6 +374,9 @@ class BandView:
     pods: Sequence[Mapping[str, Any]] = ()
     """The cluster `capacity` was read from: with them, a lease the policy would give up
     for a waiting job is given up only if its workers fit once it has stopped."""
+    read: Capacity | None = None
+    """`cluster_capacity` of `nodes` and `pods`, when known: a check with jobs leaving
+    then reads again only their nodes (`capacity.cluster_without`)."""
 
 
 @dataclass(frozen=True)
@@ -697,6 +702,8 @@ def preempt(cycle: Cycle, decision: Decision) -> Preemption | None:
     planner = cycle.decider.planner(cycle.namespace, cycle.spec)
     if isinstance(planner, str):
         return None
+    view = cycle.band_on
+    same = view is not None and view.nodes is cycle.nodes and view.pods is cycle.pods
     return plan_preemption(
         cycle.key,
         cycle.spec,
@@ -706,6 +713,7 @@ def preempt(cycle: Cycle, decision: Decision) -> Preemption | None:
         now=cycle.now,
         planner=planner,
         facts=facts_of(cycle.capacity),
+        read=view.read if same and view is not None else None,
     )
 
 

@@ -17,7 +17,13 @@ from functools import partial
 from typing import Any
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.capacity import NO_FACTS, Capacity, ClusterFacts, cluster_capacity
+from chronotope.workloads.capacity import (
+    NO_FACTS,
+    Capacity,
+    ClusterFacts,
+    cluster_capacity,
+    cluster_without,
+)
 from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.profiled import ProfilePlanner
 from chronotope.workloads.training import Action, Decision, decide
@@ -48,10 +54,12 @@ def plan_preemption(
     now: datetime,
     planner: ProfilePlanner | None = None,
     facts: ClusterFacts = NO_FACTS,
+    read: Capacity | None = None,
 ) -> Preemption | None:
     """The fewest, cheapest victims that let `spec` start now, or None.
 
     `facts`: what the cluster holds beyond its nodes and pods (`capacity.ClusterFacts`).
+    `read`: `cluster_capacity` of the nodes and pods, when known (`capacity_without`).
     """
     types = {t.name for t in spec.gpu_types}
     candidates = []
@@ -70,7 +78,14 @@ def plan_preemption(
         return None
     candidates.sort(key=lambda c: (c[0], c[1]))
     without = partial(
-        _decided_without, spec, nodes=nodes, pods=pods, now=now, planner=planner, facts=facts
+        _decided_without,
+        spec,
+        nodes=nodes,
+        pods=pods,
+        now=now,
+        planner=planner,
+        facts=facts,
+        read=read,
     )
     chosen: list[str] = []
     for _, _, job in candidates:
@@ -99,9 +114,10 @@ def _decided_without(
     now: datetime,
     planner: ProfilePlanner | None = None,
     facts: ClusterFacts = NO_FACTS,
+    read: Capacity | None = None,
 ) -> Decision:
     """`spec`'s start decision on the cluster with the pods of TrainingJobs `victims` gone."""
-    capacity = capacity_without(victims, nodes=nodes, pods=pods, facts=facts)
+    capacity = capacity_without(victims, nodes=nodes, pods=pods, facts=facts, read=read)
     return decide(spec, capacity, now, planner=planner)
 
 
@@ -111,10 +127,14 @@ def capacity_without(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     facts: ClusterFacts = NO_FACTS,
+    read: Capacity | None = None,
 ) -> Capacity:
     """The cluster's capacity with the pods of TrainingJobs `victims` gone.
 
     `victims`: `namespace/name` of TrainingJobs (their workers carry `JOB_LABEL`).
+    `read`: the cluster's capacity with every pod, when known (`cluster_capacity` of
+    the same nodes, pods and facts): then only the victims' nodes are read again
+    (`capacity.cluster_without`).
     """
     ignored = frozenset(
         _key(pod)
@@ -122,4 +142,6 @@ def capacity_without(
         if (owner := ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL))
         and f"{pod['metadata'].get('namespace')}/{owner}" in victims
     )
+    if read is not None:
+        return cluster_without(read, ignored, nodes, pods, facts)
     return cluster_capacity(nodes, pods, ignore_pods=ignored, facts=facts)

@@ -221,12 +221,14 @@ def schedule(
     admission cycle. `facts`: what the cluster holds beyond its nodes and pods
     (`capacity.ClusterFacts`: claims' volumes, namespaces' labels).
     """
+    read = None
     if capacity is None:
-        capacity = cluster_capacity(nodes, pods, facts=facts)
+        capacity = read = cluster_capacity(nodes, pods, facts=facts)
     one_round = partial(
         _round,
         nodes=nodes,
         pods=pods,
+        read=read,
         decider=decider,
         now=now,
         gates=gates,
@@ -325,10 +327,12 @@ def _round(
     joint_left: int,
     only: Collection[str] | None = None,
     serving_waits: Sequence[ServingWait] = (),
+    read: Capacity | None = None,
 ) -> tuple[_Pass, dict[str, JobVerdict]]:
     """One round of the pass: steps 1-3 of the module docstring on `capacity`.
 
-    `only`: decide just these jobs (a later round), the others as they are.
+    `only`: decide just these jobs (a later round), the others as they are. `read`:
+    the capacity read from `nodes` and `pods` (None: given by the caller).
     """
     frees = frees_at(jobs, "")
     order: list[tuple[Mapping[str, Any], TrainingJobSpec]] = []
@@ -398,7 +402,7 @@ def _round(
         capacity=capacity,
         left=capacity,
         others=others,
-        band_on=BandView(capacity, list(others), band_types, nodes, pods),
+        band_on=BandView(capacity, list(others), band_types, nodes, pods, read),
         may_yield=may_yield,
         index={job_key(j): i for i, j in enumerate(others)},
         nodes=nodes,
