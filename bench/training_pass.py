@@ -6,14 +6,14 @@ Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--s
        [--checkpoint] [--settled MINUTES]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
-round-robin over `--queues` team namespaces, each queue an equal share of every
-GPU type in one cohort; `--queues 0`: no queues, quota off) and the openb cluster's 1,213 GPU nodes as Node objects
-(`sim.clusterspec.node_manifests`), and times `workloads.training_pass.schedule`
-over all of them with no pods yet: the pass the operator makes when the jobs
-arrive. No API server: the figure is the pass's own cost, to compare code
-changes (`git stash` and run again); prints each run's seconds, the starts and
-waits, and a hash of the verdicts so two versions can be checked to decide the
-same.
+round-robin over `--queues` team namespaces, each queue an equal share of every GPU type
+in one cohort; `--queues 0`: no queues, quota off) and the openb cluster's 1,213 GPU
+nodes as Node objects (`sim.clusterspec.node_manifests`), and times
+`workloads.training_pass.schedule` over all of them with no pods yet: the pass the
+operator makes when the jobs arrive. No API server: the figure is the pass's own cost,
+to compare code changes (`git stash` and run again); prints each run's seconds, the
+starts and waits, and a hash of the verdicts so two versions can be checked to decide
+the same.
 
 `--dedicated F` taints every 1/F-th GPU node `dedicated=team-00:NoSchedule` and gives
 the first team's jobs the toleration, so every other job is decided on the nodes it
