@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -522,6 +523,39 @@ def test_a_strict_fifo_queue_holds_later_jobs_behind_its_head(
             custom.patch_cluster_custom_object(GROUP, VERSION, "queues", team, patch)
             _running(custom, ns, "small", 60, "small running once the queue is BestEffortFIFO")
             assert _reason(_status(custom, ns, "big")) == "QuotaExceeded"
+
+
+def _held_by_quota(custom: client.CustomObjectsApi, ns: str, name: str) -> bool:
+    return _reason(_status(custom, ns, name)) == "QuotaExceeded"
+
+
+def test_freed_quota_goes_to_the_job_the_cluster_policy_runs_first(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    # 2 GPUs of quota, held by `first`; `long` (4 h) and then `short` (1 h) wait for it.
+    # When `first` goes, the quota goes to `short`, the job the cluster policy runs first
+    # (shortest remaining work), as the simulator's queues admit; before, quota admitted
+    # the queue's oldest job, and the policy only ever saw that one
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, team, ns = f"WISH-{tag.upper()}", f"w{tag}", namespace
+    queue = _solo_queue(team, gpu_type, 2)
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with _gpu_nodes(api, core, f"wn-{tag}", gpu_type, 1, per_node=8), _queues(custom, queue):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "localqueues", _local_queue(ns, team)
+            )
+            _submit(custom, ns, "first", gpu_type, "default")
+            _running(custom, ns, "first", 60, "first running")
+            for name, hours in (("long", 4), ("short", 1)):
+                obj = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
+                obj["spec"]["estimate"]["durationSeconds"] = hours * 3600
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, obj)
+                wait_for(partial(_held_by_quota, custom, ns, name), 30, name)
+                time.sleep(1.1)  # creationTimestamp is to the second: `long` is the older
+            custom.delete_namespaced_custom_object(GROUP, VERSION, ns, JOBS, "first")
+            _running(custom, ns, "short", 60, "short running on the quota first freed")
+            assert _reason(_status(custom, ns, "long")) == "QuotaExceeded"
 
 
 def test_a_queue_admits_only_the_namespaces_its_selector_selects(

@@ -180,6 +180,11 @@ class BandPlan:
     placements: Mapping[str, Placements] = field(default_factory=dict)
     """Job started now -> where the node check placed its workers, each start beside
     the ones before it (`Took`): its start goes there, so the plan's starts fit together."""
+    wished: tuple[str, ...] = ()
+    """The waiting jobs the policy runs now, in its own order (its plan's order, then its
+    backfill's), those given leases among them, then the band's backfill: its *wish*,
+    which quota admits first and in this order, as the simulator's queues do
+    (`sim.training.queues.QuotaPolicy`)."""
 
     def outcome(self, key: str) -> FleetOutcome:
         """Whether job `key` starts now, where, and why (a job left out of the plan passes)."""
@@ -313,7 +318,17 @@ def plan_band(
             if i not in starts
         },
         {} if check is None else {keys[i]: p for i, p in check.placed.items() if i in starts},
+        _wished(alloc, starts, waiting, keys),
     )
+
+
+def _wished(
+    alloc: Mapping[int, str], starts: Mapping[int, str], waiting: Collection[int], keys: list[str]
+) -> tuple[str, ...]:
+    """`BandPlan.wished`: the waiting jobs of `alloc` in its order, then the other starts."""
+    order = [i for i in alloc if i in waiting]
+    order += [i for i in starts if i not in alloc]
+    return tuple(keys[i] for i in order)
 
 
 def idle_gpus(capacity: Capacity) -> dict[str, int]:

@@ -140,7 +140,7 @@ class Decider:
         if view.nodes:
             # the bands above are planned first, and this one on what their starts leave
             # (the pass starts higher priorities first)
-            above = [p for p in self._priorities(view) if p > priority]
+            above = [p for p in self.priorities(view) if p > priority]
             after = None
             if above:
                 self.band_on(view, now, min(above))
@@ -193,7 +193,7 @@ class Decider:
         self._views[id(view)] = (view, out)
         return out
 
-    def _priorities(self, view: BandView) -> set[int]:
+    def priorities(self, view: BandView) -> set[int]:
         """The priorities of `view`'s bands."""
         return {spec.priority for _, spec in self._contending(view)}
 

@@ -84,6 +84,7 @@ __all__ = [
     "fair_share_victims",
     "fits_now",
     "forecast_starts",
+    "policy_first",
     "queue_statuses",
     "reclaim_to_fit",
     "reclaim_victims",
@@ -993,6 +994,47 @@ def admit(
             p.key, Verdict.WAIT, queue.name, reason=WaitReason.QUOTA_EXCEEDED, message=text
         )
     return decisions
+
+
+def policy_first(
+    book: QuotaBook,
+    pending: Sequence[PendingWorkload],
+    wished: Mapping[str, int],
+    *,
+    fixed: Collection[str] = (),
+) -> list[PendingWorkload]:
+    """`pending` with the workloads the cluster policy would run now first, in its order.
+
+    One rule for the scheduling pass's admission cycle and the training simulator's
+    queues (`sim.training.queues.QuotaPolicy`): the places `pending` (in queue order)
+    gives its workloads are dealt out again, within each priority, to the `wished` ones
+    first (key -> place in the policy's order: deadlines at risk, then shortest
+    remaining work), then to the others in their order. So quota that frees up goes
+    where the policy would put it, not to the oldest workload of the queue. A workload
+    of a `StrictFIFO` queue (whose users ask for age order, so that no job is starved by
+    smaller ones) and those in `fixed` keep their places.
+    """
+
+    def keeps(p: PendingWorkload) -> bool:
+        if p.key in fixed:
+            return True
+        found = _resolve(book, p)
+        return not isinstance(found, Admission) and found.strict
+
+    slots = [i for i, p in enumerate(pending) if not keeps(p)]
+    dealt = sorted(
+        slots,
+        key=lambda i: (
+            -pending[i].priority,
+            pending[i].key not in wished,
+            wished.get(pending[i].key, 0),
+            i,
+        ),
+    )
+    out = list(pending)
+    for slot, i in zip(slots, dealt, strict=True):
+        out[slot] = pending[i]
+    return out
 
 
 def _within_nominal(

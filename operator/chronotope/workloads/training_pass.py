@@ -277,6 +277,24 @@ def _lease_stops(run: _Pass) -> dict[str, str]:
     return stops
 
 
+def _wish(
+    decider: Decider, capacity: Capacity, jobs: Sequence[Mapping[str, Any]], now: datetime
+) -> dict[str, int]:
+    """The cluster policy's wish, quota aside: job key -> its place (`fleet.BandPlan.wished`).
+
+    Each priority band planned over all its jobs on the GPUs counted per type, as the
+    simulator's queues ask the policy before quota (`sim.training.queues.QuotaPolicy`);
+    quota then admits those jobs first, in this order (`training_quota.admission_cycle`).
+    """
+    view = BandView(capacity, list(jobs))
+    out: dict[str, int] = {}
+    for priority in decider.priorities(view):
+        plan, _ = decider.band_on(view, now, priority)
+        for key in plan.wished:
+            out.setdefault(key, len(out))
+    return out
+
+
 def _may_yield(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """The started whole-GPU jobs whose lease the fleet policy may give up, with their priority."""
     out = {}
@@ -377,6 +395,7 @@ def _round(
             serving=serving,
             moving=may_yield.keys(),
             serving_waits=serving_waits,
+            wished=_wish(decider, capacity, jobs, now),
         )
         admissions = quota.admissions
         # the fleet policy's band gives a job only the types quota lets it run on: the

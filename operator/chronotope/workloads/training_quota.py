@@ -69,6 +69,7 @@ from chronotope.workloads.quota import (
     demands_of,
     fits_now,
     forecast_starts,
+    policy_first,
     queue_statuses,
     reclaim_to_fit,
     room_once_released,
@@ -703,6 +704,8 @@ def _cycle(
     first: Mapping[str, Decision] | None = None,
     serving: Sequence[AdmittedWorkload] = (),
     waiting: Sequence[ServingWait] = (),
+    *,
+    wished: Mapping[str, int] | None = None,
 ) -> tuple[QuotaBook, list[PendingWorkload]]:
     """The book of what started jobs and `serving` workloads hold; the waiting jobs in order.
 
@@ -711,6 +714,8 @@ def _cycle(
     serving workloads that say what they ask and hold nothing yet wait among the
     jobs in their order (`ServingWait.order`), each asking all its GPU types at
     once, so a younger job does not take quota an older serving workload fits.
+    `wished`: the cluster policy's wish (job key -> its place): those jobs go first
+    (`quota.policy_first`; the serving workloads keep their places).
     """
     admitted: list[AdmittedWorkload] = list(serving)
     pending: list[PendingWorkload] = []
@@ -739,7 +744,10 @@ def _cycle(
             pending.append(w.workload)
             orders[w.workload.key] = w.order
     pending.sort(key=lambda p: orders[p.key])
-    return QuotaBook(view.queues, view.local_queues, admitted, view.namespaces), pending
+    book = QuotaBook(view.queues, view.local_queues, admitted, view.namespaces)
+    if wished:
+        pending = policy_first(book, pending, wished, fixed={w.workload.key for w in waiting})
+    return book, pending
 
 
 def _decided_first(
@@ -776,6 +784,7 @@ def admission_cycle(
     serving: Sequence[AdmittedWorkload] = (),
     moving: Collection[str] = (),
     serving_waits: Sequence[ServingWait] = (),
+    wished: Mapping[str, int] | None = None,
 ) -> QuotaCycle:
     """The quota verdict of every waiting job now: one admission cycle (Kueue's).
 
@@ -803,7 +812,7 @@ def admission_cycle(
             },
             {},
         )
-    book, pending = _cycle(view, jobs, decided, serving, serving_waits)
+    book, pending = _cycle(view, jobs, decided, serving, serving_waits, wished=wished)
     decisions = admit(book, pending, now.timestamp())
     others = {w.workload.key for w in serving_waits}
     pending = [p for p in pending if p.key not in others]  # jobs only from here

@@ -34,6 +34,7 @@ from chronotope.workloads.quota import (
     admit,
     demands_of,
     forecast_starts,
+    policy_first,
     queue_statuses,
 )
 
@@ -276,6 +277,21 @@ def test_a_strict_fifo_queue_admits_in_order_and_a_best_effort_one_backfills() -
                 "queue team-a admits in order (queueingStrategy StrictFIFO): big ahead of it "
                 "does not fit yet"
             )
+
+
+def test_the_policys_wish_goes_first_but_a_strict_fifo_queue_keeps_age_order() -> None:
+    # pending in queue order (oldest first): a1, b1, a2, b2, s (kept in place); the
+    # cluster policy would run b2 then a2 now. Team a's jobs are dealt the places anew
+    # (a2 first); team b is StrictFIFO, so b1 stays ahead of b2; s keeps its place
+    book = _book({"a": _queue((A100, 4)), "b": _queue((A100, 4), strict=True)})
+    pending = [_job(k, k[0]) for k in ("a1", "b1", "a2", "b2")]
+    pending.insert(2, _job("s", "a"))
+    out = policy_first(book, pending, {"b2": 0, "a2": 1}, fixed={"s"})
+    assert [p.key for p in out] == ["a2", "b1", "s", "a1", "b2"]
+    # a higher priority stays ahead of any wish
+    first = replace(_job("a0", "a"), priority=5)
+    out = policy_first(book, [first, *pending], {"a2": 0})
+    assert [p.key for p in out][:2] == ["a0", "a2"]
 
 
 def test_a_strict_fifo_head_that_fits_lets_the_next_through_in_the_same_cycle() -> None:

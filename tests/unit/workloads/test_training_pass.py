@@ -6,10 +6,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from chronotope.api.v1alpha1.queue import QueueSpec
+from chronotope.sim.training.queues import QueueSetup, QuotaPolicy
 from chronotope.workloads.capacity import NodeCapacity
 from chronotope.workloads.gates import Decider
 from chronotope.workloads.training import Action
 from chronotope.workloads.training_pass import schedule
+from chronotope.workloads.training_policy import LEASE_S, ChronotopePolicy, Job, JobState
 from chronotope.workloads.training_quota import QuotaView
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -294,3 +297,49 @@ def test_a_running_job_of_a_deleted_queue_keeps_its_lease() -> None:
     run = schedule([long, short], [], [], gone, decider=decider, now=NOW, capacity=capacity)
     assert run.stops == {}
     assert run.verdicts["a/short"].decision.action is Action.WAIT
+
+
+def _l4_job(name: str, created: str, hours: float) -> dict[str, Any]:
+    """A waiting 2-GPU L4 job of team-a (no deadline)."""
+    job = _job(name, created, phase="Waiting")
+    job["spec"] |= {
+        "gpu": {"count": 2},
+        "gpuTypes": [{"name": "L4", "relativeSpeed": 1.0}],
+        "estimate": {"referenceGpuType": "L4", "durationSeconds": hours * 3600},
+    }
+    del job["spec"]["utility"]
+    return job
+
+
+def test_freed_quota_goes_to_the_job_the_cluster_policy_runs_first_as_in_the_simulator() -> None:
+    # team-a's L4 quota holds one of its two 2-GPU jobs; 4 L4 GPUs are free. Quota
+    # used to admit the older one (4 h) and the fleet policy only saw that one, so
+    # quota ran its queue oldest first. The simulator's queues admit the policy's wish
+    # first, in its order (`sim.training.queues.QuotaPolicy`): the short job (1 h)
+    quotas = [{"gpuType": "L4", "gpus": 2}]
+    view = QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+    old = _l4_job("old", "2030-01-01T10:00:00Z", hours=4)
+    new = _l4_job("new", "2030-01-01T11:00:00Z", hours=1)
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    l4 = [NodeCapacity("l4-0", "L4", 4, 4, True)]
+    done = schedule([old, new], [], [], view, decider=decider, now=NOW, capacity=l4)
+    assert done.verdicts["a/new"].decision.action is Action.START
+    assert done.verdicts["a/old"].decision.action is Action.WAIT
+    assert "queue team-a: L4 2/2 in use" in done.verdicts["a/old"].decision.reason
+
+    # the simulator's queues, on the same jobs and quota: the same job runs
+    specs = {"team-a": QueueSpec.model_validate({"quotas": [{"gpuType": "l4", "gpus": 2}]})}
+    jobs = [
+        Job(0, -7200.0, 2, 4 * 3600.0, "trainingjob", {"l4": 1.0}),
+        Job(1, -3600.0, 2, 1 * 3600.0, "trainingjob", {"l4": 1.0}),
+    ]
+    sim = QuotaPolicy(
+        ChronotopePolicy(round_s=LEASE_S),
+        QueueSetup(specs, {"team-a": 1.0}),
+        {0: "team-a", 1: "team-a"},
+    )
+    states = [JobState(job=j, remaining_s=j.work_s) for j in jobs]
+    assert sim.allocate(0.0, states, {"l4": 4}) == {1: "l4"}

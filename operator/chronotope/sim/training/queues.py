@@ -11,7 +11,9 @@ the policies. The rule, per decision (docs/training-sim.md, "Queues"):
 2. `quota.admit` decides who holds GPUs: jobs that hold a GPU type now and
    that the wish keeps there count as admitted usage; every other active job
    is pending: first the jobs the wish starts or moves (in the wish's order,
-   the wished type first), then the rest by arrival. The accounting's own
+   the wished type first), then the rest by arrival (`quota.policy_first`, as
+   the operator's scheduling pass admits; a StrictFIFO Queue's jobs keep their
+   arrival order). The accounting's own
    passes apply: within nominal quota (so a queue's own jobs come before any
    borrower, whether the policy wished them or not), reclaim (under
    `PreemptBorrowed` the victims are simply not allocated; the engine charges
@@ -51,6 +53,7 @@ from chronotope.workloads.quota import (
     Unit,
     Verdict,
     admit,
+    policy_first,
 )
 from chronotope.workloads.training_policy import Job, JobState, TrainingPolicy
 
@@ -335,27 +338,21 @@ class QuotaPolicy:
         )
         kept_ids = {js.job.job_id for js in kept}
         moved = [jid for jid in wish if jid not in kept_ids]
-        rest = sorted(
-            (js for js in active if js.job.job_id not in wish),
+        by_age = sorted(
+            (js for js in active if js.job.job_id not in kept_ids),
             key=lambda s: (s.job.arrival_s, s.job.job_id),
         )
         pending = [
             PendingWorkload(
-                str(jid),
-                self.job_queue[jid],
-                LOCAL_QUEUE,
-                self._alternatives(by_id[jid], (wish[jid],)),
-            )
-            for jid in moved
-        ] + [
-            PendingWorkload(
                 str(js.job.job_id),
                 self.job_queue[js.job.job_id],
                 LOCAL_QUEUE,
-                self._alternatives(js, ()),
+                self._alternatives(js, (wish.get(js.job.job_id),)),
             )
-            for js in rest
+            for js in by_age
         ]
+        # the wish first, in the policy's order, as the operator's pass admits
+        pending = policy_first(book, pending, {str(jid): r for r, jid in enumerate(moved)})
         alloc = {js.job.job_id: js.gpu_type for js in kept if js.gpu_type is not None}
         for key, decision in admit(book, pending, now).items():
             for victim in decision.victims:
