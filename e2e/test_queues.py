@@ -558,6 +558,34 @@ def test_freed_quota_goes_to_the_job_the_cluster_policy_runs_first(
             assert _reason(_status(custom, ns, "long")) == "QuotaExceeded"
 
 
+def test_a_full_queue_gives_a_lease_to_the_shorter_job(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    # the team's 2 GPUs of quota and the node's 2 GPUs are held by `long` (4 h, it
+    # checkpoints); `short` (1 h) comes. The cluster policy gives long's lease to short,
+    # as it does without queues and as the simulator's queues do; before, quota held
+    # short back (2/2 in use) and the policy never saw it
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, team, ns = f"LEASE-{tag.upper()}", f"l{tag}", namespace
+    queue = _solo_queue(team, gpu_type, 2)
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with _gpu_nodes(api, core, f"ln-{tag}", gpu_type, 1, per_node=2), _queues(custom, queue):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "localqueues", _local_queue(ns, team)
+            )
+            for name, hours in (("long", 4), ("short", 1)):
+                obj = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
+                obj["spec"]["estimate"]["durationSeconds"] = hours * 3600
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, obj)
+                if name == "long":
+                    _running(custom, ns, "long", 60, "long running")
+            _running(custom, ns, "short", 90, "short running in long's place")
+            why = f"{ns}/short (cluster policy's lease in queue {team})"
+            _was_preempted(kube_cluster, core, ns, "long", why=why, counted=("Lease", team))
+            assert _status(custom, ns, "long")["phase"] != "Running"
+
+
 def test_a_queue_admits_only_the_namespaces_its_selector_selects(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:

@@ -102,6 +102,7 @@ class Outcome:
 
 
 _WITHIN_QUEUE = "higher priority in queue "
+_LEASE_IN_QUEUE = "cluster policy's lease in queue "
 _FAIR_SHARE = "fair share of queue "
 RECLAIMING = "reclaiming quota of queue "
 """The why of a preemption that reclaims lent quota (a TrainingJob's, or `controllers.queues`' for
@@ -110,6 +111,7 @@ STOP_WHY = {
     StopCause.RECLAIM: RECLAIMING,
     StopCause.FAIR_SHARE: _FAIR_SHARE,
     StopCause.WITHIN_QUEUE: _WITHIN_QUEUE,
+    StopCause.LEASE: _LEASE_IN_QUEUE,
 }
 """The why a quota verdict's victims are preempted with, by whose work they are (a
 TrainingJob's verdict, or `controllers.queues`' for serving pods)."""
@@ -124,7 +126,8 @@ def preemption_cause(preempted_by: str) -> tuple[str, str]:
     The annotation is `NS/JOB (WHY)`, the WHY one of those `_enact` and
     `_try_preempt` write: `WithinQueue` (higher priority in the queue named),
     `Reclaim` (the queue named reclaims its lent quota), `FairShare` (the queue
-    named borrows for its fair share), `Drain` (the queue
+    named borrows for its fair share), `Lease` (the cluster policy gave its lease
+    to work of the queue named), `Drain` (the queue
     named is drained, `controllers.queues`), or `Priority` (priority
     preemption for GPUs, no queue).
     """
@@ -132,6 +135,7 @@ def preemption_cause(preempted_by: str) -> tuple[str, str]:
     why = why.removesuffix(")")
     for prefix, cause in (
         (_WITHIN_QUEUE, StopCause.WITHIN_QUEUE.value),
+        (_LEASE_IN_QUEUE, StopCause.LEASE.value),
         (_FAIR_SHARE, StopCause.FAIR_SHARE.value),
         (RECLAIMING, StopCause.RECLAIM.value),
         (DRAINING, "Drain"),

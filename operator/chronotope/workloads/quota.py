@@ -287,6 +287,7 @@ class StopCause(StrEnum):
     RECLAIM = "Reclaim"  # borrowers of the quota its queue lent (pass 2)
     FAIR_SHARE = "FairShare"  # borrowers above their fair share (pass 5)
     WITHIN_QUEUE = "WithinQueue"  # its own queue's lower-priority work (pass 4)
+    LEASE = "Lease"  # its own queue's work whose lease the cluster policy gives it (pass 6)
 
 
 class Verdict(StrEnum):
@@ -791,6 +792,8 @@ def within_queue_victims(
     priority: int,
     demand: Demand,
     spare: Collection[str] = (),
+    *,
+    only: Collection[str] | None = None,
 ) -> tuple[str, ...] | None:
     """`queue`'s own lower-priority work to stop so `demand` fits now; None if not enough.
 
@@ -798,7 +801,9 @@ def within_queue_victims(
     priority below `priority` that hold a pool `demand` needs: the lowest priority
     first, the newest first among equals, until `demand` fits within nominal quota
     or by borrowing; victims the others cover are spared, and so are the workloads
-    of `spare` (admitted in this cycle). `book` is left as it was.
+    of `spare` (admitted in this cycle). With `only`, the candidates are those of its
+    workloads, whatever their priority (the cluster policy's lease). `book` is left
+    as it was.
     """
     pools = demand.pools()
     candidates = sorted(
@@ -809,7 +814,7 @@ def within_queue_victims(
             and w.reclaimable
             and w.preemptible
             and w.key not in spare
-            and w.priority < priority
+            and (w.priority < priority if only is None else w.key in only)
             and any(w.usage.get(p) for p in pools)
         ),
         key=lambda w: (w.priority, -w.admitted_at, w.key),
@@ -951,13 +956,19 @@ Resolved = list[_Queued]
 
 
 def admit(
-    book: QuotaBook, pending: Sequence[PendingWorkload], now: float = 0.0
+    book: QuotaBook,
+    pending: Sequence[PendingWorkload],
+    now: float = 0.0,
+    *,
+    leases: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, Admission]:
     """One admission cycle over `pending` (in queue order); updates `book` as it admits.
 
     Returns a decision per workload key. A RECLAIM decision already counts the
     workload and no longer counts its victims, so later decisions in the same
-    cycle neither reuse that quota nor pick the same victims.
+    cycle neither reuse that quota nor pick the same victims. `leases`: pending
+    workload -> the running workloads whose lease the cluster policy gives it
+    (pass 6: within its own queue, it stops those it needs to fit).
     """
     decisions: dict[str, Admission] = {}
     if not book.queues:
@@ -974,8 +985,8 @@ def admit(
         else:
             resolved.append((p, found))
     _admit_passes(book, resolved, decisions, now)
-    for cause in (StopCause.WITHIN_QUEUE, StopCause.FAIR_SHARE):
-        if _preempt(book, resolved, decisions, now, cause):
+    for cause in (StopCause.WITHIN_QUEUE, StopCause.FAIR_SHARE, StopCause.LEASE):
+        if _preempt(book, resolved, decisions, now, cause, leases=leases or {}):
             # its victims may free more than it needed: the passes admit what now fits
             _admit_passes(book, resolved, decisions, now)
     heads: dict[str, str] = {}
@@ -1124,23 +1135,28 @@ def _preempt(
     decisions: dict[str, Admission],
     now: float,
     cause: StopCause,
+    *,
+    leases: Mapping[str, Collection[str]],
 ) -> bool:
-    """Pass 4 or 5: stop others' work so a workload that still waits fits now.
+    """Pass 4, 5 or 6: stop others' work so a workload that still waits fits now.
 
     Pass 4 (`cause` WITHIN_QUEUE), under `withinQueue: LowerPriority`: the queue's
     own lower-priority work (`within_queue_victims`). Pass 5 (FAIR_SHARE), under
     `fairShare: Preempt`: borrowers above their fair share (`fair_share_victims`).
     Pass 4 leaves out a workload that does not preempt within its queue
-    (`PendingWorkload.preempts_within_queue`).
+    (`PendingWorkload.preempts_within_queue`). Pass 6 (LEASE): the queue's own work
+    whose lease the cluster policy gives the workload (`leases`), as the policy
+    gives leases up without queues; what it does not need keeps running.
     True if it stopped anything.
     """
     preempted = False
     for p, queue in _eligible(resolved, decisions):
-        on = (
-            queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY and p.preempts_within_queue
-            if cause is StopCause.WITHIN_QUEUE
-            else queue.fair_share
-        )
+        if cause is StopCause.WITHIN_QUEUE:
+            on = queue.within_queue is WithinQueuePolicy.LOWER_PRIORITY and p.preempts_within_queue
+        elif cause is StopCause.LEASE:
+            on = bool(leases.get(p.key))
+        else:
+            on = queue.fair_share
         if not on:
             continue
         for demand in p.alternatives:
@@ -1149,6 +1165,14 @@ def _preempt(
                 text = (
                     f"queue {queue.name}: {demand.label} quota is held by its own "
                     f"lower-priority work; priority {p.priority} preempts it"
+                )
+            elif cause is StopCause.LEASE:
+                victims = within_queue_victims(
+                    book, queue, p.priority, demand, decisions.keys(), only=leases[p.key]
+                )
+                text = (
+                    f"queue {queue.name}: {demand.label} quota is held by its own work; the "
+                    "cluster policy runs this job in its place"
                 )
             else:
                 victims = fair_share_victims(book, queue, demand, spare=decisions.keys())

@@ -42,7 +42,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
 from chronotope.workloads.capacity import NO_FACTS, Capacity, ClusterFacts, cluster_capacity
@@ -277,22 +277,31 @@ def _lease_stops(run: _Pass) -> dict[str, str]:
     return stops
 
 
-def _wish(
-    decider: Decider, capacity: Capacity, jobs: Sequence[Mapping[str, Any]], now: datetime
-) -> dict[str, int]:
-    """The cluster policy's wish, quota aside: job key -> its place (`fleet.BandPlan.wished`).
+class _Wish(TypedDict):
+    wished: dict[str, int]
+    leases: dict[str, tuple[str, ...]]
 
-    Each priority band planned over all its jobs on the GPUs counted per type, as the
-    simulator's queues ask the policy before quota (`sim.training.queues.QuotaPolicy`);
-    quota then admits those jobs first, in this order (`training_quota.admission_cycle`).
+
+def _wish(view: BandView, decider: Decider, now: datetime, *, leases: bool = True) -> _Wish:
+    """The cluster policy's wish, quota aside, for the admission cycle.
+
+    Each priority band planned over all its jobs on `view` (every job, every type it
+    accepts), as the simulator's queues ask the policy before quota
+    (`sim.training.queues.QuotaPolicy`): `wished`, job key -> its place
+    (`fleet.BandPlan.wished`), which quota admits first, in this order; `leases`, a
+    waiting job -> the running jobs whose lease the policy gives it (`BandPlan.yields`,
+    their workers checked against the nodes), which it may stop within its own queue
+    (`quota.admit`, pass 6) as it would without queues (none unless `leases`).
     """
-    view = BandView(capacity, list(jobs))
-    out: dict[str, int] = {}
+    wished: dict[str, int] = {}
+    given: dict[str, tuple[str, ...]] = {}
     for priority in decider.priorities(view):
         plan, _ = decider.band_on(view, now, priority)
         for key in plan.wished:
-            out.setdefault(key, len(out))
-    return out
+            wished.setdefault(key, len(wished))
+        if leases:
+            given |= {key: victims for key, (_, victims) in plan.yields.items()}
+    return {"wished": wished, "leases": given}
 
 
 def _may_yield(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -395,7 +404,12 @@ def _round(
             serving=serving,
             moving=may_yield.keys(),
             serving_waits=serving_waits,
-            wished=_wish(decider, capacity, jobs, now),
+            **_wish(
+                BandView(capacity, list(jobs), {}, nodes, pods, read),
+                decider,
+                now,
+                leases=only is None,  # a later round stops nobody (`schedule`)
+            ),
         )
         admissions = quota.admissions
         # the fleet policy's band gives a job only the types quota lets it run on: the

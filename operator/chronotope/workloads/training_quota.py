@@ -785,6 +785,7 @@ def admission_cycle(
     moving: Collection[str] = (),
     serving_waits: Sequence[ServingWait] = (),
     wished: Mapping[str, int] | None = None,
+    leases: Mapping[str, Collection[str]] | None = None,
 ) -> QuotaCycle:
     """The quota verdict of every waiting job now: one admission cycle (Kueue's).
 
@@ -797,6 +798,10 @@ def admission_cycle(
     The `serving_waits` (serving workloads) wait among the jobs by age (`_cycle`),
     asking all their GPU types at once: one that fits keeps its quota from the
     younger jobs of its queue until its own controller admits it; they get no verdict here.
+
+    `wished` (the cluster policy's wish, quota aside: job key -> its place) goes first
+    (`quota.policy_first`); `leases` (waiting job -> the running jobs whose lease the
+    policy gives it) may stop those of its own queue it needs (`quota.admit`, pass 6).
 
     Also the types quota lets each running job of `moving` move to: the fleet
     policy's lease may stop a running job to restart it on a faster type
@@ -813,7 +818,7 @@ def admission_cycle(
             {},
         )
     book, pending = _cycle(view, jobs, decided, serving, serving_waits, wished=wished)
-    decisions = admit(book, pending, now.timestamp())
+    decisions = admit(book, pending, now.timestamp(), leases=leases)
     others = {w.workload.key for w in serving_waits}
     pending = [p for p in pending if p.key not in others]  # jobs only from here
     move_types = _move_types(book, jobs, moving) if moving else {}
@@ -969,10 +974,12 @@ def quota_wait(admission: Admission) -> Decision:
     """The WAIT decision that carries a quota verdict's reason (the job's condition)."""
     if admission.verdict is Verdict.RECLAIM:
         victims = ", ".join(admission.victims)
-        within = admission.cause is StopCause.WITHIN_QUEUE
-        whose = "lower-priority preemptible" if within else "borrowed"
+        within = admission.cause in (StopCause.WITHIN_QUEUE, StopCause.LEASE)
+        whose = {StopCause.WITHIN_QUEUE: "lower-priority preemptible ", StopCause.LEASE: ""}.get(
+            admission.cause, "borrowed "
+        )
         text = (
-            f"{admission.message}: stopping {whose} {victims} "
+            f"{admission.message}: stopping {whose}{victims} "
             f"(checkpoint, grace {admission.grace_seconds}s), then it starts"
         )
         cause = "PreemptingWithinQueue" if within else "ReclaimingQuota"

@@ -10,6 +10,7 @@ from chronotope.api.v1alpha1.queue import QueueSpec
 from chronotope.sim.training.queues import QueueSetup, QuotaPolicy
 from chronotope.workloads.capacity import NodeCapacity
 from chronotope.workloads.gates import Decider
+from chronotope.workloads.quota import StopCause, Verdict
 from chronotope.workloads.training import Action
 from chronotope.workloads.training_pass import schedule
 from chronotope.workloads.training_policy import LEASE_S, ChronotopePolicy, Job, JobState
@@ -343,3 +344,54 @@ def test_freed_quota_goes_to_the_job_the_cluster_policy_runs_first_as_in_the_sim
     )
     states = [JobState(job=j, remaining_s=j.work_s) for j in jobs]
     assert sim.allocate(0.0, states, {"l4": 4}) == {1: "l4"}
+
+
+def test_a_full_queue_gives_a_lease_to_the_job_the_policy_runs_in_its_place() -> None:
+    # team-a's 2 L4 quota and both L4 GPUs are held by `long` (4 h left, checkpoints);
+    # `short` (1 h) waits. Without queues the cluster policy gives long's lease to short;
+    # with them quota used to hold short back (2/2 in use), so the policy never saw it.
+    # Now quota stops long for short within the queue (pass 6, cause Lease), as the
+    # simulator's queues admit the policy's wish
+    quotas = [{"gpuType": "L4", "gpus": 2}]
+    view = QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+    long = _l4_job("long", "2030-01-01T10:00:00Z", hours=4)
+    long["spec"] |= {"preemptible": True, "checkpoint": {"path": "/ckpt/long"}}
+    long["status"] = {
+        "phase": "Running",
+        "plan": {
+            "gpuType": "L4",
+            "workers": 1,
+            "totalGpus": 2,
+            "startTime": NOW.isoformat(),
+            "predictedCompletionTime": (NOW + timedelta(hours=4)).isoformat(),
+        },
+    }
+    short = _l4_job("short", "2030-01-01T11:00:00Z", hours=1)
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    l4 = [NodeCapacity("l4-0", "L4", 2, 0, True)]
+    done = schedule([long, short], [], [], view, decider=decider, now=NOW, capacity=l4)
+    verdict = done.verdicts["a/short"]
+    assert verdict.admission is not None
+    assert verdict.admission.verdict is Verdict.RECLAIM
+    assert verdict.admission.cause is StopCause.LEASE
+    assert verdict.admission.victims == ("a/long",)
+    assert verdict.decision.cause == "PreemptingWithinQueue"
+    assert "stopping a/long (checkpoint" in verdict.decision.reason
+
+    # the simulator's queues: the same job runs, the long one stops
+    specs = {"team-a": QueueSpec.model_validate({"quotas": [{"gpuType": "l4", "gpus": 2}]})}
+    jobs = [
+        Job(0, -7200.0, 2, 4 * 3600.0, "trainingjob", {"l4": 1.0}),
+        Job(1, -3600.0, 2, 1 * 3600.0, "trainingjob", {"l4": 1.0}),
+    ]
+    sim = QuotaPolicy(
+        ChronotopePolicy(round_s=LEASE_S),
+        QueueSetup(specs, {"team-a": 1.0}),
+        {0: "team-a", 1: "team-a"},
+    )
+    states = [JobState(job=jobs[0], remaining_s=jobs[0].work_s, gpu_type="l4")]
+    states.append(JobState(job=jobs[1], remaining_s=jobs[1].work_s))
+    assert sim.allocate(0.0, states, {"l4": 2}) == {1: "l4"}
