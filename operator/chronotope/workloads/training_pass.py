@@ -224,17 +224,22 @@ def schedule(
     read = None
     if capacity is None:
         capacity = read = cluster_capacity(nodes, pods, facts=facts)
+    # the policy's wish, quota aside, once: the admission order of every round
+    wish = _wish(BandView(capacity, list(jobs), {}, nodes, pods, read), decider, now, on=view.on)
     one_round = partial(
         _round,
         nodes=nodes,
         pods=pods,
-        read=read,
         decider=decider,
         now=now,
         gates=gates,
         serving_waits=serving_waits,
+        read=read,
+        wished=wish["wished"],
     )
-    run, verdicts = one_round(jobs, view, capacity, include=include, joint_left=JOINT_PER_PASS)
+    run, verdicts = one_round(
+        jobs, view, capacity, include=include, joint_left=JOINT_PER_PASS, leases=wish["leases"]
+    )
     stops = _lease_stops(run)
     calm = view.without_preemption() if run.crowded else view
     for _ in range(ROUNDS - 1):
@@ -282,7 +287,7 @@ class _Wish(TypedDict):
     leases: dict[str, tuple[str, ...]]
 
 
-def _wish(view: BandView, decider: Decider, now: datetime, *, leases: bool = True) -> _Wish:
+def _wish(view: BandView, decider: Decider, now: datetime, *, on: bool) -> _Wish:
     """The cluster policy's wish, quota aside, for the admission cycle.
 
     Each priority band planned over all its jobs on `view` (every job, every type it
@@ -291,16 +296,15 @@ def _wish(view: BandView, decider: Decider, now: datetime, *, leases: bool = Tru
     (`fleet.BandPlan.wished`), which quota admits first, in this order; `leases`, a
     waiting job -> the running jobs whose lease the policy gives it (`BandPlan.yields`,
     their workers checked against the nodes), which it may stop within its own queue
-    (`quota.admit`, pass 6) as it would without queues (none unless `leases`).
+    (`quota.admit`, pass 6) as it would without queues. Nothing unless quotas are `on`.
     """
     wished: dict[str, int] = {}
     given: dict[str, tuple[str, ...]] = {}
-    for priority in decider.priorities(view):
+    for priority in decider.priorities(view) if on else ():
         plan, _ = decider.band_on(view, now, priority)
         for key in plan.wished:
             wished.setdefault(key, len(wished))
-        if leases:
-            given |= {key: victims for key, (_, victims) in plan.yields.items()}
+        given |= {key: victims for key, (_, victims) in plan.yields.items()}
     return {"wished": wished, "leases": given}
 
 
@@ -355,11 +359,15 @@ def _round(
     only: Collection[str] | None = None,
     serving_waits: Sequence[ServingWait] = (),
     read: Capacity | None = None,
+    wished: Mapping[str, int] | None = None,
+    leases: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[_Pass, dict[str, JobVerdict]]:
     """One round of the pass: steps 1-3 of the module docstring on `capacity`.
 
     `only`: decide just these jobs (a later round), the others as they are. `read`:
-    the capacity read from `nodes` and `pods` (None: given by the caller).
+    the capacity read from `nodes` and `pods` (None: given by the caller). `wished`
+    and `leases`: the policy's wish for the admission cycle (`_wish`; a later round
+    has no `leases`: it stops nobody).
     """
     frees = frees_at(jobs, "")
     order: list[tuple[Mapping[str, Any], TrainingJobSpec]] = []
@@ -404,12 +412,8 @@ def _round(
             serving=serving,
             moving=may_yield.keys(),
             serving_waits=serving_waits,
-            **_wish(
-                BandView(capacity, list(jobs), {}, nodes, pods, read),
-                decider,
-                now,
-                leases=only is None,  # a later round stops nobody (`schedule`)
-            ),
+            wished=wished,
+            leases=leases,
         )
         admissions = quota.admissions
         # the fleet policy's band gives a job only the types quota lets it run on: the
