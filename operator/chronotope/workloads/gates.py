@@ -193,6 +193,28 @@ class Decider:
         self._views[id(view)] = (view, out)
         return out
 
+    def fits_without(
+        self, view: BandView, now: datetime, key: str, gpu_type: str, leaving: Sequence[str]
+    ) -> bool:
+        """Whether job `key` of `view` fits `gpu_type`'s nodes once the jobs `leaving` stop.
+
+        The check the band makes of a lease (`_NodeCheck.fits`), for one job alone: True
+        without nodes to check (a capacity given by hand: a band checks nothing then
+        either), False for a job `view` does not know.
+        """
+        if not view.nodes:
+            return True
+        wanted = {key, *leaving}
+        fleet = {
+            k: _fleet_job(j, spec, now)
+            for j, spec in self._contending(view)
+            if (k := job_key(j)) in wanted
+        }
+        if len(fleet) < len(wanted):
+            return False
+        gone = tuple(fleet[v] for v in leaving)
+        return _NodeCheck(self, view, now).fits(fleet[key], gpu_type, gone)
+
     def priorities(self, view: BandView) -> set[int]:
         """The priorities of `view`'s bands."""
         return {spec.priority for _, spec in self._contending(view)}

@@ -225,7 +225,7 @@ def schedule(
     if capacity is None:
         capacity = read = cluster_capacity(nodes, pods, facts=facts)
     # the policy's wish, quota aside, once: the admission order of every round
-    wish = _wish(BandView(capacity, list(jobs), {}, nodes, pods, read), decider, now, on=view.on)
+    wish = _wish(BandView(capacity, list(jobs), {}, nodes, pods, read), decider, now, view)
     one_round = partial(
         _round,
         nodes=nodes,
@@ -282,30 +282,61 @@ def _lease_stops(run: _Pass) -> dict[str, str]:
     return stops
 
 
+LEASE_CHECKS = 8
+"""Leases within a queue the wish checks against the nodes per pass at most (`_wish`)."""
+
+
 class _Wish(TypedDict):
     wished: dict[str, int]
     leases: dict[str, tuple[str, ...]]
 
 
-def _wish(view: BandView, decider: Decider, now: datetime, *, on: bool) -> _Wish:
+def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> _Wish:
     """The cluster policy's wish, quota aside, for the admission cycle.
 
-    Each priority band planned over all its jobs on `view` (every job, every type it
-    accepts), as the simulator's queues ask the policy before quota
-    (`sim.training.queues.QuotaPolicy`): `wished`, job key -> its place
+    Each priority band planned over all its jobs on `view`'s GPUs counted per type
+    (every job, every type it accepts), as the simulator's queues ask the policy
+    before quota (`sim.training.queues.QuotaPolicy`): `wished`, job key -> its place
     (`fleet.BandPlan.wished`), which quota admits first, in this order; `leases`, a
-    waiting job -> the running jobs whose lease the policy gives it (`BandPlan.yields`,
-    their workers checked against the nodes), which it may stop within its own queue
-    (`quota.admit`, pass 6) as it would without queues. Nothing unless quotas are `on`.
+    waiting job -> the running jobs of its own queue whose lease the policy gives it
+    (`BandPlan.yields`), which it may stop (`quota.admit`, pass 6) as the policy
+    does without queues: only where its workers fit the nodes once they have
+    stopped (`Decider.fits_without`), the first `LEASE_CHECKS` in the wish's order.
+    Nothing unless `quota` is on.
     """
     wished: dict[str, int] = {}
     given: dict[str, tuple[str, ...]] = {}
-    for priority in decider.priorities(view) if on else ():
-        plan, _ = decider.band_on(view, now, priority)
+    if not quota.on:
+        return {"wished": wished, "leases": given}
+    counted = BandView(view.capacity, view.jobs)
+    offers: list[tuple[str, str, tuple[str, ...]]] = []
+    for priority in decider.priorities(counted):
+        plan, _ = decider.band_on(counted, now, priority)
         for key in plan.wished:
             wished.setdefault(key, len(wished))
-        given |= {key: victims for key, (_, victims) in plan.yields.items()}
+        offers += [(key, t, victims) for key, (t, victims) in plan.yields.items()]
+    queues = _queues_of(quota, view.jobs)
+    mine = []
+    for key, gpu_type, victims in sorted(offers, key=lambda o: wished.get(o[0], len(wished))):
+        own = tuple(v for v in victims if key in queues and queues.get(v) == queues[key])
+        if own:
+            mine.append((key, gpu_type, own))
+    for key, gpu_type, victims in mine[:LEASE_CHECKS]:
+        if decider.fits_without(view, now, key, gpu_type, victims):
+            given[key] = victims
     return {"wished": wished, "leases": given}
+
+
+def _queues_of(quota: QuotaView, jobs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Job key -> the Queue its LocalQueue names (jobs of a missing one are left out)."""
+    out = {}
+    for job in jobs:
+        spec = job_spec_or_none(job)
+        ns = str((job.get("metadata") or {}).get("namespace"))
+        local = quota.local_queues.get((ns, spec.queue)) if spec is not None else None
+        if local is not None:
+            out[job_key(job)] = local.queue
+    return out
 
 
 def _may_yield(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -9,12 +9,14 @@ from typing import Any
 from chronotope.api.v1alpha1.queue import QueueSpec
 from chronotope.sim.training.queues import QueueSetup, QuotaPolicy
 from chronotope.workloads.capacity import NodeCapacity
+from chronotope.workloads.gang import JOB_LABEL
 from chronotope.workloads.gates import Decider
 from chronotope.workloads.quota import StopCause, Verdict
 from chronotope.workloads.training import Action
 from chronotope.workloads.training_pass import schedule
 from chronotope.workloads.training_policy import LEASE_S, ChronotopePolicy, Job, JobState
 from chronotope.workloads.training_quota import QuotaView
+from tests.unit.workloads.test_backfill import busy_pod, node
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 CAPACITY = [
@@ -395,3 +397,49 @@ def test_a_full_queue_gives_a_lease_to_the_job_the_policy_runs_in_its_place() ->
     states = [JobState(job=jobs[0], remaining_s=jobs[0].work_s, gpu_type="l4")]
     states.append(JobState(job=jobs[1], remaining_s=jobs[1].work_s))
     assert sim.allocate(0.0, states, {"l4": 2}) == {1: "l4"}
+
+
+def _long_on(nodes: list[str], per_worker: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`long` (4 h, checkpoints) of team-a running one worker of `per_worker` L4s per node."""
+    long = _l4_job("long", "2030-01-01T10:00:00Z", hours=4)
+    long["spec"] |= {"preemptible": True, "checkpoint": {"path": "/ckpt/long"}}
+    long["spec"] |= {"replicas": len(nodes), "gpu": {"count": per_worker}}
+    plan = {"gpuType": "L4", "workers": len(nodes), "totalGpus": len(nodes) * per_worker}
+    long["status"] = {"phase": "Running", "plan": plan | {"startTime": NOW.isoformat()}}
+    workers = []
+    for rank, where in enumerate(nodes):
+        pod = busy_pod(f"long-g0-{rank}", where, per_worker)
+        pod["metadata"] |= {"namespace": "a", "labels": {JOB_LABEL: "long"}}
+        workers.append(pod)
+    return long, workers
+
+
+def test_a_lease_within_a_queue_is_given_only_where_the_job_fits_once_it_has_stopped() -> None:
+    # team-a's 4 L4 quota is held by `long`; every L4 GPU is busy. `short` wants one
+    # 4-GPU worker. With long's workers 2 + 2 on nodes a and b (the other team's pods
+    # hold the rest), counted per type its 4 GPUs would do, but no node would hold short
+    # once long stopped: long keeps its lease, nobody is stopped. With long's one
+    # 4-GPU worker on a, short fits there once it has stopped: the lease is given
+    quotas = [{"gpuType": "L4", "gpus": 4}]
+    view = QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+    nodes = [node("a", "L4", 4), node("b", "L4", 4)]
+    short = _l4_job("short", "2030-01-01T11:00:00Z", hours=1)
+    short["spec"]["gpu"]["count"] = 4
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    long, workers = _long_on(["a", "b"], 2)
+    pods = [*workers, busy_pod("x", "a", 2), busy_pod("y", "b", 2)]
+    done = schedule([long, short], nodes, pods, view, decider=decider, now=NOW)
+    verdict = done.verdicts["a/short"]
+    assert verdict.admission is not None
+    assert verdict.admission.verdict is Verdict.WAIT
+    assert done.stops == {}
+    long, workers = _long_on(["a"], 4)
+    pods = [*workers, busy_pod("y", "b", 4)]
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    done = schedule([long, short], nodes, pods, view, decider=decider, now=NOW)
+    verdict = done.verdicts["a/short"]
+    assert verdict.admission is not None
+    assert verdict.admission.victims == ("a/long",)
