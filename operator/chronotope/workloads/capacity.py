@@ -93,6 +93,7 @@ __all__ = [
     "of_type",
     "take",
     "unblocked",
+    "workers_binding",
 ]
 
 
@@ -1090,9 +1091,8 @@ def cluster_model(
         if meta.get("deletionTimestamp"):
             continue
         if not bound_to:
-            model = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
-            if model and spec.get("schedulerName") == SCHEDULER_NAME:
-                waiting.append((key, pod, str(model)))
+            if _binding(spec):
+                waiting.append((key, pod, str(spec["nodeSelector"][GPU_PRODUCT_LABEL])))
             continue
         cache.record_bound(key, pod_holding(cache, key, pod, bound_to))
         held.setdefault(str(bound_to), _Held()).add(pod, facts)
@@ -1197,9 +1197,7 @@ def cluster_without(
             continue
         on = spec.get("nodeName")
         if not on:
-            if spec.get("schedulerName") == SCHEDULER_NAME and (
-                (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
-            ):
+            if _binding(spec):
                 return whole()  # a worker waiting to bind: planned or promised GPUs
             continue
         if f"{meta.get('namespace')}/{meta.get('name')}" in ignore_pods:
@@ -1225,6 +1223,24 @@ def cluster_without(
     # in the nodes' order
     out.sort(key=lambda n: (-n.free, order[n.name]))
     return tuple(out)
+
+
+def _binding(spec: Mapping[str, Any]) -> bool:
+    """A pod spec of a worker of ours not bound yet (its GPUs are planned or promised)."""
+    return not spec.get("nodeName") and (
+        spec.get("schedulerName") == SCHEDULER_NAME
+        and bool((spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL))
+    )
+
+
+def workers_binding(pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a live worker of ours waits to bind (`cluster_without` then reads it all)."""
+    return any(
+        _binding(p.get("spec") or {})
+        and (p.get("status") or {}).get("phase") not in DONE_PHASES
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+        for p in pods
+    )
 
 
 def _allocatable(node: Mapping[str, Any]) -> tuple[int, Amounts]:

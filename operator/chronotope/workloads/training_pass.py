@@ -45,7 +45,13 @@ from functools import partial
 from typing import Any, TypedDict
 
 from chronotope.api.v1alpha1.trainingjob import TrainingJobSpec
-from chronotope.workloads.capacity import NO_FACTS, Capacity, ClusterFacts, cluster_capacity
+from chronotope.workloads.capacity import (
+    NO_FACTS,
+    Capacity,
+    ClusterFacts,
+    cluster_capacity,
+    workers_binding,
+)
 from chronotope.workloads.fleet import yields_lease
 from chronotope.workloads.gates import (
     START_GATES,
@@ -301,8 +307,10 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
     waiting job -> the running jobs of its own queue whose lease the policy gives it
     (`BandPlan.yields`), which it may stop (`quota.admit`, pass 6) as the policy
     does without queues: only where its workers fit the nodes once they have
-    stopped (`Decider.fits_without`), the first `LEASE_CHECKS` in the wish's order.
-    Nothing unless `quota` is on.
+    stopped (`Decider.fits_without`), the first `LEASE_CHECKS` in the wish's order,
+    and none while workers of ours wait to bind (each check would read the whole
+    cluster then, `capacity.cluster_without`; their binds make a new pass). Nothing
+    unless `quota` is on.
     """
     wished: dict[str, int] = {}
     given: dict[str, tuple[str, ...]] = {}
@@ -321,6 +329,8 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
         own = tuple(v for v in victims if key in queues and queues.get(v) == queues[key])
         if own:
             mine.append((key, gpu_type, own))
+    if workers_binding(view.pods):
+        mine = []  # a later pass, once they are bound, gives those leases (a check is cheap then)
     for key, gpu_type, victims in mine[:LEASE_CHECKS]:
         if decider.fits_without(view, now, key, gpu_type, victims):
             given[key] = victims

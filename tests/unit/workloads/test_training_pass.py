@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chronotope.api.v1alpha1.queue import QueueSpec
+from chronotope.sharing.labels import GPU_PRODUCT_LABEL as GPU_LABEL
 from chronotope.sim.training.queues import QueueSetup, QuotaPolicy
 from chronotope.workloads.capacity import NodeCapacity
 from chronotope.workloads.gang import JOB_LABEL
@@ -443,3 +444,14 @@ def test_a_lease_within_a_queue_is_given_only_where_the_job_fits_once_it_has_sto
     verdict = done.verdicts["a/short"]
     assert verdict.admission is not None
     assert verdict.admission.victims == ("a/long",)
+    # while a worker of ours waits to bind (here on another type), no lease is given (a
+    # later pass gives it)
+    binding = busy_pod("other-g0-0", "", 1)
+    binding["spec"] |= {"schedulerName": "chronotope", "nodeSelector": {GPU_LABEL: "V100"}}
+    del binding["spec"]["nodeName"]
+    binding["status"] = {"phase": "Pending"}
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    done = schedule([long, short], nodes, [*pods, binding], view, decider=decider, now=NOW)
+    verdict = done.verdicts["a/short"]
+    assert verdict.admission is not None
+    assert verdict.admission.verdict is Verdict.WAIT
