@@ -57,7 +57,7 @@ from chronotope.workloads.gang import worker_pods
 from chronotope.workloads.gates import Decider
 from chronotope.workloads.job_spec import job_spec
 from chronotope.workloads.training import Action, Decision
-from chronotope.workloads.training_pass import schedule
+from chronotope.workloads.training_pass import schedule, started_plan
 from chronotope.workloads.training_quota import QuotaView
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -77,14 +77,7 @@ def ready_nodes(spec_path: Path) -> list[dict[str, Any]]:
 def running(job: dict[str, Any], d: Decision) -> list[dict[str, Any]]:
     """Mark `job` Running as `d` started it at NOW; its workers, bound where `d` placed them."""
     job["metadata"]["annotations"] = {GENERATION_ANNOTATION: "1"}
-    plan = {
-        "gpuType": d.gpu_type,
-        "workers": d.workers,
-        "totalGpus": d.workers * d.gpus_per_worker,
-        "startTime": NOW.isoformat(),
-    }
-    if d.finish is not None:
-        plan["predictedCompletionTime"] = d.finish.isoformat()
+    plan = started_plan(d, NOW)
     job["status"] = {"phase": "Running", "plan": plan, "startTime": NOW.isoformat()}
     pods = worker_pods(job, job_spec(job), d, 1)
     for pod, (node, _) in zip(pods, d.placements, strict=True):

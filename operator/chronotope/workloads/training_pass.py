@@ -81,7 +81,15 @@ from chronotope.workloads.training_quota import (
 )
 from chronotope.workloads.training_status import QUOTA_RESERVED, condition
 
-__all__ = ["JOINT_PER_PASS", "NAMED_HOLDERS", "JobVerdict", "SchedulingPass", "schedule"]
+__all__ = [
+    "JOINT_PER_PASS",
+    "LEASE_CHECKS",
+    "NAMED_HOLDERS",
+    "JobVerdict",
+    "SchedulingPass",
+    "schedule",
+    "started_plan",
+]
 
 NAMED_HOLDERS = 3
 """Jobs ahead named in a queued job's reason at most (the rest are "...")."""
@@ -171,8 +179,8 @@ def _quota_note(admission: Admission) -> str:
     return f"{note} admits it within its nominal quota"
 
 
-def _started(job: Mapping[str, Any], d: Decision, now: datetime) -> dict[str, Any]:
-    """`job` as it will look once started: Starting on the decision's type (for later jobs)."""
+def started_plan(d: Decision, now: datetime) -> dict[str, Any]:
+    """The `status.plan` of a job that start decision `d` starts at `now`."""
     plan = {
         "gpuType": d.gpu_type,
         "workers": d.workers,
@@ -181,6 +189,12 @@ def _started(job: Mapping[str, Any], d: Decision, now: datetime) -> dict[str, An
     }
     if d.finish is not None:
         plan["predictedCompletionTime"] = d.finish.isoformat()
+    return plan
+
+
+def _started(job: Mapping[str, Any], d: Decision, now: datetime) -> dict[str, Any]:
+    """`job` as it will look once started: Starting on the decision's type (for later jobs)."""
+    plan = started_plan(d, now)
     return {**job, "status": {**(job.get("status") or {}), "phase": "Starting", "plan": plan}}
 
 

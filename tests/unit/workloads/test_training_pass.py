@@ -315,16 +315,34 @@ def _l4_job(name: str, created: str, hours: float) -> dict[str, Any]:
     return job
 
 
+def _l4_view(gpus: int) -> QuotaView:
+    """Queue team-a with `gpus` L4 GPUs of quota; namespace a's LocalQueue names it."""
+    quotas = [{"gpuType": "L4", "gpus": gpus}]
+    return QuotaView.parse(
+        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+
+
+def _simulated_team_a() -> tuple[list[Job], QuotaPolicy]:
+    """The simulator's queues on the same: team-a's 2 L4s, a 4 h job then a 1 h one."""
+    specs = {"team-a": QueueSpec.model_validate({"quotas": [{"gpuType": "l4", "gpus": 2}]})}
+    jobs = [
+        Job(0, -7200.0, 2, 4 * 3600.0, "trainingjob", {"l4": 1.0}),
+        Job(1, -3600.0, 2, 1 * 3600.0, "trainingjob", {"l4": 1.0}),
+    ]
+    queues = {0: "team-a", 1: "team-a"}
+    return jobs, QuotaPolicy(
+        ChronotopePolicy(round_s=LEASE_S), QueueSetup(specs, {"team-a": 1.0}), queues
+    )
+
+
 def test_freed_quota_goes_to_the_job_the_cluster_policy_runs_first_as_in_the_simulator() -> None:
     # team-a's L4 quota holds one of its two 2-GPU jobs; 4 L4 GPUs are free. Quota
     # used to admit the older one (4 h) and the fleet policy only saw that one, so
     # quota ran its queue oldest first. The simulator's queues admit the policy's wish
     # first, in its order (`sim.training.queues.QuotaPolicy`): the short job (1 h)
-    quotas = [{"gpuType": "L4", "gpus": 2}]
-    view = QuotaView.parse(
-        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
-        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
-    )
+    view = _l4_view(2)
     old = _l4_job("old", "2030-01-01T10:00:00Z", hours=4)
     new = _l4_job("new", "2030-01-01T11:00:00Z", hours=1)
     decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
@@ -335,16 +353,7 @@ def test_freed_quota_goes_to_the_job_the_cluster_policy_runs_first_as_in_the_sim
     assert "queue team-a: L4 2/2 in use" in done.verdicts["a/old"].decision.reason
 
     # the simulator's queues, on the same jobs and quota: the same job runs
-    specs = {"team-a": QueueSpec.model_validate({"quotas": [{"gpuType": "l4", "gpus": 2}]})}
-    jobs = [
-        Job(0, -7200.0, 2, 4 * 3600.0, "trainingjob", {"l4": 1.0}),
-        Job(1, -3600.0, 2, 1 * 3600.0, "trainingjob", {"l4": 1.0}),
-    ]
-    sim = QuotaPolicy(
-        ChronotopePolicy(round_s=LEASE_S),
-        QueueSetup(specs, {"team-a": 1.0}),
-        {0: "team-a", 1: "team-a"},
-    )
+    jobs, sim = _simulated_team_a()
     states = [JobState(job=j, remaining_s=j.work_s) for j in jobs]
     assert sim.allocate(0.0, states, {"l4": 4}) == {1: "l4"}
 
@@ -355,11 +364,7 @@ def test_a_full_queue_gives_a_lease_to_the_job_the_policy_runs_in_its_place() ->
     # with them quota used to hold short back (2/2 in use), so the policy never saw it.
     # Now quota stops long for short within the queue (pass 6, cause Lease), as the
     # simulator's queues admit the policy's wish
-    quotas = [{"gpuType": "L4", "gpus": 2}]
-    view = QuotaView.parse(
-        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
-        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
-    )
+    view = _l4_view(2)
     long = _l4_job("long", "2030-01-01T10:00:00Z", hours=4)
     long["spec"] |= {"preemptible": True, "checkpoint": {"path": "/ckpt/long"}}
     long["status"] = {
@@ -385,16 +390,7 @@ def test_a_full_queue_gives_a_lease_to_the_job_the_policy_runs_in_its_place() ->
     assert "stopping a/long (checkpoint" in verdict.decision.reason
 
     # the simulator's queues: the same job runs, the long one stops
-    specs = {"team-a": QueueSpec.model_validate({"quotas": [{"gpuType": "l4", "gpus": 2}]})}
-    jobs = [
-        Job(0, -7200.0, 2, 4 * 3600.0, "trainingjob", {"l4": 1.0}),
-        Job(1, -3600.0, 2, 1 * 3600.0, "trainingjob", {"l4": 1.0}),
-    ]
-    sim = QuotaPolicy(
-        ChronotopePolicy(round_s=LEASE_S),
-        QueueSetup(specs, {"team-a": 1.0}),
-        {0: "team-a", 1: "team-a"},
-    )
+    jobs, sim = _simulated_team_a()
     states = [JobState(job=jobs[0], remaining_s=jobs[0].work_s, gpu_type="l4")]
     states.append(JobState(job=jobs[1], remaining_s=jobs[1].work_s))
     assert sim.allocate(0.0, states, {"l4": 2}) == {1: "l4"}
@@ -421,11 +417,7 @@ def test_a_lease_within_a_queue_is_given_only_where_the_job_fits_once_it_has_sto
     # hold the rest), counted per type its 4 GPUs would do, but no node would hold short
     # once long stopped: long keeps its lease, nobody is stopped. With long's one
     # 4-GPU worker on a, short fits there once it has stopped: the lease is given
-    quotas = [{"gpuType": "L4", "gpus": 4}]
-    view = QuotaView.parse(
-        [{"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}}],
-        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
-    )
+    view = _l4_view(4)
     nodes = [node("a", "L4", 4), node("b", "L4", 4)]
     short = _l4_job("short", "2030-01-01T11:00:00Z", hours=1)
     short["spec"]["gpu"]["count"] = 4
