@@ -337,14 +337,15 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
         for key in plan.wished:
             wished.setdefault(key, len(wished))
         offers += [(key, t, victims) for key, (t, victims) in plan.yields.items()]
+    if not offers or workers_binding(view.pods):
+        # none, or a later pass gives them once the workers are bound (a check is cheap then)
+        return {"wished": wished, "leases": given}
     queues = _queues_of(quota, view.jobs)
     mine = []
     for key, gpu_type, victims in sorted(offers, key=lambda o: wished.get(o[0], len(wished))):
         own = tuple(v for v in victims if key in queues and queues.get(v) == queues[key])
         if own:
             mine.append((key, gpu_type, own))
-    if workers_binding(view.pods):
-        mine = []  # a later pass, once they are bound, gives those leases (a check is cheap then)
     for key, gpu_type, victims in mine[:LEASE_CHECKS]:
         if decider.fits_without(view, now, key, gpu_type, victims):
             given[key] = victims
