@@ -131,9 +131,19 @@ def _usage(custom: client.CustomObjectsApi, queue: str) -> tuple[int, int, int, 
     )
 
 
-def _submit(custom: client.CustomObjectsApi, ns: str, name: str, gpu_type: str, queue: str) -> None:
+def _submit(
+    custom: client.CustomObjectsApi,
+    ns: str,
+    name: str,
+    gpu_type: str,
+    queue: str,
+    *,
+    hours: float = 1.0,
+) -> None:
+    """A 2-GPU job of `hours` that checkpoints, in LocalQueue `queue`."""
     obj = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
     obj["spec"]["queue"] = queue
+    obj["spec"]["estimate"]["durationSeconds"] = hours * 3600
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, obj)
 
 
@@ -548,9 +558,7 @@ def test_freed_quota_goes_to_the_job_the_cluster_policy_runs_first(
             _submit(custom, ns, "first", gpu_type, "default")
             _running(custom, ns, "first", 60, "first running")
             for name, hours in (("long", 4), ("short", 1)):
-                obj = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
-                obj["spec"]["estimate"]["durationSeconds"] = hours * 3600
-                custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, obj)
+                _submit(custom, ns, name, gpu_type, "default", hours=hours)
                 wait_for(partial(_held_by_quota, custom, ns, name), 30, name)
                 time.sleep(1.1)  # creationTimestamp is to the second: `long` is the older
             custom.delete_namespaced_custom_object(GROUP, VERSION, ns, JOBS, "first")
@@ -575,9 +583,7 @@ def test_a_full_queue_gives_a_lease_to_the_shorter_job(
                 GROUP, VERSION, ns, "localqueues", _local_queue(ns, team)
             )
             for name, hours in (("long", 4), ("short", 1)):
-                obj = job(name, 1, 2, [(gpu_type, 1.0)], checkpoint={"path": f"/ckpt/{name}"})
-                obj["spec"]["estimate"]["durationSeconds"] = hours * 3600
-                custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, obj)
+                _submit(custom, ns, name, gpu_type, "default", hours=hours)
                 if name == "long":
                     _running(custom, ns, "long", 60, "long running")
             _running(custom, ns, "short", 90, "short running in long's place")
