@@ -252,22 +252,22 @@ def reconcile(
         ops.stop(namespace, stale)
     plan = status.get("plan")
     cycle = _Cycle(job, spec, ops, now, gen, Outcome())
+    started = bool(plan) and status.get("phase") in ("Starting", "Running")
+    preempted_by = annotations.get(PREEMPTED_BY_ANNOTATION)
+    if started and preempted_by and len(current) < int((plan or {}).get("workers", 0)):
+        # preempted: its whole gang is gone, or part of it while the preemptor stops the
+        # rest with its grace period (not workers lost); plan it afresh
+        cycle.out.preempted = preemption_cause(preempted_by)
+        why = f"preempted by {preempted_by}: checkpointed, stopped, re-queued"
+        return _restart(cycle, [], why, "Preempted")
     if current and plan:
         return _running(cycle, current, plan, passes)
     if current:  # its gang exists, but the status write after its start was lost
         why = "its workers exist but its status has no plan (a status write failed); re-planning"
         return _restart(cycle, current, why, "Replanning")
-    if plan and not current and status.get("phase") in ("Starting", "Running"):
-        # the whole gang is gone: preempted, or its nodes were deleted; plan it afresh
-        preempted_by = annotations.get(PREEMPTED_BY_ANNOTATION)
-        why = (
-            f"preempted by {preempted_by}: checkpointed, stopped, re-queued"
-            if preempted_by
-            else "all workers are gone (nodes deleted?); re-planning"
-        )
-        if preempted_by:
-            cycle.out.preempted = preemption_cause(preempted_by)
-        return _restart(cycle, [], why, "Preempted" if preempted_by else "GangLost")
+    if started:  # the whole gang is gone: its nodes were deleted; plan it afresh
+        why = "all workers are gone (nodes deleted?); re-planning"
+        return _restart(cycle, [], why, "GangLost")
     return _start_or_wait(cycle, passes)
 
 

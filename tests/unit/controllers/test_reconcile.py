@@ -251,6 +251,30 @@ def test_a_running_gang_that_lost_its_node_restarts_from_its_checkpoint() -> Non
     assert out.events[0][:2] == ("Warning", "WorkersLost")
 
 
+def test_a_gang_whose_preemptor_stopped_some_workers_reports_the_preemption_not_lost_ones() -> None:
+    # the preemptor annotates the victim, then deletes its workers: its reconcile may see
+    # one of two gone while the other still runs. It said "lost 1 worker(s) (node gone or
+    # worker failed)" (WorkersLost), seen at scale for the victims of leases in a queue
+    me = job("a", workers=2)
+    ops = FakeOps([node("h-0"), node("h-1")], [me])
+    me["status"] = reconcile(me, ops, NOW).status
+    _pods_are(ops, "h-0", "Running")
+    ops._pods.pop()  # the second worker is already stopped
+    me["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION] = (
+        "ns/b (cluster policy's lease in queue team-a)"
+    )
+    out = reconcile(me, ops, NOW + timedelta(minutes=1))
+    assert out.status["phase"] == "Resizing"
+    assert out.preempted == ("Lease", "team-a")
+    assert [e[:2] for e in out.events] == [("Warning", "Preempted")]
+    assert "preempted by ns/b" in out.events[0][2]
+    assert ops.stopped == []  # the preemptor stops the rest with its grace period
+    # without the annotation, the same is a lost worker
+    del me["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION]
+    lost = reconcile(me, ops, NOW + timedelta(minutes=1))
+    assert [e[:2] for e in lost.events] == [("Warning", "WorkersLost")]
+
+
 def test_kubectl_scale_of_a_running_job_restarts_its_gang_at_the_new_size() -> None:
     me = job("a")
     ops = FakeOps([node("h-0"), node("h-1")], [me])
