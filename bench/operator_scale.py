@@ -5,6 +5,7 @@ Usage: python bench/operator_scale.py [--jobs 2000] [--queues 10] [--seed 0]
                                       [--cluster manifests/clusters/openb.yaml]
                                       [--settle 30] [--until 900] [--steady 60]
                                       [--submitters 8] [--node-lease-s 40]
+                                      [--keep DIR]
 
 Starts a fresh local cluster from the cluster spec (default: the 1,213 GPU
 nodes of the openb trace, as kwok nodes), the Chronotope scheduler
@@ -763,8 +764,20 @@ def main() -> int:
         default=40,
         help="kwok nodes' Lease duration (a kubelet's default: 40; renewed every quarter)",
     )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the cluster's state and logs (the operator's among them) in DIR",
+    )
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        run(args, args.keep)
+        print(f"logs kept in {args.keep / 'logs'}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="chronotope-bench-") as tmp:
         run(args, Path(tmp))
     return 0

@@ -3,7 +3,7 @@
 Usage: python bench/training_pass.py [--jobs 2000] [--queues 10] [--runs 4] [--seed 0]
        [--when-can-borrow Borrow|TryNextFlavor] [--dedicated FRACTION] [--worker-cpu CORES]
        [--repelling FRACTION [--repelling-key LABEL]] [--racked FRACTION] [--spread FRACTION]
-       [--checkpoint] [--settled MINUTES]
+       [--checkpoint] [--settled MINUTES [--first N]]
 
 Builds the TrainingJobs `bench/operator_scale.py` submits (same seeded generator,
 round-robin over `--queues` team namespaces, each queue an equal share of every GPU type
@@ -36,7 +36,9 @@ fleet policy may give a running job's lease up. `--settled M` times the pass aft
 that one instead: the first pass's starts run (their workers bound where it placed
 them, `gang.worker_pods`) for M minutes, the others still wait. With `--checkpoint`
 this is the pass that weighs stopping and moving running jobs for waiting ones
-(`gates._NodeCheck.fits` with jobs leaving).
+(`gates._NodeCheck.fits` with jobs leaving). `--first N`: the first pass sees only
+the first N jobs, as a pass does while a burst is still being submitted, so the
+settled pass weighs giving the leases of the jobs it started to the later ones.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from chronotope.sim.clusterspec import load_spec, node_manifests
 from chronotope.workloads.gang import worker_pods
 from chronotope.workloads.gates import Decider
 from chronotope.workloads.job_spec import job_spec
+from chronotope.workloads.quota import StopCause
 from chronotope.workloads.training import Action, Decision
 from chronotope.workloads.training_pass import schedule, started_plan
 from chronotope.workloads.training_quota import QuotaView
@@ -107,6 +110,13 @@ def main() -> int:
         default=0.0,
         metavar="MINUTES",
         help="time the pass after the first one's starts have run this long",
+    )
+    ap.add_argument(
+        "--first",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --settled: the first pass sees only the first N jobs (those submitted first)",
     )
     ap.add_argument(
         "--verdicts", type=Path, help="also write each job's verdict here, one per line (to diff)"
@@ -170,7 +180,8 @@ def main() -> int:
     now = NOW
     if args.settled > 0:
         decider = Decider(lambda _ns, name: f"no profile {name}", lambda *_: [])
-        first = schedule(jobs, nodes, pods, view, decider=decider, now=NOW)
+        early = jobs[: args.first] if args.first > 0 else jobs
+        first = schedule(early, nodes, pods, view, decider=decider, now=NOW)
         now = NOW + timedelta(minutes=args.settled)
         for job in jobs:
             v = first.verdicts.get(f"{job['metadata']['namespace']}/{job['metadata']['name']}")
@@ -195,7 +206,18 @@ def main() -> int:
         for v in done.verdicts.values()
         if v.decision.action is Action.START
     )
-    stops = f"; {len(done.stops)} lease stops" if args.settled > 0 else ""
+    # and so are quota's: the leases within a queue (`quota.admit` pass 6)
+    in_queue = sorted(
+        (k, v.admission.victims)
+        for k, v in done.verdicts.items()
+        if v.admission is not None and v.admission.cause is StopCause.LEASE and v.admission.victims
+    )
+    verdicts += [(k, "Lease", None, " ".join(victims)) for k, victims in in_queue]
+    stops = (
+        f"; {len(done.stops)} lease stops, {len(in_queue)} leases within a queue"
+        if args.settled > 0
+        else ""
+    )
     digest = hashlib.sha1(repr(verdicts).encode()).hexdigest()[:12]
     if args.verdicts is not None:
         args.verdicts.write_text("".join(f"{k} {a} {t} {why}\n" for k, a, t, why in verdicts))

@@ -181,10 +181,12 @@ class BandPlan:
     """Job started now -> where the node check placed its workers, each start beside
     the ones before it (`Took`): its start goes there, so the plan's starts fit together."""
     wished: tuple[str, ...] = ()
-    """The waiting jobs the policy runs now, in its own order (its plan's order, then its
-    backfill's), those given leases among them, then the band's backfill: its *wish*,
-    which quota admits first and in this order, as the simulator's queues do
-    (`sim.training.queues.QuotaPolicy`)."""
+    """The jobs the policy runs now where they do not run yet, in its own order (its
+    plan's order, then its backfill's): waiting jobs, those given leases among them, and
+    running jobs it moves to another type; then the band's backfill. Its *wish*, which
+    quota admits first and in this order, as the simulator's queues do
+    (`sim.training.queues.QuotaPolicy`, whose pending jobs are the same: a running job
+    the wish moves holds no quota there)."""
 
     def outcome(self, key: str) -> FleetOutcome:
         """Whether job `key` starts now, where, and why (a job left out of the plan passes)."""
@@ -318,15 +320,22 @@ def plan_band(
             if i not in starts
         },
         {} if check is None else {keys[i]: p for i, p in check.placed.items() if i in starts},
-        _wished(alloc, starts, waiting, keys),
+        _wished(alloc, starts, waiting, states, keys),
     )
 
 
 def _wished(
-    alloc: Mapping[int, str], starts: Mapping[int, str], waiting: Collection[int], keys: list[str]
+    alloc: Mapping[int, str],
+    starts: Mapping[int, str],
+    waiting: Collection[int],
+    states: Sequence[JobState],
+    keys: list[str],
 ) -> tuple[str, ...]:
-    """`BandPlan.wished`: the waiting jobs of `alloc` in its order, then the other starts."""
-    order = [i for i in alloc if i in waiting]
+    """`BandPlan.wished`: the jobs `alloc` runs where they do not run yet, then the other starts.
+
+    Those of `alloc` in its order: waiting jobs, and running ones it moves to another type.
+    """
+    order = [i for i, t in alloc.items() if i in waiting or states[i].gpu_type != t]
     order += [i for i in starts if i not in alloc]
     return tuple(keys[i] for i in order)
 

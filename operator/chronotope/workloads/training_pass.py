@@ -320,7 +320,10 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
     (`fleet.BandPlan.wished`), which quota admits first, in this order; `leases`, a
     waiting job -> the running jobs of its own queue whose lease the policy gives it
     (`BandPlan.yields`), which it may stop (`quota.admit`, pass 6) as the policy
-    does without queues: only where its workers fit the nodes once they have
+    does without queues: not that of a job the wish moves to another type ahead of
+    it (quota would admit that one first, and keep it where it runs when its queue
+    has no room on the wished type, as the simulator's queues do: stopping it would
+    only start it again), only where its workers fit the nodes once they have
     stopped (`Decider.fits_without`), the first `LEASE_CHECKS` in the wish's order,
     and none while workers of ours wait to bind (each check would read the whole
     cluster then, `capacity.cluster_without`; their binds make a new pass). Nothing
@@ -343,7 +346,15 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
     queues = _queues_of(quota, view.jobs)
     mine = []
     for key, gpu_type, victims in sorted(offers, key=lambda o: wished.get(o[0], len(wished))):
-        own = tuple(v for v in victims if key in queues and queues.get(v) == queues[key])
+        own = tuple(
+            v
+            for v in victims
+            if key in queues
+            and queues.get(v) == queues[key]
+            # one the wish moves ahead of it would be admitted first, on the type it holds
+            # when quota keeps it from the one wished (the simulator's queues): no lease
+            and wished.get(v, len(wished)) > wished.get(key, len(wished))
+        )
         if own:
             mine.append((key, gpu_type, own))
     for key, gpu_type, victims in mine[:LEASE_CHECKS]:

@@ -396,6 +396,58 @@ def test_a_full_queue_gives_a_lease_to_the_job_the_policy_runs_in_its_place() ->
     assert sim.allocate(0.0, states, {"l4": 2}) == {1: "l4"}
 
 
+def test_no_lease_of_a_job_the_wish_moves_ahead_to_a_type_its_queue_cannot_admit() -> None:
+    # `long` runs on team-a's 2 L4s (3 h left there, 1 h on the A100s, which only team-b
+    # has quota for); `short` (2 h, L4 only) waits. Quota aside, the policy moves long to
+    # the idle A100s and gives short its L4 lease. Stopping long for short (pass 6) would
+    # only start it again: quota admits long first (the wish runs it first) and, with no
+    # A100 quota, on L4, where it ran; the next pass gave short its lease again, and so on
+    # (a job stopped every other pass, found in process at scale). The simulator's queues
+    # keep long on L4 and short waits: so does the pass
+    view = QuotaView.parse(
+        [
+            {"metadata": {"name": "team-a"}, "spec": {"quotas": [{"gpuType": "L4", "gpus": 2}]}},
+            {"metadata": {"name": "team-b"}, "spec": {"quotas": [{"gpuType": "A100", "gpus": 4}]}},
+        ],
+        [{"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}}],
+    )
+    long = _l4_job("long", "2030-01-01T10:00:00Z", hours=3)
+    long["spec"] |= {"preemptible": True, "checkpoint": {"path": "/ckpt/long"}}
+    long["spec"]["gpuTypes"].append({"name": "A100", "relativeSpeed": 3.0})
+    long["status"] = {
+        "phase": "Running",
+        "plan": {"gpuType": "L4", "workers": 1, "totalGpus": 2, "startTime": NOW.isoformat()},
+    }
+    short = _l4_job("short", "2030-01-01T11:00:00Z", hours=2)
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    nodes = [NodeCapacity("l4-0", "L4", 2, 0, True), NodeCapacity("a100-0", "A100", 4, 4, True)]
+    done = schedule([long, short], [], [], view, decider=decider, now=NOW, capacity=nodes)
+    verdict = done.verdicts["a/short"]
+    assert verdict.admission is not None
+    assert verdict.admission.verdict is Verdict.WAIT
+    assert verdict.admission.victims == ()
+    assert done.stops == {}
+
+    # the simulator's queues, on the same jobs and quota: long keeps L4, short waits
+    specs = {
+        "team-a": QueueSpec.model_validate({"quotas": [{"gpuType": "l4", "gpus": 2}]}),
+        "team-b": QueueSpec.model_validate({"quotas": [{"gpuType": "a100", "gpus": 4}]}),
+    }
+    jobs = [
+        Job(0, -7200.0, 2, 3 * 3600.0, "trainingjob", {"l4": 1.0, "a100": 3.0}),
+        Job(1, -3600.0, 2, 2 * 3600.0, "trainingjob", {"l4": 1.0}),
+    ]
+    sim = QuotaPolicy(
+        ChronotopePolicy(round_s=LEASE_S),
+        QueueSetup(specs, {"team-a": 1.0, "team-b": 1.0}),
+        {0: "team-a", 1: "team-a"},
+    )
+    states = [JobState(job=jobs[0], remaining_s=jobs[0].work_s, gpu_type="l4")]
+    states.append(JobState(job=jobs[1], remaining_s=jobs[1].work_s))
+    assert sim.inner.allocate(0.0, states, {"l4": 2, "a100": 4}) == {0: "a100", 1: "l4"}
+    assert sim.allocate(0.0, states, {"l4": 2, "a100": 4}) == {0: "l4"}
+
+
 def _long_on(nodes: list[str], per_worker: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """`long` (4 h, checkpoints) of team-a running one worker of `per_worker` L4s per node."""
     long = _l4_job("long", "2030-01-01T10:00:00Z", hours=4)
