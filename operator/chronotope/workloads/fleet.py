@@ -180,13 +180,13 @@ class BandPlan:
     placements: Mapping[str, Placements] = field(default_factory=dict)
     """Job started now -> where the node check placed its workers, each start beside
     the ones before it (`Took`): its start goes there, so the plan's starts fit together."""
-    wished: tuple[str, ...] = ()
-    """The jobs the policy runs now where they do not run yet, in its own order (its
+    wished: Mapping[str, str] = field(default_factory=dict)
+    """Job -> type: the jobs the policy runs now where they do not run yet, in its own order (its
     plan's order, then its backfill's): waiting jobs, those given leases among them, and
     running jobs it moves to another type; then the band's backfill. Its *wish*, which
-    quota admits first and in this order, as the simulator's queues do
-    (`sim.training.queues.QuotaPolicy`, whose pending jobs are the same: a running job
-    the wish moves holds no quota there)."""
+    quota admits first and in this order, each on the type wished first, as the
+    simulator's queues do (`sim.training.queues.QuotaPolicy`, whose pending jobs are the
+    same: a running job the wish moves holds no quota there)."""
 
     def outcome(self, key: str) -> FleetOutcome:
         """Whether job `key` starts now, where, and why (a job left out of the plan passes)."""
@@ -330,14 +330,14 @@ def _wished(
     waiting: Collection[int],
     states: Sequence[JobState],
     keys: list[str],
-) -> tuple[str, ...]:
+) -> dict[str, str]:
     """`BandPlan.wished`: the jobs `alloc` runs where they do not run yet, then the other starts.
 
     Those of `alloc` in its order: waiting jobs, and running ones it moves to another type.
     """
-    order = [i for i, t in alloc.items() if i in waiting or states[i].gpu_type != t]
-    order += [i for i in starts if i not in alloc]
-    return tuple(keys[i] for i in order)
+    order = [(i, t) for i, t in alloc.items() if i in waiting or states[i].gpu_type != t]
+    order += [(i, t) for i, t in starts.items() if i not in alloc]
+    return {keys[i]: t for i, t in order}
 
 
 def idle_gpus(capacity: Capacity) -> dict[str, int]:

@@ -307,7 +307,7 @@ LEASE_CHECKS = 8
 
 
 class _Wish(TypedDict):
-    wished: dict[str, int]
+    wished: dict[str, tuple[int, str]]
     leases: dict[str, tuple[str, ...]]
 
 
@@ -317,7 +317,8 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
     Each priority band planned over all its jobs on `view`'s GPUs counted per type
     (every job, every type it accepts), as the simulator's queues ask the policy
     before quota (`sim.training.queues.QuotaPolicy`): `wished`, job key -> its place
-    (`fleet.BandPlan.wished`), which quota admits first, in this order; `leases`, a
+    and type (`fleet.BandPlan.wished`), which quota admits first, in this order and
+    on that type first; `leases`, a
     waiting job -> the running jobs of its own queue whose lease the policy gives it
     (`BandPlan.yields`), which it may stop (`quota.admit`, pass 6) as the policy
     does without queues: not that of a job the wish moves to another type ahead of
@@ -329,7 +330,7 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
     cluster then, `capacity.cluster_without`; their binds make a new pass). Nothing
     unless `quota` is on.
     """
-    wished: dict[str, int] = {}
+    wished: dict[str, tuple[int, str]] = {}
     given: dict[str, tuple[str, ...]] = {}
     if not quota.on:
         return {"wished": wished, "leases": given}
@@ -337,15 +338,16 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
     offers: list[tuple[str, str, tuple[str, ...]]] = []
     for priority in decider.priorities(counted):
         plan, _ = decider.band_on(counted, now, priority)
-        for key in plan.wished:
-            wished.setdefault(key, len(wished))
+        for key, gpu_type in plan.wished.items():
+            wished.setdefault(key, (len(wished), gpu_type))
         offers += [(key, t, victims) for key, (t, victims) in plan.yields.items()]
     if not offers or workers_binding(view.pods):
         # none, or a later pass gives them once the workers are bound (a check is cheap then)
         return {"wished": wished, "leases": given}
     queues = _queues_of(quota, view.jobs)
     mine = []
-    for key, gpu_type, victims in sorted(offers, key=lambda o: wished.get(o[0], len(wished))):
+    last = (len(wished), "")
+    for key, gpu_type, victims in sorted(offers, key=lambda o: wished.get(o[0], last)):
         own = tuple(
             v
             for v in victims
@@ -353,7 +355,7 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
             and queues.get(v) == queues[key]
             # one the wish moves ahead of it would be admitted first, on the type it holds
             # when quota keeps it from the one wished (the simulator's queues): no lease
-            and wished.get(v, len(wished)) > wished.get(key, len(wished))
+            and wished.get(v, last) > wished.get(key, last)
         )
         if own:
             mine.append((key, gpu_type, own))
@@ -426,7 +428,7 @@ def _round(
     only: Collection[str] | None = None,
     serving_waits: Sequence[ServingWait] = (),
     read: Capacity | None = None,
-    wished: Mapping[str, int] | None = None,
+    wished: Mapping[str, tuple[int, str]] | None = None,
     leases: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[_Pass, dict[str, JobVerdict]]:
     """One round of the pass: steps 1-3 of the module docstring on `capacity`.

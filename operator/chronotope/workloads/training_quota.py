@@ -705,7 +705,7 @@ def _cycle(
     serving: Sequence[AdmittedWorkload] = (),
     waiting: Sequence[ServingWait] = (),
     *,
-    wished: Mapping[str, int] | None = None,
+    wished: Mapping[str, tuple[int, str]] | None = None,
 ) -> tuple[QuotaBook, list[PendingWorkload]]:
     """The book of what started jobs and `serving` workloads hold; the waiting jobs in order.
 
@@ -714,8 +714,9 @@ def _cycle(
     serving workloads that say what they ask and hold nothing yet wait among the
     jobs in their order (`ServingWait.order`), each asking all its GPU types at
     once, so a younger job does not take quota an older serving workload fits.
-    `wished`: the cluster policy's wish (job key -> its place): those jobs go first
-    (`quota.policy_first`; the serving workloads keep their places).
+    `wished`: the cluster policy's wish (job key -> its place and type): those jobs go
+    first (`quota.policy_first`; the serving workloads keep their places), each asking
+    for the wished type before its others, as the simulator's queues ask.
     """
     admitted: list[AdmittedWorkload] = list(serving)
     pending: list[PendingWorkload] = []
@@ -735,6 +736,12 @@ def _cycle(
         alternatives = demands_of(spec)
         if first is not None and key in first:
             alternatives = _decided_first(spec, first[key], alternatives)
+        if wished and key in wished:
+            gpu_type = wished[key][1]
+            alternatives = (
+                *(d for d in alternatives if d.gpu_type == gpu_type),
+                *(d for d in alternatives if d.gpu_type != gpu_type),
+            )
         pending.append(
             PendingWorkload(key, namespace, spec.queue, alternatives, priority=spec.priority)
         )
@@ -746,7 +753,8 @@ def _cycle(
     pending.sort(key=lambda p: orders[p.key])
     book = QuotaBook(view.queues, view.local_queues, admitted, view.namespaces)
     if wished:
-        pending = policy_first(book, pending, wished, fixed={w.workload.key for w in waiting})
+        places = {k: place for k, (place, _) in wished.items()}
+        pending = policy_first(book, pending, places, fixed={w.workload.key for w in waiting})
     return book, pending
 
 
@@ -784,7 +792,7 @@ def admission_cycle(
     serving: Sequence[AdmittedWorkload] = (),
     moving: Collection[str] = (),
     serving_waits: Sequence[ServingWait] = (),
-    wished: Mapping[str, int] | None = None,
+    wished: Mapping[str, tuple[int, str]] | None = None,
     leases: Mapping[str, Collection[str]] | None = None,
 ) -> QuotaCycle:
     """The quota verdict of every waiting job now: one admission cycle (Kueue's).
@@ -799,9 +807,10 @@ def admission_cycle(
     asking all their GPU types at once: one that fits keeps its quota from the
     younger jobs of its queue until its own controller admits it; they get no verdict here.
 
-    `wished` (the cluster policy's wish, quota aside: job key -> its place) goes first
-    (`quota.policy_first`); `leases` (waiting job -> the running jobs whose lease the
-    policy gives it) may stop those of its own queue it needs (`quota.admit`, pass 6).
+    `wished` (the cluster policy's wish, quota aside: job key -> its place and type) goes
+    first, on that type first (`quota.policy_first`); `leases` (waiting job -> the running
+    jobs whose lease the policy gives it) may stop those of its own queue it needs
+    (`quota.admit`, pass 6).
 
     Also the types quota lets each running job of `moving` move to: the fleet
     policy's lease may stop a running job to restart it on a faster type

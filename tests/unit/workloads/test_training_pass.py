@@ -448,6 +448,70 @@ def test_no_lease_of_a_job_the_wish_moves_ahead_to_a_type_its_queue_cannot_admit
     assert sim.allocate(0.0, states, {"l4": 2, "a100": 4}) == {0: "l4"}
 
 
+def test_quota_admits_a_wished_job_on_the_type_the_policy_wishes_it_on_as_in_the_simulator() -> (
+    None
+):
+    # Four G3 and four G2 GPUs, all free. Team-b's `first` (20 min, G3 only) comes first
+    # in the policy's order and takes the G3s; team-a's `quick` (30 min on G3, 39 on G2)
+    # comes next, and the policy runs it on G2. Team-a has quota for both types. Quota
+    # asked for quick's own fastest type first and admitted it on G3, whose GPUs `first`
+    # takes: quick waited beside idle G2s (and at scale, a job restarted on a type the
+    # policy then moved it off, again and again). The simulator's queues ask for the
+    # wished type first; so does the pass now: both start
+    quotas = [{"gpuType": "G3", "gpus": 4}, {"gpuType": "G2", "gpus": 4}]
+    view = QuotaView.parse(
+        [
+            {"metadata": {"name": "team-a"}, "spec": {"quotas": quotas}},
+            {"metadata": {"name": "team-b"}, "spec": {"quotas": quotas[:1]}},
+        ],
+        [
+            {"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}},
+            {"metadata": {"name": "default", "namespace": "b"}, "spec": {"queue": "team-b"}},
+        ],
+    )
+    quick = _l4_job("quick", "2030-01-01T10:00:00Z", hours=0.5)
+    quick["spec"] |= {
+        "gpu": {"count": 4},
+        "gpuTypes": [{"name": "G3", "relativeSpeed": 1.3}, {"name": "G2", "relativeSpeed": 1.0}],
+        "estimate": {"referenceGpuType": "G3", "durationSeconds": 1800},
+    }
+    first = _l4_job("first", "2030-01-01T11:00:00Z", hours=1 / 3)
+    first["metadata"]["namespace"] = "b"
+    first["spec"] |= {
+        "gpu": {"count": 4},
+        "gpuTypes": [{"name": "G3", "relativeSpeed": 1.0}],
+        "estimate": {"referenceGpuType": "G3", "durationSeconds": 1200},
+    }
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    nodes = [NodeCapacity("g3-0", "G3", 4, 4, True), NodeCapacity("g2-0", "G2", 4, 4, True)]
+    done = schedule([quick, first], [], [], view, decider=decider, now=NOW, capacity=nodes)
+    started = {
+        k: v.decision.gpu_type
+        for k, v in done.verdicts.items()
+        if v.decision.action is Action.START
+    }
+    assert started == {"b/first": "G3", "a/quick": "G2"}
+
+    # the simulator's queues, on the same jobs and quota
+    specs = {
+        "team-a": QueueSpec.model_validate(
+            {"quotas": [{"gpuType": "g3", "gpus": 4}, {"gpuType": "g2", "gpus": 4}]}
+        ),
+        "team-b": QueueSpec.model_validate({"quotas": [{"gpuType": "g3", "gpus": 4}]}),
+    }
+    jobs = [
+        Job(0, -7200.0, 4, 1800.0 * 1.3, "trainingjob", {"g3": 1.3, "g2": 1.0}),
+        Job(1, -3600.0, 4, 1200.0, "trainingjob", {"g3": 1.0}),
+    ]
+    sim = QuotaPolicy(
+        ChronotopePolicy(round_s=LEASE_S),
+        QueueSetup(specs, {"team-a": 1.0, "team-b": 1.0}),
+        {0: "team-a", 1: "team-b"},
+    )
+    states = [JobState(job=j, remaining_s=j.work_s) for j in jobs]
+    assert sim.allocate(0.0, states, {"g3": 4, "g2": 4}) == {1: "g3", 0: "g2"}
+
+
 def _long_on(nodes: list[str], per_worker: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """`long` (4 h, checkpoints) of team-a running one worker of `per_worker` L4s per node."""
     long = _l4_job("long", "2030-01-01T10:00:00Z", hours=4)
