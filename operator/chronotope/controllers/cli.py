@@ -214,6 +214,8 @@ def _run(args: argparse.Namespace) -> int:
     from chronotope.ratelimit import install as repeat_install
 
     repeat_install()  # identical log lines: once a minute (chronotope.ratelimit)
+    for handler in logging.getLogger().handlers:  # a long-running process: when, too
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     timing = _leader_timing(args)
     if isinstance(timing, str):
         logging.getLogger(__name__).error("bad leader-election durations: %s", timing)
