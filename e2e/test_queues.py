@@ -592,6 +592,50 @@ def test_a_full_queue_gives_a_lease_to_the_shorter_job(
             assert _status(custom, ns, "long")["phase"] != "Running"
 
 
+def test_a_job_the_policy_runs_on_a_slower_type_is_admitted_there(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    # a node of 4 FAST and one of 4 SLOW GPUs. Team b's `b-first` (20 min, FAST only)
+    # comes first in the cluster policy's order and takes the FAST GPUs; team a's
+    # `a-quick` (the older by name within the same second: 30 min on FAST, 39 on SLOW)
+    # comes next, and the policy runs it on SLOW. Team a has quota for both types. Quota
+    # asked for a-quick's own fastest type and admitted it on FAST, where b-first runs:
+    # a-quick waited beside the idle SLOW GPUs until a later pass. Now quota asks for the
+    # type the policy wishes first, as the simulator's queues do: both start in one pass
+    tag = uuid.uuid4().hex[:6]
+    fast, slow, ns = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}", namespace
+    team_a = _solo_queue(f"a{tag}", fast, 4)
+    team_a["spec"]["quotas"].append({"gpuType": slow, "gpus": 4})
+    team_b = _solo_queue(f"b{tag}", fast, 4)
+    first = job("b-first", 1, 4, [(fast, 1.0)])
+    first["spec"] |= {"queue": "b", "estimate": {"referenceGpuType": fast, "durationSeconds": 1200}}
+    quick = job("a-quick", 1, 4, [(fast, 1.3), (slow, 1.0)])
+    quick["spec"]["queue"] = "default"
+    quick["spec"]["estimate"] = {"referenceGpuType": fast, "durationSeconds": 1800}
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"fn-{tag}", fast, 1, per_node=4),
+            _gpu_nodes(api, core, f"sn-{tag}", slow, 1, per_node=4),
+            _queues(custom, team_a, team_b),
+        ):
+            local_b = _local_queue(ns, team_b["metadata"]["name"])
+            local_b["metadata"]["name"] = "b"
+            for local in (_local_queue(ns, team_a["metadata"]["name"]), local_b):
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", local)
+            while time.time() % 1 > 0.5:  # both within one second: a-quick the older by name
+                time.sleep(0.02)
+            # one burst: the pass decides both at once
+            for obj in (first, quick):
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, obj)
+            _running(custom, ns, "b-first", 60, "b-first running on FAST")
+            _running(custom, ns, "a-quick", 60, "a-quick running on SLOW beside it")
+            plans = {name: _status(custom, ns, name)["plan"] for name in ("b-first", "a-quick")}
+            assert (plans["b-first"]["gpuType"], plans["a-quick"]["gpuType"]) == (fast, slow)
+            # in the same pass (before, a-quick waited for a later one)
+            assert plans["a-quick"]["startTime"] == plans["b-first"]["startTime"]
+
+
 def test_a_queue_admits_only_the_namespaces_its_selector_selects(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:
