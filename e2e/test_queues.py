@@ -592,6 +592,42 @@ def test_a_full_queue_gives_a_lease_to_the_shorter_job(
             assert _status(custom, ns, "long")["phase"] != "Running"
 
 
+def test_no_lease_of_a_job_the_policy_would_move_to_a_type_its_queue_cannot_have(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    # `long` (3 h on SLOW, checkpoints) runs on team a's 2 SLOW GPUs; it would take 1 h
+    # on the idle FAST GPUs, which only team b has quota for. `short` (2 h, SLOW only)
+    # comes. Quota aside, the cluster policy runs long first, moved to FAST, and gives
+    # short its SLOW lease; stopping long for short only started long again on SLOW
+    # (quota admits it first), and the next pass gave the lease again: long was stopped
+    # every other pass. Now long keeps running and short waits for quota, as in the
+    # simulator's queues (tests/unit/workloads/test_training_pass.py runs both)
+    tag = uuid.uuid4().hex[:6]
+    fast, slow, ns = f"FAST-{tag.upper()}", f"SLOW-{tag.upper()}", namespace
+    team_a, team_b = _solo_queue(f"a{tag}", slow, 2), _solo_queue(f"b{tag}", fast, 4)
+    long = job("long", 1, 2, [(slow, 1.0), (fast, 3.0)], checkpoint={"path": "/ckpt/long"})
+    long["spec"] |= {"queue": "default", "preemptible": True}
+    long["spec"]["estimate"] = {"referenceGpuType": slow, "durationSeconds": 3 * 3600}
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"sn-{tag}", slow, 1, per_node=2),
+            _gpu_nodes(api, core, f"fn-{tag}", fast, 1, per_node=4),
+            _queues(custom, team_a, team_b),
+        ):
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "localqueues", _local_queue(ns, team_a["metadata"]["name"])
+            )
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, JOBS, long)
+            _running(custom, ns, "long", 60, "long running on SLOW")
+            _submit(custom, ns, "short", slow, "default", hours=2)
+            wait_for(partial(_held_by_quota, custom, ns, "short"), 30, "short held by quota")
+            time.sleep(20)  # several passes (the queue's grace is 5 s)
+            status = _status(custom, ns, "long")
+            assert (status.get("phase"), status.get("restarts", 0)) == ("Running", 0), status
+            assert _held_by_quota(custom, ns, "short"), _status(custom, ns, "short")
+
+
 def test_a_job_the_policy_runs_on_a_slower_type_is_admitted_there(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:
