@@ -48,12 +48,14 @@ import hashlib
 import random
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from chronotope.paths import REPO_ROOT
 from chronotope.sharing.labels import GENERATION_ANNOTATION
+from chronotope.sharing.labels import GPU_RESOURCE as GPU
 from chronotope.sim.clusterspec import load_spec, node_manifests
 from chronotope.workloads.gang import worker_pods
 from chronotope.workloads.gates import Decider
@@ -87,6 +89,27 @@ def running(job: dict[str, Any], d: Decision) -> list[dict[str, Any]]:
         pod["spec"]["nodeName"] = node
         pod["status"] = {"phase": "Running"}
     return pods
+
+
+def double_booked(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], starts: list[Decision]
+) -> list[str]:
+    """The nodes where the pass's starts and the bound pods ask for more GPUs than there are.
+
+    Each start's workers go where the pass placed them (`Decision.placements`, which the
+    extender honours); a pass must never place two workers on one GPU.
+    """
+    gpus = {n["metadata"]["name"]: int(n["status"]["allocatable"].get(GPU, 0)) for n in nodes}
+    asked: Counter[str] = Counter()
+    for pod in pods:
+        on = str((pod.get("spec") or {}).get("nodeName"))
+        if on in gpus:
+            for c in pod["spec"].get("containers") or []:
+                asked[on] += int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+    for d in starts:
+        for node, indices in d.placements:
+            asked[node] += len(indices) or d.gpus_per_worker
+    return sorted(n for n, k in asked.items() if k > gpus.get(n, 0))
 
 
 def main() -> int:
@@ -218,6 +241,13 @@ def main() -> int:
         if args.settled > 0
         else ""
     )
+    over = double_booked(
+        nodes,
+        pods,
+        [v.decision for v in done.verdicts.values() if v.decision.action is Action.START],
+    )
+    if over:
+        print(f"FAULT: the pass double-books GPUs on {len(over)} node(s): {', '.join(over[:5])}")
     digest = hashlib.sha1(repr(verdicts).encode()).hexdigest()[:12]
     if args.verdicts is not None:
         args.verdicts.write_text("".join(f"{k} {a} {t} {why}\n" for k, a, t, why in verdicts))
@@ -226,7 +256,7 @@ def main() -> int:
         f"(best {min(seconds):.2f} s); {starts} starts on {gpus} GPUs, {waits} "
         f"waits{stops}; verdicts {digest}"
     )
-    return 0
+    return 1 if over else 0
 
 
 if __name__ == "__main__":

@@ -1342,9 +1342,10 @@ def take(
     """`capacity` after a gang starts, and where its workers go.
 
     With `placements` (node, GPU indices per worker, from a joint plan) those
-    GPUs are taken and returned. A pod on one of those nodes may hold a host port
-    the workers ask (`rules`; the joint plan does not see the ports of the other
-    jobs it starts with this one), or the workers' topology spread is placed in levels
+    GPUs are taken and returned. Some of them may have been taken since the plan
+    was made (`_still_free`), a pod on one of those nodes may hold a host port the
+    workers ask (`rules`; the joint plan does not see the ports of the other jobs it
+    starts with this one), or the workers' topology spread is placed in levels
     (`Skew.level`) and the plan leaves a domain more than `maxSkew` above the least
     (`_in_levels`; the joint plan does not model it): then, as without placements,
     each worker goes
@@ -1365,7 +1366,11 @@ def take(
     if rules is not None:
         rules = in_cluster(capacity, rules)
     whom = _whom(capacity, index, gpu_type, rules, per_worker) if rules is not None else _NO_ONE
-    if placements and _kept(nodes, index.nodes.get(gpu_type, ()), placements, rules, whom):
+    if (
+        placements
+        and _still_free(nodes, placements, index.where)
+        and _kept(nodes, index.nodes.get(gpu_type, ()), placements, rules, whom)
+    ):
         taken, given, elsewhere = _take_placed(nodes, placements, rules, index.where, gpu_type)
         if not elsewhere:
             _remember(capacity, taken, index, gpu_type, rules)
@@ -1588,6 +1593,30 @@ def _in_levels(
         final[domain[name]] += 1
     least = min(final.values()) if len(final) >= s.min_domains else 0
     return all(final[domain[name]] <= least + s.skew for name, _ in placements)
+
+
+def _still_free(
+    nodes: Sequence[NodeCapacity],
+    placements: Sequence[tuple[str, Sequence[int]]],
+    where: Mapping[str, int],
+) -> bool:
+    """Whether every GPU `placements` names is free in `nodes` (`where`: position by name).
+
+    A plan's placements were made on the capacity its own starts left; the pass may
+    have given those GPUs to a job before this one that the plan did not place (one
+    it left out, or one whose workers it did not place: the gang rule put it on what
+    was left). Then the workers are placed again, never on GPUs already taken.
+    """
+    asked: Counter[str] = Counter()
+    for name, gpus in placements:
+        i = where.get(name)
+        if i is None:
+            return False
+        free = nodes[i].free_gpus
+        if free and not set(gpus) <= set(free):
+            return False
+        asked[name] += len(gpus)
+    return all(nodes[where[name]].free >= n for name, n in asked.items())
 
 
 def _placed_where_blocked(

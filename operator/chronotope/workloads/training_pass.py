@@ -651,8 +651,9 @@ class _Pass:
         gpu_type = d.gpu_type
         assert gpu_type is not None
         self.left, placements = take_start(self.left, spec, d)
-        if len(placements) == d.workers:
-            d = replace(d, placements=placements)
+        # where the gang rule placed it on what was left; none when some worker fit
+        # nowhere (a plan's placements on GPUs taken since would double-book them)
+        d = replace(d, placements=placements if len(placements) == d.workers else ())
         key = job_key(job)
         self.starts.append((key, gpu_type, d.workers * d.gpus_per_worker))
         if d.finish is not None:  # its GPUs free up when it is predicted to finish

@@ -100,6 +100,23 @@ def test_a_joint_plans_placements_are_kept() -> None:
     assert left[0].free_gpus == (0, 1)
 
 
+def test_a_plans_placements_on_gpus_taken_since_are_placed_again() -> None:
+    # a plan placed its starts on the capacity its own starts left; the pass may give
+    # those GPUs to a job before this one (found in process at scale: five gangs on one
+    # 8-GPU node). The workers go where the gang rule puts them on what is left
+    capacity = [
+        NodeCapacity("a", "L4", 4, 2, True, free_gpus=(2, 3)),
+        NodeCapacity("b", "L4", 4, 4, True, free_gpus=(0, 1, 2, 3)),
+    ]
+    left, placements = take(capacity, "L4", 1, 2, placements=[("a", (0, 1))])
+    assert placements == (("a", (2, 3)),)  # not GPUs 0 and 1 of a, which are taken
+    assert [(n.name, n.free) for n in left] == [("a", 0), ("b", 4)]
+    # more GPUs asked on a node than it has free: placed again too
+    left, placements = take(capacity, "L4", 2, 2, placements=[("a", (2, 3)), ("a", (2, 3))])
+    assert placements == (("b", (0, 1)), ("b", (2, 3)))  # the gang rule packs them
+    assert [(n.name, n.free) for n in left] == [("a", 2), ("b", 0)]
+
+
 def test_the_nodes_of_a_type_follow_each_take() -> None:
     # the pass asks for one type's nodes of every capacity it builds; the index it keeps
     # per capacity must show what each take left, and a hand-built list is read afresh
