@@ -672,6 +672,42 @@ def test_a_job_the_policy_runs_on_a_slower_type_is_admitted_there(
             assert plans["a-quick"]["startTime"] == plans["b-first"]["startTime"]
 
 
+def test_each_queue_gives_its_own_lease_to_its_short_job_when_the_policy_pairs_them_across(
+    kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
+) -> None:
+    # one node of 4 GPUs; teams a and b have 2 each (no cohort: neither lends). a-long
+    # (6 h) and b-long (5 h) run, then b-short (1 h) and a-short (2 h) come. Quota
+    # aside, the cluster policy runs both short jobs in place of both long ones, and
+    # pairs them across the queues (b-short in a-long's place), which quota cannot give:
+    # both short jobs waited for good. Now each takes its own queue's lease, as the
+    # simulator's queues admit (tests/unit/workloads/test_training_pass.py runs both)
+    tag = uuid.uuid4().hex[:6]
+    gpu_type, ns = f"PAIR-{tag.upper()}", namespace
+    team_a, team_b = _solo_queue(f"a{tag}", gpu_type, 2), _solo_queue(f"b{tag}", gpu_type, 2)
+    with kube_cluster.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        with (
+            _gpu_nodes(api, core, f"pn-{tag}", gpu_type, 1, per_node=4),
+            _queues(custom, team_a, team_b),
+        ):
+            local_b = _local_queue(ns, team_b["metadata"]["name"])
+            local_b["metadata"]["name"] = "b"
+            for local in (_local_queue(ns, team_a["metadata"]["name"]), local_b):
+                custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", local)
+            for name, queue, hours in (("a-long", "default", 6), ("b-long", "b", 5)):
+                _submit(custom, ns, name, gpu_type, queue, hours=hours)
+                _running(custom, ns, name, 60, f"{name} running")
+            for name, queue, hours in (("b-short", "b", 1), ("a-short", "default", 2)):
+                _submit(custom, ns, name, gpu_type, queue, hours=hours)
+            _running(custom, ns, "a-short", 90, "a-short running in a-long's place")
+            _running(custom, ns, "b-short", 90, "b-short running in b-long's place")
+            for long, short, team in (("a-long", "a-short", team_a), ("b-long", "b-short", team_b)):
+                name = team["metadata"]["name"]
+                assert _status(custom, ns, long)["phase"] != "Running"
+                why = f"{ns}/{short} (cluster policy's lease in queue {name})"
+                _was_preempted(kube_cluster, core, ns, long, why=why, counted=("Lease", name))
+
+
 def test_a_queue_admits_only_the_namespaces_its_selector_selects(
     kube_cluster: KubeCluster, chronotope_operator: int, namespace: str
 ) -> None:

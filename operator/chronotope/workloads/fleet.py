@@ -187,6 +187,9 @@ class BandPlan:
     quota admits first and in this order, each on the type wished first, as the
     simulator's queues do (`sim.training.queues.QuotaPolicy`, whose pending jobs are the
     same: a running job the wish moves holds no quota there)."""
+    giving: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Type -> the running jobs there whose lease the policy gives up (it runs them
+    elsewhere or not now), its least preferred first: the leases `yields` deals out."""
 
     def outcome(self, key: str) -> FleetOutcome:
         """Whether job `key` starts now, where, and why (a job left out of the plan passes)."""
@@ -321,6 +324,10 @@ def plan_band(
         },
         {} if check is None else {keys[i]: p for i, p in check.placed.items() if i in starts},
         _wished(alloc, starts, waiting, states, keys),
+        {
+            t: tuple(keys[v] for v in vs)
+            for t, vs in sorted(_giving(alloc, states, yieldable).items())
+        },
     )
 
 
@@ -463,6 +470,23 @@ def yields_lease(spec: TrainingJobSpec) -> bool:
     )
 
 
+def _giving(
+    alloc: Mapping[int, str], states: Sequence[JobState], yieldable: Collection[int]
+) -> dict[str, list[int]]:
+    """Type -> the `yieldable` running jobs there whose type `alloc` does not keep.
+
+    The policy's least preferred first: those it does not run at all, then the
+    last in its order.
+    """
+    rank = {i: r for r, i in enumerate(alloc)}
+    giving: dict[str, list[int]] = {}
+    for v in sorted(yieldable, key=lambda v: -rank.get(v, len(rank))):
+        gpu_type = states[v].gpu_type
+        if gpu_type is not None and alloc.get(v) != gpu_type:
+            giving.setdefault(gpu_type, []).append(v)
+    return giving
+
+
 def lease_yields(
     alloc: Mapping[int, str],
     states: Sequence[JobState],
@@ -485,12 +509,7 @@ def lease_yields(
     Job index -> (type, the running jobs it takes over), for those that take them and
     for those `fits` refused; the idle GPUs the takers take leave `idle`.
     """
-    rank = {i: r for r, i in enumerate(alloc)}
-    giving: dict[str, list[int]] = {}
-    for v in sorted(yieldable, key=lambda v: -rank.get(v, len(rank))):
-        gpu_type = states[v].gpu_type
-        if gpu_type is not None and alloc.get(v) != gpu_type:
-            giving.setdefault(gpu_type, []).append(v)
+    giving = _giving(alloc, states, yieldable)
     spare: dict[str, int] = {}  # what the chosen leases free beyond their takers' gangs
     out: dict[int, tuple[str, tuple[int, ...]]] = {}
     unfit: dict[int, tuple[str, tuple[int, ...]]] = {}

@@ -302,7 +302,7 @@ def _lease_stops(run: _Pass) -> dict[str, str]:
     return stops
 
 
-LEASE_CHECKS = 8
+LEASE_CHECKS = 64
 """Leases within a queue the wish checks against the nodes per pass at most (`_wish`)."""
 
 
@@ -318,51 +318,88 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
     (every job, every type it accepts), as the simulator's queues ask the policy
     before quota (`sim.training.queues.QuotaPolicy`): `wished`, job key -> its place
     and type (`fleet.BandPlan.wished`), which quota admits first, in this order and
-    on that type first; `leases`, a
-    waiting job -> the running jobs of its own queue whose lease the policy gives it
-    (`BandPlan.yields`), which it may stop (`quota.admit`, pass 6) as the policy
-    does without queues: not that of a job the wish moves to another type ahead of
-    it (quota would admit that one first, and keep it where it runs when its queue
-    has no room on the wished type, as the simulator's queues do: stopping it would
-    only start it again), only where its workers fit the nodes once they have
-    stopped (`Decider.fits_without`), the first `LEASE_CHECKS` in the wish's order,
-    and none while workers of ours wait to bind (each check would read the whole
-    cluster then, `capacity.cluster_without`; their binds make a new pass). Nothing
-    unless `quota` is on.
+    on that type first; `leases`, a waiting job the policy runs in place of running
+    jobs (`BandPlan.yields`) -> running jobs of its own queue whose lease the policy
+    gives up on that type (`BandPlan.giving`, its least preferred first, as many as
+    hold the GPUs the policy found for it there), which it may stop (`quota.admit`,
+    pass 6). The policy pairs takers and leases quota aside, often across queues,
+    where quota cannot give them; the simulator's queues admit each queue's wished
+    jobs before those the wish drops, whoever the policy paired: so does this. Not
+    the lease of a job the wish moves to another type ahead of the taker (quota
+    would admit that one first, and keep it where it runs when its queue has no
+    room on the wished type, as the simulator's queues do: stopping it would only
+    start it again); only where the taker's workers fit the nodes once they have
+    stopped (`Decider.fits_without`), at most `LEASE_CHECKS` checks in the wish's
+    order, and none while workers of ours wait to bind (each check would read the
+    whole cluster then, `capacity.cluster_without`; their binds make a new pass).
+    Nothing unless `quota` is on.
     """
     wished: dict[str, tuple[int, str]] = {}
     given: dict[str, tuple[str, ...]] = {}
     if not quota.on:
         return {"wished": wished, "leases": given}
     counted = BandView(view.capacity, view.jobs)
-    offers: list[tuple[str, str, tuple[str, ...]]] = []
+    offers: list[tuple[str, str, tuple[str, ...], int]] = []
+    giving: dict[tuple[int, str], list[str]] = {}  # (band, type) -> the leases given up
     for priority in decider.priorities(counted):
         plan, _ = decider.band_on(counted, now, priority)
         for key, gpu_type in plan.wished.items():
             wished.setdefault(key, (len(wished), gpu_type))
-        offers += [(key, t, victims) for key, (t, victims) in plan.yields.items()]
+        offers += [(key, t, victims, priority) for key, (t, victims) in plan.yields.items()]
+        giving |= {(priority, t): list(vs) for t, vs in plan.giving.items()}
     if not offers or workers_binding(view.pods):
         # none, or a later pass gives them once the workers are bound (a check is cheap then)
         return {"wished": wished, "leases": given}
     queues = _queues_of(quota, view.jobs)
-    mine = []
+    gpus = _gpus_held(view.jobs)
     last = (len(wished), "")
-    for key, gpu_type, victims in sorted(offers, key=lambda o: wished.get(o[0], last)):
-        own = tuple(
-            v
-            for v in victims
-            if key in queues
-            and queues.get(v) == queues[key]
-            # one the wish moves ahead of it would be admitted first, on the type it holds
-            # when quota keeps it from the one wished (the simulator's queues): no lease
-            and wished.get(v, last) > wished.get(key, last)
+    checks = LEASE_CHECKS
+    for key, gpu_type, victims, band in sorted(offers, key=lambda o: wished.get(o[0], last)):
+        if checks <= 0:
+            break
+        # its own queue's leases on the type, the policy's least preferred first, enough
+        # for its gang: not one the wish moves ahead of it (quota would admit that one
+        # first, and keep it where it runs when its queue has no room on the wished type)
+        pool = giving.get((band, gpu_type), [])
+        own = _enough(
+            [
+                v
+                for v in pool
+                if key in queues
+                and queues.get(v) == queues[key]
+                and wished.get(v, last) > wished.get(key, last)
+            ],
+            gpus,
+            sum(gpus.get(v, 0) for v in victims),
         )
-        if own:
-            mine.append((key, gpu_type, own))
-    for key, gpu_type, victims in mine[:LEASE_CHECKS]:
-        if decider.fits_without(view, now, key, gpu_type, victims):
-            given[key] = victims
+        if not own:
+            continue
+        checks -= 1
+        if decider.fits_without(view, now, key, gpu_type, own):
+            given[key] = own
+            pool[:] = [v for v in pool if v not in own]
     return {"wished": wished, "leases": given}
+
+
+def _enough(pool: Sequence[str], gpus: Mapping[str, int], need: int) -> tuple[str, ...]:
+    """The first jobs of `pool` whose GPUs add up to `need` (none when all of them fall short)."""
+    out: list[str] = []
+    for v in pool:
+        if need <= 0:
+            break
+        out.append(v)
+        need -= gpus.get(v, 0)
+    return tuple(out) if need <= 0 else ()
+
+
+def _gpus_held(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Started job's key -> the GPUs its gang holds (`status.plan.totalGpus`)."""
+    out = {}
+    for job in jobs:
+        status = job.get("status") or {}
+        if status.get("phase") in HOLDING:
+            out[job_key(job)] = int((status.get("plan") or {}).get("totalGpus") or 0)
+    return out
 
 
 def _queues_of(quota: QuotaView, jobs: Iterable[Mapping[str, Any]]) -> dict[str, str]:

@@ -11,7 +11,7 @@ from chronotope.sharing.labels import GPU_PRODUCT_LABEL as GPU_LABEL
 from chronotope.sim.training.queues import QueueSetup, QuotaPolicy
 from chronotope.workloads.capacity import NodeCapacity
 from chronotope.workloads.gang import JOB_LABEL
-from chronotope.workloads.gates import Decider
+from chronotope.workloads.gates import BandView, Decider
 from chronotope.workloads.quota import StopCause, Verdict
 from chronotope.workloads.training import Action
 from chronotope.workloads.training_pass import schedule
@@ -563,3 +563,73 @@ def test_a_lease_within_a_queue_is_given_only_where_the_job_fits_once_it_has_sto
     verdict = done.verdicts["a/short"]
     assert verdict.admission is not None
     assert verdict.admission.verdict is Verdict.WAIT
+
+
+def _running_l4(name: str, namespace: str, created: str, hours: float) -> dict[str, Any]:
+    """A 2-GPU L4 job of `namespace` that checkpoints and runs now, `hours` left."""
+    job = _l4_job(name, created, hours=hours)
+    job["metadata"]["namespace"] = namespace
+    job["spec"] |= {"preemptible": True, "checkpoint": {"path": f"/ckpt/{name}"}}
+    job["status"] = {
+        "phase": "Running",
+        "plan": {"gpuType": "L4", "workers": 1, "totalGpus": 2, "startTime": NOW.isoformat()},
+    }
+    return job
+
+
+def test_a_job_the_policy_runs_takes_the_lease_its_own_queue_gives_up_as_in_the_simulator() -> None:
+    # team-a and team-b each have 2 L4s of quota, and each runs a long job on them (6 h
+    # and 5 h left; the node's 4 L4s are busy). Each has a short job waiting (b's 1 h,
+    # a's 2 h). Quota aside, the policy runs both short jobs in place of both long ones,
+    # and pairs the leases across the queues (b's short job in place of a's long one),
+    # which quota cannot give: neither queue lends. The leases within a queue used to
+    # be those pairs only, so both short jobs waited behind long ones for good. The
+    # simulator's queues admit each queue's wished job before the job the wish drops:
+    # so does the pass now, each short job taking its own queue's lease
+    quota = [{"gpuType": "L4", "gpus": 2}]
+    view = QuotaView.parse(
+        [
+            {"metadata": {"name": "team-a"}, "spec": {"quotas": quota}},
+            {"metadata": {"name": "team-b"}, "spec": {"quotas": quota}},
+        ],
+        [
+            {"metadata": {"name": "default", "namespace": "a"}, "spec": {"queue": "team-a"}},
+            {"metadata": {"name": "default", "namespace": "b"}, "spec": {"queue": "team-b"}},
+        ],
+    )
+    jobs = [
+        _running_l4("along", "a", "2030-01-01T09:00:00Z", hours=6),
+        _running_l4("blong", "b", "2030-01-01T09:30:00Z", hours=5),
+        _l4_job("bshort", "2030-01-01T11:00:00Z", hours=1),
+        _l4_job("ashort", "2030-01-01T11:30:00Z", hours=2),
+    ]
+    jobs[2]["metadata"]["namespace"] = "b"
+    decider = Decider(lambda _n, name: f"model profile {name} not found", lambda *_: [])
+    l4 = [NodeCapacity("l4-0", "L4", 4, 0, True)]
+    wish, _ = decider.band_on(BandView(l4, jobs), NOW, 0)
+    assert wish.yields == {"b/bshort": ("L4", ("a/along",)), "a/ashort": ("L4", ("b/blong",))}
+    assert wish.giving == {"L4": ("a/along", "b/blong")}
+
+    done = schedule(jobs, [], [], view, decider=decider, now=NOW, capacity=l4)
+    for taker, victim in (("a/ashort", "a/along"), ("b/bshort", "b/blong")):
+        admission = done.verdicts[taker].admission
+        assert admission is not None
+        assert (admission.verdict, admission.cause) == (Verdict.RECLAIM, StopCause.LEASE)
+        assert admission.victims == (victim,)
+
+    # the simulator's queues, on the same jobs and quota: both short jobs run
+    specs = {n: QueueSpec.model_validate({"quotas": [{"gpuType": "l4", "gpus": 2}]}) for n in "ab"}
+    sim_jobs = [
+        Job(0, -9000.0, 2, 6 * 3600.0, "trainingjob", {"l4": 1.0}),
+        Job(1, -7200.0, 2, 5 * 3600.0, "trainingjob", {"l4": 1.0}),
+        Job(2, -3600.0, 2, 1 * 3600.0, "trainingjob", {"l4": 1.0}),
+        Job(3, -1800.0, 2, 2 * 3600.0, "trainingjob", {"l4": 1.0}),
+    ]
+    sim = QuotaPolicy(
+        ChronotopePolicy(round_s=LEASE_S),
+        QueueSetup(specs, {"a": 1.0, "b": 1.0}),
+        {0: "a", 1: "b", 2: "b", 3: "a"},
+    )
+    states = [JobState(job=j, remaining_s=j.work_s, gpu_type="l4") for j in sim_jobs[:2]]
+    states += [JobState(job=j, remaining_s=j.work_s) for j in sim_jobs[2:]]
+    assert sim.allocate(0.0, states, {"l4": 4}) == {2: "l4", 3: "l4"}
