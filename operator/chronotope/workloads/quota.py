@@ -794,6 +794,7 @@ def within_queue_victims(
     spare: Collection[str] = (),
     *,
     only: Collection[str] | None = None,
+    nominal: bool = False,
 ) -> tuple[str, ...] | None:
     """`queue`'s own lower-priority work to stop so `demand` fits now; None if not enough.
 
@@ -802,8 +803,9 @@ def within_queue_victims(
     first, the newest first among equals, until `demand` fits within nominal quota
     or by borrowing; victims the others cover are spared, and so are the workloads
     of `spare` (admitted in this cycle). With `only`, the candidates are those of its
-    workloads, whatever their priority (the cluster policy's lease). `book` is left
-    as it was.
+    workloads, whatever their priority (the cluster policy's lease). `nominal`: until
+    `demand` fits within nominal quota (borrowing does not count). `book` is left as
+    it was.
     """
     pools = demand.pools()
     candidates = sorted(
@@ -820,8 +822,10 @@ def within_queue_victims(
         key=lambda w: (w.priority, -w.admitted_at, w.key),
     )
 
+    fitting = (Verdict.ADMIT,) if nominal else (Verdict.ADMIT, Verdict.BORROW)
+
     def fits() -> bool:
-        return _fit(book, queue, demand).verdict in (Verdict.ADMIT, Verdict.BORROW)
+        return _fit(book, queue, demand).verdict in fitting
 
     order = list(book.workloads)
     chosen: list[AdmittedWorkload] = []
@@ -968,7 +972,11 @@ def admit(
     workload and no longer counts its victims, so later decisions in the same
     cycle neither reuse that quota nor pick the same victims. `leases`: pending
     workload -> the running workloads whose lease the cluster policy gives it
-    (pass 6: within its own queue, it stops those it needs to fit).
+    (pass 6: within its own queue, it stops those it needs to fit). A lease that
+    lets its workload fit within nominal quota is given right after pass 1, before
+    anyone borrows: the simulator's queues count the quota of the jobs the policy's
+    wish drops as free, so the wished job is admitted within nominal quota and the
+    cohort's idle quota stays for the borrowers; pass 6 gives the rest (borrowing).
     """
     decisions: dict[str, Admission] = {}
     if not book.queues:
@@ -984,6 +992,11 @@ def admit(
             decisions[p.key] = found
         else:
             resolved.append((p, found))
+    if leases:
+        # the policy's lease first within nominal quota, before anyone borrows: the
+        # simulator's queues count the quota of the jobs the wish drops as free
+        _within_nominal(book, resolved, decisions, now)
+        _preempt(book, resolved, decisions, now, StopCause.LEASE, leases=leases, nominal=True)
     _admit_passes(book, resolved, decisions, now)
     for cause in (StopCause.WITHIN_QUEUE, StopCause.FAIR_SHARE, StopCause.LEASE):
         if _preempt(book, resolved, decisions, now, cause, leases=leases or {}):
@@ -1137,6 +1150,7 @@ def _preempt(
     cause: StopCause,
     *,
     leases: Mapping[str, Collection[str]],
+    nominal: bool = False,
 ) -> bool:
     """Pass 4, 5 or 6: stop others' work so a workload that still waits fits now.
 
@@ -1146,7 +1160,8 @@ def _preempt(
     Pass 4 leaves out a workload that does not preempt within its queue
     (`PendingWorkload.preempts_within_queue`). Pass 6 (LEASE): the queue's own work
     whose lease the cluster policy gives the workload (`leases`), as the policy
-    gives leases up without queues; what it does not need keeps running.
+    gives leases up without queues; what it does not need keeps running (`nominal`:
+    only leases that let it fit within nominal quota, `admit`'s first step).
     True if it stopped anything.
     """
     preempted = False
@@ -1168,7 +1183,13 @@ def _preempt(
                 )
             elif cause is StopCause.LEASE:
                 victims = within_queue_victims(
-                    book, queue, p.priority, demand, decisions.keys(), only=leases[p.key]
+                    book,
+                    queue,
+                    p.priority,
+                    demand,
+                    decisions.keys(),
+                    only=leases[p.key],
+                    nominal=nominal,
                 )
                 text = (
                     f"queue {queue.name}: {demand.label} quota is held by its own work; the "

@@ -1216,3 +1216,21 @@ def test_room_now_is_exactly_what_admission_admits_or_lends_without_reclaiming(
             admitted = fit.verdict in (Verdict.ADMIT, Verdict.BORROW)
             assert admitted == (amount <= room), (name, amount, room, fit)
         assert book.room_now(queue, (L4, GPUS)) == 0  # a type the queue does not list
+
+
+def test_a_lease_within_the_queue_admits_within_nominal_quota_leaving_the_cohort_to_borrowers() -> (
+    None
+):
+    # queue a runs `v` (2 of its 2 A100s); the cluster policy runs `t` (1 GPU) in its
+    # place. Queue b lends its 2 idle A100s, which c's `w` (2 GPUs, no quota of its own)
+    # asks to borrow. t fitted by borrowing, so its lease stopped nothing; then w, of the
+    # lower share, borrowed first and t waited beside v. The simulator's queues count v's
+    # quota free (the wish drops it): t is admitted within a's nominal quota and w borrows.
+    # So does the lease now: within nominal quota first
+    book = _book({"a": _queue((A100, 2)), "b": _queue((A100, 2)), "c": _queue((A100, 0))})
+    book.add(AdmittedWorkload("a/v", "a", {(A100, GPUS): 2}, 0.0, preemptible=True))
+    pending = [_job("a/t", "a", (A100, 1)), _job("c/w", "c", (A100, 2))]
+    out = admit(book, pending, leases={"a/t": ("a/v",)})
+    assert (out["a/t"].verdict, out["a/t"].cause) == (Verdict.RECLAIM, StopCause.LEASE)
+    assert out["a/t"].victims == ("a/v",)
+    assert out["c/w"].verdict is Verdict.BORROW
