@@ -81,6 +81,16 @@ def _local_queue(namespace: str, target: str) -> dict[str, Any]:
     }
 
 
+def _team_local_queues(
+    custom: client.CustomObjectsApi, ns: str, team_a: dict[str, Any], team_b: dict[str, Any]
+) -> None:
+    """LocalQueues in `ns`: `default` for Queue team_a, `b` for Queue team_b."""
+    local_b = _local_queue(ns, team_b["metadata"]["name"])
+    local_b["metadata"]["name"] = "b"
+    for local in (_local_queue(ns, team_a["metadata"]["name"]), local_b):
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", local)
+
+
 @contextlib.contextmanager
 def _queues(custom: client.CustomObjectsApi, *objs: dict[str, Any]) -> Iterator[None]:
     try:
@@ -655,10 +665,7 @@ def test_a_job_the_policy_runs_on_a_slower_type_is_admitted_there(
             _gpu_nodes(api, core, f"sn-{tag}", slow, 1, per_node=4),
             _queues(custom, team_a, team_b),
         ):
-            local_b = _local_queue(ns, team_b["metadata"]["name"])
-            local_b["metadata"]["name"] = "b"
-            for local in (_local_queue(ns, team_a["metadata"]["name"]), local_b):
-                custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", local)
+            _team_local_queues(custom, ns, team_a, team_b)
             while time.time() % 1 > 0.5:  # both within one second: a-quick the older by name
                 time.sleep(0.02)
             # one burst: the pass decides both at once
@@ -690,10 +697,7 @@ def test_each_queue_gives_its_own_lease_to_its_short_job_when_the_policy_pairs_t
             _gpu_nodes(api, core, f"pn-{tag}", gpu_type, 1, per_node=4),
             _queues(custom, team_a, team_b),
         ):
-            local_b = _local_queue(ns, team_b["metadata"]["name"])
-            local_b["metadata"]["name"] = "b"
-            for local in (_local_queue(ns, team_a["metadata"]["name"]), local_b):
-                custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", local)
+            _team_local_queues(custom, ns, team_a, team_b)
             for name, queue, hours in (("a-long", "default", 6), ("b-long", "b", 5)):
                 _submit(custom, ns, name, gpu_type, queue, hours=hours)
                 _running(custom, ns, name, 60, f"{name} running")

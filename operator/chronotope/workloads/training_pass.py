@@ -357,8 +357,9 @@ def _wish(view: BandView, decider: Decider, now: datetime, quota: QuotaView) -> 
     for key, gpu_type, victims, band in sorted(offers, key=lambda o: wished.get(o[0], last)):
         if checks <= 0:
             break
-        # its own queue's leases on the type, the policy's least preferred first, enough
-        # for its gang: not one the wish moves ahead of it (quota would admit that one
+        # its own queue's leases on the type, the policy's least preferred first, as many
+        # as hold the GPUs the policy found for it there (those of the leases it paired
+        # it with): not one the wish moves ahead of it (quota would admit that one
         # first, and keep it where it runs when its queue has no room on the wished type)
         pool = giving.get((band, gpu_type), [])
         own = _enough(
