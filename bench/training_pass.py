@@ -55,8 +55,8 @@ from typing import Any
 
 from chronotope.paths import REPO_ROOT
 from chronotope.sharing.labels import GENERATION_ANNOTATION
-from chronotope.sharing.labels import GPU_RESOURCE as GPU
 from chronotope.sim.clusterspec import load_spec, node_manifests
+from chronotope.workloads.capacity import cluster_capacity
 from chronotope.workloads.gang import worker_pods
 from chronotope.workloads.gates import Decider
 from chronotope.workloads.job_spec import job_spec
@@ -94,22 +94,18 @@ def running(job: dict[str, Any], d: Decision) -> list[dict[str, Any]]:
 def double_booked(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]], starts: list[Decision]
 ) -> list[str]:
-    """The nodes where the pass's starts and the bound pods ask for more GPUs than there are.
+    """The nodes where the pass's starts ask for more GPUs than the bound pods leave free.
 
     Each start's workers go where the pass placed them (`Decision.placements`, which the
-    extender honours); a pass must never place two workers on one GPU.
+    extender honours); a pass must never place two workers on one GPU. Free GPUs are
+    the cluster's as the pass reads them (`capacity.cluster_capacity`).
     """
-    gpus = {n["metadata"]["name"]: int(n["status"]["allocatable"].get(GPU, 0)) for n in nodes}
+    free = {n.name: n.free for n in cluster_capacity(nodes, pods)}
     asked: Counter[str] = Counter()
-    for pod in pods:
-        on = str((pod.get("spec") or {}).get("nodeName"))
-        if on in gpus:
-            for c in pod["spec"].get("containers") or []:
-                asked[on] += int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
     for d in starts:
         for node, indices in d.placements:
             asked[node] += len(indices) or d.gpus_per_worker
-    return sorted(n for n, k in asked.items() if k > gpus.get(n, 0))
+    return sorted(n for n, k in asked.items() if k > free.get(n, 0))
 
 
 def main() -> int:

@@ -399,7 +399,7 @@ def _gpus_held(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     for job in jobs:
         status = job.get("status") or {}
         if status.get("phase") in HOLDING:
-            out[job_key(job)] = int((status.get("plan") or {}).get("totalGpus") or 0)
+            out[job_key(job)] = int(float((status.get("plan") or {}).get("totalGpus") or 0))
     return out
 
 
